@@ -1,0 +1,102 @@
+//! Build script: links JavaScriptCore and prepares the embedded Pyodide assets.
+//!
+//! The assets (DESIGN §7) come from `pyodide-assets/` (fetched by `scripts/setup.sh`) or from
+//! the directory named by `PYODIDE_ASSETS_DIR`. They are copied to `$OUT_DIR/pyodide/`, with
+//! `pyodide.asm.mjs` rewritten into a classic script because the JavaScriptCore C API has no
+//! ES-module loader. The rewrite fails the build loudly if the upstream text changes.
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+const ASSETS: [&str; 5] = [
+    "pyodide.js",
+    "pyodide.asm.mjs",
+    "pyodide.asm.wasm",
+    "python_stdlib.zip",
+    "pyodide-lock.json",
+];
+
+/// Exact upstream snippets of `pyodide.asm.mjs` (314.0.7) and what they become.
+const ASM_REWRITES: [(&str, &str, usize); 2] = [
+    // The only module syntax: the default export of the factory.
+    (
+        "export default _createPyodideModule;",
+        "globalThis.__createPyodideModule = _createPyodideModule;",
+        1,
+    ),
+    // `import.meta` is a syntax error outside modules; the URL is only used to name the script.
+    ("import.meta.url", "\"/pyodide/pyodide.asm.mjs\"", 3),
+];
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=PYODIDE_ASSETS_DIR");
+    println!("cargo:rerun-if-changed=build.rs");
+    link_javascriptcore();
+
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let src = env::var_os("PYODIDE_ASSETS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest.join("pyodide-assets"));
+    let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR")).join("pyodide");
+    fs::create_dir_all(&out).expect("create $OUT_DIR/pyodide");
+
+    for name in ASSETS {
+        let from = src.join(name);
+        println!("cargo:rerun-if-changed={}", from.display());
+        if !from.is_file() {
+            panic!(
+                "Pyodide asset {} is missing. Run `scripts/setup.sh` (it fetches pyodide@314.0.7 \
+                 from the npm registry into pyodide-assets/) or set PYODIDE_ASSETS_DIR.",
+                from.display()
+            );
+        }
+        let to = out.join(name);
+        if name == "pyodide.asm.mjs" {
+            let text = fs::read_to_string(&from).expect("read pyodide.asm.mjs");
+            write_if_changed(&to, rewrite_asm(&text).as_bytes());
+        } else {
+            let bytes = fs::read(&from).unwrap_or_else(|e| panic!("read {}: {e}", from.display()));
+            write_if_changed(&to, &bytes);
+        }
+    }
+}
+
+fn rewrite_asm(text: &str) -> String {
+    let mut text = text.to_owned();
+    for (from, to, count) in ASM_REWRITES {
+        let found = text.matches(from).count();
+        if found != count {
+            panic!(
+                "pyodide.asm.mjs no longer matches the expected upstream text: `{from}` occurs \
+                 {found} times, expected {count}. The classic-script rewrite in build.rs must be \
+                 updated for this Pyodide version."
+            );
+        }
+        text = text.replace(from, to);
+    }
+    text
+}
+
+fn write_if_changed(path: &Path, bytes: &[u8]) {
+    if fs::read(path).map(|old| old == bytes).unwrap_or(false) {
+        return;
+    }
+    fs::write(path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+fn link_javascriptcore() {
+    if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("macos") {
+        println!("cargo:rustc-link-lib=framework=JavaScriptCore");
+        return;
+    }
+    if let Err(e) = pkg_config::Config::new()
+        .atleast_version("2.40")
+        .probe("javascriptcoregtk-4.1")
+    {
+        panic!(
+            "JavaScriptCore not found ({e}). Install it with \
+             `apt-get install libjavascriptcoregtk-4.1-dev` (scripts/setup.sh does this)."
+        );
+    }
+}

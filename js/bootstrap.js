@@ -1,0 +1,187 @@
+// Runs first in every sandbox engine. It turns the native `__host` object into the few standard
+// globals Pyodide touches while booting and running (DESIGN §2), then removes `__host` from
+// the global scope so user code reaches the host only through these wrappers.
+(function () {
+  "use strict";
+  const host = globalThis.__host;
+  delete globalThis.__host;
+  const define = (obj, name, value) =>
+    Object.defineProperty(obj, name, { value, writable: true, configurable: true, enumerable: false });
+
+  // --- console: goes to the worker's log, never to the MCP stream.
+  const fmt = (args) =>
+    args
+      .map((a) => {
+        if (typeof a === "string") return a;
+        if (a instanceof Error) return `${a}\n${a.stack || ""}`;
+        try { return JSON.stringify(a); } catch (_) { return String(a); }
+      })
+      .join(" ");
+  const console = {};
+  for (const level of ["log", "info", "debug", "warn", "error", "trace"]) {
+    console[level] = (...args) => host.log(level, fmt(args));
+  }
+  define(globalThis, "console", console);
+
+  // --- time and timers, driven by the host event loop.
+  define(globalThis, "performance", { now: () => host.now(), timeOrigin: Date.now() });
+  const intervals = new Map();
+  define(globalThis, "setTimeout", (fn, ms, ...args) =>
+    host.setTimer(() => (typeof fn === "function" ? fn(...args) : undefined), ms || 0));
+  define(globalThis, "clearTimeout", (id) => { if (id !== undefined) host.clearTimer(id); });
+  define(globalThis, "setInterval", (fn, ms, ...args) => {
+    const key = {};
+    const tick = () => { intervals.set(key, host.setTimer(tick, ms || 0)); fn(...args); };
+    intervals.set(key, host.setTimer(tick, ms || 0));
+    return key;
+  });
+  define(globalThis, "clearInterval", (key) => {
+    if (intervals.has(key)) { host.clearTimer(intervals.get(key)); intervals.delete(key); }
+  });
+  define(globalThis, "queueMicrotask", (fn) => { Promise.resolve().then(fn); });
+
+  // --- randomness: always from the OS (getrandom), never Math.random.
+  const fillRandom = (view) => {
+    const bytes = new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+    for (let off = 0; off < bytes.length; off += 65536) {
+      const n = Math.min(65536, bytes.length - off);
+      bytes.set(new Uint8Array(host.randomBytes(n)), off);
+    }
+    return view;
+  };
+  define(globalThis, "crypto", { getRandomValues: fillRandom });
+  // Emscripten's "shell" runtime reads randomness with os.system("head -cN /dev/urandom | base64");
+  // answer exactly that request from the OS and nothing else.
+  const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const toBase64 = (bytes) => {
+    let out = "";
+    for (let i = 0; i < bytes.length; i += 3) {
+      const n = (bytes[i] << 16) | ((bytes[i + 1] || 0) << 8) | (bytes[i + 2] || 0);
+      out += B64[(n >> 18) & 63] + B64[(n >> 12) & 63] +
+        (i + 1 < bytes.length ? B64[(n >> 6) & 63] : "=") + (i + 2 < bytes.length ? B64[n & 63] : "=");
+    }
+    return out;
+  };
+  define(globalThis, "os", {
+    system(cmd, args) {
+      const m = cmd === "sh" && Array.isArray(args) &&
+        /^head -c(\d+) \/dev\/urandom \| base64 --wrap=0$/.exec(args[1] || "");
+      if (!m) throw new Error("os.system is not available in the sandbox");
+      return toBase64(fillRandom(new Uint8Array(Number(m[1]))));
+    },
+  });
+
+  // --- UTF-8 text encoding, in JavaScript (no native view of WebAssembly memory is taken).
+  class TextEncoder {
+    get encoding() { return "utf-8"; }
+    encode(input = "") {
+      const s = String(input);
+      const out = new Uint8Array(s.length * 3);
+      let j = 0;
+      for (let i = 0; i < s.length; i++) {
+        let c = s.charCodeAt(i);
+        if (c < 0x80) { out[j++] = c; continue; }
+        if (c >= 0xd800 && c < 0xdc00 && i + 1 < s.length) {
+          const d = s.charCodeAt(i + 1);
+          if (d >= 0xdc00 && d < 0xe000) { c = 0x10000 + ((c - 0xd800) << 10) + (d - 0xdc00); i++; }
+          else c = 0xfffd;
+        } else if (c >= 0xd800 && c < 0xe000) c = 0xfffd;
+        if (c < 0x800) { out[j++] = 0xc0 | (c >> 6); out[j++] = 0x80 | (c & 63); }
+        else if (c < 0x10000) { out[j++] = 0xe0 | (c >> 12); out[j++] = 0x80 | ((c >> 6) & 63); out[j++] = 0x80 | (c & 63); }
+        else { out[j++] = 0xf0 | (c >> 18); out[j++] = 0x80 | ((c >> 12) & 63); out[j++] = 0x80 | ((c >> 6) & 63); out[j++] = 0x80 | (c & 63); }
+      }
+      return out.slice(0, j);
+    }
+    encodeInto(input, dest) {
+      const bytes = this.encode(input);
+      const n = Math.min(bytes.length, dest.length);
+      dest.set(bytes.subarray(0, n));
+      return { read: String(input).length, written: n };
+    }
+  }
+  class TextDecoder {
+    constructor(label = "utf-8", options = {}) {
+      const l = String(label).toLowerCase();
+      if (l === "utf-16le" || l === "utf-16") this.utf16 = true;
+      else if (["latin1", "latin-1", "iso-8859-1", "ascii", "us-ascii", "windows-1252"].includes(l)) this.latin1 = true;
+      else if (l !== "utf-8" && l !== "utf8") throw new RangeError(`TextDecoder: unsupported encoding ${label}`);
+      this.fatal = !!options.fatal;
+    }
+    get encoding() { return this.utf16 ? "utf-16le" : this.latin1 ? "windows-1252" : "utf-8"; }
+    decode(input) {
+      if (input === undefined) return "";
+      const b = input instanceof ArrayBuffer ? new Uint8Array(input)
+        : new Uint8Array(input.buffer, input.byteOffset, input.byteLength);
+      if (this.latin1) {
+        const parts = [];
+        for (let i = 0; i < b.length; i += 8192) parts.push(String.fromCharCode.apply(null, b.subarray(i, i + 8192)));
+        return parts.join("");
+      }
+      if (this.utf16) {
+        const parts = [];
+        for (let i = 0; i + 1 < b.length; i += 16384) {
+          const end = Math.min(b.length - 1, i + 16384);
+          const units = [];
+          for (let j = i; j + 1 <= end; j += 2) units.push(b[j] | (b[j + 1] << 8));
+          parts.push(String.fromCharCode.apply(null, units));
+        }
+        return parts.join("");
+      }
+      const parts = [];
+      let units = [];
+      const bad = () => { if (this.fatal) throw new TypeError("The encoded data was not valid utf-8"); units.push(0xfffd); };
+      for (let i = 0; i < b.length;) {
+        const c = b[i];
+        if (c < 0x80) { units.push(c); i++; }
+        else {
+          let need, cp;
+          if (c >= 0xc2 && c < 0xe0) { need = 1; cp = c & 31; }
+          else if (c >= 0xe0 && c < 0xf0) { need = 2; cp = c & 15; }
+          else if (c >= 0xf0 && c < 0xf5) { need = 3; cp = c & 7; }
+          else { bad(); i++; continue; }
+          let k = 1;
+          for (; k <= need && i + k < b.length && (b[i + k] & 0xc0) === 0x80; k++) cp = (cp << 6) | (b[i + k] & 63);
+          if (k <= need || (need === 2 && cp < 0x800) || (need === 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
+              (cp >= 0xd800 && cp < 0xe000)) { bad(); i += k > 1 ? k : 1; continue; }
+          i += need + 1;
+          if (cp >= 0x10000) { cp -= 0x10000; units.push(0xd800 + (cp >> 10), 0xdc00 + (cp & 1023)); }
+          else units.push(cp);
+        }
+        if (units.length >= 8192) { parts.push(String.fromCharCode.apply(null, units)); units = []; }
+      }
+      parts.push(String.fromCharCode.apply(null, units));
+      return parts.join("");
+    }
+  }
+  define(globalThis, "TextEncoder", TextEncoder);
+  define(globalThis, "TextDecoder", TextDecoder);
+
+  // --- Pyodide's "shell" runtime reads its files with read/readbuffer; serve the virtual files.
+  define(globalThis, "readbuffer", (path) => host.readFile(String(path)));
+  define(globalThis, "read", (path, mode) => {
+    const buf = host.readFile(String(path));
+    return mode === "binary" ? new Uint8Array(buf) : new TextDecoder().decode(buf);
+  });
+  define(globalThis, "load", (path) => { throw new Error(`load(${path}) is not available`); });
+
+  // --- WebAssembly: under the embedding API the asynchronous compile/instantiate promises never
+  // settle, so compile synchronously and hand back settled promises.
+  const WA = globalThis.WebAssembly;
+  define(WA, "compile", (bytes) => {
+    try { return Promise.resolve(new WA.Module(bytes)); } catch (e) { return Promise.reject(e); }
+  });
+  define(WA, "instantiate", (source, imports) => {
+    try {
+      if (source instanceof WA.Module) return Promise.resolve(new WA.Instance(source, imports));
+      const module = new WA.Module(source);
+      return Promise.resolve({ module, instance: new WA.Instance(module, imports) });
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  });
+  delete WA.compileStreaming;
+  delete WA.instantiateStreaming;
+
+  // The runner (js/runner.js) reaches the host through this frozen, non-enumerable handle.
+  define(globalThis, "__mcpHost", Object.freeze({ emit: host.emit, done: host.done }));
+})();

@@ -1,0 +1,75 @@
+// The sandbox's side of the worker protocol. Rust evaluates `__mcp.<op>(...)` and then drives
+// the event loop until the operation calls `done(json)`. Asynchronous operations answer through
+// `done`; they never throw past it.
+(function () {
+  "use strict";
+  const { emit, done } = globalThis.__mcpHost;
+  delete globalThis.__mcpHost;
+  let pyodide = null;
+  let helper = null;
+
+  const errorText = (e) => {
+    if (e && typeof e === "object" && "message" in e) return `${e.name || "Error"}: ${e.message}\n${e.stack || ""}`;
+    return String(e);
+  };
+  const answer = (promise) =>
+    promise.then(
+      (value) => done(JSON.stringify({ ok: true, value })),
+      (e) => done(JSON.stringify({ ok: false, error: errorText(e) })),
+    );
+  const emitOutput = (stream, text) => emit(JSON.stringify({ stream, text }));
+
+  const mcp = {
+    // Boots Pyodide from the virtual files under /pyodide/ and loads the Python helper.
+    boot(helperSource, envJson) {
+      answer((async () => {
+        pyodide = await globalThis.loadPyodide({
+          indexURL: "/pyodide/",
+          packageBaseUrl: "/packages/",
+          createPyodideModule: globalThis.__createPyodideModule,
+          env: JSON.parse(envJson),
+          // Output written below Python's sys.stdout (C-level writes) still reaches the call.
+          stdout: (line) => emitOutput("stdout", line),
+          stderr: (line) => emitOutput("stderr", line),
+        });
+        delete globalThis.__createPyodideModule;
+        const mod = pyodide.runPython(
+          "import types, sys\n" +
+          "_m = types.ModuleType('_mcp_runner')\n" +
+          "_m.__file__ = '/lib/_mcp_runner.py'\n" +
+          "sys.modules['_mcp_runner'] = _m\n" +
+          "_m",
+        );
+        pyodide.runPython(helperSource, { globals: mod.__dict__, filename: "/lib/_mcp_runner.py" });
+        helper = mod;
+        helper.setup(emitOutput);
+        return pyodide.version;
+      })());
+    },
+
+    // Top-level imports of `code` that are neither standard library nor built in (JSON list).
+    findImports(code) {
+      return helper.find_imports(code);
+    },
+
+    // Installs packages: lock-file names and wheel paths under /packages/ (JSON list).
+    install(itemsJson) {
+      answer((async () => {
+        const errors = [];
+        await pyodide.loadPackage(JSON.parse(itemsJson), {
+          messageCallback: (msg) => console.debug(msg),
+          errorCallback: (msg) => errors.push(msg),
+          checkIntegrity: false,
+        });
+        if (errors.length) throw new Error(errors.join("\n"));
+        return null;
+      })());
+    },
+
+    // Runs user code; answers with the helper's result object.
+    run(code, globalsJson, outputCap) {
+      answer(Promise.resolve(helper.run(code, globalsJson, outputCap)).then((r) => JSON.parse(r)));
+    },
+  };
+  Object.defineProperty(globalThis, "__mcp", { value: Object.freeze(mcp), enumerable: false });
+})();

@@ -1,0 +1,185 @@
+"""Runs inside Pyodide: executes one call's code and shapes its result (DESIGN §4).
+
+Loaded once per worker as the module ``_mcp_runner``. Every call gets fresh globals; stdout and
+stderr lines go to the host as they are written, in the order written, up to the output cap.
+"""
+
+import builtins
+import dataclasses
+import io
+import json
+import linecache
+import sys
+import traceback
+
+from pyodide.code import eval_code_async, find_imports as _find_imports
+
+_emit = None
+# Modules that come with Pyodide itself and are never packages to install.
+_BUILTIN = {"js", "pyodide", "pyodide_js", "_pyodide", "_mcp_runner"}
+USER_FILENAME = "<code>"
+
+
+def setup(emit):
+    global _emit
+    _emit = emit
+
+
+def find_imports(code):
+    """Top-level imported names of ``code``, minus the standard library (JSON list)."""
+    try:
+        names = _find_imports(code)
+    except SyntaxError:
+        return "[]"
+    wanted = []
+    for name in names:
+        if name in sys.stdlib_module_names or name in _BUILTIN or name in sys.builtin_module_names:
+            continue
+        if name not in wanted:
+            wanted.append(name)
+    return json.dumps(wanted)
+
+
+class _Capture:
+    """Counts output bytes for one call and stops forwarding past the cap."""
+
+    def __init__(self, cap):
+        self.cap = cap
+        self.used = 0
+        self.truncated = False
+
+    def line(self, stream, text):
+        if self.truncated:
+            return
+        size = len(text.encode("utf-8", "replace")) + 1
+        if self.used + size > self.cap:
+            self.truncated = True
+            _emit(stream, f"[output truncated: more than {self.cap} bytes were written]")
+            return
+        self.used += size
+        _emit(stream, text)
+
+
+class _Stream(io.TextIOBase):
+    """A text stream that forwards whole lines to the capture as they are completed."""
+
+    def __init__(self, name, capture):
+        self.name = name
+        self._capture = capture
+        self._buf = []
+
+    def writable(self):
+        return True
+
+    @property
+    def encoding(self):
+        return "utf-8"
+
+    def write(self, s):
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        if "\n" in s:
+            head, *middle, tail = s.split("\n")
+            self._capture.line(self.name, "".join(self._buf) + head)
+            for line in middle:
+                self._capture.line(self.name, line)
+            self._buf = [tail] if tail else []
+        elif s:
+            self._buf.append(s)
+        return len(s)
+
+    def finish(self):
+        if self._buf:
+            self._capture.line(self.name, "".join(self._buf))
+            self._buf = []
+
+
+def _default(value):
+    """JSON fallback for values json cannot hold (numpy-like, JsProxy, pydantic, dataclasses)."""
+    for attr in ("tolist", "item", "to_py"):
+        fn = getattr(value, attr, None)
+        if callable(fn):
+            try:
+                return fn()
+            except Exception:
+                pass
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            return dump(mode="json")
+        except Exception:
+            pass
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    raise _NotJson
+
+
+class _NotJson(Exception):
+    pass
+
+
+def _return_value(value):
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, indent=2, default=_default)
+    except (_NotJson, ValueError, TypeError, RecursionError):
+        return repr(value)
+
+
+def _is_internal(filename):
+    return (
+        "/_pyodide/" in filename
+        or "/pyodide/" in filename
+        or filename.endswith("/_mcp_runner.py")
+        or filename.startswith("/lib/python3") and "/asyncio/" in filename
+    )
+
+
+def _format_error(exc):
+    """The traceback of ``exc`` with Pyodide-internal frames removed."""
+    te = traceback.TracebackException.from_exception(exc)
+    for t in _chain(te):
+        t.stack = traceback.StackSummary.from_list(
+            [f for f in t.stack if not _is_internal(f.filename)]
+        )
+    return "".join(te.format()).rstrip("\n")
+
+
+def _chain(te):
+    seen = []
+    while te is not None and te not in seen:
+        seen.append(te)
+        te = te.__cause__ or te.__context__
+    return seen
+
+
+async def run(code, globals_json, output_cap):
+    """Runs ``code`` with fresh globals; returns the result as a JSON string."""
+    capture = _Capture(int(output_cap))
+    out = _Stream("stdout", capture)
+    err = _Stream("stderr", capture)
+    user_globals = {"__name__": "__main__", "__builtins__": builtins}
+    user_globals.update(json.loads(globals_json))
+    # Let tracebacks quote the user's source lines.
+    linecache.cache[USER_FILENAME] = (len(code), None, code.splitlines(True), USER_FILENAME)
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    result = {}
+    try:
+        value = await eval_code_async(code, user_globals, filename=USER_FILENAME)
+        result = {"status": "success", "return_value": _return_value(value)}
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt are results too
+        result = {"status": "run-error", "error": _format_error(exc)}
+    finally:
+        out.finish()
+        err.finish()
+        sys.stdout, sys.stderr = saved
+    result["truncated"] = capture.truncated
+    return json.dumps(result)

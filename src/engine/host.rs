@@ -1,0 +1,271 @@
+//! Host functions: the only native capabilities JavaScript gets (DESIGN §2).
+//!
+//! They live on one object, `__host`, that `js/bootstrap.js` wraps into the standard globals
+//! Pyodide expects (`setTimeout`, `performance.now`, `crypto.getRandomValues`, `console`, …) and
+//! then deletes. Everything else a browser or Node would offer is absent on purpose: no network,
+//! no host files. State is thread-local because a sandbox worker owns exactly one context on
+//! one thread and the C callbacks carry no user pointer.
+
+use super::ffi::*;
+use super::value::*;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::ptr;
+use std::time::{Duration, Instant};
+
+/// Receives messages that JavaScript sends to the embedder with `__host.emit(text)`.
+pub type EmitSink = Box<dyn FnMut(&str)>;
+
+pub(crate) struct Timer {
+    pub callback: JSObjectRef,
+}
+
+#[derive(Default)]
+pub(crate) struct HostState {
+    /// Pending timers by (due time, id); id breaks ties in creation order.
+    pub timers: BTreeMap<(Instant, u64), Timer>,
+    pub timer_due: HashMap<u64, Instant>,
+    pub next_timer: u64,
+    /// Read-only virtual files served to `read`/`readbuffer` (Pyodide's "shell" runtime).
+    pub files: HashMap<String, &'static [u8]>,
+    pub owned_files: HashMap<String, Vec<u8>>,
+    pub emit: Option<EmitSink>,
+    /// Last value given to `__host.done(text)`: the awaited work has settled.
+    pub done: Option<String>,
+    /// Unhandled promise rejections since the last check (message and stack).
+    pub rejections: Vec<String>,
+    pub start: Option<Instant>,
+}
+
+thread_local! {
+    pub(crate) static STATE: RefCell<HostState> = RefCell::new(HostState::default());
+}
+
+type Callback = JSObjectCallAsFunctionCallback;
+
+/// Installs `__host` on the global object of `ctx`.
+///
+/// # Safety
+/// `ctx` must be a valid global context.
+pub unsafe fn install(ctx: JSGlobalContextRef) {
+    STATE.with(|s| s.borrow_mut().start = Some(Instant::now()));
+    let global = JSContextGetGlobalObject(ctx);
+    let host = JSObjectMake(ctx, ptr::null_mut(), ptr::null_mut());
+    let functions: [(&str, Callback); 9] = [
+        ("log", host_log),
+        ("now", host_now),
+        ("setTimer", host_set_timer),
+        ("clearTimer", host_clear_timer),
+        ("randomBytes", host_random_bytes),
+        ("readFile", host_read_file),
+        ("emit", host_emit),
+        ("done", host_done),
+        ("rejected", host_rejected),
+    ];
+    for (name, cb) in functions {
+        let n = JsString::name(name);
+        let f = JSObjectMakeFunctionWithCallback(ctx, n.0, cb);
+        set_property(ctx, host, name, f);
+    }
+    set_property(ctx, global, "__host", host);
+}
+
+unsafe fn arg(args: *const JSValueRef, count: usize, i: usize, ctx: JSContextRef) -> JSValueRef {
+    if i < count {
+        *args.add(i)
+    } else {
+        JSValueMakeUndefined(ctx)
+    }
+}
+
+unsafe fn throw(ctx: JSContextRef, exception: *mut JSValueRef, msg: &str) -> JSValueRef {
+    if !exception.is_null() {
+        *exception = make_error(ctx, msg);
+    }
+    JSValueMakeUndefined(ctx)
+}
+
+/// `__host.log(level, text)`: console output of the engine goes to the worker's stderr log.
+unsafe extern "C" fn host_log(
+    ctx: JSContextRef,
+    _f: JSObjectRef,
+    _this: JSObjectRef,
+    argc: usize,
+    argv: *const JSValueRef,
+    _exc: *mut JSValueRef,
+) -> JSValueRef {
+    let level = to_string(ctx, arg(argv, argc, 0, ctx)).unwrap_or_default();
+    let text = to_string(ctx, arg(argv, argc, 1, ctx)).unwrap_or_default();
+    match level.as_str() {
+        "error" => tracing::error!(target: "js", "{text}"),
+        "warn" => tracing::warn!(target: "js", "{text}"),
+        _ => tracing::debug!(target: "js", "{text}"),
+    }
+    JSValueMakeUndefined(ctx)
+}
+
+/// `__host.now()`: milliseconds (fractional) since the engine started, monotonic.
+unsafe extern "C" fn host_now(
+    ctx: JSContextRef,
+    _f: JSObjectRef,
+    _this: JSObjectRef,
+    _argc: usize,
+    _argv: *const JSValueRef,
+    _exc: *mut JSValueRef,
+) -> JSValueRef {
+    let ms = STATE.with(|s| {
+        s.borrow()
+            .start
+            .map(|t| t.elapsed().as_secs_f64() * 1000.0)
+            .unwrap_or(0.0)
+    });
+    JSValueMakeNumber(ctx, ms)
+}
+
+/// `__host.setTimer(fn, ms) -> id`: runs `fn` once after `ms` milliseconds.
+unsafe extern "C" fn host_set_timer(
+    ctx: JSContextRef,
+    _f: JSObjectRef,
+    _this: JSObjectRef,
+    argc: usize,
+    argv: *const JSValueRef,
+    exc: *mut JSValueRef,
+) -> JSValueRef {
+    let cb = arg(argv, argc, 0, ctx);
+    if !JSValueIsObject(ctx, cb) || !JSObjectIsFunction(ctx, cb as JSObjectRef) {
+        return throw(ctx, exc, "setTimer: callback is not a function");
+    }
+    let ms = JSValueToNumber(ctx, arg(argv, argc, 1, ctx), ptr::null_mut());
+    let ms = if ms.is_finite() && ms > 0.0 { ms } else { 0.0 };
+    JSValueProtect(ctx, cb);
+    let id = STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        s.next_timer += 1;
+        let id = s.next_timer;
+        let due = Instant::now() + Duration::from_secs_f64(ms / 1000.0);
+        s.timers.insert((due, id), Timer { callback: cb as JSObjectRef });
+        s.timer_due.insert(id, due);
+        id
+    });
+    JSValueMakeNumber(ctx, id as f64)
+}
+
+/// `__host.clearTimer(id)`: cancels a pending timer; unknown ids are ignored.
+unsafe extern "C" fn host_clear_timer(
+    ctx: JSContextRef,
+    _f: JSObjectRef,
+    _this: JSObjectRef,
+    argc: usize,
+    argv: *const JSValueRef,
+    _exc: *mut JSValueRef,
+) -> JSValueRef {
+    let id = JSValueToNumber(ctx, arg(argv, argc, 0, ctx), ptr::null_mut());
+    if id.is_finite() && id >= 0.0 {
+        let id = id as u64;
+        let timer = STATE.with(|s| {
+            let mut s = s.borrow_mut();
+            let due = s.timer_due.remove(&id)?;
+            s.timers.remove(&(due, id))
+        });
+        if let Some(t) = timer {
+            JSValueUnprotect(ctx, t.callback);
+        }
+    }
+    JSValueMakeUndefined(ctx)
+}
+
+/// `__host.randomBytes(n) -> ArrayBuffer`: `n` bytes (at most 65536) from the OS.
+unsafe extern "C" fn host_random_bytes(
+    ctx: JSContextRef,
+    _f: JSObjectRef,
+    _this: JSObjectRef,
+    argc: usize,
+    argv: *const JSValueRef,
+    exc: *mut JSValueRef,
+) -> JSValueRef {
+    let n = JSValueToNumber(ctx, arg(argv, argc, 0, ctx), ptr::null_mut());
+    if !(0.0..=65536.0).contains(&n) {
+        return throw(ctx, exc, "randomBytes: length must be between 0 and 65536");
+    }
+    let mut buf = vec![0u8; n as usize];
+    if let Err(e) = getrandom::fill(&mut buf) {
+        return throw(ctx, exc, &format!("randomBytes: the OS gave no randomness: {e}"));
+    }
+    make_array_buffer(ctx, buf)
+}
+
+/// `__host.readFile(path) -> ArrayBuffer`: a copy of a virtual file; throws if absent.
+unsafe extern "C" fn host_read_file(
+    ctx: JSContextRef,
+    _f: JSObjectRef,
+    _this: JSObjectRef,
+    argc: usize,
+    argv: *const JSValueRef,
+    exc: *mut JSValueRef,
+) -> JSValueRef {
+    let path = to_string(ctx, arg(argv, argc, 0, ctx)).unwrap_or_default();
+    let bytes = STATE.with(|s| {
+        let s = s.borrow();
+        s.files
+            .get(&path)
+            .map(|b| b.to_vec())
+            .or_else(|| s.owned_files.get(&path).cloned())
+    });
+    match bytes {
+        Some(b) => make_array_buffer(ctx, b),
+        None => throw(ctx, exc, &format!("No such file: {path}")),
+    }
+}
+
+/// `__host.emit(text)`: hands a message to the embedder (streamed output, events).
+unsafe extern "C" fn host_emit(
+    ctx: JSContextRef,
+    _f: JSObjectRef,
+    _this: JSObjectRef,
+    argc: usize,
+    argv: *const JSValueRef,
+    _exc: *mut JSValueRef,
+) -> JSValueRef {
+    let text = to_string(ctx, arg(argv, argc, 0, ctx)).unwrap_or_default();
+    // Take the sink out while calling it so that it may not re-enter the state.
+    let sink = STATE.with(|s| s.borrow_mut().emit.take());
+    if let Some(mut sink) = sink {
+        sink(&text);
+        STATE.with(|s| s.borrow_mut().emit = Some(sink));
+    }
+    JSValueMakeUndefined(ctx)
+}
+
+/// `__host.done(text)`: the awaited work settled with `text` (see `Engine::run_until_done`).
+unsafe extern "C" fn host_done(
+    ctx: JSContextRef,
+    _f: JSObjectRef,
+    _this: JSObjectRef,
+    argc: usize,
+    argv: *const JSValueRef,
+    _exc: *mut JSValueRef,
+) -> JSValueRef {
+    let text = to_string(ctx, arg(argv, argc, 0, ctx)).unwrap_or_default();
+    STATE.with(|s| s.borrow_mut().done = Some(text));
+    JSValueMakeUndefined(ctx)
+}
+
+/// Unhandled-rejection callback `(promise, reason)`: recorded so that a failure inside a promise
+/// chain surfaces as an error instead of looking like a hang (DESIGN §2).
+unsafe extern "C" fn host_rejected(
+    ctx: JSContextRef,
+    _f: JSObjectRef,
+    _this: JSObjectRef,
+    argc: usize,
+    argv: *const JSValueRef,
+    _exc: *mut JSValueRef,
+) -> JSValueRef {
+    let (message, stack) = describe_exception(ctx, arg(argv, argc, 1, ctx));
+    let text = if stack.is_empty() {
+        message
+    } else {
+        format!("{message}\n{stack}")
+    };
+    STATE.with(|s| s.borrow_mut().rejections.push(text));
+    JSValueMakeUndefined(ctx)
+}

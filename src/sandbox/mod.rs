@@ -1,0 +1,5 @@
+//! The sandbox: worker processes that each own one Pyodide, and the front's pool of them
+//! (DESIGN §3).
+
+pub mod protocol;
+pub mod worker_main;

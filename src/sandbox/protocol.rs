@@ -1,0 +1,179 @@
+//! The framed messages between the front and a sandbox worker (over the worker's stdin/stdout).
+//!
+//! A frame is: `u32` little-endian length of a JSON header, the header (a [`Request`] or
+//! [`Reply`]), a `u32` count of binary attachments, then each attachment as a `u64` length and
+//! its bytes. Attachments carry package files so that bytes are never base64-inflated.
+
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Largest header accepted (bytes); code itself is capped well below this by the front.
+pub const MAX_HEADER: u32 = 256 << 20;
+/// Largest single attachment accepted (bytes).
+pub const MAX_ATTACHMENT: u64 = 1 << 30;
+
+/// A request from the front to a worker.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Top-level imports of `code`, minus the standard library (Pyodide's `find_imports`).
+    FindImports { code: String },
+    /// Makes `files` (attachment `i` at virtual path `files[i]`) available, then loads `items`
+    /// with `pyodide.loadPackage` (lock-file package names or wheel paths).
+    Install { files: Vec<String>, items: Vec<String> },
+    /// Runs `code` with fresh globals plus `globals`; output beyond `output_cap` bytes is cut.
+    Run {
+        code: String,
+        globals: serde_json::Map<String, serde_json::Value>,
+        output_cap: usize,
+    },
+}
+
+/// A message from a worker to the front.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Reply {
+    /// Pyodide booted (`boot_ms` milliseconds); sent once, before any request is read.
+    Ready { pyodide_version: String, boot_ms: u64 },
+    /// Answer to [`Request::FindImports`].
+    Imports { names: Vec<String> },
+    /// Answer to [`Request::Install`]: `error` is `None` on success.
+    Installed { error: Option<String> },
+    /// One line written by user code, sent while the code runs.
+    Output { stream: Stream, text: String },
+    /// Answer to [`Request::Run`].
+    Ran(RunOutcome),
+    /// The worker cannot go on (boot failed, engine error); it exits after sending this.
+    Fatal { error: String },
+}
+
+/// Which stream a line of output was written to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// How a run ended, as reported by the Python helper.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunOutcome {
+    /// `success` or `run-error`.
+    pub status: String,
+    /// The last expression's value as text (JSON, or a `str` as is); absent for `None`.
+    #[serde(default)]
+    pub return_value: Option<String>,
+    /// Traceback and message when `status` is `run-error`.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Whether output was cut at the cap.
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+/// A decoded frame: its JSON header and attachments.
+pub struct Frame<T> {
+    pub header: T,
+    pub attachments: Vec<Vec<u8>>,
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+/// Writes one frame (blocking; used by the worker).
+pub fn write_frame<T: Serialize>(w: &mut impl Write, header: &T, attachments: &[Vec<u8>]) -> io::Result<()> {
+    let json = serde_json::to_vec(header).map_err(|e| invalid(e.to_string()))?;
+    w.write_all(&(json.len() as u32).to_le_bytes())?;
+    w.write_all(&json)?;
+    w.write_all(&(attachments.len() as u32).to_le_bytes())?;
+    for a in attachments {
+        w.write_all(&(a.len() as u64).to_le_bytes())?;
+        w.write_all(a)?;
+    }
+    w.flush()
+}
+
+/// Reads one frame (blocking). `Ok(None)` at a clean end of stream.
+pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> io::Result<Option<Frame<T>>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(len);
+    if len > MAX_HEADER {
+        return Err(invalid(format!("frame header of {len} bytes is too large")));
+    }
+    let mut json = vec![0u8; len as usize];
+    r.read_exact(&mut json)?;
+    let header = serde_json::from_slice(&json).map_err(|e| invalid(format!("bad frame header: {e}")))?;
+    let mut count = [0u8; 4];
+    r.read_exact(&mut count)?;
+    let mut attachments = Vec::new();
+    for _ in 0..u32::from_le_bytes(count) {
+        let mut n = [0u8; 8];
+        r.read_exact(&mut n)?;
+        let n = u64::from_le_bytes(n);
+        if n > MAX_ATTACHMENT {
+            return Err(invalid(format!("attachment of {n} bytes is too large")));
+        }
+        let mut buf = vec![0u8; n as usize];
+        r.read_exact(&mut buf)?;
+        attachments.push(buf);
+    }
+    Ok(Some(Frame { header, attachments }))
+}
+
+/// Writes one frame (async; used by the front).
+pub async fn write_frame_async<T: Serialize>(
+    w: &mut (impl tokio::io::AsyncWrite + Unpin),
+    header: &T,
+    attachments: &[Vec<u8>],
+) -> io::Result<()> {
+    let json = serde_json::to_vec(header).map_err(|e| invalid(e.to_string()))?;
+    w.write_all(&(json.len() as u32).to_le_bytes()).await?;
+    w.write_all(&json).await?;
+    w.write_all(&(attachments.len() as u32).to_le_bytes()).await?;
+    for a in attachments {
+        w.write_all(&(a.len() as u64).to_le_bytes()).await?;
+        w.write_all(a).await?;
+    }
+    w.flush().await
+}
+
+/// Reads one frame (async). `Ok(None)` at a clean end of stream.
+pub async fn read_frame_async<T: for<'de> Deserialize<'de>>(
+    r: &mut (impl tokio::io::AsyncRead + Unpin),
+) -> io::Result<Option<Frame<T>>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(len);
+    if len > MAX_HEADER {
+        return Err(invalid(format!("frame header of {len} bytes is too large")));
+    }
+    let mut json = vec![0u8; len as usize];
+    r.read_exact(&mut json).await?;
+    let header = serde_json::from_slice(&json).map_err(|e| invalid(format!("bad frame header: {e}")))?;
+    let mut count = [0u8; 4];
+    r.read_exact(&mut count).await?;
+    let mut attachments = Vec::new();
+    for _ in 0..u32::from_le_bytes(count) {
+        let mut n = [0u8; 8];
+        r.read_exact(&mut n).await?;
+        let n = u64::from_le_bytes(n);
+        if n > MAX_ATTACHMENT {
+            return Err(invalid(format!("attachment of {n} bytes is too large")));
+        }
+        let mut buf = vec![0u8; n as usize];
+        r.read_exact(&mut buf).await?;
+        attachments.push(buf);
+    }
+    Ok(Some(Frame { header, attachments }))
+}

@@ -1,0 +1,163 @@
+//! The sandbox worker process: one JavaScriptCore context, one Pyodide, requests on stdin.
+//!
+//! Started by the front as `mcp-run-python __worker`. It boots Pyodide once, sends
+//! [`Reply::Ready`], then answers [`Request`]s until stdin closes. It has no network and reads
+//! no host files: Pyodide's own files are embedded in the binary and package files arrive as
+//! frame attachments.
+
+use super::protocol::{read_frame, write_frame, Reply, Request, RunOutcome, Stream};
+use crate::engine::{Engine, EngineError};
+use anyhow::{anyhow, Context, Result};
+use include_dir::{include_dir, Dir};
+use serde::Deserialize;
+use std::io::{self, BufReader, BufWriter};
+use std::time::{Duration, Instant};
+
+/// Pyodide 314.0.7 (DESIGN §7), `pyodide.asm.mjs` already rewritten as a classic script.
+static PYODIDE: Dir = include_dir!("$OUT_DIR/pyodide");
+const BOOTSTRAP_JS: &str = include_str!("../../js/bootstrap.js");
+const RUNNER_JS: &str = include_str!("../../js/runner.js");
+const RUNNER_PY: &str = include_str!("../../python/runner.py");
+
+/// How long booting Pyodide may take before the worker gives up (seconds).
+const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Runs the worker until stdin closes. Errors are also reported to the front as `Fatal`.
+pub fn main() -> Result<()> {
+    let result = serve();
+    if let Err(e) = &result {
+        let _ = send(&Reply::Fatal { error: format!("{e:#}") });
+    }
+    result
+}
+
+fn send(reply: &Reply) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    write_frame(&mut out, reply, &[])
+}
+
+#[derive(Deserialize)]
+struct Answer {
+    ok: bool,
+    #[serde(default)]
+    value: serde_json::Value,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// Evaluates `call` (which must end in `__host.done`) and waits for its answer.
+fn call(engine: &mut Engine, call: &str, deadline: Option<Instant>) -> Result<serde_json::Value> {
+    engine.eval(call, "mcp:call").map_err(|e| anyhow!(e))?;
+    let text = engine.run_until_done(deadline).map_err(|e| anyhow!(e))?;
+    let answer: Answer = serde_json::from_str(&text).context("bad answer from the runner")?;
+    if answer.ok {
+        Ok(answer.value)
+    } else {
+        Err(anyhow!(answer.error.unwrap_or_else(|| "unknown error".into())))
+    }
+}
+
+fn js_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+fn boot() -> Result<(Engine, String)> {
+    let mut engine = Engine::new()?;
+    for file in PYODIDE.files() {
+        let name = file.path().to_string_lossy();
+        engine.add_static_file(&format!("/pyodide/{name}"), file.contents());
+    }
+    let text = |name: &str| -> Result<&'static str> {
+        PYODIDE
+            .get_file(name)
+            .and_then(|f| f.contents_utf8())
+            .ok_or_else(|| anyhow!("embedded asset {name} is missing"))
+    };
+    engine.eval(BOOTSTRAP_JS, "mcp:bootstrap.js")?;
+    engine.eval(text("pyodide.js")?, "/pyodide/pyodide.js")?;
+    engine.eval(text("pyodide.asm.mjs")?, "/pyodide/pyodide.asm.mjs")?;
+    engine.eval(RUNNER_JS, "mcp:runner.js")?;
+    let env = r#"{"HOME":"/home/pyodide","USER":"pyodide","LANG":"C.UTF-8"}"#;
+    let deadline = Some(Instant::now() + BOOT_TIMEOUT);
+    let version = call(
+        &mut engine,
+        &format!("__mcp.boot({}, {})", js_str(RUNNER_PY), js_str(env)),
+        deadline,
+    )
+    .context("booting Pyodide")?;
+    Ok((engine, version.as_str().unwrap_or_default().to_owned()))
+}
+
+fn serve() -> Result<()> {
+    let started = Instant::now();
+    // Output the runtime writes while booting is not part of any call.
+    let (mut engine, version) = boot()?;
+    send(&Reply::Ready {
+        pyodide_version: version,
+        boot_ms: started.elapsed().as_millis() as u64,
+    })?;
+    // From now on every line user code writes is streamed to the front as it happens.
+    engine.set_emit_sink(Box::new(|text: &str| {
+        #[derive(Deserialize)]
+        struct Line {
+            stream: Stream,
+            text: String,
+        }
+        if let Ok(line) = serde_json::from_str::<Line>(text) {
+            let _ = send(&Reply::Output {
+                stream: line.stream,
+                text: line.text,
+            });
+        }
+    }));
+    let mut input = BufReader::new(io::stdin().lock());
+    while let Some(frame) = read_frame::<Request>(&mut input)? {
+        let reply = match frame.header {
+            Request::FindImports { code } => {
+                let json = engine.eval(&format!("__mcp.findImports({})", js_str(&code)), "mcp:call")?;
+                let names: Vec<String> = serde_json::from_str(&json).unwrap_or_default();
+                Reply::Imports { names }
+            }
+            Request::Install { files, items } => {
+                for (path, bytes) in files.iter().zip(frame.attachments) {
+                    engine.add_file(path, bytes);
+                }
+                let items = serde_json::to_string(&items)?;
+                let res = call(&mut engine, &format!("__mcp.install({})", js_str(&items)), None);
+                engine.clear_files();
+                Reply::Installed {
+                    error: res.err().map(|e| format!("{e:#}")),
+                }
+            }
+            Request::Run {
+                code,
+                globals,
+                output_cap,
+            } => {
+                let globals = serde_json::to_string(&globals)?;
+                let js = format!(
+                    "__mcp.run({}, {}, {})",
+                    js_str(&code),
+                    js_str(&globals),
+                    output_cap
+                );
+                match call(&mut engine, &js, None) {
+                    Ok(v) => Reply::Ran(serde_json::from_value::<RunOutcome>(v)?),
+                    Err(e) => match e.downcast_ref::<EngineError>() {
+                        // The runtime itself failed: this interpreter cannot be trusted again.
+                        Some(_) => return Err(e),
+                        None => Reply::Ran(RunOutcome {
+                            status: "run-error".into(),
+                            return_value: None,
+                            error: Some(format!("{e:#}")),
+                            truncated: false,
+                        }),
+                    },
+                }
+            }
+        };
+        let mut out = BufWriter::new(io::stdout().lock());
+        write_frame(&mut out, &reply, &[])?;
+    }
+    Ok(())
+}
