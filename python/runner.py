@@ -123,14 +123,15 @@ class _NotJson(Exception):
 
 
 def _return_value(value):
+    """(text, kind): the value as JSON text (indent 2), a ``str`` as is, else its repr."""
     if value is None:
-        return None
+        return None, None
     if isinstance(value, str):
-        return value
+        return value, "str"
     try:
-        return json.dumps(value, indent=2, default=_default)
+        return json.dumps(value, indent=2, default=_default), "json"
     except (_NotJson, ValueError, TypeError, RecursionError):
-        return repr(value)
+        return repr(value), "repr"
 
 
 def _is_internal(filename):
@@ -174,7 +175,8 @@ async def run(code, globals_json, output_cap):
     result = {}
     try:
         value = await eval_code_async(code, user_globals, filename=USER_FILENAME)
-        result = {"status": "success", "return_value": _return_value(value)}
+        text, kind = _return_value(value)
+        result = {"status": "success", "return_value": text, "return_kind": kind}
     except BaseException as exc:  # SystemExit and KeyboardInterrupt are results too
         result = {"status": "run-error", "error": _format_error(exc)}
     finally:

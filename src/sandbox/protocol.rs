@@ -64,6 +64,9 @@ pub struct RunOutcome {
     /// The last expression's value as text (JSON, or a `str` as is); absent for `None`.
     #[serde(default)]
     pub return_value: Option<String>,
+    /// How `return_value` was made: `str` (as is), `json`, or `repr` (fallback).
+    #[serde(default)]
+    pub return_kind: Option<String>,
     /// Traceback and message when `status` is `run-error`.
     #[serde(default)]
     pub error: Option<String>,

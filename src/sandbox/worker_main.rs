@@ -14,7 +14,7 @@ use std::io::{self, BufReader, BufWriter};
 use std::time::{Duration, Instant};
 
 /// Pyodide 314.0.7 (DESIGN §7), `pyodide.asm.mjs` already rewritten as a classic script.
-static PYODIDE: Dir = include_dir!("$OUT_DIR/pyodide");
+pub static PYODIDE: Dir = include_dir!("$OUT_DIR/pyodide");
 const BOOTSTRAP_JS: &str = include_str!("../../js/bootstrap.js");
 const RUNNER_JS: &str = include_str!("../../js/runner.js");
 const RUNNER_PY: &str = include_str!("../../python/runner.py");
@@ -149,6 +149,7 @@ fn serve() -> Result<()> {
                         None => Reply::Ran(RunOutcome {
                             status: "run-error".into(),
                             return_value: None,
+                            return_kind: None,
                             error: Some(format!("{e:#}")),
                             truncated: false,
                         }),

@@ -1,0 +1,108 @@
+//! The download cache: files kept by content (SHA-256) and index answers kept for a while.
+//!
+//! Layout under the cache directory: `files/<sha256 hex>` for every downloaded file and
+//! `index/<hash of index URL>/<project>.json` for PyPI JSON API answers.
+
+use sha2::{Digest, Sha256};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// A content-addressed cache rooted at one directory.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    root: PathBuf,
+}
+
+/// Hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+impl Cache {
+    /// A cache in `root` (created on first write).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Cache { root: root.into() }
+    }
+
+    /// The default location: the user's cache directory (`$XDG_CACHE_HOME` or `~/.cache`)
+    /// joined with `mcp-run-python`.
+    pub fn default_dir() -> PathBuf {
+        dirs::cache_dir()
+            .unwrap_or_else(std::env::temp_dir)
+            .join("mcp-run-python")
+    }
+
+
+    fn file_path(&self, sha256: &str) -> PathBuf {
+        self.root.join("files").join(sha256.to_ascii_lowercase())
+    }
+
+    /// The file whose SHA-256 is `sha256`, if cached and intact (re-hashed on every read; a
+    /// corrupt entry is removed and reported as absent).
+    pub fn get(&self, sha256: &str) -> Option<Vec<u8>> {
+        let path = self.file_path(sha256);
+        let bytes = std::fs::read(&path).ok()?;
+        if sha256_hex(&bytes).eq_ignore_ascii_case(sha256) {
+            Some(bytes)
+        } else {
+            let _ = std::fs::remove_file(&path);
+            None
+        }
+    }
+
+    /// Stores `bytes` under their SHA-256 (atomically: write then rename); returns the hash.
+    pub fn put(&self, bytes: &[u8]) -> io::Result<String> {
+        let sha = sha256_hex(bytes);
+        write_atomic(&self.file_path(&sha), bytes)?;
+        Ok(sha)
+    }
+
+    fn index_path(&self, index_url: &str, project: &str) -> PathBuf {
+        let key = &sha256_hex(index_url.as_bytes())[..16];
+        self.root.join("index").join(key).join(format!("{project}.json"))
+    }
+
+    /// A cached index answer for `project`, if younger than `max_age` (`None`: any age).
+    pub fn get_index(&self, index_url: &str, project: &str, max_age: Option<Duration>) -> Option<Vec<u8>> {
+        let path = self.index_path(index_url, project);
+        if let Some(max_age) = max_age {
+            let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok()?;
+            let age = SystemTime::now().duration_since(modified).unwrap_or_default();
+            if age > max_age {
+                return None;
+            }
+        }
+        std::fs::read(path).ok()
+    }
+
+    /// Stores an index answer for `project`.
+    pub fn put_index(&self, index_url: &str, project: &str, body: &[u8]) -> io::Result<()> {
+        write_atomic(&self.index_path(index_url, project), body)
+    }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stores_by_content_and_rejects_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::new(dir.path());
+        let sha = cache.put(b"hello").unwrap();
+        assert_eq!(sha, sha256_hex(b"hello"));
+        assert_eq!(cache.get(&sha).as_deref(), Some(&b"hello"[..]));
+        std::fs::write(dir.path().join("files").join(&sha), b"tampered").unwrap();
+        assert_eq!(cache.get(&sha), None);
+    }
+}

@@ -1,0 +1,9 @@
+//! Packages (DESIGN §5): PEP 723 metadata, the Pyodide lock file, the PyPI JSON API, the
+//! download cache and the resolver policy. Runs in the front only; workers never download.
+
+pub mod cache;
+pub mod index;
+pub mod lock;
+pub mod pep723;
+pub mod resolver;
+pub mod wheel;

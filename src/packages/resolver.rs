@@ -1,0 +1,346 @@
+//! The resolver policy (DESIGN §5): which files make up a call's requirements.
+//!
+//! A requirement whose name is in the lock file and whose specifier accepts the lock's version
+//! is a Pyodide package: its file and its `depends` closure come from the packages URL, checked
+//! against the lock's SHA-256; when that URL cannot be reached, a pure-Python wheel of the same
+//! name and version comes from PyPI instead. Anything else comes from PyPI's JSON API: the
+//! newest release that satisfies the specifier and has a wheel Pyodide can install, with its
+//! `Requires-Dist` resolved the same way under Pyodide's markers.
+
+use super::index::{FetchError, Fetcher, IndexFile};
+use super::lock::{LockPackage, Lockfile};
+use super::wheel::{requires_dist, target, WheelName};
+use pep508_rs::pep440_rs::{Version, VersionSpecifiers};
+use pep508_rs::{ExtraName, MarkerEnvironment, MarkerEnvironmentBuilder, PackageName, Requirement, VersionOrUrl};
+use std::collections::{HashMap, VecDeque};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// How long to stop trying the packages URL after it could not be reached.
+const PACKAGES_URL_RETRY: Duration = Duration::from_secs(300);
+
+/// Why a requirement could not be installed; every variant names the package.
+#[derive(Debug, Error)]
+pub enum ResolveError {
+    #[error("{requirement}: invalid requirement: {reason}")]
+    InvalidRequirement { requirement: String, reason: String },
+    #[error("{package}: no such package on the index")]
+    NotFound { package: String },
+    #[error("{package}: no release matching `{specifier}` has a wheel that runs on Pyodide (pure Python or {platform})")]
+    NoWheel { package: String, specifier: String, platform: &'static str },
+    #[error("{package}: {source}")]
+    Fetch { package: String, source: FetchError },
+    #[error("{package}: {reason}")]
+    Unavailable { package: String, reason: String },
+}
+
+/// Where a planned package is installed from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// A lock-file package, loaded by name with `pyodide.loadPackage`.
+    Lock,
+    /// A wheel from the index, loaded by path.
+    Wheel,
+}
+
+/// One package to install: its file name and bytes (already verified).
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// Normalized name (PEP 503).
+    pub name: String,
+    pub version: String,
+    pub source: Source,
+    pub file_name: String,
+    pub bytes: Arc<Vec<u8>>,
+}
+
+/// The resolver: lock file, index, packages URL and the download cache.
+pub struct Resolver {
+    lock: Arc<Lockfile>,
+    fetcher: Fetcher,
+    index_url: String,
+    packages_url: String,
+    markers: MarkerEnvironment,
+    packages_url_down_since: Mutex<Option<Instant>>,
+}
+
+struct Pending {
+    requirement: Requirement,
+    /// Extras that were asked of the package that needs this one (for `extra == …` markers).
+    parent_extras: Vec<ExtraName>,
+}
+
+impl Resolver {
+    /// A resolver for the given lock file, PyPI JSON API base (`index_url`) and Pyodide
+    /// packages URL (`packages_url`, ending in `/`).
+    pub fn new(lock: Arc<Lockfile>, fetcher: Fetcher, index_url: String, packages_url: String) -> Self {
+        let markers = MarkerEnvironment::try_from(MarkerEnvironmentBuilder {
+            implementation_name: "cpython",
+            implementation_version: target::PYTHON_FULL_VERSION,
+            os_name: "posix",
+            platform_machine: "wasm32",
+            platform_python_implementation: "CPython",
+            platform_release: target::EMSCRIPTEN_VERSION,
+            platform_system: "Emscripten",
+            platform_version: "#1",
+            python_full_version: target::PYTHON_FULL_VERSION,
+            python_version: target::PYTHON_VERSION,
+            sys_platform: "emscripten",
+        })
+        .expect("the Pyodide marker environment has valid versions");
+        let mut packages_url = packages_url;
+        if !packages_url.ends_with('/') {
+            packages_url.push('/');
+        }
+        Resolver {
+            lock,
+            fetcher,
+            index_url,
+            packages_url,
+            markers,
+            packages_url_down_since: Mutex::new(None),
+        }
+    }
+
+    /// The lock file.
+    pub fn lock(&self) -> &Lockfile {
+        &self.lock
+    }
+
+    /// Resolves `requirements` (PEP 508 strings) to the files to install, dependencies first
+    /// for lock packages. Errors name the package that failed and why.
+    pub async fn resolve(&self, requirements: &[String]) -> Result<Vec<Planned>, ResolveError> {
+        let mut queue: VecDeque<Pending> = VecDeque::new();
+        for text in requirements {
+            let requirement = Requirement::from_str(text).map_err(|e| ResolveError::InvalidRequirement {
+                requirement: text.clone(),
+                reason: e.message.to_string(),
+            })?;
+            queue.push_back(Pending {
+                requirement,
+                parent_extras: Vec::new(),
+            });
+        }
+        let mut planned: Vec<Planned> = Vec::new();
+        let mut seen: HashMap<String, String> = HashMap::new();
+        while let Some(Pending {
+            requirement,
+            parent_extras,
+        }) = queue.pop_front()
+        {
+            if !requirement.evaluate_markers(&self.markers, &parent_extras) {
+                continue;
+            }
+            let name = requirement.name.to_string();
+            let specifier = match &requirement.version_or_url {
+                None => VersionSpecifiers::empty(),
+                Some(VersionOrUrl::VersionSpecifier(s)) => s.clone(),
+                Some(VersionOrUrl::Url(_)) => {
+                    return Err(ResolveError::Unavailable {
+                        package: name,
+                        reason: "direct URL requirements are not supported".into(),
+                    })
+                }
+            };
+            if let Some(version) = seen.get(&name) {
+                if let Ok(v) = Version::from_str(version) {
+                    if !specifier.contains(&v) {
+                        tracing::warn!("{name} {version} is already chosen; `{requirement}` asks for another version");
+                    }
+                }
+                continue;
+            }
+            if let Some(pkg) = self.lock_match(&requirement.name, &specifier) {
+                for dep in self.lock_closure(pkg) {
+                    let dep_name = super::lock::normalize(&dep.name);
+                    if seen.contains_key(&dep_name) {
+                        continue;
+                    }
+                    let bytes = self.lock_file(dep).await?;
+                    seen.insert(dep_name.clone(), dep.version.clone());
+                    planned.push(Planned {
+                        name: dep_name,
+                        version: dep.version.clone(),
+                        source: Source::Lock,
+                        file_name: dep.file_name.clone(),
+                        bytes: Arc::new(bytes),
+                    });
+                }
+                continue;
+            }
+            let (version, file) = self.choose_release(&name, &specifier).await?;
+            let bytes = self
+                .fetcher
+                .download(&file.url, &file.digests.sha256)
+                .await
+                .map_err(|source| ResolveError::Fetch {
+                    package: name.clone(),
+                    source,
+                })?;
+            let requires = requires_dist(&bytes).map_err(|reason| ResolveError::Unavailable {
+                package: name.clone(),
+                reason,
+            })?;
+            for text in requires {
+                match Requirement::from_str(&text) {
+                    Ok(dep) => queue.push_back(Pending {
+                        requirement: dep,
+                        parent_extras: requirement.extras.clone(),
+                    }),
+                    Err(e) => tracing::warn!("{name}: ignoring unparsable Requires-Dist `{text}`: {}", e.message),
+                }
+            }
+            seen.insert(name.clone(), version.to_string());
+            planned.push(Planned {
+                name,
+                version: version.to_string(),
+                source: Source::Wheel,
+                file_name: file.filename.clone(),
+                bytes: Arc::new(bytes),
+            });
+        }
+        Ok(planned)
+    }
+
+    fn lock_match(&self, name: &PackageName, specifier: &VersionSpecifiers) -> Option<&LockPackage> {
+        let pkg = self.lock.get(name)?;
+        let version = Version::from_str(&pkg.version).ok()?;
+        specifier.contains(&version).then_some(pkg)
+    }
+
+    /// `pkg` and everything it depends on in the lock file, dependencies first.
+    fn lock_closure<'a>(&'a self, pkg: &'a LockPackage) -> Vec<&'a LockPackage> {
+        fn visit<'a>(lock: &'a Lockfile, pkg: &'a LockPackage, out: &mut Vec<&'a LockPackage>) {
+            if out.iter().any(|p| p.name == pkg.name) {
+                return;
+            }
+            out.push(pkg);
+            for dep in &pkg.depends {
+                match PackageName::from_str(dep).ok().and_then(|n| lock.get(&n)) {
+                    Some(d) => visit(lock, d, out),
+                    None => tracing::warn!("lock package {} depends on unknown {dep}", pkg.name),
+                }
+            }
+        }
+        let mut out = Vec::new();
+        visit(&self.lock, pkg, &mut out);
+        out.reverse();
+        out
+    }
+
+    /// The file of lock package `pkg`: cache, then the packages URL, then (pure Python only)
+    /// the same wheel from the index.
+    async fn lock_file(&self, pkg: &LockPackage) -> Result<Vec<u8>, ResolveError> {
+        if let Some(bytes) = self.fetcher.cache().get(&pkg.sha256) {
+            return Ok(bytes);
+        }
+        let why;
+        if !self.packages_url_down() {
+            let url = format!("{}{}", self.packages_url, pkg.file_name);
+            match self.fetcher.download(&url, &pkg.sha256).await {
+                Ok(bytes) => return Ok(bytes),
+                Err(e @ FetchError::Network { .. }) => {
+                    tracing::info!("packages URL unreachable, trying the index instead: {e}");
+                    *self.packages_url_down_since.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                    why = e.to_string();
+                }
+                Err(e @ FetchError::Offline(_)) => why = e.to_string(),
+                Err(e) => why = e.to_string(),
+            }
+        } else {
+            why = format!("the packages URL {} could not be reached recently", self.packages_url);
+        }
+        if !pkg.is_pure_python() {
+            return Err(ResolveError::Unavailable {
+                package: pkg.name.clone(),
+                reason: format!(
+                    "Pyodide package {} {} is not pure Python and its file cannot be fetched: {why}",
+                    pkg.name, pkg.version
+                ),
+            });
+        }
+        let project = self.project(&pkg.name).await?;
+        let files = project.releases.get(&pkg.version).cloned().unwrap_or_default();
+        let Some(file) = files.iter().find(|f| f.filename == pkg.file_name) else {
+            return Err(ResolveError::Unavailable {
+                package: pkg.name.clone(),
+                reason: format!("{why}; and the index has no {}", pkg.file_name),
+            });
+        };
+        // Prefer the very file the lock names; a rebuilt lock wheel of the same pure-Python
+        // release differs only in its hash, so the index's own digest is checked instead.
+        if !file.digests.sha256.eq_ignore_ascii_case(&pkg.sha256) {
+            tracing::info!(
+                "{}: the index's {} differs from the lock's build; using the index's (verified by its SHA-256)",
+                pkg.name,
+                pkg.file_name
+            );
+        }
+        self.fetcher
+            .download(&file.url, &file.digests.sha256)
+            .await
+            .map_err(|source| ResolveError::Fetch {
+                package: pkg.name.clone(),
+                source,
+            })
+    }
+
+    fn packages_url_down(&self) -> bool {
+        let guard = self.packages_url_down_since.lock().unwrap_or_else(|p| p.into_inner());
+        guard.is_some_and(|t| t.elapsed() < PACKAGES_URL_RETRY)
+    }
+
+    async fn project(&self, name: &str) -> Result<super::index::Project, ResolveError> {
+        self.fetcher
+            .project(&self.index_url, &super::lock::normalize(name))
+            .await
+            .map_err(|source| match source {
+                FetchError::NotFound(_) => ResolveError::NotFound {
+                    package: name.to_owned(),
+                },
+                source => ResolveError::Fetch {
+                    package: name.to_owned(),
+                    source,
+                },
+            })
+    }
+
+    /// The newest release of `name` matching `specifier` that has an installable wheel.
+    async fn choose_release(&self, name: &str, specifier: &VersionSpecifiers) -> Result<(Version, IndexFile), ResolveError> {
+        let project = self.project(name).await?;
+        let python = Version::from_str(target::PYTHON_FULL_VERSION).expect("valid version");
+        let allow_pre = specifier.iter().any(|s| s.any_prerelease());
+        let mut releases: Vec<(Version, &Vec<IndexFile>)> = project
+            .releases
+            .iter()
+            .filter_map(|(v, files)| Some((Version::from_str(v).ok()?, files)))
+            .filter(|(v, _)| specifier.contains(v) && (allow_pre || !v.any_prerelease()))
+            .collect();
+        releases.sort_by(|a, b| b.0.cmp(&a.0));
+        let any_release = !releases.is_empty();
+        for (version, files) in releases {
+            let wheel = files.iter().find(|f| {
+                !f.yanked
+                    && WheelName::parse(&f.filename).is_some_and(|w| w.is_compatible())
+                    && f.requires_python.as_deref().is_none_or(|rp| {
+                        VersionSpecifiers::from_str(rp).map(|s| s.contains(&python)).unwrap_or(true)
+                    })
+            });
+            if let Some(file) = wheel {
+                return Ok((version, file.clone()));
+            }
+        }
+        if !any_release && specifier.is_empty() {
+            return Err(ResolveError::NotFound {
+                package: name.to_owned(),
+            });
+        }
+        Err(ResolveError::NoWheel {
+            package: name.to_owned(),
+            specifier: if specifier.is_empty() { "any version".into() } else { specifier.to_string() },
+            platform: target::PLATFORM_TAG,
+        })
+    }
+}

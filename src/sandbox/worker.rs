@@ -1,0 +1,180 @@
+//! The front's handle on one sandbox worker process.
+
+use super::protocol::{read_frame_async, write_frame_async, Reply, Request, RunOutcome, Stream};
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::io::BufReader;
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+/// How long a worker may take to boot Pyodide (seconds); a debug build on a busy machine
+/// is the slow case.
+pub const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// Why talking to a worker failed. After any of these the worker is discarded.
+#[derive(Debug, Error)]
+pub enum WorkerError {
+    #[error("could not start the sandbox worker: {0}")]
+    Spawn(std::io::Error),
+    #[error("the sandbox worker failed to boot Pyodide: {0}")]
+    Boot(String),
+    #[error("the sandbox worker did not boot within {0} s")]
+    BootTimeout(u64),
+    #[error("the sandbox worker stopped unexpectedly{0}")]
+    Died(String),
+    #[error("the sandbox worker sent an unexpected message: {0}")]
+    Protocol(String),
+}
+
+/// A running worker that has booted Pyodide.
+pub struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// Packages installed in this worker: normalized name → version.
+    pub installed: HashMap<String, String>,
+    /// How long its boot took (milliseconds).
+    pub boot_ms: u64,
+    /// Number of calls it has run.
+    pub calls: u64,
+}
+
+impl Worker {
+    /// Starts `exe __worker` and waits for Pyodide to boot.
+    ///
+    /// Errors: [`WorkerError::Spawn`], [`WorkerError::Boot`], [`WorkerError::BootTimeout`].
+    pub async fn spawn(exe: &Path) -> Result<Worker, WorkerError> {
+        let mut child = Command::new(exe)
+            .arg("__worker")
+            // The worker gets no host environment beyond what logging needs.
+            .env_clear()
+            .envs(std::env::var("RUST_LOG").ok().map(|v| ("RUST_LOG", v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(WorkerError::Spawn)?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(WorkerError::Protocol("worker pipes missing".into()));
+        };
+        let mut worker = Worker {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+            installed: HashMap::new(),
+            boot_ms: 0,
+            calls: 0,
+        };
+        let ready = tokio::time::timeout(BOOT_TIMEOUT, worker.next_reply()).await;
+        match ready {
+            Err(_) => {
+                worker.kill().await;
+                Err(WorkerError::BootTimeout(BOOT_TIMEOUT.as_secs()))
+            }
+            Ok(Err(e)) => {
+                worker.kill().await;
+                Err(match e {
+                    WorkerError::Died(why) => WorkerError::Boot(format!("the worker exited{why}")),
+                    e => e,
+                })
+            }
+            Ok(Ok(Reply::Ready { boot_ms, pyodide_version })) => {
+                tracing::info!("sandbox worker ready: Pyodide {pyodide_version} booted in {boot_ms} ms");
+                worker.boot_ms = boot_ms;
+                Ok(worker)
+            }
+            Ok(Ok(Reply::Fatal { error })) => {
+                worker.kill().await;
+                Err(WorkerError::Boot(error))
+            }
+            Ok(Ok(other)) => {
+                worker.kill().await;
+                Err(WorkerError::Protocol(format!("{other:?}")))
+            }
+        }
+    }
+
+    async fn next_reply(&mut self) -> Result<Reply, WorkerError> {
+        match read_frame_async::<Reply>(&mut self.stdout).await {
+            Ok(Some(frame)) => Ok(frame.header),
+            Ok(None) => Err(WorkerError::Died(self.exit_reason().await)),
+            Err(e) => Err(WorkerError::Died(format!(": {e}"))),
+        }
+    }
+
+    async fn exit_reason(&mut self) -> String {
+        match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await {
+            Ok(Ok(status)) => format!(" ({status})"),
+            _ => String::new(),
+        }
+    }
+
+    async fn send(&mut self, request: &Request, attachments: &[Vec<u8>]) -> Result<(), WorkerError> {
+        if let Err(e) = write_frame_async(&mut self.stdin, request, attachments).await {
+            let why = self.exit_reason().await;
+            return Err(WorkerError::Died(if why.is_empty() { format!(": {e}") } else { why }));
+        }
+        Ok(())
+    }
+
+    /// Top-level imports of `code`, minus the standard library.
+    pub async fn find_imports(&mut self, code: &str) -> Result<Vec<String>, WorkerError> {
+        self.send(&Request::FindImports { code: code.to_owned() }, &[]).await?;
+        match self.next_reply().await? {
+            Reply::Imports { names } => Ok(names),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Hands `files` (virtual path, bytes) to the worker and loads `items` with
+    /// `pyodide.loadPackage`. `Ok(Some(reason))` when Pyodide reported a failure.
+    pub async fn install(&mut self, files: Vec<(String, Vec<u8>)>, items: Vec<String>) -> Result<Option<String>, WorkerError> {
+        let (paths, bytes): (Vec<String>, Vec<Vec<u8>>) = files.into_iter().unzip();
+        self.send(&Request::Install { files: paths, items }, &bytes).await?;
+        match self.next_reply().await? {
+            Reply::Installed { error } => Ok(error),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Runs `code`; each output line is passed to `on_output` as it arrives.
+    pub async fn run(
+        &mut self,
+        code: &str,
+        globals: serde_json::Map<String, serde_json::Value>,
+        output_cap: usize,
+        on_output: &mut (dyn FnMut(Stream, String) + Send),
+    ) -> Result<RunOutcome, WorkerError> {
+        self.calls += 1;
+        let request = Request::Run {
+            code: code.to_owned(),
+            globals,
+            output_cap,
+        };
+        self.send(&request, &[]).await?;
+        loop {
+            match self.next_reply().await? {
+                Reply::Output { stream, text } => on_output(stream, text),
+                Reply::Ran(outcome) => return Ok(outcome),
+                Reply::Fatal { error } => return Err(WorkerError::Died(format!(": {error}"))),
+                other => return Err(unexpected(other)),
+            }
+        }
+    }
+
+    /// Kills the process and reaps it.
+    pub async fn kill(mut self) {
+        let _ = self.child.start_kill();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+    }
+}
+
+fn unexpected(reply: Reply) -> WorkerError {
+    match reply {
+        Reply::Fatal { error } => WorkerError::Died(format!(": {error}")),
+        other => WorkerError::Protocol(format!("{other:?}")),
+    }
+}

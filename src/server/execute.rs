@@ -1,0 +1,203 @@
+//! One tool call from start to end: find the requirements, install them into a worker, run the
+//! code there under the call's time limit, and collect the result. Every path ends in a
+//! [`CallResult`]; nothing here returns an error to the client.
+
+use super::format::{CallResult, Status};
+use crate::packages::pep723::script_dependencies;
+use crate::packages::resolver::{Planned, Resolver, Source};
+use crate::sandbox::pool::{Lease, Pool};
+use crate::sandbox::protocol::Stream;
+use crate::sandbox::worker::WorkerError;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::OnceCell;
+
+/// Per-call limits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Wall-clock limit for running the code (installs excluded); `None` means no limit.
+    pub timeout: Option<Duration>,
+    /// Most output bytes kept per call.
+    pub output_cap: usize,
+}
+
+/// Runs calls on the worker pool.
+pub struct Executor {
+    pub pool: Arc<Pool>,
+    pub resolver: Arc<Resolver>,
+    pub limits: Limits,
+    /// `--deps`: installed into every worker before its first call.
+    pub startup_deps: Vec<String>,
+    startup_plan: OnceCell<Result<Vec<Planned>, String>>,
+}
+
+/// Receives each output line while the code runs (for streaming to the client).
+pub type OutputSink = Box<dyn FnMut(Stream, &str) + Send>;
+
+impl Executor {
+    /// An executor over `pool` and `resolver`.
+    pub fn new(pool: Arc<Pool>, resolver: Arc<Resolver>, limits: Limits, startup_deps: Vec<String>) -> Self {
+        Executor {
+            pool,
+            resolver,
+            limits,
+            startup_deps,
+            startup_plan: OnceCell::new(),
+        }
+    }
+
+    /// Resolves `--deps` once (downloads them into the cache); errors name the package.
+    pub async fn startup_plan(&self) -> Result<Vec<Planned>, String> {
+        self.startup_plan
+            .get_or_init(|| async {
+                if self.startup_deps.is_empty() {
+                    return Ok(Vec::new());
+                }
+                self.resolver.resolve(&self.startup_deps).await.map_err(|e| e.to_string())
+            })
+            .await
+            .clone()
+    }
+
+    /// Runs one call of `run_python_code`.
+    pub async fn run(
+        &self,
+        code: &str,
+        globals: serde_json::Map<String, serde_json::Value>,
+        mut on_output: OutputSink,
+    ) -> CallResult {
+        let mut result = CallResult {
+            status: Status::Success,
+            dependencies: Vec::new(),
+            output: Vec::new(),
+            return_value: None,
+            return_is_json: false,
+            error: None,
+        };
+        let declared = match script_dependencies(code) {
+            Ok(d) => d,
+            Err(e) => return install_error(result, format!("invalid script metadata: {e}")),
+        };
+        let mut lease = match self.pool.acquire().await {
+            Ok(l) => l,
+            Err(e) => return run_error(result, e.to_string()),
+        };
+        let requirements = match declared {
+            Some(deps) => deps,
+            None => match lease.worker().find_imports(code).await {
+                Ok(names) => names.iter().map(|n| self.package_for_import(n)).collect(),
+                Err(e) => return self.fail(lease, result, e).await,
+            },
+        };
+        result.dependencies = requirements.clone();
+
+        if let Err(e) = self.install(&mut lease, &requirements).await {
+            return match e {
+                InstallFailure::Install(msg) => install_error(result, msg),
+                InstallFailure::Worker(e) => self.fail(lease, result, e).await,
+            };
+        }
+
+        let mut output = Vec::new();
+        let mut collect = |stream: Stream, line: String| {
+            on_output(stream, &line);
+            output.push(line);
+        };
+        let run = lease.worker().run(code, globals, self.limits.output_cap, &mut collect);
+        let outcome = match self.limits.timeout {
+            Some(limit) => match tokio::time::timeout(limit, run).await {
+                Ok(r) => r,
+                Err(_) => {
+                    result.output = output;
+                    lease.discard().await;
+                    return run_error(result, format!("TimeoutError: the code timed out after {} s", limit.as_secs_f64()));
+                }
+            },
+            None => run.await,
+        };
+        result.output = output;
+        match outcome {
+            Ok(o) => {
+                if o.status == "success" {
+                    result.return_is_json = o.return_kind.as_deref() == Some("json");
+                    result.return_value = o.return_value;
+                } else {
+                    result.status = Status::RunError;
+                    result.error = o.error;
+                }
+                result
+            }
+            Err(e) => self.fail(lease, result, e).await,
+        }
+    }
+
+    /// Package that provides `import_name`: the lock file's mapping, else the same name.
+    fn package_for_import(&self, import_name: &str) -> String {
+        match self.resolver.lock().package_for_import(import_name) {
+            Some(pkg) => pkg.name.clone(),
+            None => import_name.to_owned(),
+        }
+    }
+
+    async fn install(&self, lease: &mut Lease, requirements: &[String]) -> Result<(), InstallFailure> {
+        let mut plan = self
+            .startup_plan()
+            .await
+            .map_err(|e| InstallFailure::Install(format!("error installing --deps: {e}")))?;
+        if !requirements.is_empty() {
+            let more = self
+                .resolver
+                .resolve(requirements)
+                .await
+                .map_err(|e| InstallFailure::Install(e.to_string()))?;
+            plan.extend(more);
+        }
+        let worker = lease.worker();
+        let todo: Vec<&Planned> = plan.iter().filter(|p| !worker.installed.contains_key(&p.name)).collect();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        let mut files = Vec::new();
+        let mut items = Vec::new();
+        for p in &todo {
+            let path = format!("/packages/{}", p.file_name);
+            files.push((path.clone(), p.bytes.as_ref().clone()));
+            match p.source {
+                // Lock packages load by name so Pyodide applies its own lock metadata.
+                Source::Lock => items.push(p.name.clone()),
+                Source::Wheel => items.push(path),
+            }
+        }
+        match worker.install(files, items).await.map_err(InstallFailure::Worker)? {
+            Some(reason) => Err(InstallFailure::Install(reason)),
+            None => {
+                for p in todo {
+                    worker.installed.insert(p.name.clone(), p.version.clone());
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn fail(&self, lease: Lease, result: CallResult, e: WorkerError) -> CallResult {
+        lease.discard().await;
+        run_error(result, format!("the sandbox worker failed while running the code: {e}"))
+    }
+}
+
+enum InstallFailure {
+    Install(String),
+    Worker(WorkerError),
+}
+
+fn install_error(mut r: CallResult, msg: String) -> CallResult {
+    r.status = Status::InstallError;
+    r.error = Some(format!("Error installing dependencies: {msg}"));
+    r
+}
+
+fn run_error(mut r: CallResult, msg: String) -> CallResult {
+    r.status = Status::RunError;
+    r.error = Some(msg);
+    r
+}

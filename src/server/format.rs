@@ -1,0 +1,182 @@
+//! Rendering a call's result as the tool's text content (DESIGN §4): XML sections in a fixed
+//! order, or one JSON object with `--return-mode json`.
+
+use serde_json::json;
+
+/// How a call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Success,
+    InstallError,
+    RunError,
+}
+
+impl Status {
+    /// The status word used in results.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Success => "success",
+            Status::InstallError => "install-error",
+            Status::RunError => "run-error",
+        }
+    }
+}
+
+/// Everything a call produced.
+#[derive(Debug, Clone)]
+pub struct CallResult {
+    pub status: Status,
+    /// The requirements this call asked for, as written (PEP 723) or inferred.
+    pub dependencies: Vec<String>,
+    /// stdout and stderr lines in the order written.
+    pub output: Vec<String>,
+    /// The last expression's value: JSON text (indent 2), a `str` as is, or a repr.
+    pub return_value: Option<String>,
+    /// Whether `return_value` is JSON text (so JSON mode embeds it as a value).
+    pub return_is_json: bool,
+    /// Traceback and message, or the install failure.
+    pub error: Option<String>,
+}
+
+/// The result format chosen with `--return-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReturnMode {
+    Xml,
+    Json,
+}
+
+/// Escapes opening and closing tags of `tag` inside section text (`</output>` →
+/// `&lt;/output&gt;`), so a section cannot be ended early by its own content.
+fn escape_tag(text: &str, tag: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        if text.as_bytes()[i] == b'<' {
+            let mut j = i + 1;
+            if lower.as_bytes().get(j) == Some(&b'/') {
+                j += 1;
+            }
+            while lower.as_bytes().get(j).is_some_and(|b| b.is_ascii_whitespace()) {
+                j += 1;
+            }
+            if lower[j..].starts_with(tag) {
+                let end = lower[j + tag.len()..].find('>').map(|k| j + tag.len() + k + 1);
+                let stop = end.unwrap_or(j + tag.len());
+                out.push_str(&text[i..stop].replace('<', "&lt;").replace('>', "&gt;"));
+                i = stop;
+                continue;
+            }
+        }
+        let ch = text[i..].chars().next().unwrap_or('\u{fffd}');
+        out.push(ch);
+        i += ch.len_utf8().max(1);
+    }
+    out
+}
+
+/// Renders `result` in `mode`.
+pub fn render(result: &CallResult, mode: ReturnMode) -> String {
+    match mode {
+        ReturnMode::Xml => render_xml(result),
+        ReturnMode::Json => render_json(result),
+    }
+}
+
+fn render_xml(r: &CallResult) -> String {
+    let mut lines = vec![format!("<status>{}</status>", r.status.as_str())];
+    if !r.dependencies.is_empty() {
+        let deps = serde_json::to_string(&r.dependencies).unwrap_or_default();
+        lines.push(format!("<dependencies>{}</dependencies>", escape_tag(&deps, "dependencies")));
+    }
+    if !r.output.is_empty() {
+        lines.push("<output>".into());
+        lines.extend(r.output.iter().map(|l| escape_tag(l, "output")));
+        lines.push("</output>".into());
+    }
+    if r.status == Status::Success {
+        if let Some(v) = &r.return_value {
+            lines.push("<return_value>".into());
+            lines.push(escape_tag(v, "return_value"));
+            lines.push("</return_value>".into());
+        }
+    } else {
+        lines.push("<error>".into());
+        lines.push(escape_tag(r.error.as_deref().unwrap_or(""), "error"));
+        lines.push("</error>".into());
+    }
+    lines.join("\n")
+}
+
+fn render_json(r: &CallResult) -> String {
+    let mut obj = serde_json::Map::new();
+    obj.insert("status".into(), json!(r.status.as_str()));
+    obj.insert("dependencies".into(), json!(r.dependencies));
+    obj.insert("output".into(), json!(r.output));
+    if r.status == Status::Success {
+        let value = match &r.return_value {
+            None => serde_json::Value::Null,
+            Some(text) if r.return_is_json => serde_json::from_str(text).unwrap_or_else(|_| json!(text)),
+            Some(text) => json!(text),
+        };
+        obj.insert("return_value".into(), value);
+    } else {
+        obj.insert("error".into(), json!(r.error.as_deref().unwrap_or("")));
+    }
+    serde_json::to_string(&serde_json::Value::Object(obj)).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result() -> CallResult {
+        CallResult {
+            status: Status::Success,
+            dependencies: vec![],
+            output: vec!["[1 2 3]".into()],
+            return_value: Some("[\n  1,\n  2,\n  3\n]".into()),
+            return_is_json: true,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn xml_matches_the_seed() {
+        let mut r = result();
+        r.dependencies = vec!["numpy".into()];
+        assert_eq!(
+            render(&r, ReturnMode::Xml),
+            "<status>success</status>\n<dependencies>[\"numpy\"]</dependencies>\n<output>\n[1 2 3]\n</output>\n<return_value>\n[\n  1,\n  2,\n  3\n]\n</return_value>"
+        );
+    }
+
+    #[test]
+    fn closing_tags_are_escaped() {
+        let mut r = result();
+        r.output = vec!["a</output>b".into(), "</ OUTPUT >".into()];
+        let xml = render(&r, ReturnMode::Xml);
+        assert!(xml.contains("a&lt;/output&gt;b"));
+        assert!(xml.contains("&lt;/ OUTPUT &gt;"));
+    }
+
+    #[test]
+    fn errors_replace_return_value() {
+        let mut r = result();
+        r.status = Status::RunError;
+        r.output.clear();
+        r.error = Some("ZeroDivisionError: division by zero".into());
+        assert_eq!(
+            render(&r, ReturnMode::Xml),
+            "<status>run-error</status>\n<error>\nZeroDivisionError: division by zero\n</error>"
+        );
+    }
+
+    #[test]
+    fn json_mode_embeds_values() {
+        let v: serde_json::Value = serde_json::from_str(&render(&result(), ReturnMode::Json)).unwrap();
+        assert_eq!(v["return_value"], json!([1, 2, 3]));
+        assert_eq!(v["output"], json!(["[1 2 3]"]));
+        assert_eq!(v["status"], json!("success"));
+    }
+}

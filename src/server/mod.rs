@@ -1,0 +1,7 @@
+//! The MCP front: tool schema, result formatting, the call pipeline and the transports.
+
+pub mod execute;
+pub mod format;
+pub mod handler;
+pub mod stdio;
+pub mod tool;

@@ -1,0 +1,45 @@
+//! The `run_python_code` tool: its name, description and input schema (DESIGN §4, seed 000).
+
+use rmcp::model::{JsonObject, Tool};
+use serde_json::json;
+
+/// The tool's name, as in the Deno original.
+pub const TOOL_NAME: &str = "run_python_code";
+
+/// The tool description shown to models.
+pub const DESCRIPTION: &str = "Tool to execute Python code and return stdout, stderr, and return value.
+
+The code may be async, and the value on the last line will be returned as the return value.
+
+The code will be executed with Python 3.14 (Pyodide 314, in a WebAssembly sandbox without network or host file access).
+
+Dependencies are installed automatically: either from the imports in the code, or from PEP 723 inline script metadata (`# /// script` … `dependencies = [...]` … `# ///`).";
+
+/// JSON Schema (draft-07) of the arguments: `python_code` (required string) and
+/// `global_variables` (optional object, default `{}`), nothing else.
+pub fn input_schema() -> JsonObject {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "python_code": {"type": "string", "description": "Python code to run"},
+            "global_variables": {
+                "type": "object",
+                "additionalProperties": true,
+                "default": {},
+                "description": "Map of global variables in context when the code is executed",
+            },
+        },
+        "required": ["python_code"],
+        "additionalProperties": false,
+        "$schema": "http://json-schema.org/draft-07/schema#",
+    });
+    match schema {
+        serde_json::Value::Object(map) => map,
+        _ => unreachable!("the schema literal is an object"),
+    }
+}
+
+/// The tool definition for `tools/list`.
+pub fn tool() -> Tool {
+    Tool::new(TOOL_NAME, DESCRIPTION, input_schema())
+}
