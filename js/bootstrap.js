@@ -62,6 +62,27 @@
     }
     return out;
   };
+  define(globalThis, "btoa", (text) => {
+    const s = String(text);
+    const bytes = new Uint8Array(s.length);
+    for (let i = 0; i < s.length; i++) {
+      const c = s.charCodeAt(i);
+      if (c > 255) throw new Error("btoa: the string contains characters outside Latin-1");
+      bytes[i] = c;
+    }
+    return toBase64(bytes);
+  });
+  define(globalThis, "atob", (b64) => {
+    const s = String(b64).replace(/[\t\n\f\r ]/g, "").replace(/=+$/, "");
+    let out = "", bits = 0, acc = 0;
+    for (const ch of s) {
+      const v = B64.indexOf(ch);
+      if (v < 0) throw new Error("atob: invalid base64");
+      acc = (acc << 6) | v; bits += 6;
+      if (bits >= 8) { bits -= 8; out += String.fromCharCode((acc >> bits) & 255); }
+    }
+    return out;
+  });
   define(globalThis, "os", {
     system(cmd, args) {
       const m = cmd === "sh" && Array.isArray(args) &&

@@ -32,7 +32,8 @@ def find_imports(code):
     except SyntaxError:
         return "[]"
     wanted = []
-    for name in names:
+    for full_name in names:
+        name = full_name.split(".")[0]
         if name in sys.stdlib_module_names or name in _BUILTIN or name in sys.builtin_module_names:
             continue
         if name not in wanted:

@@ -160,12 +160,18 @@ impl Executor {
         let mut files = Vec::new();
         let mut items = Vec::new();
         for p in &todo {
-            let path = format!("/packages/{}", p.file_name);
-            files.push((path.clone(), p.bytes.as_ref().clone()));
             match p.source {
-                // Lock packages load by name so Pyodide applies its own lock metadata.
-                Source::Lock => items.push(p.name.clone()),
-                Source::Wheel => items.push(path),
+                // Lock packages load by name so Pyodide applies its own lock metadata; in its
+                // "shell" runtime it reads them by bare file name (no base URL is applied).
+                Source::Lock => {
+                    files.push((p.file_name.clone(), p.bytes.as_ref().clone()));
+                    items.push(p.name.clone());
+                }
+                Source::Wheel => {
+                    let path = format!("/packages/{}", p.file_name);
+                    files.push((path.clone(), p.bytes.as_ref().clone()));
+                    items.push(path);
+                }
             }
         }
         match worker.install(files, items).await.map_err(InstallFailure::Worker)? {

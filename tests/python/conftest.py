@@ -1,0 +1,55 @@
+"""Shared helpers: start the real binary and talk to it with the real Python `mcp` client."""
+
+import contextlib
+import json
+import os
+import pathlib
+import sys
+
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BINARY = os.environ.get("MCP_RUN_PYTHON_BIN") or str(ROOT / "target" / "debug" / "mcp-run-python")
+LOCK = json.loads((ROOT / "pyodide-assets" / "pyodide-lock.json").read_text())
+# One download cache for the whole run, so each PyPI file is fetched once.
+SHARED_CACHE = os.environ.get("MCP_RUN_PYTHON_TEST_CACHE") or str(ROOT / "target" / "test-cache")
+CALL_TIMEOUT = 300
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def server_env():
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if "RUST_LOG" in os.environ:
+        env["RUST_LOG"] = os.environ["RUST_LOG"]
+    return env
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(*args, errlog=None, cache_dir=SHARED_CACHE):
+    """An initialized MCP session with `mcp-run-python stdio <args>`."""
+    params = StdioServerParameters(
+        command=BINARY,
+        args=["stdio", "--cache-dir", cache_dir, *args],
+        env=server_env(),
+    )
+    async with stdio_client(params, errlog=errlog or sys.stderr) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+async def run(session, code, **global_variables):
+    """Calls run_python_code and returns the one text content."""
+    arguments = {"python_code": code}
+    if global_variables:
+        arguments["global_variables"] = global_variables
+    result = await session.call_tool("run_python_code", arguments, read_timeout_seconds=CALL_TIMEOUT)
+    assert not result.is_error, result
+    assert len(result.content) == 1
+    return result.content[0].text
