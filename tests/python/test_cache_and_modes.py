@@ -1,0 +1,72 @@
+"""The download cache, and the `warmup` and `example` modes."""
+
+import subprocess
+
+import pytest
+
+from conftest import BINARY, mcp_session, run, server_env
+from pypi_mirror import Mirror
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_second_install_downloads_nothing(tmp_path):
+    cache = str(tmp_path / "cache")
+    code = "import humanize\nhumanize.naturalsize(2048)"
+    with Mirror() as mirror:
+        args = ["--workers", "1", "--index-url", f"{mirror.url}/pypi"]
+        async with mcp_session(*args, cache_dir=cache) as session:
+            text = await run(session, code)
+            assert text.endswith("<return_value>\n2.0 kB\n</return_value>"), text
+        first = len(mirror.requests)
+        assert first >= 2, mirror.requests  # the JSON API answer and the wheel
+        assert any(r.startswith("/file") for r in mirror.requests)
+
+        # A new server process with the same cache installs it again without any download.
+        async with mcp_session(*args, cache_dir=cache) as session:
+            text = await run(session, code)
+            assert text.endswith("<return_value>\n2.0 kB\n</return_value>"), text
+        assert len(mirror.requests) == first, mirror.requests[first:]
+
+    # Offline mode installs from the cache alone (the mirror is shut down by now).
+    async with mcp_session(*args, "--offline", cache_dir=cache) as session:
+        text = await run(session, code)
+        assert text.endswith("<return_value>\n2.0 kB\n</return_value>"), text
+        text = await run(session, "import tomli_w")
+        assert text.startswith("<status>install-error</status>") and "offline" in text, text
+
+
+def test_warmup_exits_zero(tmp_path):
+    proc = subprocess.run(
+        [BINARY, "warmup", "--workers", "1", "--cache-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, env=server_env(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Pyodide booted: Python 3.14" in proc.stdout
+
+
+def test_warmup_fails_with_the_reason(tmp_path):
+    proc = subprocess.run(
+        [BINARY, "warmup", "--workers", "1", "--cache-dir", str(tmp_path), "--deps", "no-such-package-mcp-run-python-test"],
+        capture_output=True, text=True, timeout=600, env=server_env(),
+    )
+    assert proc.returncode != 0
+    assert "no-such-package-mcp-run-python-test" in proc.stderr
+
+
+def test_example_runs_a_pypi_package(tmp_path):
+    proc = subprocess.run(
+        [BINARY, "example", "--workers", "1", "--cache-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, env=server_env(),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert '<status>success</status>\n<dependencies>["humanize"]</dependencies>' in proc.stdout
+    assert '"answer": 42' in proc.stdout
+
+
+async def test_timeout_kills_the_worker_and_the_next_call_works():
+    async with mcp_session("--workers", "1", "--timeout", "3") as session:
+        text = await run(session, "print('spinning')\nwhile True:\n    pass")
+        assert text.startswith("<status>run-error</status>\n<output>\nspinning\n</output>"), text
+        assert "timed out after 3 s" in text
+        assert await run(session, "1 + 1") == "<status>success</status>\n<return_value>\n2\n</return_value>"
