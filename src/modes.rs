@@ -34,17 +34,29 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
     let lock = Lockfile::parse(lock_text).context("parsing the embedded pyodide-lock.json")?;
     let cache = Cache::new(cli.cache_dir.clone().unwrap_or_else(Cache::default_dir));
     let fetcher = Fetcher::new(cache, cli.offline);
-    let resolver = Resolver::new(Arc::new(lock), fetcher, cli.index_url.clone(), cli.packages_url.clone());
+    let resolver = Resolver::new(
+        Arc::new(lock),
+        fetcher,
+        cli.index_url.clone(),
+        cli.packages_url.clone(),
+    );
     let exe = std::env::current_exe().context("locating our own executable")?;
-    let workers = cli
-        .workers
-        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let workers = cli.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
     let pool = Pool::new(exe, workers);
     let limits = Limits {
         timeout: (cli.timeout > 0.0).then(|| Duration::from_secs_f64(cli.timeout)),
         output_cap: cli.output_cap,
     };
-    let deps: Vec<String> = cli.deps.iter().map(|d| d.trim().to_owned()).filter(|d| !d.is_empty()).collect();
+    let deps: Vec<String> = cli
+        .deps
+        .iter()
+        .map(|d| d.trim().to_owned())
+        .filter(|d| !d.is_empty())
+        .collect();
     let executor = Executor::new(pool, Arc::new(resolver), limits, deps);
     Ok(RunPythonServer {
         executor: Arc::new(executor),
@@ -78,7 +90,11 @@ async fn warmup(server: &RunPythonServer) -> i32 {
         return 1;
     }
     let result = executor
-        .run("import sys\nsys.version", serde_json::Map::new(), Box::new(|_, _| {}))
+        .run(
+            "import sys\nsys.version",
+            serde_json::Map::new(),
+            Box::new(|_, _| {}),
+        )
         .await;
     if result.status != Status::Success {
         eprintln!("warmup failed:\n{}", render(&result, server.return_mode));

@@ -143,7 +143,12 @@ unsafe extern "C" fn host_set_timer(
         s.next_timer += 1;
         let id = s.next_timer;
         let due = Instant::now() + Duration::from_secs_f64(ms / 1000.0);
-        s.timers.insert((due, id), Timer { callback: cb as JSObjectRef });
+        s.timers.insert(
+            (due, id),
+            Timer {
+                callback: cb as JSObjectRef,
+            },
+        );
         s.timer_due.insert(id, due);
         id
     });
@@ -189,7 +194,11 @@ unsafe extern "C" fn host_random_bytes(
     }
     let mut buf = vec![0u8; n as usize];
     if let Err(e) = getrandom::fill(&mut buf) {
-        return throw(ctx, exc, &format!("randomBytes: the OS gave no randomness: {e}"));
+        return throw(
+            ctx,
+            exc,
+            &format!("randomBytes: the OS gave no randomness: {e}"),
+        );
     }
     make_array_buffer(ctx, buf)
 }

@@ -145,7 +145,14 @@ impl Engine {
                 // SAFETY: the callback was protected when the timer was set.
                 unsafe {
                     let mut exc: JSValueRef = ptr::null();
-                    JSObjectCallAsFunction(self.ctx, t.callback, ptr::null_mut(), 0, ptr::null(), &mut exc);
+                    JSObjectCallAsFunction(
+                        self.ctx,
+                        t.callback,
+                        ptr::null_mut(),
+                        0,
+                        ptr::null(),
+                        &mut exc,
+                    );
                     JSValueUnprotect(self.ctx, t.callback);
                     if !exc.is_null() {
                         let (message, stack) = describe_exception(self.ctx, exc);

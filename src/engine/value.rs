@@ -120,7 +120,10 @@ pub unsafe fn make_error(ctx: JSContextRef, message: &str) -> JSValueRef {
 unsafe extern "C" fn free_vec(bytes: *mut c_void, ctx: *mut c_void) {
     // Rebuild the boxed slice handed over in `make_array_buffer`.
     let len = ctx as usize;
-    drop(Box::from_raw(ptr::slice_from_raw_parts_mut(bytes as *mut u8, len)));
+    drop(Box::from_raw(ptr::slice_from_raw_parts_mut(
+        bytes as *mut u8,
+        len,
+    )));
 }
 
 /// Moves `bytes` into a new `ArrayBuffer` without copying; JSC frees them when collected.
@@ -133,7 +136,14 @@ pub unsafe fn make_array_buffer(ctx: JSContextRef, bytes: Vec<u8>) -> JSValueRef
     if len == 0 {
         // A zero-length buffer needs no backing store.
         let empty = JsString::new("new ArrayBuffer(0)");
-        return JSEvaluateScript(ctx, empty.0, ptr::null_mut(), ptr::null_mut(), 1, ptr::null_mut());
+        return JSEvaluateScript(
+            ctx,
+            empty.0,
+            ptr::null_mut(),
+            ptr::null_mut(),
+            1,
+            ptr::null_mut(),
+        );
     }
     let raw = Box::into_raw(boxed) as *mut u8;
     JSObjectMakeArrayBufferWithBytesNoCopy(

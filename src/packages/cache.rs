@@ -33,7 +33,6 @@ impl Cache {
             .join("mcp-run-python")
     }
 
-
     fn file_path(&self, sha256: &str) -> PathBuf {
         self.root.join("files").join(sha256.to_ascii_lowercase())
     }
@@ -60,15 +59,25 @@ impl Cache {
 
     fn index_path(&self, index_url: &str, project: &str) -> PathBuf {
         let key = &sha256_hex(index_url.as_bytes())[..16];
-        self.root.join("index").join(key).join(format!("{project}.json"))
+        self.root
+            .join("index")
+            .join(key)
+            .join(format!("{project}.json"))
     }
 
     /// A cached index answer for `project`, if younger than `max_age` (`None`: any age).
-    pub fn get_index(&self, index_url: &str, project: &str, max_age: Option<Duration>) -> Option<Vec<u8>> {
+    pub fn get_index(
+        &self,
+        index_url: &str,
+        project: &str,
+        max_age: Option<Duration>,
+    ) -> Option<Vec<u8>> {
         let path = self.index_path(index_url, project);
         if let Some(max_age) = max_age {
             let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok()?;
-            let age = SystemTime::now().duration_since(modified).unwrap_or_default();
+            let age = SystemTime::now()
+                .duration_since(modified)
+                .unwrap_or_default();
             if age > max_age {
                 return None;
             }

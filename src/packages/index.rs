@@ -19,7 +19,11 @@ pub enum FetchError {
     #[error("network error fetching {url}: {reason}")]
     Network { url: String, reason: String },
     #[error("{url} does not match its SHA-256 (expected {expected}, got {actual})")]
-    HashMismatch { url: String, expected: String, actual: String },
+    HashMismatch {
+        url: String,
+        expected: String,
+        actual: String,
+    },
     #[error("offline mode and {0} is not in the cache")]
     Offline(String),
 }
@@ -66,7 +70,11 @@ impl Fetcher {
             .user_agent(concat!("mcp-run-python/", env!("CARGO_PKG_VERSION")))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
-        Fetcher { client, cache, offline }
+        Fetcher {
+            client,
+            cache,
+            offline,
+        }
     }
 
     /// The cache this fetcher uses.
@@ -119,7 +127,11 @@ impl Fetcher {
     /// The JSON API answer for `project` under `index_url`: a cached answer younger than an
     /// hour, else a fresh one; a stale cached answer when the index cannot be reached.
     pub async fn project(&self, index_url: &str, project: &str) -> Result<Project, FetchError> {
-        let fresh = if self.offline { None } else { Some(INDEX_MAX_AGE) };
+        let fresh = if self.offline {
+            None
+        } else {
+            Some(INDEX_MAX_AGE)
+        };
         let body = match self.cache.get_index(index_url, project, fresh) {
             Some(body) => body,
             None => {
@@ -139,10 +151,11 @@ impl Fetcher {
             }
         };
         let url = format!("{}/{project}/json", index_url.trim_end_matches('/'));
-        let mut parsed: Project = serde_json::from_slice(&body).map_err(|e| FetchError::Network {
-            url: url.clone(),
-            reason: format!("invalid JSON API answer: {e}"),
-        })?;
+        let mut parsed: Project =
+            serde_json::from_slice(&body).map_err(|e| FetchError::Network {
+                url: url.clone(),
+                reason: format!("invalid JSON API answer: {e}"),
+            })?;
         // Mirrors may answer with file URLs relative to the JSON document.
         if let Ok(base) = reqwest::Url::parse(&url) {
             for file in parsed.releases.values_mut().flatten() {

@@ -61,7 +61,9 @@ impl Lockfile {
                 continue;
             };
             for import in &pkg.imports {
-                lock.by_import.entry(import.clone()).or_insert_with(|| name.clone());
+                lock.by_import
+                    .entry(import.clone())
+                    .or_insert_with(|| name.clone());
             }
             lock.packages.insert(name, pkg);
         }
@@ -75,6 +77,8 @@ impl Lockfile {
 
     /// The package that provides top-level module `import` (`yaml` → `pyyaml`), if any.
     pub fn package_for_import(&self, import: &str) -> Option<&LockPackage> {
-        self.by_import.get(import).and_then(|n| self.packages.get(n))
+        self.by_import
+            .get(import)
+            .and_then(|n| self.packages.get(n))
     }
 }

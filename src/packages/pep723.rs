@@ -47,7 +47,10 @@ pub fn script_dependencies(code: &str) -> Result<Option<Vec<String>>, Pep723Erro
         }
         let body: Vec<&str> = lines[i + 1..end]
             .iter()
-            .map(|l| l.strip_prefix("# ").unwrap_or_else(|| l.strip_prefix('#').unwrap_or(l)))
+            .map(|l| {
+                l.strip_prefix("# ")
+                    .unwrap_or_else(|| l.strip_prefix('#').unwrap_or(l))
+            })
             .collect();
         found = Some(body.join("\n"));
         i = end + 1;
@@ -62,7 +65,11 @@ pub fn script_dependencies(code: &str) -> Result<Option<Vec<String>>, Pep723Erro
         None => Ok(Some(Vec::new())),
         Some(toml::Value::Array(items)) => items
             .iter()
-            .map(|v| v.as_str().map(str::to_owned).ok_or(Pep723Error::BadDependencies))
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or(Pep723Error::BadDependencies)
+            })
             .collect::<Result<Vec<_>, _>>()
             .map(Some),
         Some(_) => Err(Pep723Error::BadDependencies),
@@ -95,7 +102,10 @@ mod tests {
 
     #[test]
     fn unclosed_block_is_an_error() {
-        assert_eq!(script_dependencies("# /// script\n# dependencies = []\nx = 1\n"), Err(Pep723Error::Unclosed));
+        assert_eq!(
+            script_dependencies("# /// script\n# dependencies = []\nx = 1\n"),
+            Err(Pep723Error::Unclosed)
+        );
     }
 
     #[test]

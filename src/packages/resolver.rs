@@ -11,7 +11,9 @@ use super::index::{FetchError, Fetcher, IndexFile};
 use super::lock::{LockPackage, Lockfile};
 use super::wheel::{requires_dist, target, WheelName};
 use pep508_rs::pep440_rs::{Version, VersionSpecifiers};
-use pep508_rs::{ExtraName, MarkerEnvironment, MarkerEnvironmentBuilder, PackageName, Requirement, VersionOrUrl};
+use pep508_rs::{
+    ExtraName, MarkerEnvironment, MarkerEnvironmentBuilder, PackageName, Requirement, VersionOrUrl,
+};
 use std::collections::{HashMap, VecDeque};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
@@ -29,7 +31,11 @@ pub enum ResolveError {
     #[error("{package}: no such package on the index")]
     NotFound { package: String },
     #[error("{package}: no release matching `{specifier}` has a wheel that runs on Pyodide (pure Python or {platform})")]
-    NoWheel { package: String, specifier: String, platform: &'static str },
+    NoWheel {
+        package: String,
+        specifier: String,
+        platform: &'static str,
+    },
     #[error("{package}: {source}")]
     Fetch { package: String, source: FetchError },
     #[error("{package}: {reason}")]
@@ -75,7 +81,12 @@ struct Pending {
 impl Resolver {
     /// A resolver for the given lock file, PyPI JSON API base (`index_url`) and Pyodide
     /// packages URL (`packages_url`, ending in `/`).
-    pub fn new(lock: Arc<Lockfile>, fetcher: Fetcher, index_url: String, packages_url: String) -> Self {
+    pub fn new(
+        lock: Arc<Lockfile>,
+        fetcher: Fetcher,
+        index_url: String,
+        packages_url: String,
+    ) -> Self {
         let markers = MarkerEnvironment::try_from(MarkerEnvironmentBuilder {
             implementation_name: "cpython",
             implementation_version: target::PYTHON_FULL_VERSION,
@@ -114,10 +125,11 @@ impl Resolver {
     pub async fn resolve(&self, requirements: &[String]) -> Result<Vec<Planned>, ResolveError> {
         let mut queue: VecDeque<Pending> = VecDeque::new();
         for text in requirements {
-            let requirement = Requirement::from_str(text).map_err(|e| ResolveError::InvalidRequirement {
-                requirement: text.clone(),
-                reason: e.message.to_string(),
-            })?;
+            let requirement =
+                Requirement::from_str(text).map_err(|e| ResolveError::InvalidRequirement {
+                    requirement: text.clone(),
+                    reason: e.message.to_string(),
+                })?;
             queue.push_back(Pending {
                 requirement,
                 parent_extras: Vec::new(),
@@ -189,7 +201,10 @@ impl Resolver {
                         requirement: dep,
                         parent_extras: requirement.extras.clone(),
                     }),
-                    Err(e) => tracing::warn!("{name}: ignoring unparsable Requires-Dist `{text}`: {}", e.message),
+                    Err(e) => tracing::warn!(
+                        "{name}: ignoring unparsable Requires-Dist `{text}`: {}",
+                        e.message
+                    ),
                 }
             }
             seen.insert(name.clone(), version.to_string());
@@ -204,7 +219,11 @@ impl Resolver {
         Ok(planned)
     }
 
-    fn lock_match(&self, name: &PackageName, specifier: &VersionSpecifiers) -> Option<&LockPackage> {
+    fn lock_match(
+        &self,
+        name: &PackageName,
+        specifier: &VersionSpecifiers,
+    ) -> Option<&LockPackage> {
         let pkg = self.lock.get(name)?;
         let version = Version::from_str(&pkg.version).ok()?;
         specifier.contains(&version).then_some(pkg)
@@ -243,14 +262,20 @@ impl Resolver {
                 Ok(bytes) => return Ok(bytes),
                 Err(e @ FetchError::Network { .. }) => {
                     tracing::info!("packages URL unreachable, trying the index instead: {e}");
-                    *self.packages_url_down_since.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                    *self
+                        .packages_url_down_since
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
                     why = e.to_string();
                 }
                 Err(e @ FetchError::Offline(_)) => why = e.to_string(),
                 Err(e) => why = e.to_string(),
             }
         } else {
-            why = format!("the packages URL {} could not be reached recently", self.packages_url);
+            why = format!(
+                "the packages URL {} could not be reached recently",
+                self.packages_url
+            );
         }
         if !pkg.is_pure_python() {
             return Err(ResolveError::Unavailable {
@@ -262,7 +287,11 @@ impl Resolver {
             });
         }
         let project = self.project(&pkg.name).await?;
-        let files = project.releases.get(&pkg.version).cloned().unwrap_or_default();
+        let files = project
+            .releases
+            .get(&pkg.version)
+            .cloned()
+            .unwrap_or_default();
         let Some(file) = files.iter().find(|f| f.filename == pkg.file_name) else {
             return Err(ResolveError::Unavailable {
                 package: pkg.name.clone(),
@@ -288,7 +317,10 @@ impl Resolver {
     }
 
     fn packages_url_down(&self) -> bool {
-        let guard = self.packages_url_down_since.lock().unwrap_or_else(|p| p.into_inner());
+        let guard = self
+            .packages_url_down_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         guard.is_some_and(|t| t.elapsed() < PACKAGES_URL_RETRY)
     }
 
@@ -308,7 +340,11 @@ impl Resolver {
     }
 
     /// The newest release of `name` matching `specifier` that has an installable wheel.
-    async fn choose_release(&self, name: &str, specifier: &VersionSpecifiers) -> Result<(Version, IndexFile), ResolveError> {
+    async fn choose_release(
+        &self,
+        name: &str,
+        specifier: &VersionSpecifiers,
+    ) -> Result<(Version, IndexFile), ResolveError> {
         let project = self.project(name).await?;
         let python = Version::from_str(target::PYTHON_FULL_VERSION).expect("valid version");
         let allow_pre = specifier.iter().any(|s| s.any_prerelease());
@@ -325,7 +361,9 @@ impl Resolver {
                 !f.yanked
                     && WheelName::parse(&f.filename).is_some_and(|w| w.is_compatible())
                     && f.requires_python.as_deref().is_none_or(|rp| {
-                        VersionSpecifiers::from_str(rp).map(|s| s.contains(&python)).unwrap_or(true)
+                        VersionSpecifiers::from_str(rp)
+                            .map(|s| s.contains(&python))
+                            .unwrap_or(true)
                     })
             });
             if let Some(file) = wheel {
@@ -339,7 +377,11 @@ impl Resolver {
         }
         Err(ResolveError::NoWheel {
             package: name.to_owned(),
-            specifier: if specifier.is_empty() { "any version".into() } else { specifier.to_string() },
+            specifier: if specifier.is_empty() {
+                "any version".into()
+            } else {
+                specifier.to_string()
+            },
             platform: target::PLATFORM_TAG,
         })
     }

@@ -49,7 +49,10 @@ impl WheelName {
     /// Pyodide platform tag and CPython 3.14 ABI (or the stable ABI).
     pub fn is_compatible(&self) -> bool {
         let py3 = self.python_tags.iter().any(|t| {
-            t == "py3" || t == "py314" || t == target::ABI_TAG || python_minor(t).is_some_and(|m| m <= 14)
+            t == "py3"
+                || t == "py314"
+                || t == target::ABI_TAG
+                || python_minor(t).is_some_and(|m| m <= 14)
         });
         if self.platform_tags.iter().any(|p| p == "any") {
             return py3 && self.abi_tags.iter().any(|a| a == "none");
@@ -65,7 +68,9 @@ impl WheelName {
 
 /// `py3N`/`cp3N` → N.
 fn python_minor(tag: &str) -> Option<u32> {
-    let rest = tag.strip_prefix("py3").or_else(|| tag.strip_prefix("cp3"))?;
+    let rest = tag
+        .strip_prefix("py3")
+        .or_else(|| tag.strip_prefix("cp3"))?;
     if rest.is_empty() {
         return None;
     }
@@ -76,7 +81,8 @@ fn python_minor(tag: &str) -> Option<u32> {
 ///
 /// Errors: the wheel is not a readable zip or has no `METADATA`.
 pub fn requires_dist(wheel: &[u8]) -> Result<Vec<String>, String> {
-    let mut archive = zip::ZipArchive::new(Cursor::new(wheel)).map_err(|e| format!("not a valid wheel: {e}"))?;
+    let mut archive =
+        zip::ZipArchive::new(Cursor::new(wheel)).map_err(|e| format!("not a valid wheel: {e}"))?;
     let name = archive
         .file_names()
         .find(|n| n.ends_with(".dist-info/METADATA") && n.matches('/').count() == 1)
@@ -103,9 +109,15 @@ mod tests {
 
     #[test]
     fn pure_python_wheels_are_compatible() {
-        assert!(WheelName::parse("rich-12.6.0-py3-none-any.whl").unwrap().is_compatible());
-        assert!(WheelName::parse("six-1.17.0-py2.py3-none-any.whl").unwrap().is_compatible());
-        assert!(!WheelName::parse("foo-1.0-py2-none-any.whl").unwrap().is_compatible());
+        assert!(WheelName::parse("rich-12.6.0-py3-none-any.whl")
+            .unwrap()
+            .is_compatible());
+        assert!(WheelName::parse("six-1.17.0-py2.py3-none-any.whl")
+            .unwrap()
+            .is_compatible());
+        assert!(!WheelName::parse("foo-1.0-py2-none-any.whl")
+            .unwrap()
+            .is_compatible());
     }
 
     #[test]

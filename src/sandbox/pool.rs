@@ -30,7 +30,9 @@ impl Pool {
         let size = size.max(1);
         Arc::new(Pool {
             exe,
-            slots: (0..size).map(|_| Arc::new(tokio::sync::Mutex::new(None))).collect(),
+            slots: (0..size)
+                .map(|_| Arc::new(tokio::sync::Mutex::new(None)))
+                .collect(),
             free: Mutex::new((0..size).rev().collect()),
             permits: Arc::new(Semaphore::new(size)),
         })

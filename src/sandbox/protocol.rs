@@ -21,7 +21,10 @@ pub enum Request {
     FindImports { code: String },
     /// Makes `files` (attachment `i` at virtual path `files[i]`) available, then loads `items`
     /// with `pyodide.loadPackage` (lock-file package names or wheel paths).
-    Install { files: Vec<String>, items: Vec<String> },
+    Install {
+        files: Vec<String>,
+        items: Vec<String>,
+    },
     /// Runs `code` with fresh globals plus `globals`; output beyond `output_cap` bytes is cut.
     Run {
         code: String,
@@ -35,7 +38,10 @@ pub enum Request {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Reply {
     /// Pyodide booted (`boot_ms` milliseconds); sent once, before any request is read.
-    Ready { pyodide_version: String, boot_ms: u64 },
+    Ready {
+        pyodide_version: String,
+        boot_ms: u64,
+    },
     /// Answer to [`Request::FindImports`].
     Imports { names: Vec<String> },
     /// Answer to [`Request::Install`]: `error` is `None` on success.
@@ -86,7 +92,11 @@ fn invalid(msg: String) -> io::Error {
 }
 
 /// Writes one frame (blocking; used by the worker).
-pub fn write_frame<T: Serialize>(w: &mut impl Write, header: &T, attachments: &[Vec<u8>]) -> io::Result<()> {
+pub fn write_frame<T: Serialize>(
+    w: &mut impl Write,
+    header: &T,
+    attachments: &[Vec<u8>],
+) -> io::Result<()> {
     let json = serde_json::to_vec(header).map_err(|e| invalid(e.to_string()))?;
     w.write_all(&(json.len() as u32).to_le_bytes())?;
     w.write_all(&json)?;
@@ -112,7 +122,8 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> io::Result
     }
     let mut json = vec![0u8; len as usize];
     r.read_exact(&mut json)?;
-    let header = serde_json::from_slice(&json).map_err(|e| invalid(format!("bad frame header: {e}")))?;
+    let header =
+        serde_json::from_slice(&json).map_err(|e| invalid(format!("bad frame header: {e}")))?;
     let mut count = [0u8; 4];
     r.read_exact(&mut count)?;
     let mut attachments = Vec::new();
@@ -127,7 +138,10 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> io::Result
         r.read_exact(&mut buf)?;
         attachments.push(buf);
     }
-    Ok(Some(Frame { header, attachments }))
+    Ok(Some(Frame {
+        header,
+        attachments,
+    }))
 }
 
 /// Writes one frame (async; used by the front).
@@ -139,7 +153,8 @@ pub async fn write_frame_async<T: Serialize>(
     let json = serde_json::to_vec(header).map_err(|e| invalid(e.to_string()))?;
     w.write_all(&(json.len() as u32).to_le_bytes()).await?;
     w.write_all(&json).await?;
-    w.write_all(&(attachments.len() as u32).to_le_bytes()).await?;
+    w.write_all(&(attachments.len() as u32).to_le_bytes())
+        .await?;
     for a in attachments {
         w.write_all(&(a.len() as u64).to_le_bytes()).await?;
         w.write_all(a).await?;
@@ -163,7 +178,8 @@ pub async fn read_frame_async<T: for<'de> Deserialize<'de>>(
     }
     let mut json = vec![0u8; len as usize];
     r.read_exact(&mut json).await?;
-    let header = serde_json::from_slice(&json).map_err(|e| invalid(format!("bad frame header: {e}")))?;
+    let header =
+        serde_json::from_slice(&json).map_err(|e| invalid(format!("bad frame header: {e}")))?;
     let mut count = [0u8; 4];
     r.read_exact(&mut count).await?;
     let mut attachments = Vec::new();
@@ -178,5 +194,8 @@ pub async fn read_frame_async<T: for<'de> Deserialize<'de>>(
         r.read_exact(&mut buf).await?;
         attachments.push(buf);
     }
-    Ok(Some(Frame { header, attachments }))
+    Ok(Some(Frame {
+        header,
+        attachments,
+    }))
 }

@@ -81,8 +81,13 @@ impl Worker {
                     e => e,
                 })
             }
-            Ok(Ok(Reply::Ready { boot_ms, pyodide_version })) => {
-                tracing::info!("sandbox worker ready: Pyodide {pyodide_version} booted in {boot_ms} ms");
+            Ok(Ok(Reply::Ready {
+                boot_ms,
+                pyodide_version,
+            })) => {
+                tracing::info!(
+                    "sandbox worker ready: Pyodide {pyodide_version} booted in {boot_ms} ms"
+                );
                 worker.boot_ms = boot_ms;
                 Ok(worker)
             }
@@ -112,17 +117,31 @@ impl Worker {
         }
     }
 
-    async fn send(&mut self, request: &Request, attachments: &[Vec<u8>]) -> Result<(), WorkerError> {
+    async fn send(
+        &mut self,
+        request: &Request,
+        attachments: &[Vec<u8>],
+    ) -> Result<(), WorkerError> {
         if let Err(e) = write_frame_async(&mut self.stdin, request, attachments).await {
             let why = self.exit_reason().await;
-            return Err(WorkerError::Died(if why.is_empty() { format!(": {e}") } else { why }));
+            return Err(WorkerError::Died(if why.is_empty() {
+                format!(": {e}")
+            } else {
+                why
+            }));
         }
         Ok(())
     }
 
     /// Top-level imports of `code`, minus the standard library.
     pub async fn find_imports(&mut self, code: &str) -> Result<Vec<String>, WorkerError> {
-        self.send(&Request::FindImports { code: code.to_owned() }, &[]).await?;
+        self.send(
+            &Request::FindImports {
+                code: code.to_owned(),
+            },
+            &[],
+        )
+        .await?;
         match self.next_reply().await? {
             Reply::Imports { names } => Ok(names),
             other => Err(unexpected(other)),
@@ -131,9 +150,20 @@ impl Worker {
 
     /// Hands `files` (virtual path, bytes) to the worker and loads `items` with
     /// `pyodide.loadPackage`. `Ok(Some(reason))` when Pyodide reported a failure.
-    pub async fn install(&mut self, files: Vec<(String, Vec<u8>)>, items: Vec<String>) -> Result<Option<String>, WorkerError> {
+    pub async fn install(
+        &mut self,
+        files: Vec<(String, Vec<u8>)>,
+        items: Vec<String>,
+    ) -> Result<Option<String>, WorkerError> {
         let (paths, bytes): (Vec<String>, Vec<Vec<u8>>) = files.into_iter().unzip();
-        self.send(&Request::Install { files: paths, items }, &bytes).await?;
+        self.send(
+            &Request::Install {
+                files: paths,
+                items,
+            },
+            &bytes,
+        )
+        .await?;
         match self.next_reply().await? {
             Reply::Installed { error } => Ok(error),
             other => Err(unexpected(other)),

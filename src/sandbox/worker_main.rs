@@ -26,7 +26,9 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
 pub fn main() -> Result<()> {
     let result = serve();
     if let Err(e) = &result {
-        let _ = send(&Reply::Fatal { error: format!("{e:#}") });
+        let _ = send(&Reply::Fatal {
+            error: format!("{e:#}"),
+        });
     }
     result
 }
@@ -53,7 +55,9 @@ fn call(engine: &mut Engine, call: &str, deadline: Option<Instant>) -> Result<se
     if answer.ok {
         Ok(answer.value)
     } else {
-        Err(anyhow!(answer.error.unwrap_or_else(|| "unknown error".into())))
+        Err(anyhow!(answer
+            .error
+            .unwrap_or_else(|| "unknown error".into())))
     }
 }
 
@@ -114,7 +118,8 @@ fn serve() -> Result<()> {
     while let Some(frame) = read_frame::<Request>(&mut input)? {
         let reply = match frame.header {
             Request::FindImports { code } => {
-                let json = engine.eval(&format!("__mcp.findImports({})", js_str(&code)), "mcp:call")?;
+                let json =
+                    engine.eval(&format!("__mcp.findImports({})", js_str(&code)), "mcp:call")?;
                 let names: Vec<String> = serde_json::from_str(&json).unwrap_or_default();
                 Reply::Imports { names }
             }
@@ -123,7 +128,11 @@ fn serve() -> Result<()> {
                     engine.add_file(path, bytes);
                 }
                 let items = serde_json::to_string(&items)?;
-                let res = call(&mut engine, &format!("__mcp.install({})", js_str(&items)), None);
+                let res = call(
+                    &mut engine,
+                    &format!("__mcp.install({})", js_str(&items)),
+                    None,
+                );
                 engine.clear_files();
                 Reply::Installed {
                     error: res.err().map(|e| format!("{e:#}")),

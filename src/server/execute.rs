@@ -36,7 +36,12 @@ pub type OutputSink = Box<dyn FnMut(Stream, &str) + Send>;
 
 impl Executor {
     /// An executor over `pool` and `resolver`.
-    pub fn new(pool: Arc<Pool>, resolver: Arc<Resolver>, limits: Limits, startup_deps: Vec<String>) -> Self {
+    pub fn new(
+        pool: Arc<Pool>,
+        resolver: Arc<Resolver>,
+        limits: Limits,
+        startup_deps: Vec<String>,
+    ) -> Self {
         Executor {
             pool,
             resolver,
@@ -53,7 +58,10 @@ impl Executor {
                 if self.startup_deps.is_empty() {
                     return Ok(Vec::new());
                 }
-                self.resolver.resolve(&self.startup_deps).await.map_err(|e| e.to_string())
+                self.resolver
+                    .resolve(&self.startup_deps)
+                    .await
+                    .map_err(|e| e.to_string())
             })
             .await
             .clone()
@@ -103,14 +111,22 @@ impl Executor {
             on_output(stream, &line);
             output.push(line);
         };
-        let run = lease.worker().run(code, globals, self.limits.output_cap, &mut collect);
+        let run = lease
+            .worker()
+            .run(code, globals, self.limits.output_cap, &mut collect);
         let outcome = match self.limits.timeout {
             Some(limit) => match tokio::time::timeout(limit, run).await {
                 Ok(r) => r,
                 Err(_) => {
                     result.output = output;
                     lease.discard().await;
-                    return run_error(result, format!("TimeoutError: the code timed out after {} s", limit.as_secs_f64()));
+                    return run_error(
+                        result,
+                        format!(
+                            "TimeoutError: the code timed out after {} s",
+                            limit.as_secs_f64()
+                        ),
+                    );
                 }
             },
             None => run.await,
@@ -139,7 +155,11 @@ impl Executor {
         }
     }
 
-    async fn install(&self, lease: &mut Lease, requirements: &[String]) -> Result<(), InstallFailure> {
+    async fn install(
+        &self,
+        lease: &mut Lease,
+        requirements: &[String],
+    ) -> Result<(), InstallFailure> {
         let mut plan = self
             .startup_plan()
             .await
@@ -153,7 +173,10 @@ impl Executor {
             plan.extend(more);
         }
         let worker = lease.worker();
-        let todo: Vec<&Planned> = plan.iter().filter(|p| !worker.installed.contains_key(&p.name)).collect();
+        let todo: Vec<&Planned> = plan
+            .iter()
+            .filter(|p| !worker.installed.contains_key(&p.name))
+            .collect();
         if todo.is_empty() {
             return Ok(());
         }
@@ -174,7 +197,11 @@ impl Executor {
                 }
             }
         }
-        match worker.install(files, items).await.map_err(InstallFailure::Worker)? {
+        match worker
+            .install(files, items)
+            .await
+            .map_err(InstallFailure::Worker)?
+        {
             Some(reason) => Err(InstallFailure::Install(reason)),
             None => {
                 for p in todo {
@@ -187,7 +214,10 @@ impl Executor {
 
     async fn fail(&self, lease: Lease, result: CallResult, e: WorkerError) -> CallResult {
         lease.discard().await;
-        run_error(result, format!("the sandbox worker failed while running the code: {e}"))
+        run_error(
+            result,
+            format!("the sandbox worker failed while running the code: {e}"),
+        )
     }
 }
 

@@ -57,11 +57,17 @@ fn escape_tag(text: &str, tag: &str) -> String {
             if lower.as_bytes().get(j) == Some(&b'/') {
                 j += 1;
             }
-            while lower.as_bytes().get(j).is_some_and(|b| b.is_ascii_whitespace()) {
+            while lower
+                .as_bytes()
+                .get(j)
+                .is_some_and(|b| b.is_ascii_whitespace())
+            {
                 j += 1;
             }
             if lower[j..].starts_with(tag) {
-                let end = lower[j + tag.len()..].find('>').map(|k| j + tag.len() + k + 1);
+                let end = lower[j + tag.len()..]
+                    .find('>')
+                    .map(|k| j + tag.len() + k + 1);
                 let stop = end.unwrap_or(j + tag.len());
                 out.push_str(&text[i..stop].replace('<', "&lt;").replace('>', "&gt;"));
                 i = stop;
@@ -87,7 +93,10 @@ fn render_xml(r: &CallResult) -> String {
     let mut lines = vec![format!("<status>{}</status>", r.status.as_str())];
     if !r.dependencies.is_empty() {
         let deps = serde_json::to_string(&r.dependencies).unwrap_or_default();
-        lines.push(format!("<dependencies>{}</dependencies>", escape_tag(&deps, "dependencies")));
+        lines.push(format!(
+            "<dependencies>{}</dependencies>",
+            escape_tag(&deps, "dependencies")
+        ));
     }
     if !r.output.is_empty() {
         lines.push("<output>".into());
@@ -116,7 +125,9 @@ fn render_json(r: &CallResult) -> String {
     if r.status == Status::Success {
         let value = match &r.return_value {
             None => serde_json::Value::Null,
-            Some(text) if r.return_is_json => serde_json::from_str(text).unwrap_or_else(|_| json!(text)),
+            Some(text) if r.return_is_json => {
+                serde_json::from_str(text).unwrap_or_else(|_| json!(text))
+            }
             Some(text) => json!(text),
         };
         obj.insert("return_value".into(), value);
@@ -174,7 +185,8 @@ mod tests {
 
     #[test]
     fn json_mode_embeds_values() {
-        let v: serde_json::Value = serde_json::from_str(&render(&result(), ReturnMode::Json)).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&render(&result(), ReturnMode::Json)).unwrap();
         assert_eq!(v["return_value"], json!([1, 2, 3]));
         assert_eq!(v["output"], json!(["[1 2 3]"]));
         assert_eq!(v["status"], json!("success"));

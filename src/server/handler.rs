@@ -7,8 +7,8 @@ use super::execute::Executor;
 use super::format::{render, ReturnMode};
 use super::tool::{tool, TOOL_NAME};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -33,7 +33,10 @@ impl RunPythonServer {
         args: Option<serde_json::Map<String, serde_json::Value>>,
     ) -> Result<(String, serde_json::Map<String, serde_json::Value>), McpError> {
         let args = args.unwrap_or_default();
-        if let Some(extra) = args.keys().find(|k| *k != "python_code" && *k != "global_variables") {
+        if let Some(extra) = args
+            .keys()
+            .find(|k| *k != "python_code" && *k != "global_variables")
+        {
             return Err(McpError::invalid_params(
                 format!("unknown argument `{extra}`: run_python_code takes `python_code` and `global_variables`"),
                 None,
@@ -47,7 +50,12 @@ impl RunPythonServer {
                     None,
                 ))
             }
-            None => return Err(McpError::invalid_params("missing required argument `python_code`", None)),
+            None => {
+                return Err(McpError::invalid_params(
+                    "missing required argument `python_code`",
+                    None,
+                ))
+            }
         };
         if code.len() > self.max_code_bytes {
             return Err(McpError::invalid_params(
@@ -64,7 +72,10 @@ impl RunPythonServer {
             Some(serde_json::Value::Object(m)) => m.clone(),
             Some(other) => {
                 return Err(McpError::invalid_params(
-                    format!("`global_variables` must be an object, not {}", json_type(other)),
+                    format!(
+                        "`global_variables` must be an object, not {}",
+                        json_type(other)
+                    ),
                     None,
                 ))
             }
@@ -92,13 +103,17 @@ fn json_type(v: &serde_json::Value) -> &'static str {
 
 fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
-    chars.next().is_some_and(|c| c == '_' || c.is_alphabetic()) && chars.all(|c| c == '_' || c.is_alphanumeric())
+    chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
+        && chars.all(|c| c == '_' || c.is_alphanumeric())
 }
 
 impl ServerHandler for RunPythonServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("mcp-run-python", env!("CARGO_PKG_VERSION")))
+            .with_server_info(Implementation::new(
+                "mcp-run-python",
+                env!("CARGO_PKG_VERSION"),
+            ))
             .with_instructions("Call run_python_code to run Python 3.14 code in a sandbox.")
     }
 
@@ -117,7 +132,10 @@ impl ServerHandler for RunPythonServer {
     ) -> Result<CallToolResponse, McpError> {
         if request.name != TOOL_NAME {
             return Err(McpError::invalid_params(
-                format!("unknown tool `{}`: this server has only `{TOOL_NAME}`", request.name),
+                format!(
+                    "unknown tool `{}`: this server has only `{TOOL_NAME}`",
+                    request.name
+                ),
                 None,
             ));
         }

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs every test: Rust unit and integration tests, then the real-client tests (Python `mcp`
+# and PydanticAI) against the real binary. Installs what it needs first (scripts/setup.sh,
+# a Python venv in .venv) and is quick when all is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null
+fi
+stamp=.venv/.requirements
+if [ ! -x .venv/bin/python ] || ! cmp -s tests/python/requirements.txt "$stamp"; then
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+  cp tests/python/requirements.txt "$stamp"
+fi
+
+cargo fmt --check
+cargo clippy --all-targets -q -- -D warnings
+cargo build
+cargo test
+MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python "$@"

@@ -1,0 +1,124 @@
+//! The real binary over real pipes, speaking raw JSON-RPC: the handshake does not wait for
+//! Pyodide, bad input gets errors, and a call still works afterwards.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+    log: tempfile::NamedTempFile,
+}
+
+impl Server {
+    fn start() -> Server {
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let cache = std::env::temp_dir().join("mcp-run-python-rust-tests");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-run-python"))
+            .args(["stdio", "--workers", "1", "--cache-dir"])
+            .arg(&cache)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Server {
+            child,
+            stdin,
+            lines,
+            log,
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
+        );
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(300))
+                .expect("the server answers");
+            let msg: Value = serde_json::from_str(&line).expect("the server writes JSON");
+            if msg["id"] == json!(id) {
+                return msg;
+            }
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn handshake_errors_and_a_call_over_raw_pipes() {
+    let mut server = Server::start();
+    let init = server.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}),
+    );
+    assert_eq!(init["result"]["serverInfo"]["name"], "mcp-run-python");
+    // The handshake was answered before the worker finished booting Pyodide.
+    assert!(
+        !server.log().contains("booted in"),
+        "initialize waited for the boot"
+    );
+    server.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+
+    let tools = server.request(2, "tools/list", json!({}));
+    assert_eq!(tools["result"]["tools"].as_array().unwrap().len(), 1);
+    assert_eq!(tools["result"]["tools"][0]["name"], "run_python_code");
+
+    // Malformed input does not break the session.
+    server.send("this is not json");
+    server.send(r#"{"jsonrpc":"2.0","id":"#);
+    let unknown = server.request(3, "no/such/method", json!({}));
+    assert!(unknown["error"]["code"].is_i64());
+    let wrong_type = server.request(
+        4,
+        "tools/call",
+        json!({"name": "run_python_code", "arguments": {"python_code": 1}}),
+    );
+    assert!(wrong_type["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("must be a string"));
+
+    let call = server.request(
+        5,
+        "tools/call",
+        json!({"name": "run_python_code", "arguments": {"python_code": "print('hi')\n6 * 7"}}),
+    );
+    assert_eq!(
+        call["result"]["content"][0]["text"],
+        "<status>success</status>\n<output>\nhi\n</output>\n<return_value>\n42\n</return_value>"
+    );
+}
