@@ -71,6 +71,14 @@ pub struct Cli {
 pub enum Mode {
     /// Serve MCP over stdin/stdout (for `MCPServerStdio`).
     Stdio,
+    /// Serve streamable HTTP with sessions at `http://HOST:PORT/mcp` (for `MCPServerStreamableHTTP`).
+    #[value(name = "streamable_http")]
+    StreamableHttp,
+    /// Serve streamable HTTP without sessions at `http://HOST:PORT/mcp`.
+    #[value(name = "streamable_http_stateless")]
+    StreamableHttpStateless,
+    /// Serve the legacy HTTP+SSE transport at `http://HOST:PORT/sse` (for `MCPServerSSE`).
+    Sse,
     /// Boot Pyodide, install `--deps`, run a tiny script, report and exit (health check).
     Warmup,
     /// Run an example script that needs a package from PyPI and print the tool result.

@@ -10,9 +10,11 @@ use crate::sandbox::worker_main::PYODIDE;
 use crate::server::execute::{Executor, Limits};
 use crate::server::format::{render, Status};
 use crate::server::handler::RunPythonServer;
+use crate::server::http::HttpMode;
 use anyhow::{anyhow, Context, Result};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 /// The script `example` runs: it needs a package from PyPI and prints and returns values.
 pub const EXAMPLE_CODE: &str = r#"# /// script
@@ -62,6 +64,7 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         executor: Arc::new(executor),
         return_mode: cli.return_mode,
         max_code_bytes: cli.max_code_size,
+        log_level: Default::default(),
     })
 }
 
@@ -72,7 +75,27 @@ pub async fn run(cli: Cli) -> Result<i32> {
     let code = match cli.mode {
         Mode::Stdio => {
             pool.warm_up();
-            crate::server::stdio::serve(server).await?;
+            tokio::select! {
+                r = crate::server::stdio::serve(server) => r?,
+                _ = shutdown_signal() => tracing::info!("shutting down"),
+            }
+            0
+        }
+        Mode::StreamableHttp | Mode::StreamableHttpStateless | Mode::Sse => {
+            pool.warm_up();
+            let mode = match cli.mode {
+                Mode::StreamableHttp => HttpMode::Stateful,
+                Mode::StreamableHttpStateless => HttpMode::Stateless,
+                _ => HttpMode::Sse,
+            };
+            let shutdown = CancellationToken::new();
+            let trigger = shutdown.clone();
+            tokio::spawn(async move {
+                shutdown_signal().await;
+                tracing::info!("shutting down");
+                trigger.cancel();
+            });
+            crate::server::http::serve(server, mode, &cli.host, cli.port, shutdown).await?;
             0
         }
         Mode::Warmup => warmup(&server).await,
@@ -121,4 +144,26 @@ async fn example(server: &RunPythonServer) -> i32 {
     } else {
         1
     }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
 }

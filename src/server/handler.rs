@@ -1,18 +1,25 @@
-//! The MCP server handler (rmcp): `initialize`, `tools/list` and `tools/call`.
+//! The MCP server handler (rmcp): `initialize`, `tools/list`, `tools/call` and
+//! `logging/setLevel`.
+//!
+//! MCP logging (`logging/setLevel`, `notifications/message`) is deprecated in the newest spec
+//! revision, but PydanticAI's `log_level`/`log_handler` and the Deno original use it.
 //!
 //! `initialize` and `tools/list` never wait for a worker (DESIGN §3): PydanticAI gives
 //! `initialize` five seconds, and booting Pyodide takes longer.
+#![allow(deprecated)]
 
 use super::execute::Executor;
 use super::format::{render, ReturnMode};
 use super::tool::{tool, TOOL_NAME};
+use crate::sandbox::protocol::Stream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, SetLevelRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Shared state of all sessions.
 #[derive(Clone)]
@@ -21,9 +28,40 @@ pub struct RunPythonServer {
     pub return_mode: ReturnMode,
     /// Largest `python_code` accepted (bytes).
     pub max_code_bytes: usize,
+    /// This session's `logging/setLevel` level; `None` until the client sets one, which
+    /// means nothing is sent (the default is `emergency`, and output is never that severe).
+    pub log_level: Arc<Mutex<Option<LoggingLevel>>>,
+}
+
+/// Severity order of MCP logging levels (RFC 5424 order, as in the MCP spec's logging section).
+fn severity(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
 }
 
 impl RunPythonServer {
+    /// The same server for a new session: shared pool and settings, its own logging level.
+    pub fn for_new_session(&self) -> Self {
+        RunPythonServer {
+            log_level: Arc::new(Mutex::new(None)),
+            ..self.clone()
+        }
+    }
+
+    /// Whether a message at `level` passes this session's logging level.
+    fn should_log(&self, level: LoggingLevel) -> bool {
+        let current = *self.log_level.lock().unwrap_or_else(|p| p.into_inner());
+        current.is_some_and(|min| severity(level) >= severity(min))
+    }
+
     /// Checks the arguments of a `run_python_code` call against the input schema.
     ///
     /// Errors: an MCP `invalid_params` error that says which argument is wrong and how.
@@ -109,12 +147,17 @@ fn is_identifier(s: &str) -> bool {
 
 impl ServerHandler for RunPythonServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new(
-                "mcp-run-python",
-                env!("CARGO_PKG_VERSION"),
-            ))
-            .with_instructions("Call run_python_code to run Python 3.14 code in a sandbox.")
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "mcp-run-python",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions("Call run_python_code to run Python 3.14 code in a sandbox.")
     }
 
     async fn list_tools(
@@ -128,7 +171,7 @@ impl ServerHandler for RunPythonServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         if request.name != TOOL_NAME {
             return Err(McpError::invalid_params(
@@ -140,8 +183,47 @@ impl ServerHandler for RunPythonServer {
             ));
         }
         let (code, globals) = self.parse_arguments(request.arguments)?;
-        let result = self.executor.run(&code, globals, Box::new(|_, _| {})).await;
+        // Output lines become `notifications/message` (stdout at `info`, stderr at `warning`)
+        // as they are written; a task sends them in order while the code runs.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(LoggingLevel, String)>();
+        let session = self.clone();
+        let on_output = Box::new(move |stream: Stream, line: &str| {
+            let level = match stream {
+                Stream::Stdout => LoggingLevel::Info,
+                Stream::Stderr => LoggingLevel::Warning,
+            };
+            if session.should_log(level) {
+                let _ = tx.send((level, line.to_owned()));
+            }
+        });
+        let peer = context.peer.clone();
+        let forward = tokio::spawn(async move {
+            while let Some((level, line)) = rx.recv().await {
+                let param =
+                    LoggingMessageNotificationParam::new(level, serde_json::Value::String(line))
+                        .with_logger("run_python_code");
+                if peer.notify_logging_message(param).await.is_err() {
+                    break;
+                }
+            }
+        });
+        // The call runs on its own task: if the client goes away mid-call, the call still
+        // finishes (within its time limit) and its worker returns to the pool in a known state.
+        let executor = self.executor.clone();
+        let result = tokio::spawn(async move { executor.run(&code, globals, on_output).await })
+            .await
+            .map_err(|e| McpError::internal_error(format!("the call failed: {e}"), None))?;
+        let _ = forward.await;
         let text = render(&result, self.return_mode);
         Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        *self.log_level.lock().unwrap_or_else(|p| p.into_inner()) = Some(request.level);
+        Ok(())
     }
 }
