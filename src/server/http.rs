@@ -65,9 +65,9 @@ pub fn jsonrpc_error(status: StatusCode, code: i64, message: &str) -> Response {
 async fn jsonrpc_errors(req: Request, next: Next, max_body: usize) -> Response {
     let req = if req.method() == Method::POST {
         let (parts, body) = req.into_parts();
-        let bytes = match axum::body::to_bytes(body, max_body).await {
-            Ok(b) => b,
-            Err(_) => {
+        let bytes = match read_body(body, max_body).await {
+            Some(b) => b,
+            None => {
                 return jsonrpc_error(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     -32600,
@@ -106,6 +106,28 @@ async fn jsonrpc_errors(req: Request, next: Next, max_body: usize) -> Response {
         -32600
     };
     jsonrpc_error(status, code, text.trim())
+}
+
+/// The body if it has at most `max` bytes. A larger body is read on and discarded (up to
+/// 64 MiB more) so that the client, still sending, receives the 413 answer instead of a reset.
+async fn read_body(body: Body, max: usize) -> Option<axum::body::Bytes> {
+    use http_body_util::BodyExt;
+    const DISCARD_MAX: usize = 64 << 20;
+    let mut body = body;
+    let mut buf = Vec::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { return None };
+        if let Ok(data) = frame.into_data() {
+            seen += data.len();
+            if seen <= max {
+                buf.extend_from_slice(&data);
+            } else if seen > max + DISCARD_MAX {
+                return None;
+            }
+        }
+    }
+    (seen <= max).then(|| buf.into())
 }
 
 /// Serves `mode` on `host:port` until `shutdown` is cancelled; in-flight requests then get up

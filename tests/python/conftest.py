@@ -53,3 +53,40 @@ async def run(session, code, **global_variables):
     assert not result.is_error, result
     assert len(result.content) == 1
     return result.content[0].text
+
+
+@contextlib.contextmanager
+def http_server(mode, *args, cache_dir=SHARED_CACHE):
+    """`mcp-run-python <mode>` on a free local port; yields its base URL. On exit it is sent
+    SIGTERM and must stop cleanly."""
+    import socket
+    import subprocess
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [BINARY, mode, "--port", str(port), "--cache-dir", cache_dir, *args],
+        env=server_env(),
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"{mode} server did not start")
+            time.sleep(0.1)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        assert code == 0, f"server exited with {code} after SIGTERM"
