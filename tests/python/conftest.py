@@ -50,7 +50,7 @@ async def run(session, code, **global_variables):
     if global_variables:
         arguments["global_variables"] = global_variables
     result = await session.call_tool("run_python_code", arguments, read_timeout_seconds=CALL_TIMEOUT)
-    assert not result.is_error, result
+    assert not result.isError, result
     assert len(result.content) == 1
     return result.content[0].text
 

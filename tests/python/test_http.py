@@ -8,7 +8,7 @@ import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import streamablehttp_client
 
 from conftest import CALL_TIMEOUT, http_server, run
 
@@ -43,7 +43,7 @@ async def check_session(session):
 
 async def test_streamable_http_and_sse_with_the_mcp_client():
     with http_server("streamable_http", "--workers", "1") as base:
-        async with streamable_http_client(f"{base}/mcp") as (read, write):
+        async with streamablehttp_client(f"{base}/mcp") as (read, write, _):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 await check_session(session)
@@ -53,7 +53,7 @@ async def test_streamable_http_and_sse_with_the_mcp_client():
                 await session.initialize()
                 await check_session(session)
     with http_server("streamable_http_stateless", "--workers", "1") as base:
-        async with streamable_http_client(f"{base}/mcp") as (read, write):
+        async with streamablehttp_client(f"{base}/mcp") as (read, write, _):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 await check_session(session)
@@ -129,7 +129,7 @@ async def test_session_lifecycle_and_bad_input():
 async def test_eight_concurrent_clients():
     with http_server("streamable_http", "--workers", "2") as base:
         async def client(n):
-            async with streamable_http_client(f"{base}/mcp") as (read, write):
+            async with streamablehttp_client(f"{base}/mcp") as (read, write, _):
                 async with ClientSession(read, write) as session:
                     await session.initialize()
                     for i in range(25):
@@ -144,12 +144,12 @@ async def test_eight_concurrent_clients():
 async def test_a_client_that_leaves_mid_call_does_not_wedge_the_queue():
     with http_server("streamable_http", "--workers", "1") as base:
         with anyio.move_on_after(8):
-            async with streamable_http_client(f"{base}/mcp") as (read, write):
+            async with streamablehttp_client(f"{base}/mcp") as (read, write, _):
                 async with ClientSession(read, write) as session:
                     await session.initialize()
                     await run(session, "import time\ntime.sleep(1)\n'ready'")
                     await session.call_tool("run_python_code", {"python_code": "import time\ntime.sleep(3)"}, read_timeout_seconds=1)
-        async with streamable_http_client(f"{base}/mcp") as (read, write):
+        async with streamablehttp_client(f"{base}/mcp") as (read, write, _):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 assert await run(session, "1 + 1") == "<status>success</status>\n<return_value>\n2\n</return_value>"

@@ -32,7 +32,7 @@ async def test_direct_usage_and_result_format(tmp_path):
             tools = await session.list_tools()
             assert len(tools.tools) == 1
             assert tools.tools[0].name == "run_python_code"
-            assert tools.tools[0].input_schema == EXPECTED_SCHEMA
+            assert tools.tools[0].inputSchema == EXPECTED_SCHEMA
             assert "3.14" in tools.tools[0].description
 
             text = await run(session, "a = [1, 2, 3]\nprint(a)\na")
