@@ -1,6 +1,7 @@
 """Shared helpers: start the real binary and talk to it with the real Python `mcp` client."""
 
 import contextlib
+import datetime
 import json
 import os
 import pathlib
@@ -49,7 +50,7 @@ async def run(session, code, **global_variables):
     arguments = {"python_code": code}
     if global_variables:
         arguments["global_variables"] = global_variables
-    result = await session.call_tool("run_python_code", arguments, read_timeout_seconds=CALL_TIMEOUT)
+    result = await session.call_tool("run_python_code", arguments, read_timeout_seconds=datetime.timedelta(seconds=CALL_TIMEOUT))
     assert not result.isError, result
     assert len(result.content) == 1
     return result.content[0].text

@@ -1,6 +1,7 @@
 """Streamable HTTP (stateful and stateless) and legacy SSE with the real Python `mcp` client,
 plus raw HTTP for what clients must not be able to break."""
 
+import datetime
 import json
 
 import anyio
@@ -148,7 +149,7 @@ async def test_a_client_that_leaves_mid_call_does_not_wedge_the_queue():
                 async with ClientSession(read, write) as session:
                     await session.initialize()
                     await run(session, "import time\ntime.sleep(1)\n'ready'")
-                    await session.call_tool("run_python_code", {"python_code": "import time\ntime.sleep(3)"}, read_timeout_seconds=1)
+                    await session.call_tool("run_python_code", {"python_code": "import time\ntime.sleep(3)"}, read_timeout_seconds=datetime.timedelta(seconds=1))
         async with streamablehttp_client(f"{base}/mcp") as (read, write, _):
             async with ClientSession(read, write) as session:
                 await session.initialize()
