@@ -185,6 +185,12 @@ pub async fn serve(
         listener.local_addr().map(|a| a.to_string()).unwrap_or(addr)
     );
     let graceful = shutdown.clone();
+    // Responses are event streams written in small pieces: without TCP_NODELAY, Nagle's
+    // algorithm and delayed ACKs add ~40 ms to every call.
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let serving = axum::serve(listener, router)
         .with_graceful_shutdown(async move { graceful.cancelled().await });
     tokio::select! {
