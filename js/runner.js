@@ -17,12 +17,24 @@
       (value) => done(JSON.stringify({ ok: true, value })),
       (e) => done(JSON.stringify({ ok: false, error: errorText(e) })),
     );
-  const emitOutput = (stream, text) => emit(JSON.stringify({ stream, text }));
+  // Output goes to the host as a JSON list of [stream, line] pairs.
+  const emitOutput = (stream, text) => emit(JSON.stringify([[stream, text]]));
 
   const mcp = {
     // Boots Pyodide from the virtual files under /pyodide/ and loads the Python helper.
-    boot(helperSource, envJson) {
+    boot(helperSource, envJson, wasmMaxBytes) {
       answer((async () => {
+        if (wasmMaxBytes) {
+          // Refuse to grow WebAssembly memory past the budget, as a memory with that maximum
+          // would: malloc then fails inside Pyodide and Python raises MemoryError.
+          const grow = WebAssembly.Memory.prototype.grow;
+          WebAssembly.Memory.prototype.grow = function (pages) {
+            if (this.buffer.byteLength + pages * 65536 > wasmMaxBytes) {
+              throw new RangeError("WebAssembly.Memory.grow(): the sandbox memory limit is reached");
+            }
+            return grow.call(this, pages);
+          };
+        }
         pyodide = await globalThis.loadPyodide({
           indexURL: "/pyodide/",
           packageBaseUrl: "/packages/",
@@ -42,7 +54,7 @@
         );
         pyodide.runPython(helperSource, { globals: mod.__dict__, filename: "/lib/_mcp_runner.py" });
         helper = mod;
-        helper.setup(emitOutput);
+        helper.setup(emit);
         return pyodide.version;
       })());
     },

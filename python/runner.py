@@ -10,6 +10,7 @@ import io
 import json
 import linecache
 import sys
+import time
 import traceback
 
 from pyodide.code import eval_code_async, find_imports as _find_imports
@@ -42,12 +43,19 @@ def find_imports(code):
 
 
 class _Capture:
-    """Counts output bytes for one call and stops forwarding past the cap."""
+    """Counts output bytes for one call, stops forwarding past the cap, and sends lines to the
+    host in batches: a line written after a quiet spell (50 ms) goes out at once, so output
+    streams as it happens, while a flood of lines costs one host message per 256 lines."""
+
+    QUIET = 0.05
+    BATCH = 256
 
     def __init__(self, cap):
         self.cap = cap
         self.used = 0
         self.truncated = False
+        self.pending = []
+        self.last_sent = 0.0
 
     def line(self, stream, text):
         if self.truncated:
@@ -55,10 +63,32 @@ class _Capture:
         size = len(text.encode("utf-8", "replace")) + 1
         if self.used + size > self.cap:
             self.truncated = True
-            _emit(stream, f"[output truncated: more than {self.cap} bytes were written]")
+            self.pending.append((stream, f"[output truncated: more than {self.cap} bytes were written]"))
+            self.flush()
+            # From now on output is dropped; a C-level null stream makes print floods cheap.
+            sys.stdout = sys.stderr = _null_stream()
             return
         self.used += size
-        _emit(stream, text)
+        self.pending.append((stream, text))
+        now = time.monotonic()
+        if len(self.pending) >= self.BATCH or now - self.last_sent > self.QUIET:
+            self.flush(now)
+
+    def flush(self, now=None):
+        if self.pending:
+            _emit(json.dumps(self.pending))
+            self.pending = []
+        self.last_sent = now if now is not None else time.monotonic()
+
+
+_NULL = None
+
+
+def _null_stream():
+    global _NULL
+    if _NULL is None:
+        _NULL = open("/dev/null", "w", buffering=1 << 16)
+    return _NULL
 
 
 class _Stream(io.TextIOBase):
@@ -79,6 +109,8 @@ class _Stream(io.TextIOBase):
     def write(self, s):
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        if self._capture.truncated:
+            return len(s)
         if "\n" in s:
             head, *middle, tail = s.split("\n")
             self._capture.line(self.name, "".join(self._buf) + head)
@@ -88,6 +120,9 @@ class _Stream(io.TextIOBase):
         elif s:
             self._buf.append(s)
         return len(s)
+
+    def flush(self):
+        self._capture.flush()
 
     def finish(self):
         if self._buf:
@@ -183,6 +218,7 @@ async def run(code, globals_json, output_cap):
     finally:
         out.finish()
         err.finish()
+        capture.flush()
         sys.stdout, sys.stderr = saved
     result["truncated"] = capture.truncated
     return json.dumps(result)

@@ -41,6 +41,15 @@ pub struct Cli {
     #[arg(long)]
     pub workers: Option<usize>,
 
+    /// Memory per worker in MiB (0 = no limit). WebAssembly memory stops growing below it (so
+    /// Python raises MemoryError), and a worker whose resident memory passes it is killed.
+    #[arg(long, default_value_t = 2048)]
+    pub memory: u64,
+
+    /// Give every call a new interpreter: the worker is replaced after each call.
+    #[arg(long)]
+    pub fresh_worker: bool,
+
     /// Most output kept per call, in bytes; more is cut with a marker line.
     #[arg(long, default_value_t = 1 << 20)]
     pub output_cap: usize,

@@ -48,10 +48,16 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
             .map(|n| n.get())
             .unwrap_or(1)
     });
-    let pool = Pool::new(exe, workers);
+    let mut worker_args = Vec::new();
+    if cli.memory > 0 {
+        worker_args.push(format!("--wasm-max-mib={}", wasm_budget_mib(cli.memory)));
+    }
+    let pool = Pool::new(exe, workers, worker_args);
     let limits = Limits {
         timeout: (cli.timeout > 0.0).then(|| Duration::from_secs_f64(cli.timeout)),
         output_cap: cli.output_cap,
+        memory_limit: (cli.memory > 0).then(|| cli.memory << 20),
+        fresh_worker: cli.fresh_worker,
     };
     let deps: Vec<String> = cli
         .deps
@@ -66,6 +72,12 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         max_code_bytes: cli.max_code_size,
         log_level: Default::default(),
     })
+}
+
+/// MiB of WebAssembly memory allowed under a worker limit of `memory` MiB: what is left after
+/// the engine's own ~200 MiB (JavaScriptCore heap, compiled code), at least 64 MiB.
+fn wasm_budget_mib(memory: u64) -> u64 {
+    memory.saturating_sub(224).max(64)
 }
 
 /// Runs the chosen mode; returns the process exit code.

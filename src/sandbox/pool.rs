@@ -11,6 +11,7 @@ type Slot = Arc<tokio::sync::Mutex<Option<Worker>>>;
 /// A fixed number of worker slots, each holding a booted worker or nothing (yet).
 pub struct Pool {
     exe: PathBuf,
+    args: Vec<String>,
     slots: Vec<Slot>,
     free: Mutex<Vec<usize>>,
     permits: Arc<Semaphore>,
@@ -25,11 +26,12 @@ pub struct Lease {
 }
 
 impl Pool {
-    /// A pool of `size` slots (at least 1) whose workers run `exe __worker`.
-    pub fn new(exe: PathBuf, size: usize) -> Arc<Pool> {
+    /// A pool of `size` slots (at least 1) whose workers run `exe __worker <args>`.
+    pub fn new(exe: PathBuf, size: usize, args: Vec<String>) -> Arc<Pool> {
         let size = size.max(1);
         Arc::new(Pool {
             exe,
+            args,
             slots: (0..size)
                 .map(|_| Arc::new(tokio::sync::Mutex::new(None)))
                 .collect(),
@@ -48,10 +50,11 @@ impl Pool {
     fn refill(self: &Arc<Self>, index: usize) {
         let slot = self.slots[index].clone();
         let exe = self.exe.clone();
+        let args = self.args.clone();
         tokio::spawn(async move {
             let mut guard = slot.lock().await;
             if guard.is_none() {
-                match Worker::spawn(&exe).await {
+                match Worker::spawn(&exe, &args).await {
                     Ok(w) => *guard = Some(w),
                     Err(e) => tracing::error!("worker {index}: {e}"),
                 }
@@ -83,7 +86,7 @@ impl Pool {
         };
         let mut guard = self.slots[index].clone().lock_owned().await;
         if guard.is_none() {
-            *guard = Some(Worker::spawn(&self.exe).await?);
+            *guard = Some(Worker::spawn(&self.exe, &self.args).await?);
         }
         lease.guard = Some(guard);
         Ok(lease)

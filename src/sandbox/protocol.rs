@@ -46,8 +46,8 @@ pub enum Reply {
     Imports { names: Vec<String> },
     /// Answer to [`Request::Install`]: `error` is `None` on success.
     Installed { error: Option<String> },
-    /// One line written by user code, sent while the code runs.
-    Output { stream: Stream, text: String },
+    /// Lines written by user code (in order), sent while the code runs.
+    Output { lines: Vec<(Stream, String)> },
     /// Answer to [`Request::Run`].
     Ran(RunOutcome),
     /// The worker cannot go on (boot failed, engine error); it exits after sending this.
@@ -79,6 +79,9 @@ pub struct RunOutcome {
     /// Whether output was cut at the cap.
     #[serde(default)]
     pub truncated: bool,
+    /// The interpreter cannot be used again (it exited or aborted); the worker is ending.
+    #[serde(default)]
+    pub fatal: bool,
 }
 
 /// A decoded frame: its JSON header and attachments.

@@ -42,12 +42,13 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Starts `exe __worker` and waits for Pyodide to boot.
+    /// Starts `exe __worker <args>` and waits for Pyodide to boot.
     ///
     /// Errors: [`WorkerError::Spawn`], [`WorkerError::Boot`], [`WorkerError::BootTimeout`].
-    pub async fn spawn(exe: &Path) -> Result<Worker, WorkerError> {
+    pub async fn spawn(exe: &Path, args: &[String]) -> Result<Worker, WorkerError> {
         let mut child = Command::new(exe)
             .arg("__worker")
+            .args(args)
             // The worker gets no host environment beyond what logging needs.
             .env_clear()
             .envs(std::env::var("RUST_LOG").ok().map(|v| ("RUST_LOG", v)))
@@ -187,12 +188,26 @@ impl Worker {
         self.send(&request, &[]).await?;
         loop {
             match self.next_reply().await? {
-                Reply::Output { stream, text } => on_output(stream, text),
+                Reply::Output { lines } => {
+                    for (stream, text) in lines {
+                        on_output(stream, text);
+                    }
+                }
                 Reply::Ran(outcome) => return Ok(outcome),
                 Reply::Fatal { error } => return Err(WorkerError::Died(format!(": {error}"))),
                 other => return Err(unexpected(other)),
             }
         }
+    }
+
+    /// The worker's process id, if it is still running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Resident memory of the worker process (bytes), read from `/proc/<pid>/statm`.
+    pub fn resident_bytes(&self) -> Option<u64> {
+        resident_bytes(self.pid()?)
     }
 
     /// Kills the process and reaps it.
@@ -207,4 +222,13 @@ fn unexpected(reply: Reply) -> WorkerError {
         Reply::Fatal { error } => WorkerError::Died(format!(": {error}")),
         other => WorkerError::Protocol(format!("{other:?}")),
     }
+}
+
+/// Resident memory (bytes) of process `pid` from `/proc/<pid>/statm` (Linux); `None` elsewhere.
+pub fn resident_bytes(pid: u32) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).unwrap_or(4096))
 }

@@ -24,6 +24,12 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// Runs the worker until stdin closes. Errors are also reported to the front as `Fatal`.
 pub fn main() -> Result<()> {
+    // Die with the front: a worker must never outlive the server that owns it.
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with PR_SET_PDEATHSIG only sets a flag on this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
     let result = serve();
     if let Err(e) = &result {
         let _ = send(&Reply::Fatal {
@@ -65,6 +71,14 @@ fn js_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
 
+/// `--wasm-max-mib=N` from the worker's arguments, in bytes.
+fn wasm_max_bytes() -> Option<u64> {
+    std::env::args()
+        .filter_map(|a| a.strip_prefix("--wasm-max-mib=").and_then(|n| n.parse::<u64>().ok()))
+        .next()
+        .map(|mib| mib << 20)
+}
+
 fn boot() -> Result<(Engine, String)> {
     let mut engine = Engine::new()?;
     for file in PYODIDE.files() {
@@ -85,11 +99,40 @@ fn boot() -> Result<(Engine, String)> {
     let deadline = Some(Instant::now() + BOOT_TIMEOUT);
     let version = call(
         &mut engine,
-        &format!("__mcp.boot({}, {})", js_str(RUNNER_PY), js_str(env)),
+        &format!(
+            "__mcp.boot({}, {}, {})",
+            js_str(RUNNER_PY),
+            js_str(env),
+            wasm_max_bytes().map_or("null".to_owned(), |b| b.to_string())
+        ),
         deadline,
     )
     .context("booting Pyodide")?;
     Ok((engine, version.as_str().unwrap_or_default().to_owned()))
+}
+
+/// Describes a run that failed below Python (the runner did not answer with a result).
+fn runtime_failure(e: &anyhow::Error) -> RunOutcome {
+    let text = format!("{e:#}");
+    let first = text.lines().next().unwrap_or_default();
+    let (error, fatal) = if let Some(rest) = text.split("Program terminated with exit(").nth(1) {
+        let code = rest.split(')').next().unwrap_or("?");
+        (format!("SystemExit: the code ended the interpreter with exit({code}) (os._exit); the next call runs in a new interpreter"), true)
+    } else if text.contains("Aborted") || text.contains("fatal error") || text.contains("Unreachable code") {
+        ("RuntimeError: the interpreter aborted (os.abort() or a fatal error in the runtime); the next call runs in a new interpreter".to_owned(), true)
+    } else if e.downcast_ref::<EngineError>().is_some() {
+        (format!("RuntimeError: the JavaScript runtime failed: {first}; the next call runs in a new interpreter"), true)
+    } else {
+        (text.clone(), false)
+    };
+    RunOutcome {
+        status: "run-error".into(),
+        return_value: None,
+        return_kind: None,
+        error: Some(error),
+        truncated: false,
+        fatal,
+    }
 }
 
 fn serve() -> Result<()> {
@@ -102,16 +145,8 @@ fn serve() -> Result<()> {
     })?;
     // From now on every line user code writes is streamed to the front as it happens.
     engine.set_emit_sink(Box::new(|text: &str| {
-        #[derive(Deserialize)]
-        struct Line {
-            stream: Stream,
-            text: String,
-        }
-        if let Ok(line) = serde_json::from_str::<Line>(text) {
-            let _ = send(&Reply::Output {
-                stream: line.stream,
-                text: line.text,
-            });
+        if let Ok(lines) = serde_json::from_str::<Vec<(Stream, String)>>(text) {
+            let _ = send(&Reply::Output { lines });
         }
     }));
     let mut input = BufReader::new(io::stdin().lock());
@@ -152,17 +187,18 @@ fn serve() -> Result<()> {
                 );
                 match call(&mut engine, &js, None) {
                     Ok(v) => Reply::Ran(serde_json::from_value::<RunOutcome>(v)?),
-                    Err(e) => match e.downcast_ref::<EngineError>() {
-                        // The runtime itself failed: this interpreter cannot be trusted again.
-                        Some(_) => return Err(e),
-                        None => Reply::Ran(RunOutcome {
-                            status: "run-error".into(),
-                            return_value: None,
-                            return_kind: None,
-                            error: Some(format!("{e:#}")),
-                            truncated: false,
-                        }),
-                    },
+                    Err(e) => {
+                        // The code ended the runtime (os._exit, os.abort, a fatal runtime error):
+                        // report it as the call's result, then stop; the front starts a new worker.
+                        let outcome = runtime_failure(&e);
+                        let fatal = outcome.fatal;
+                        let mut out = BufWriter::new(io::stdout().lock());
+                        write_frame(&mut out, &Reply::Ran(outcome), &[])?;
+                        if fatal {
+                            return Ok(());
+                        }
+                        continue;
+                    }
                 }
             }
         };

@@ -19,7 +19,14 @@ pub struct Limits {
     pub timeout: Option<Duration>,
     /// Most output bytes kept per call.
     pub output_cap: usize,
+    /// Resident memory a worker may use (bytes); above it the worker is killed.
+    pub memory_limit: Option<u64>,
+    /// Replace the worker after every call (a new interpreter per call).
+    pub fresh_worker: bool,
 }
+
+/// How often a running call's worker memory is checked.
+const MEMORY_POLL: Duration = Duration::from_millis(25);
 
 /// Runs calls on the worker pool.
 pub struct Executor {
@@ -111,27 +118,46 @@ impl Executor {
             on_output(stream, &line);
             output.push(line);
         };
+        let pid = lease.worker().pid();
         let run = lease
             .worker()
             .run(code, globals, self.limits.output_cap, &mut collect);
+        let watch = watch_memory(pid, self.limits.memory_limit);
+        let limited = async {
+            tokio::select! {
+                r = run => Ok(r),
+                used = watch => Err(used),
+            }
+        };
         let outcome = match self.limits.timeout {
-            Some(limit) => match tokio::time::timeout(limit, run).await {
+            Some(limit) => match tokio::time::timeout(limit, limited).await {
                 Ok(r) => r,
                 Err(_) => {
                     result.output = output;
                     lease.discard().await;
                     return run_error(
                         result,
-                        format!(
-                            "TimeoutError: the code timed out after {} s",
-                            limit.as_secs_f64()
-                        ),
+                        format!("TimeoutError: the code timed out after {} s", limit.as_secs_f64()),
                     );
                 }
             },
-            None => run.await,
+            None => limited.await,
         };
         result.output = output;
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(used) => {
+                lease.discard().await;
+                let limit = self.limits.memory_limit.unwrap_or_default() >> 20;
+                return run_error(
+                    result,
+                    format!(
+                        "MemoryError: the worker exceeded its memory limit of {limit} MiB (it used {} MiB) and was stopped",
+                        used >> 20
+                    ),
+                );
+            }
+        };
         match outcome {
             Ok(o) => {
                 if o.status == "success" {
@@ -140,6 +166,15 @@ impl Executor {
                 } else {
                     result.status = Status::RunError;
                     result.error = o.error;
+                }
+                // WebAssembly memory never shrinks: a worker that grew past the limit, or one
+                // whose interpreter ended, is replaced before the next call.
+                let over = self
+                    .limits
+                    .memory_limit
+                    .is_some_and(|max| lease.worker().resident_bytes().is_some_and(|rss| rss > max));
+                if o.fatal || over || self.limits.fresh_worker {
+                    lease.discard().await;
                 }
                 result
             }
@@ -236,4 +271,20 @@ fn run_error(mut r: CallResult, msg: String) -> CallResult {
     r.status = Status::RunError;
     r.error = Some(msg);
     r
+}
+
+/// Resolves with the resident bytes once worker `pid` uses more than `limit`; never without one.
+async fn watch_memory(pid: Option<u32>, limit: Option<u64>) -> u64 {
+    let (Some(pid), Some(limit)) = (pid, limit) else {
+        return std::future::pending().await;
+    };
+    let mut tick = tokio::time::interval(MEMORY_POLL);
+    loop {
+        tick.tick().await;
+        if let Some(rss) = crate::sandbox::worker::resident_bytes(pid) {
+            if rss > limit {
+                return rss;
+            }
+        }
+    }
 }
