@@ -203,6 +203,9 @@
   delete WA.compileStreaming;
   delete WA.instantiateStreaming;
 
+  // js/fetch.js takes this one and removes it.
+  define(globalThis, "__mcpHostCall", host.call);
+
   // The runner (js/runner.js) reaches the host through this frozen, non-enumerable handle.
   define(globalThis, "__mcpHost", Object.freeze({ emit: host.emit, done: host.done }));
 })();

@@ -50,6 +50,12 @@ pub struct Cli {
     #[arg(long)]
     pub fresh_worker: bool,
 
+    /// Hosts user code may reach over HTTP(S) with `pyodide.http.pyfetch` or `open_url`
+    /// (comma-separated `host` or `host:port`); none by default. Package downloads by the
+    /// server itself are not affected.
+    #[arg(long, value_delimiter = ',')]
+    pub allow_net: Vec<String>,
+
     /// Most output kept per call, in bytes; more is cut with a marker line.
     #[arg(long, default_value_t = 1 << 20)]
     pub output_cap: usize,

@@ -5,6 +5,7 @@ use crate::packages::cache::Cache;
 use crate::packages::index::Fetcher;
 use crate::packages::lock::Lockfile;
 use crate::packages::resolver::Resolver;
+use crate::sandbox::net::NetPolicy;
 use crate::sandbox::pool::Pool;
 use crate::sandbox::worker_main::PYODIDE;
 use crate::server::execute::{Executor, Limits};
@@ -65,7 +66,8 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         .map(|d| d.trim().to_owned())
         .filter(|d| !d.is_empty())
         .collect();
-    let executor = Executor::new(pool, Arc::new(resolver), limits, deps);
+    let net = NetPolicy::new(cli.allow_net.clone());
+    let executor = Executor::new(pool, Arc::new(resolver), limits, deps, net);
     Ok(RunPythonServer {
         executor: Arc::new(executor),
         return_mode: cli.return_mode,

@@ -16,6 +16,10 @@ use std::time::{Duration, Instant};
 /// Receives messages that JavaScript sends to the embedder with `__host.emit(text)`.
 pub type EmitSink = Box<dyn FnMut(&str)>;
 
+/// Answers synchronous requests JavaScript makes with `__host.call(name, json, bytes)`:
+/// `(name, json, bytes)` in, `(json, bytes)` out, or an error message that becomes a JS `Error`.
+pub type CallHandler = Box<dyn FnMut(&str, &str, Vec<u8>) -> Result<(String, Vec<u8>), String>>;
+
 pub(crate) struct Timer {
     pub callback: JSObjectRef,
 }
@@ -30,6 +34,7 @@ pub(crate) struct HostState {
     pub files: HashMap<String, &'static [u8]>,
     pub owned_files: HashMap<String, Vec<u8>>,
     pub emit: Option<EmitSink>,
+    pub call: Option<CallHandler>,
     /// Last value given to `__host.done(text)`: the awaited work has settled.
     pub done: Option<String>,
     /// Unhandled promise rejections since the last check (message and stack).
@@ -51,7 +56,8 @@ pub unsafe fn install(ctx: JSGlobalContextRef) {
     STATE.with(|s| s.borrow_mut().start = Some(Instant::now()));
     let global = JSContextGetGlobalObject(ctx);
     let host = JSObjectMake(ctx, ptr::null_mut(), ptr::null_mut());
-    let functions: [(&str, Callback); 9] = [
+    let functions: [(&str, Callback); 10] = [
+        ("call", host_call),
         ("log", host_log),
         ("now", host_now),
         ("setTimer", host_set_timer),
@@ -277,4 +283,49 @@ unsafe extern "C" fn host_rejected(
     };
     STATE.with(|s| s.borrow_mut().rejections.push(text));
     JSValueMakeUndefined(ctx)
+}
+
+/// `__host.call(name, json, bytes?) -> {json, body: ArrayBuffer}`: a synchronous request to the
+/// embedder (used for `fetch`, which the front performs under its network policy). `bytes`
+/// must be a `Uint8Array` that JavaScript created for this call (never a view of WebAssembly
+/// memory, whose buffer must not be pinned).
+unsafe extern "C" fn host_call(
+    ctx: JSContextRef,
+    _f: JSObjectRef,
+    _this: JSObjectRef,
+    argc: usize,
+    argv: *const JSValueRef,
+    exc: *mut JSValueRef,
+) -> JSValueRef {
+    let name = to_string(ctx, arg(argv, argc, 0, ctx)).unwrap_or_default();
+    let json = to_string(ctx, arg(argv, argc, 1, ctx)).unwrap_or_default();
+    let bytes_arg = arg(argv, argc, 2, ctx);
+    let mut bytes = Vec::new();
+    if JSValueIsObject(ctx, bytes_arg)
+        && JSValueGetTypedArrayType(ctx, bytes_arg, ptr::null_mut())
+            == K_JS_TYPED_ARRAY_TYPE_UINT8_ARRAY
+    {
+        let obj = bytes_arg as JSObjectRef;
+        let len = JSObjectGetTypedArrayByteLength(ctx, obj, ptr::null_mut());
+        let data = JSObjectGetTypedArrayBytesPtr(ctx, obj, ptr::null_mut()) as *const u8;
+        if !data.is_null() && len > 0 {
+            let offset = JSObjectGetTypedArrayByteOffset(ctx, obj, ptr::null_mut());
+            bytes = std::slice::from_raw_parts(data.add(offset), len).to_vec();
+        }
+    }
+    let handler = STATE.with(|s| s.borrow_mut().call.take());
+    let Some(mut handler) = handler else {
+        return throw(ctx, exc, "host calls are not available");
+    };
+    let answer = handler(&name, &json, bytes);
+    STATE.with(|s| s.borrow_mut().call = Some(handler));
+    match answer {
+        Ok((json, body)) => {
+            let out = JSObjectMake(ctx, ptr::null_mut(), ptr::null_mut());
+            set_property(ctx, out, "json", make_string(ctx, &json));
+            set_property(ctx, out, "body", make_array_buffer(ctx, body));
+            out
+        }
+        Err(msg) => throw(ctx, exc, &msg),
+    }
 }

@@ -9,8 +9,8 @@ mod host;
 mod value;
 
 use ffi::*;
-pub use host::EmitSink;
 use host::STATE;
+pub use host::{CallHandler, EmitSink};
 use std::ptr;
 use std::time::Instant;
 use thiserror::Error;
@@ -85,6 +85,11 @@ impl Engine {
     /// Sets where `__host.emit(text)` messages go.
     pub fn set_emit_sink(&mut self, sink: EmitSink) {
         STATE.with(|s| s.borrow_mut().emit = Some(sink));
+    }
+
+    /// Sets who answers `__host.call(name, json, bytes)`.
+    pub fn set_call_handler(&mut self, handler: CallHandler) {
+        STATE.with(|s| s.borrow_mut().call = Some(handler));
     }
 
     /// Evaluates `source` as a classic script named `url`; returns `String(result)`.

@@ -25,6 +25,9 @@ pub enum Request {
         files: Vec<String>,
         items: Vec<String>,
     },
+    /// Answer to [`Reply::Fetch`]: `{status, statusText, headers, url, redirected}` or
+    /// `{error}`; the body is attachment 0.
+    FetchResult { response: serde_json::Value },
     /// Runs `code` with fresh globals plus `globals`; output beyond `output_cap` bytes is cut.
     Run {
         code: String,
@@ -50,6 +53,9 @@ pub enum Reply {
     Output { lines: Vec<(Stream, String)> },
     /// Answer to [`Request::Run`].
     Ran(RunOutcome),
+    /// User code asks for an HTTP request `{method, url, headers}` (body: attachment 0); the
+    /// worker waits for [`Request::FetchResult`].
+    Fetch { request: serde_json::Value },
     /// The worker cannot go on (boot failed, engine error); it exits after sending this.
     Fatal { error: String },
 }

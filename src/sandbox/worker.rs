@@ -1,6 +1,9 @@
 //! The front's handle on one sandbox worker process.
 
-use super::protocol::{read_frame_async, write_frame_async, Reply, Request, RunOutcome, Stream};
+use super::net::NetPolicy;
+use super::protocol::{
+    read_frame_async, write_frame_async, Frame, Reply, Request, RunOutcome, Stream,
+};
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Stdio;
@@ -104,8 +107,12 @@ impl Worker {
     }
 
     async fn next_reply(&mut self) -> Result<Reply, WorkerError> {
+        Ok(self.next_frame().await?.header)
+    }
+
+    async fn next_frame(&mut self) -> Result<Frame<Reply>, WorkerError> {
         match read_frame_async::<Reply>(&mut self.stdout).await {
-            Ok(Some(frame)) => Ok(frame.header),
+            Ok(Some(frame)) => Ok(frame),
             Ok(None) => Err(WorkerError::Died(self.exit_reason().await)),
             Err(e) => Err(WorkerError::Died(format!(": {e}"))),
         }
@@ -177,6 +184,7 @@ impl Worker {
         code: &str,
         globals: serde_json::Map<String, serde_json::Value>,
         output_cap: usize,
+        net: &NetPolicy,
         on_output: &mut (dyn FnMut(Stream, String) + Send),
     ) -> Result<RunOutcome, WorkerError> {
         self.calls += 1;
@@ -187,7 +195,14 @@ impl Worker {
         };
         self.send(&request, &[]).await?;
         loop {
-            match self.next_reply().await? {
+            let frame = self.next_frame().await?;
+            match frame.header {
+                Reply::Fetch { request } => {
+                    let body = frame.attachments.into_iter().next().unwrap_or_default();
+                    let (response, body) = net.fetch(&request, body).await;
+                    self.send(&Request::FetchResult { response }, &[body])
+                        .await?;
+                }
                 Reply::Output { lines } => {
                     for (stream, text) in lines {
                         on_output(stream, text);

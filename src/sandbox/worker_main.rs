@@ -5,18 +5,21 @@
 //! no host files: Pyodide's own files are embedded in the binary and package files arrive as
 //! frame attachments.
 
-use super::protocol::{read_frame, write_frame, Reply, Request, RunOutcome, Stream};
+use super::protocol::{read_frame, write_frame, Frame, Reply, Request, RunOutcome, Stream};
 use crate::engine::{Engine, EngineError};
 use anyhow::{anyhow, Context, Result};
 use include_dir::{include_dir, Dir};
 use serde::Deserialize;
+use std::cell::RefCell;
 use std::io::{self, BufReader, BufWriter};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// Pyodide 314.0.7 (DESIGN §7), `pyodide.asm.mjs` already rewritten as a classic script.
 pub static PYODIDE: Dir = include_dir!("$OUT_DIR/pyodide");
 const BOOTSTRAP_JS: &str = include_str!("../../js/bootstrap.js");
 const RUNNER_JS: &str = include_str!("../../js/runner.js");
+const FETCH_JS: &str = include_str!("../../js/fetch.js");
 const RUNNER_PY: &str = include_str!("../../python/runner.py");
 
 /// How long booting Pyodide may take before the worker gives up (seconds).
@@ -74,7 +77,10 @@ fn js_str(s: &str) -> String {
 /// `--wasm-max-mib=N` from the worker's arguments, in bytes.
 fn wasm_max_bytes() -> Option<u64> {
     std::env::args()
-        .filter_map(|a| a.strip_prefix("--wasm-max-mib=").and_then(|n| n.parse::<u64>().ok()))
+        .filter_map(|a| {
+            a.strip_prefix("--wasm-max-mib=")
+                .and_then(|n| n.parse::<u64>().ok())
+        })
         .next()
         .map(|mib| mib << 20)
 }
@@ -118,7 +124,10 @@ fn runtime_failure(e: &anyhow::Error) -> RunOutcome {
     let (error, fatal) = if let Some(rest) = text.split("Program terminated with exit(").nth(1) {
         let code = rest.split(')').next().unwrap_or("?");
         (format!("SystemExit: the code ended the interpreter with exit({code}) (os._exit); the next call runs in a new interpreter"), true)
-    } else if text.contains("Aborted") || text.contains("fatal error") || text.contains("Unreachable code") {
+    } else if text.contains("Aborted")
+        || text.contains("fatal error")
+        || text.contains("Unreachable code")
+    {
         ("RuntimeError: the interpreter aborted (os.abort() or a fatal error in the runtime); the next call runs in a new interpreter".to_owned(), true)
     } else if e.downcast_ref::<EngineError>().is_some() {
         (format!("RuntimeError: the JavaScript runtime failed: {first}; the next call runs in a new interpreter"), true)
@@ -149,9 +158,38 @@ fn serve() -> Result<()> {
             let _ = send(&Reply::Output { lines });
         }
     }));
-    let mut input = BufReader::new(io::stdin().lock());
-    while let Some(frame) = read_frame::<Request>(&mut input)? {
+    engine.eval(FETCH_JS, "mcp:fetch.js")?;
+    let input = Rc::new(RefCell::new(BufReader::new(io::stdin().lock())));
+    // `fetch` from user code: the front performs it (or refuses it) and answers on stdin.
+    let fetch_input = input.clone();
+    engine.set_call_handler(Box::new(move |name: &str, json: &str, body: Vec<u8>| {
+        if name != "fetch" {
+            return Err(format!("unknown host call {name}"));
+        }
+        let request: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        {
+            let mut out = io::stdout().lock();
+            write_frame(&mut out, &Reply::Fetch { request }, &[body]).map_err(|e| e.to_string())?;
+        }
+        match read_frame::<Request>(&mut *fetch_input.borrow_mut()) {
+            Ok(Some(Frame {
+                header: Request::FetchResult { response },
+                attachments,
+            })) => Ok((
+                response.to_string(),
+                attachments.into_iter().next().unwrap_or_default(),
+            )),
+            Ok(_) => Err("the front did not answer the fetch".into()),
+            Err(e) => Err(format!("the front did not answer the fetch: {e}")),
+        }
+    }));
+    loop {
+        let Some(frame) = read_frame::<Request>(&mut *input.borrow_mut())? else {
+            break;
+        };
         let reply = match frame.header {
+            // Only expected inside a fetch; a stray one is ignored.
+            Request::FetchResult { .. } => continue,
             Request::FindImports { code } => {
                 let json =
                     engine.eval(&format!("__mcp.findImports({})", js_str(&code)), "mcp:call")?;

@@ -5,6 +5,7 @@
 use super::format::{CallResult, Status};
 use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, Resolver, Source};
+use crate::sandbox::net::NetPolicy;
 use crate::sandbox::pool::{Lease, Pool};
 use crate::sandbox::protocol::Stream;
 use crate::sandbox::worker::WorkerError;
@@ -35,6 +36,8 @@ pub struct Executor {
     pub limits: Limits,
     /// `--deps`: installed into every worker before its first call.
     pub startup_deps: Vec<String>,
+    /// Which hosts user code may reach (`--allow-net`).
+    pub net: NetPolicy,
     startup_plan: OnceCell<Result<Vec<Planned>, String>>,
 }
 
@@ -48,8 +51,10 @@ impl Executor {
         resolver: Arc<Resolver>,
         limits: Limits,
         startup_deps: Vec<String>,
+        net: NetPolicy,
     ) -> Self {
         Executor {
+            net,
             pool,
             resolver,
             limits,
@@ -119,9 +124,13 @@ impl Executor {
             output.push(line);
         };
         let pid = lease.worker().pid();
-        let run = lease
-            .worker()
-            .run(code, globals, self.limits.output_cap, &mut collect);
+        let run = lease.worker().run(
+            code,
+            globals,
+            self.limits.output_cap,
+            &self.net,
+            &mut collect,
+        );
         let watch = watch_memory(pid, self.limits.memory_limit);
         let limited = async {
             tokio::select! {
@@ -137,7 +146,10 @@ impl Executor {
                     lease.discard().await;
                     return run_error(
                         result,
-                        format!("TimeoutError: the code timed out after {} s", limit.as_secs_f64()),
+                        format!(
+                            "TimeoutError: the code timed out after {} s",
+                            limit.as_secs_f64()
+                        ),
                     );
                 }
             },
@@ -169,10 +181,9 @@ impl Executor {
                 }
                 // WebAssembly memory never shrinks: a worker that grew past the limit, or one
                 // whose interpreter ended, is replaced before the next call.
-                let over = self
-                    .limits
-                    .memory_limit
-                    .is_some_and(|max| lease.worker().resident_bytes().is_some_and(|rss| rss > max));
+                let over = self.limits.memory_limit.is_some_and(|max| {
+                    lease.worker().resident_bytes().is_some_and(|rss| rss > max)
+                });
                 if o.fatal || over || self.limits.fresh_worker {
                     lease.discard().await;
                 }
