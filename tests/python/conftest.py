@@ -82,7 +82,9 @@ def http_server(mode, *args, cache_dir=SHARED_CACHE):
                 raise RuntimeError(f"{mode} server did not start")
             time.sleep(0.1)
     try:
-        yield f"http://127.0.0.1:{port}"
+        url = ServerURL(f"http://127.0.0.1:{port}")
+        url.pid = proc.pid
+        yield url
     finally:
         proc.terminate()
         try:
@@ -91,3 +93,31 @@ def http_server(mode, *args, cache_dir=SHARED_CACHE):
             proc.kill()
             raise
         assert code == 0, f"server exited with {code} after SIGTERM"
+
+
+class ServerURL(str):
+    """A server's base URL that also knows the server's process id."""
+
+    pid: int
+
+
+def child_pids(pid):
+    """Live child processes of `pid` (zombies excluded), from /proc."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[1] == str(pid) and fields[0] != "Z":
+            children.append(int(entry))
+    return children
+
+
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
