@@ -57,7 +57,7 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
     let limits = Limits {
         timeout: (cli.timeout > 0.0).then(|| Duration::from_secs_f64(cli.timeout)),
         output_cap: cli.output_cap,
-        memory_limit: (cli.memory > 0).then(|| cli.memory << 20),
+        memory_limit: (cli.memory > 0).then_some(cli.memory << 20),
         fresh_worker: cli.fresh_worker,
     };
     let deps: Vec<String> = cli
