@@ -100,16 +100,54 @@ fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
 }
 
+/// The frame's beginning: header length, header JSON and attachment count.
+fn encode_head<T: Serialize>(header: &T, attachments: usize) -> io::Result<Vec<u8>> {
+    let json = serde_json::to_vec(header).map_err(|e| invalid(e.to_string()))?;
+    let mut head = Vec::with_capacity(json.len() + 8);
+    head.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    head.extend_from_slice(&json);
+    head.extend_from_slice(&(attachments as u32).to_le_bytes());
+    Ok(head)
+}
+
+/// Checks a header length read from the stream.
+fn header_len(raw: [u8; 4]) -> io::Result<usize> {
+    let len = u32::from_le_bytes(raw);
+    if len > MAX_HEADER {
+        return Err(invalid(format!("frame header of {len} bytes is too large")));
+    }
+    Ok(len as usize)
+}
+
+/// Checks an attachment length read from the stream.
+fn attachment_len(raw: [u8; 8]) -> io::Result<usize> {
+    let n = u64::from_le_bytes(raw);
+    if n > MAX_ATTACHMENT {
+        return Err(invalid(format!("attachment of {n} bytes is too large")));
+    }
+    Ok(n as usize)
+}
+
+fn decode_header<T: for<'de> Deserialize<'de>>(json: &[u8]) -> io::Result<T> {
+    serde_json::from_slice(json).map_err(|e| invalid(format!("bad frame header: {e}")))
+}
+
+/// `Ok(None)` for an end of stream before a frame starts.
+fn at_frame_start(r: io::Result<()>) -> io::Result<Option<()>> {
+    match r {
+        Ok(()) => Ok(Some(())),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Writes one frame (blocking; used by the worker).
 pub fn write_frame<T: Serialize>(
     w: &mut impl Write,
     header: &T,
     attachments: &[Vec<u8>],
 ) -> io::Result<()> {
-    let json = serde_json::to_vec(header).map_err(|e| invalid(e.to_string()))?;
-    w.write_all(&(json.len() as u32).to_le_bytes())?;
-    w.write_all(&json)?;
-    w.write_all(&(attachments.len() as u32).to_le_bytes())?;
+    w.write_all(&encode_head(header, attachments.len())?)?;
     for a in attachments {
         w.write_all(&(a.len() as u64).to_le_bytes())?;
         w.write_all(a)?;
@@ -120,35 +158,23 @@ pub fn write_frame<T: Serialize>(
 /// Reads one frame (blocking). `Ok(None)` at a clean end of stream.
 pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> io::Result<Option<Frame<T>>> {
     let mut len = [0u8; 4];
-    match r.read_exact(&mut len) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+    if at_frame_start(r.read_exact(&mut len))?.is_none() {
+        return Ok(None);
     }
-    let len = u32::from_le_bytes(len);
-    if len > MAX_HEADER {
-        return Err(invalid(format!("frame header of {len} bytes is too large")));
-    }
-    let mut json = vec![0u8; len as usize];
+    let mut json = vec![0u8; header_len(len)?];
     r.read_exact(&mut json)?;
-    let header =
-        serde_json::from_slice(&json).map_err(|e| invalid(format!("bad frame header: {e}")))?;
     let mut count = [0u8; 4];
     r.read_exact(&mut count)?;
     let mut attachments = Vec::new();
     for _ in 0..u32::from_le_bytes(count) {
         let mut n = [0u8; 8];
         r.read_exact(&mut n)?;
-        let n = u64::from_le_bytes(n);
-        if n > MAX_ATTACHMENT {
-            return Err(invalid(format!("attachment of {n} bytes is too large")));
-        }
-        let mut buf = vec![0u8; n as usize];
+        let mut buf = vec![0u8; attachment_len(n)?];
         r.read_exact(&mut buf)?;
         attachments.push(buf);
     }
     Ok(Some(Frame {
-        header,
+        header: decode_header(&json)?,
         attachments,
     }))
 }
@@ -159,10 +185,7 @@ pub async fn write_frame_async<T: Serialize>(
     header: &T,
     attachments: &[Vec<u8>],
 ) -> io::Result<()> {
-    let json = serde_json::to_vec(header).map_err(|e| invalid(e.to_string()))?;
-    w.write_all(&(json.len() as u32).to_le_bytes()).await?;
-    w.write_all(&json).await?;
-    w.write_all(&(attachments.len() as u32).to_le_bytes())
+    w.write_all(&encode_head(header, attachments.len())?)
         .await?;
     for a in attachments {
         w.write_all(&(a.len() as u64).to_le_bytes()).await?;
@@ -176,35 +199,53 @@ pub async fn read_frame_async<T: for<'de> Deserialize<'de>>(
     r: &mut (impl tokio::io::AsyncRead + Unpin),
 ) -> io::Result<Option<Frame<T>>> {
     let mut len = [0u8; 4];
-    match r.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+    if at_frame_start(r.read_exact(&mut len).await.map(|_| ()))?.is_none() {
+        return Ok(None);
     }
-    let len = u32::from_le_bytes(len);
-    if len > MAX_HEADER {
-        return Err(invalid(format!("frame header of {len} bytes is too large")));
-    }
-    let mut json = vec![0u8; len as usize];
+    let mut json = vec![0u8; header_len(len)?];
     r.read_exact(&mut json).await?;
-    let header =
-        serde_json::from_slice(&json).map_err(|e| invalid(format!("bad frame header: {e}")))?;
     let mut count = [0u8; 4];
     r.read_exact(&mut count).await?;
     let mut attachments = Vec::new();
     for _ in 0..u32::from_le_bytes(count) {
         let mut n = [0u8; 8];
         r.read_exact(&mut n).await?;
-        let n = u64::from_le_bytes(n);
-        if n > MAX_ATTACHMENT {
-            return Err(invalid(format!("attachment of {n} bytes is too large")));
-        }
-        let mut buf = vec![0u8; n as usize];
+        let mut buf = vec![0u8; attachment_len(n)?];
         r.read_exact(&mut buf).await?;
         attachments.push(buf);
     }
     Ok(Some(Frame {
-        header,
+        header: decode_header(&json)?,
         attachments,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_with_attachments() {
+        let mut buf = Vec::new();
+        let request = Request::Install {
+            files: vec!["/packages/a.whl".into()],
+            items: vec!["a".into()],
+        };
+        write_frame(&mut buf, &request, &[b"wheel bytes".to_vec()]).unwrap();
+        let frame: Frame<Request> = read_frame(&mut buf.as_slice()).unwrap().unwrap();
+        assert!(
+            matches!(frame.header, Request::Install { ref items, .. } if items == &["a".to_string()])
+        );
+        assert_eq!(frame.attachments, vec![b"wheel bytes".to_vec()]);
+        assert!(read_frame::<Request>(&mut &buf[buf.len()..])
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn oversized_headers_are_rejected() {
+        let mut buf = (MAX_HEADER + 1).to_le_bytes().to_vec();
+        buf.extend_from_slice(&[0; 16]);
+        assert!(read_frame::<Request>(&mut buf.as_slice()).is_err());
+    }
 }
