@@ -101,7 +101,7 @@ class ServerURL(str):
     pid: int
 
 
-def child_pids(pid):
+def child_pids(pid, state_filter=lambda state: state != "Z"):
     """Live child processes of `pid` (zombies excluded), from /proc."""
     children = []
     for entry in os.listdir("/proc"):
@@ -113,9 +113,14 @@ def child_pids(pid):
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        if fields[1] == str(pid) and fields[0] != "Z":
+        if fields[1] == str(pid) and state_filter(fields[0]):
             children.append(int(entry))
     return children
+
+
+def zombie_pids(pid):
+    """Children of `pid` that exited but were never reaped."""
+    return child_pids(pid, lambda state: state == "Z")
 
 
 def rss_bytes(pid):

@@ -13,7 +13,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
-from conftest import SHARED_CACHE, child_pids, http_server, mcp_session, rss_bytes, run
+from conftest import SHARED_CACHE, child_pids, http_server, mcp_session, rss_bytes, run, zombie_pids
 
 pytestmark = pytest.mark.anyio
 
@@ -74,7 +74,7 @@ async def test_exits_aborts_and_crashes_are_results():
 
 
 async def test_output_flood_is_truncated():
-    async with mcp_session("--workers", "1") as session:
+    async with mcp_session("--workers", "1", "--timeout", "300") as session:
         text = await run(session, "for i in range(10**7):\n    print(i)\n'done'")
         assert text.startswith("<status>success</status>\n<output>\n0\n1\n2\n"), text[:200]
         assert "[output truncated: more than 1048576 bytes were written]\n</output>" in text
@@ -171,6 +171,7 @@ async def test_stress_mixed_calls_on_two_workers():
             for n in range(8):
                 tg.start_soon(client, n)
         deadline = time.monotonic() + 120
-        while len(child_pids(base.pid)) != 2 and time.monotonic() < deadline:
+        while (len(child_pids(base.pid)), zombie_pids(base.pid)) != (2, []) and time.monotonic() < deadline:
             await anyio.sleep(0.5)
         assert len(child_pids(base.pid)) == 2
+        assert zombie_pids(base.pid) == []
