@@ -98,6 +98,11 @@ async def test_session_lifecycle_and_bad_input():
             r = await client.post(f"{base}/mcp", json=call_message(4, "x" * 1001), headers=headers)
             assert "more than the limit" in rpc_result(r)["error"]["message"]
 
+            # GET /mcp opens the server-to-client event stream of the session.
+            async with client.stream("GET", f"{base}/mcp", headers={**headers, "Accept": "text/event-stream"}) as r:
+                assert r.status_code == 200
+                assert r.headers["content-type"].startswith("text/event-stream")
+
             # The session still works, and DELETE ends it.
             r = await client.post(f"{base}/mcp", json=call_message(5, "6 * 7"), headers=headers)
             assert rpc_result(r)["result"]["content"][0]["text"].endswith("<return_value>\n42\n</return_value>")
