@@ -22,7 +22,9 @@
 
   const mcp = {
     // Boots Pyodide from the virtual files under /pyodide/ and loads the Python helper.
-    boot(helperSource, envJson, wasmMaxBytes) {
+    // snapshotMode: "load" restores the memory snapshot at /snapshot.bin (skipping Python's
+    // start-up), "make" boots normally and hands a snapshot to the host, "none" just boots.
+    boot(helperSource, envJson, wasmMaxBytes, snapshotMode) {
       answer((async () => {
         if (wasmMaxBytes) {
           // Refuse to grow WebAssembly memory past the budget, as a memory with that maximum
@@ -37,14 +39,20 @@
         }
         pyodide = await globalThis.loadPyodide({
           indexURL: "/pyodide/",
-          packageBaseUrl: "/packages/",
           createPyodideModule: globalThis.__createPyodideModule,
           env: JSON.parse(envJson),
           // Output written below Python's sys.stdout (C-level writes) still reaches the call.
           stdout: (line) => emitOutput("stdout", line),
           stderr: (line) => emitOutput("stderr", line),
+          _makeSnapshot: snapshotMode === "make",
+          _loadSnapshot: snapshotMode === "load" ? new Uint8Array(globalThis.readbuffer("/snapshot.bin")) : undefined,
         });
         delete globalThis.__createPyodideModule;
+        if (snapshotMode === "make") {
+          // Taken before any of our JavaScript objects reach Python, as Pyodide requires.
+          const snapshot = new Uint8Array(pyodide.makeMemorySnapshot());
+          globalThis.__mcpHostCall("snapshot", "{}", snapshot.slice());
+        }
         const mod = pyodide.runPython(
           "import types, sys\n" +
           "_m = types.ModuleType('_mcp_runner')\n" +

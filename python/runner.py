@@ -24,6 +24,10 @@ USER_FILENAME = "<code>"
 def setup(emit):
     global _emit
     _emit = emit
+    # A worker restored from a memory snapshot starts with the snapshot's random state:
+    # reseed from the OS so that workers never share a sequence.
+    if "random" in sys.modules:
+        sys.modules["random"].seed()
 
 
 def find_imports(code):

@@ -76,6 +76,11 @@ pub struct Cli {
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
 
+    /// Always boot workers plainly: no Pyodide memory snapshot is made or restored (by default
+    /// one is kept in the cache directory, which makes later boots several times faster).
+    #[arg(long)]
+    pub no_snapshot: bool,
+
     /// Never use the network for packages: install only what the cache holds.
     #[arg(long)]
     pub offline: bool,

@@ -7,6 +7,7 @@ use crate::packages::lock::Lockfile;
 use crate::packages::resolver::Resolver;
 use crate::sandbox::net::NetPolicy;
 use crate::sandbox::pool::Pool;
+use crate::sandbox::snapshot::Launcher;
 use crate::sandbox::worker_main::PYODIDE;
 use crate::server::execute::{Executor, Limits};
 use crate::server::format::{render, Status};
@@ -35,7 +36,8 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         .and_then(|f| f.contents_utf8())
         .ok_or_else(|| anyhow!("the embedded pyodide-lock.json is missing"))?;
     let lock = Lockfile::parse(lock_text).context("parsing the embedded pyodide-lock.json")?;
-    let cache = Cache::new(cli.cache_dir.clone().unwrap_or_else(Cache::default_dir));
+    let cache_dir = cli.cache_dir.clone().unwrap_or_else(Cache::default_dir);
+    let cache = Cache::new(cache_dir.clone());
     let fetcher = Fetcher::new(cache, cli.offline);
     let resolver = Resolver::new(
         Arc::new(lock),
@@ -53,7 +55,13 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
     if cli.memory > 0 {
         worker_args.push(format!("--wasm-max-mib={}", wasm_budget_mib(cli.memory)));
     }
-    let pool = Pool::new(exe, workers, worker_args);
+    let snapshot_path = (!cli.no_snapshot).then(|| {
+        cache_dir.join("snapshots").join(format!(
+            "pyodide-{}.bin",
+            crate::sandbox::worker_main::runtime_fingerprint()
+        ))
+    });
+    let pool = Pool::new(Launcher::new(exe, worker_args, snapshot_path), workers);
     let limits = Limits {
         timeout: (cli.timeout > 0.0).then(|| Duration::from_secs_f64(cli.timeout)),
         output_cap: cli.output_cap,

@@ -4,5 +4,6 @@
 pub mod net;
 pub mod pool;
 pub mod protocol;
+pub mod snapshot;
 pub mod worker;
 pub mod worker_main;

@@ -1,8 +1,8 @@
 //! The pool of sandbox workers: calls queue fairly (FIFO) for a free worker; a worker that
 //! died, crashed or timed out is discarded and replaced in the background.
 
+use super::snapshot::Launcher;
 use super::worker::{Worker, WorkerError};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
@@ -10,8 +10,7 @@ type Slot = Arc<tokio::sync::Mutex<Option<Worker>>>;
 
 /// A fixed number of worker slots, each holding a booted worker or nothing (yet).
 pub struct Pool {
-    exe: PathBuf,
-    args: Vec<String>,
+    launcher: Arc<Launcher>,
     slots: Vec<Slot>,
     free: Mutex<Vec<usize>>,
     permits: Arc<Semaphore>,
@@ -26,12 +25,11 @@ pub struct Lease {
 }
 
 impl Pool {
-    /// A pool of `size` slots (at least 1) whose workers run `exe __worker <args>`.
-    pub fn new(exe: PathBuf, size: usize, args: Vec<String>) -> Arc<Pool> {
+    /// A pool of `size` slots (at least 1) whose workers `launcher` starts.
+    pub fn new(launcher: Launcher, size: usize) -> Arc<Pool> {
         let size = size.max(1);
         Arc::new(Pool {
-            exe,
-            args,
+            launcher: Arc::new(launcher),
             slots: (0..size)
                 .map(|_| Arc::new(tokio::sync::Mutex::new(None)))
                 .collect(),
@@ -49,12 +47,11 @@ impl Pool {
 
     fn refill(self: &Arc<Self>, index: usize) {
         let slot = self.slots[index].clone();
-        let exe = self.exe.clone();
-        let args = self.args.clone();
+        let launcher = self.launcher.clone();
         tokio::spawn(async move {
             let mut guard = slot.lock().await;
             if guard.is_none() {
-                match Worker::spawn(&exe, &args).await {
+                match launcher.launch().await {
                     Ok(w) => *guard = Some(w),
                     Err(e) => tracing::error!("worker {index}: {e}"),
                 }
@@ -86,7 +83,7 @@ impl Pool {
         };
         let mut guard = self.slots[index].clone().lock_owned().await;
         if guard.is_none() {
-            *guard = Some(Worker::spawn(&self.exe, &self.args).await?);
+            *guard = Some(self.launcher.launch().await?);
         }
         lease.guard = Some(guard);
         Ok(lease)

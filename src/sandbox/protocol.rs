@@ -17,6 +17,10 @@ pub const MAX_ATTACHMENT: u64 = 1 << 30;
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
+    /// The first frame a worker reads: how to boot. With `snapshot` `load`, attachment 0 is
+    /// a Pyodide memory snapshot to restore; with `make`, the worker boots normally and sends
+    /// a snapshot with [`Reply::Ready`].
+    Boot { snapshot: SnapshotMode },
     /// Top-level imports of `code`, minus the standard library (Pyodide's `find_imports`).
     FindImports { code: String },
     /// Makes `files` (attachment `i` at virtual path `files[i]`) available, then loads `items`
@@ -40,10 +44,13 @@ pub enum Request {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Reply {
-    /// Pyodide booted (`boot_ms` milliseconds); sent once, before any request is read.
+    /// Pyodide booted (`boot_ms` milliseconds, `restored` from a snapshot); sent once, after
+    /// [`Request::Boot`]. When a snapshot was made it is attachment 0.
     Ready {
         pyodide_version: String,
         boot_ms: u64,
+        #[serde(default)]
+        restored: bool,
     },
     /// Answer to [`Request::FindImports`].
     Imports { names: Vec<String> },
@@ -58,6 +65,18 @@ pub enum Reply {
     Fetch { request: serde_json::Value },
     /// The worker cannot go on (boot failed, engine error); it exits after sending this.
     Fatal { error: String },
+}
+
+/// How a worker boots Pyodide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotMode {
+    /// Plain boot.
+    None,
+    /// Plain boot, then hand a memory snapshot to the front.
+    Make,
+    /// Restore the attached memory snapshot (much faster than a plain boot).
+    Load,
 }
 
 /// Which stream a line of output was written to.

@@ -2,11 +2,12 @@
 
 use super::net::NetPolicy;
 use super::protocol::{
-    read_frame_async, write_frame_async, Frame, Reply, Request, RunOutcome, Stream,
+    read_frame_async, write_frame_async, Frame, Reply, Request, RunOutcome, SnapshotMode, Stream,
 };
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 use tokio::io::BufReader;
@@ -45,10 +46,17 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Starts `exe __worker <args>` and waits for Pyodide to boot.
+    /// Starts `exe __worker <args>` and waits for Pyodide to boot, restoring `snapshot` when
+    /// given, or else making one when `make_snapshot`. Returns the worker and the snapshot it
+    /// made, if any.
     ///
     /// Errors: [`WorkerError::Spawn`], [`WorkerError::Boot`], [`WorkerError::BootTimeout`].
-    pub async fn spawn(exe: &Path, args: &[String]) -> Result<Worker, WorkerError> {
+    pub async fn spawn(
+        exe: &Path,
+        args: &[String],
+        snapshot: Option<Arc<Vec<u8>>>,
+        make_snapshot: bool,
+    ) -> Result<(Worker, Option<Vec<u8>>), WorkerError> {
         let mut child = Command::new(exe)
             .arg("__worker")
             .args(args)
@@ -72,7 +80,18 @@ impl Worker {
             boot_ms: 0,
             calls: 0,
         };
-        let ready = tokio::time::timeout(BOOT_TIMEOUT, worker.next_reply()).await;
+        let (mode, attachments) = match (snapshot, make_snapshot) {
+            (Some(bytes), _) => (SnapshotMode::Load, vec![bytes.as_ref().clone()]),
+            (None, true) => (SnapshotMode::Make, Vec::new()),
+            (None, false) => (SnapshotMode::None, Vec::new()),
+        };
+        let booted = async {
+            worker
+                .send(&Request::Boot { snapshot: mode }, &attachments)
+                .await?;
+            worker.next_frame().await
+        };
+        let ready = tokio::time::timeout(BOOT_TIMEOUT, booted).await;
         match ready {
             Err(_) => {
                 worker.kill().await;
@@ -85,23 +104,36 @@ impl Worker {
                     e => e,
                 })
             }
-            Ok(Ok(Reply::Ready {
-                boot_ms,
-                pyodide_version,
+            Ok(Ok(Frame {
+                header:
+                    Reply::Ready {
+                        boot_ms,
+                        pyodide_version,
+                        restored,
+                    },
+                attachments,
             })) => {
+                let how = if restored {
+                    " from a memory snapshot"
+                } else {
+                    ""
+                };
                 tracing::info!(
-                    "sandbox worker ready: Pyodide {pyodide_version} booted in {boot_ms} ms"
+                    "sandbox worker ready: Pyodide {pyodide_version} booted{how} in {boot_ms} ms"
                 );
                 worker.boot_ms = boot_ms;
-                Ok(worker)
+                Ok((worker, attachments.into_iter().next()))
             }
-            Ok(Ok(Reply::Fatal { error })) => {
+            Ok(Ok(Frame {
+                header: Reply::Fatal { error },
+                ..
+            })) => {
                 worker.kill().await;
                 Err(WorkerError::Boot(error))
             }
             Ok(Ok(other)) => {
                 worker.kill().await;
-                Err(WorkerError::Protocol(format!("{other:?}")))
+                Err(WorkerError::Protocol(format!("{:?}", other.header)))
             }
         }
     }

@@ -5,7 +5,9 @@
 //! no host files: Pyodide's own files are embedded in the binary and package files arrive as
 //! frame attachments.
 
-use super::protocol::{read_frame, write_frame, Frame, Reply, Request, RunOutcome, Stream};
+use super::protocol::{
+    read_frame, write_frame, Frame, Reply, Request, RunOutcome, SnapshotMode, Stream,
+};
 use crate::engine::{Engine, EngineError};
 use anyhow::{anyhow, Context, Result};
 use include_dir::{include_dir, Dir};
@@ -21,6 +23,25 @@ const BOOTSTRAP_JS: &str = include_str!("../../js/bootstrap.js");
 const RUNNER_JS: &str = include_str!("../../js/runner.js");
 const FETCH_JS: &str = include_str!("../../js/fetch.js");
 const RUNNER_PY: &str = include_str!("../../python/runner.py");
+
+/// Identifies everything a memory snapshot depends on (the embedded Pyodide, our JavaScript
+/// and Python, this version): a snapshot is only restored by the same runtime. Hex, 16 chars.
+pub fn runtime_fingerprint() -> String {
+    let mut all = Vec::new();
+    for file in PYODIDE.files() {
+        all.extend_from_slice(file.path().to_string_lossy().as_bytes());
+        all.extend_from_slice(&crate::packages::cache::sha256_hex(file.contents()).into_bytes());
+    }
+    for text in [
+        BOOTSTRAP_JS,
+        RUNNER_JS,
+        RUNNER_PY,
+        env!("CARGO_PKG_VERSION"),
+    ] {
+        all.extend_from_slice(text.as_bytes());
+    }
+    crate::packages::cache::sha256_hex(&all)[..16].to_owned()
+}
 
 /// How long booting Pyodide may take before the worker gives up (seconds).
 const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
@@ -85,8 +106,23 @@ fn wasm_max_bytes() -> Option<u64> {
         .map(|mib| mib << 20)
 }
 
-fn boot() -> Result<(Engine, String)> {
+fn boot(
+    mode: SnapshotMode,
+    snapshot: Option<Vec<u8>>,
+) -> Result<(Engine, String, Option<Vec<u8>>)> {
     let mut engine = Engine::new()?;
+    if let Some(bytes) = snapshot {
+        engine.add_file("/snapshot.bin", bytes);
+    }
+    let made: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
+    let made_in = made.clone();
+    engine.set_call_handler(Box::new(move |name: &str, _json: &str, bytes: Vec<u8>| {
+        if name != "snapshot" {
+            return Err(format!("host call {name} is not available while booting"));
+        }
+        *made_in.borrow_mut() = Some(bytes);
+        Ok(("{}".to_owned(), Vec::new()))
+    }));
     for file in PYODIDE.files() {
         let name = file.path().to_string_lossy();
         engine.add_static_file(&format!("/pyodide/{name}"), file.contents());
@@ -106,15 +142,26 @@ fn boot() -> Result<(Engine, String)> {
     let version = call(
         &mut engine,
         &format!(
-            "__mcp.boot({}, {}, {})",
+            "__mcp.boot({}, {}, {}, {})",
             js_str(RUNNER_PY),
             js_str(env),
-            wasm_max_bytes().map_or("null".to_owned(), |b| b.to_string())
+            wasm_max_bytes().map_or("null".to_owned(), |b| b.to_string()),
+            js_str(match mode {
+                SnapshotMode::None => "none",
+                SnapshotMode::Make => "make",
+                SnapshotMode::Load => "load",
+            })
         ),
         deadline,
     )
     .context("booting Pyodide")?;
-    Ok((engine, version.as_str().unwrap_or_default().to_owned()))
+    engine.clear_files();
+    let snapshot = made.borrow_mut().take();
+    Ok((
+        engine,
+        version.as_str().unwrap_or_default().to_owned(),
+        snapshot,
+    ))
 }
 
 /// Describes a run that failed below Python (the runner did not answer with a result).
@@ -145,13 +192,26 @@ fn runtime_failure(e: &anyhow::Error) -> RunOutcome {
 }
 
 fn serve() -> Result<()> {
+    let input = Rc::new(RefCell::new(BufReader::new(io::stdin().lock())));
+    let (mode, snapshot) = match read_frame::<Request>(&mut *input.borrow_mut())? {
+        Some(Frame {
+            header: Request::Boot { snapshot },
+            attachments,
+        }) => (snapshot, attachments.into_iter().next()),
+        Some(_) => return Err(anyhow!("the first request must be `boot`")),
+        None => return Ok(()),
+    };
     let started = Instant::now();
-    // Output the runtime writes while booting is not part of any call.
-    let (mut engine, version) = boot()?;
-    send(&Reply::Ready {
-        pyodide_version: version,
-        boot_ms: started.elapsed().as_millis() as u64,
-    })?;
+    let (mut engine, version, made) = boot(mode, snapshot)?;
+    {
+        let ready = Reply::Ready {
+            pyodide_version: version,
+            boot_ms: started.elapsed().as_millis() as u64,
+            restored: mode == SnapshotMode::Load,
+        };
+        let mut out = BufWriter::new(io::stdout().lock());
+        write_frame(&mut out, &ready, made.as_slice())?;
+    }
     // From now on every line user code writes is streamed to the front as it happens.
     engine.set_emit_sink(Box::new(|text: &str| {
         if let Ok(lines) = serde_json::from_str::<Vec<(Stream, String)>>(text) {
@@ -159,7 +219,6 @@ fn serve() -> Result<()> {
         }
     }));
     engine.eval(FETCH_JS, "mcp:fetch.js")?;
-    let input = Rc::new(RefCell::new(BufReader::new(io::stdin().lock())));
     // `fetch` from user code: the front performs it (or refuses it) and answers on stdin.
     let fetch_input = input.clone();
     engine.set_call_handler(Box::new(move |name: &str, json: &str, body: Vec<u8>| {
@@ -188,8 +247,8 @@ fn serve() -> Result<()> {
             break;
         };
         let reply = match frame.header {
-            // Only expected inside a fetch; a stray one is ignored.
-            Request::FetchResult { .. } => continue,
+            // Only expected at start-up or inside a fetch; a stray one is ignored.
+            Request::FetchResult { .. } | Request::Boot { .. } => continue,
             Request::FindImports { code } => {
                 let json =
                     engine.eval(&format!("__mcp.findImports({})", js_str(&code)), "mcp:call")?;

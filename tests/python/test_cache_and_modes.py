@@ -70,3 +70,29 @@ async def test_timeout_kills_the_worker_and_the_next_call_works():
         assert text.startswith("<status>run-error</status>\n<output>\nspinning\n</output>"), text
         assert "timed out after 3 s" in text
         assert await run(session, "1 + 1") == "<status>success</status>\n<return_value>\n2\n</return_value>"
+
+
+async def test_memory_snapshot_is_made_once_and_restored(tmp_path):
+    cache = str(tmp_path / "cache")
+    log = tmp_path / "server.log"
+    code = "import random\nrandom.random()"
+    values = []
+    with open(log, "w") as errlog:
+        async with mcp_session("--workers", "1", "--fresh-worker", cache_dir=cache, errlog=errlog) as session:
+            for _ in range(3):
+                text = await run(session, code)
+                values.append(text)
+    text = log.read_text()
+    assert text.count("sandbox worker ready") >= 3
+    assert text.count("booted from a memory snapshot") >= 2, text
+    snapshots = list((tmp_path / "cache" / "snapshots").iterdir())
+    assert len(snapshots) == 1
+    # Workers restored from one snapshot still draw different random numbers.
+    assert len(set(values)) == 3, values
+
+    # A damaged snapshot is dropped and the worker boots plainly.
+    snapshots[0].write_bytes(b"not a snapshot")
+    with open(log, "w") as errlog:
+        async with mcp_session("--workers", "1", cache_dir=cache, errlog=errlog) as session:
+            assert (await run(session, "1 + 1")).endswith("<return_value>\n2\n</return_value>")
+    assert "booting from the memory snapshot failed" in log.read_text()

@@ -90,7 +90,7 @@ async def test_direct_usage_and_result_format(tmp_path):
             text = await run(session, "import builtins\n[('defined_before' in globals()), builtins._boot_marker, __name__]")
             assert text.endswith('<return_value>\n[\n  false,\n  "kept",\n  "__main__"\n]\n</return_value>')
             assert await run(session, "1 + 1") == "<status>success</status>\n<return_value>\n2\n</return_value>"
-    boots = errlog_path.read_text().count("booted in")
+    boots = errlog_path.read_text().count("sandbox worker ready")
     assert boots == 1, errlog_path.read_text()
 
 

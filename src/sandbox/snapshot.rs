@@ -1,0 +1,90 @@
+//! Starting workers fast: a Pyodide memory snapshot taken after the first plain boot is kept in
+//! the cache directory and restored by later workers, which then skip Python's start-up.
+
+use super::worker::{Worker, WorkerError};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Starts workers, from a snapshot when one is known to work.
+pub struct Launcher {
+    exe: PathBuf,
+    args: Vec<String>,
+    store: Option<SnapshotStore>,
+}
+
+struct SnapshotStore {
+    path: PathBuf,
+    bytes: Mutex<Option<Arc<Vec<u8>>>>,
+}
+
+impl SnapshotStore {
+    fn load(&self) -> Option<Arc<Vec<u8>>> {
+        let mut bytes = self.bytes.lock().unwrap_or_else(|p| p.into_inner());
+        if bytes.is_none() {
+            *bytes = std::fs::read(&self.path).ok().map(Arc::new);
+        }
+        bytes.clone()
+    }
+
+    fn save(&self, snapshot: Vec<u8>) {
+        let snapshot = Arc::new(snapshot);
+        if let Some(dir) = self.path.parent() {
+            let tmp = self
+                .path
+                .with_extension(format!("tmp{}", std::process::id()));
+            let written = std::fs::create_dir_all(dir)
+                .and_then(|_| std::fs::write(&tmp, snapshot.as_slice()))
+                .and_then(|_| std::fs::rename(&tmp, &self.path));
+            if let Err(e) = written {
+                tracing::warn!(
+                    "cannot store the memory snapshot in {}: {e}",
+                    self.path.display()
+                );
+            }
+        }
+        *self.bytes.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot);
+    }
+
+    fn discard(&self) {
+        let _ = std::fs::remove_file(&self.path);
+        *self.bytes.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+impl Launcher {
+    /// Workers run `exe __worker <args>`; with `snapshot_path`, snapshots are kept there.
+    pub fn new(exe: PathBuf, args: Vec<String>, snapshot_path: Option<PathBuf>) -> Self {
+        Launcher {
+            exe,
+            args,
+            store: snapshot_path.map(|path| SnapshotStore {
+                path,
+                bytes: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Boots one worker: from the snapshot if there is one (a snapshot that fails is deleted
+    /// and a plain boot follows), else plainly, making the snapshot for the next ones.
+    ///
+    /// Errors: the worker could not be started or booted.
+    pub async fn launch(&self) -> Result<Worker, WorkerError> {
+        let Some(store) = &self.store else {
+            return Ok(Worker::spawn(&self.exe, &self.args, None, false).await?.0);
+        };
+        if let Some(snapshot) = store.load() {
+            match Worker::spawn(&self.exe, &self.args, Some(snapshot), false).await {
+                Ok((worker, _)) => return Ok(worker),
+                Err(e) => {
+                    tracing::warn!("booting from the memory snapshot failed, booting plainly: {e}");
+                    store.discard();
+                }
+            }
+        }
+        let (worker, made) = Worker::spawn(&self.exe, &self.args, None, true).await?;
+        if let Some(snapshot) = made {
+            store.save(snapshot);
+        }
+        Ok(worker)
+    }
+}
