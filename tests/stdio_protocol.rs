@@ -65,6 +65,12 @@ impl Server {
         }
     }
 
+    fn next_line(&self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the server answers")
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap()
     }
@@ -97,9 +103,15 @@ fn handshake_errors_and_a_call_over_raw_pipes() {
     assert_eq!(tools["result"]["tools"].as_array().unwrap().len(), 1);
     assert_eq!(tools["result"]["tools"][0]["name"], "run_python_code");
 
-    // Malformed input does not break the session.
+    // Malformed input is answered with JSON-RPC errors and does not break the session.
     server.send("this is not json");
-    server.send(r#"{"jsonrpc":"2.0","id":"#);
+    let parse_error: Value = serde_json::from_str(&server.next_line()).unwrap();
+    assert_eq!(parse_error["error"]["code"], -32700);
+    assert_eq!(parse_error["id"], Value::Null);
+    server.send(r#"{"jsonrpc":"2.0","id":9,"method":5}"#);
+    let invalid: Value = serde_json::from_str(&server.next_line()).unwrap();
+    assert_eq!(invalid["error"]["code"], -32600);
+    assert_eq!(invalid["id"], 9);
     let unknown = server.request(3, "no/such/method", json!({}));
     assert!(unknown["error"]["code"].is_i64());
     let wrong_type = server.request(

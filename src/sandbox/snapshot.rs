@@ -75,6 +75,8 @@ impl Launcher {
         if let Some(snapshot) = store.load() {
             match Worker::spawn(&self.exe, &self.args, Some(snapshot), false).await {
                 Ok((worker, _)) => return Ok(worker),
+                // Stopped by a shutdown: says nothing about the snapshot.
+                Err(e @ WorkerError::Stopped(_)) => return Err(e),
                 Err(e) => {
                     tracing::warn!("booting from the memory snapshot failed, booting plainly: {e}");
                     store.discard();

@@ -28,6 +28,8 @@ pub enum WorkerError {
     BootTimeout(u64),
     #[error("the sandbox worker stopped unexpectedly{0}")]
     Died(String),
+    #[error("the sandbox worker was stopped from outside while booting{0}")]
+    Stopped(String),
     #[error("the sandbox worker sent an unexpected message: {0}")]
     Protocol(String),
 }
@@ -98,8 +100,10 @@ impl Worker {
                 Err(WorkerError::BootTimeout(BOOT_TIMEOUT.as_secs()))
             }
             Ok(Err(e)) => {
+                let stopped_from_outside = worker.stopped_from_outside();
                 worker.kill().await;
                 Err(match e {
+                    WorkerError::Died(why) if stopped_from_outside => WorkerError::Stopped(why),
                     WorkerError::Died(why) => WorkerError::Boot(format!("the worker exited{why}")),
                     e => e,
                 })
@@ -148,6 +152,20 @@ impl Worker {
             Ok(None) => Err(WorkerError::Died(self.exit_reason().await)),
             Err(e) => Err(WorkerError::Died(format!(": {e}"))),
         }
+    }
+
+    /// Whether the process was ended by a signal that comes from outside (a shutdown or an
+    /// operator), rather than failing by itself.
+    fn stopped_from_outside(&mut self) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        matches!(
+            self.child
+                .try_wait()
+                .ok()
+                .flatten()
+                .and_then(|s| s.signal()),
+            Some(libc::SIGTERM | libc::SIGKILL | libc::SIGINT | libc::SIGHUP)
+        )
     }
 
     async fn exit_reason(&mut self) -> String {
