@@ -56,7 +56,6 @@ pub enum Source {
 pub struct Planned {
     /// Normalized name (PEP 503).
     pub name: String,
-    pub version: String,
     pub source: Source,
     pub file_name: String,
     pub bytes: Arc<Vec<u8>>,
@@ -174,7 +173,6 @@ impl Resolver {
                     seen.insert(dep_name.clone(), dep.version.clone());
                     planned.push(Planned {
                         name: dep_name,
-                        version: dep.version.clone(),
                         source: Source::Lock,
                         file_name: dep.file_name.clone(),
                         bytes: Arc::new(bytes),
@@ -210,7 +208,6 @@ impl Resolver {
             seen.insert(name.clone(), version.to_string());
             planned.push(Planned {
                 name,
-                version: version.to_string(),
                 source: Source::Wheel,
                 file_name: file.filename.clone(),
                 bytes: Arc::new(bytes),

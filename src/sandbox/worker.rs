@@ -4,7 +4,7 @@ use super::net::NetPolicy;
 use super::protocol::{
     read_frame_async, write_frame_async, Frame, Reply, Request, RunOutcome, SnapshotMode, Stream,
 };
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -39,12 +39,8 @@ pub struct Worker {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
-    /// Packages installed in this worker: normalized name → version.
-    pub installed: HashMap<String, String>,
-    /// How long its boot took (milliseconds).
-    pub boot_ms: u64,
-    /// Number of calls it has run.
-    pub calls: u64,
+    /// Normalized names of the packages installed in this worker.
+    pub installed: HashSet<String>,
 }
 
 impl Worker {
@@ -78,9 +74,7 @@ impl Worker {
             child,
             stdin,
             stdout: BufReader::new(stdout),
-            installed: HashMap::new(),
-            boot_ms: 0,
-            calls: 0,
+            installed: HashSet::new(),
         };
         let (mode, attachments) = match (snapshot, make_snapshot) {
             (Some(bytes), _) => (SnapshotMode::Load, vec![bytes.as_ref().clone()]),
@@ -125,7 +119,6 @@ impl Worker {
                 tracing::info!(
                     "sandbox worker ready: Pyodide {pyodide_version} booted{how} in {boot_ms} ms"
                 );
-                worker.boot_ms = boot_ms;
                 Ok((worker, attachments.into_iter().next()))
             }
             Ok(Ok(Frame {
@@ -237,7 +230,6 @@ impl Worker {
         net: &NetPolicy,
         on_output: &mut (dyn FnMut(Stream, String) + Send),
     ) -> Result<RunOutcome, WorkerError> {
-        self.calls += 1;
         let request = Request::Run {
             code: code.to_owned(),
             globals,

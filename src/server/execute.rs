@@ -221,7 +221,7 @@ impl Executor {
         let worker = lease.worker();
         let todo: Vec<&Planned> = plan
             .iter()
-            .filter(|p| !worker.installed.contains_key(&p.name))
+            .filter(|p| !worker.installed.contains(&p.name))
             .collect();
         if todo.is_empty() {
             return Ok(());
@@ -251,7 +251,7 @@ impl Executor {
             Some(reason) => Err(InstallFailure::Install(reason)),
             None => {
                 for p in todo {
-                    worker.installed.insert(p.name.clone(), p.version.clone());
+                    worker.installed.insert(p.name.clone());
                 }
                 Ok(())
             }

@@ -33,12 +33,17 @@ pub enum HttpMode {
     Sse,
 }
 
+/// `Host` header values accepted (DNS-rebinding protection): loopback names plus the address
+/// we listen on. Listening on every interface accepts any host (rmcp reads an empty list so).
 fn allowed_hosts(host: &str) -> Vec<String> {
+    if host == "0.0.0.0" || host == "::" {
+        return Vec::new();
+    }
     let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"]
         .iter()
         .map(|s| s.to_string())
         .collect();
-    if !hosts.iter().any(|h| h == host) && host != "0.0.0.0" && host != "::" {
+    if !hosts.iter().any(|h| h == host) {
         hosts.push(host.to_owned());
     }
     hosts
@@ -150,11 +155,7 @@ pub async fn serve(
             config.sse_keep_alive = Some(Duration::from_secs(15));
             config.cancellation_token = shutdown.child_token();
             config.max_request_body_bytes = max_body;
-            config.allowed_hosts = if host == "0.0.0.0" || host == "::" {
-                Vec::new()
-            } else {
-                allowed_hosts(host)
-            };
+            config.allowed_hosts = allowed_hosts(host);
             let factory = server.clone();
             let service = StreamableHttpService::new(
                 move || Ok(factory.for_new_session()),
