@@ -63,9 +63,14 @@ pub fn main() -> Result<()> {
     result
 }
 
+/// Writes one frame to the front (buffered; `write_frame` flushes at the end).
+fn send_with(reply: &Reply, attachments: &[Vec<u8>]) -> io::Result<()> {
+    let mut out = BufWriter::new(io::stdout().lock());
+    write_frame(&mut out, reply, attachments)
+}
+
 fn send(reply: &Reply) -> io::Result<()> {
-    let mut out = io::stdout().lock();
-    write_frame(&mut out, reply, &[])
+    send_with(reply, &[])
 }
 
 #[derive(Deserialize)]
@@ -209,8 +214,7 @@ fn serve() -> Result<()> {
             boot_ms: started.elapsed().as_millis() as u64,
             restored: mode == SnapshotMode::Load,
         };
-        let mut out = BufWriter::new(io::stdout().lock());
-        write_frame(&mut out, &ready, made.as_slice())?;
+        send_with(&ready, made.as_slice())?;
     }
     // From now on every line user code writes is streamed to the front as it happens.
     engine.set_emit_sink(Box::new(|text: &str| {
@@ -226,10 +230,7 @@ fn serve() -> Result<()> {
             return Err(format!("unknown host call {name}"));
         }
         let request: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
-        {
-            let mut out = io::stdout().lock();
-            write_frame(&mut out, &Reply::Fetch { request }, &[body]).map_err(|e| e.to_string())?;
-        }
+        send_with(&Reply::Fetch { request }, &[body]).map_err(|e| e.to_string())?;
         match read_frame::<Request>(&mut *fetch_input.borrow_mut()) {
             Ok(Some(Frame {
                 header: Request::FetchResult { response },
@@ -289,8 +290,7 @@ fn serve() -> Result<()> {
                         // report it as the call's result, then stop; the front starts a new worker.
                         let outcome = runtime_failure(&e);
                         let fatal = outcome.fatal;
-                        let mut out = BufWriter::new(io::stdout().lock());
-                        write_frame(&mut out, &Reply::Ran(outcome), &[])?;
+                        send(&Reply::Ran(outcome))?;
                         if fatal {
                             return Ok(());
                         }
@@ -299,8 +299,7 @@ fn serve() -> Result<()> {
                 }
             }
         };
-        let mut out = BufWriter::new(io::stdout().lock());
-        write_frame(&mut out, &reply, &[])?;
+        send(&reply)?;
     }
     Ok(())
 }
