@@ -8,7 +8,19 @@
   const define = (obj, name, value) =>
     Object.defineProperty(obj, name, { value, writable: true, configurable: true, enumerable: false });
 
-  // --- console: goes to the worker's log, never to the MCP stream.
+  // --- Lone UTF-16 surrogates cannot cross to the host as text: escape them `\udcxx` style,
+  // as Python's backslashreplace does, so that no line is dropped or fatal.
+  const LONE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+  const wellFormed = (s) => s.replace(LONE, (c) => "\\u" + c.charCodeAt(0).toString(16));
+  // One message to the host: a JSON list of [stream, line] pairs, output of the running call
+  // (the host drops it when no call runs, and the front counts it against the output cap).
+  const emitLines = (stream, text) => {
+    const lines = String(text).split("\n").map((l) => [stream, wellFormed(l)]);
+    host.emit(JSON.stringify(lines));
+  };
+
+  // --- console: user code's console is part of the call's output (log/info/debug/trace on
+  // stdout, warn/error on stderr); it never reaches the server's own log.
   const fmt = (args) =>
     args
       .map((a) => {
@@ -18,8 +30,11 @@
       })
       .join(" ");
   const console = {};
-  for (const level of ["log", "info", "debug", "warn", "error", "trace"]) {
-    console[level] = (...args) => host.log(level, fmt(args));
+  for (const level of ["log", "info", "debug", "trace"]) {
+    console[level] = (...args) => emitLines("stdout", fmt(args));
+  }
+  for (const level of ["warn", "error"]) {
+    console[level] = (...args) => emitLines("stderr", fmt(args));
   }
   define(globalThis, "console", console);
 
@@ -206,6 +221,7 @@
   // js/fetch.js takes this one and removes it.
   define(globalThis, "__mcpHostCall", host.call);
 
-  // The runner (js/runner.js) reaches the host through this frozen, non-enumerable handle.
-  define(globalThis, "__mcpHost", Object.freeze({ emit: host.emit, done: host.done }));
+  // The runner (js/runner.js) reaches the host through this frozen, non-enumerable handle and
+  // deletes it before any user code runs.
+  define(globalThis, "__mcpHost", Object.freeze({ emit: host.emit, done: host.done, emitLines }));
 })();

@@ -1,31 +1,35 @@
-// The sandbox's side of the worker protocol. Rust evaluates `__mcp.<op>(...)` and then drives
-// the event loop until the operation calls `done(json)`. Asynchronous operations answer through
-// `done`; they never throw past it.
+// The sandbox's side of the worker protocol. This script's completion value is an object of
+// functions that the host keeps (protected) and calls directly; nothing of it is left on any
+// global, so user code cannot reach it. Every operation takes the call id the front chose and
+// answers through `done(id, text)`, which only these closures hold. Asynchronous operations
+// answer through `done`; they never throw past it.
 (function () {
   "use strict";
-  const { emit, done } = globalThis.__mcpHost;
+  const { emit, done, emitLines } = globalThis.__mcpHost;
   delete globalThis.__mcpHost;
   let pyodide = null;
-  let helper = null;
+  // The Python helper's functions, kept here; the helper module is in no `sys.modules`.
+  let helperRun = null;
+  let helperFindImports = null;
 
   const errorText = (e) => {
     if (e && typeof e === "object" && "message" in e) return `${e.name || "Error"}: ${e.message}\n${e.stack || ""}`;
     return String(e);
   };
-  const answer = (promise) =>
+  // `text` is sent as is (the helper already made it one JSON object); errors are wrapped.
+  const answer = (id, promise) =>
     promise.then(
-      (value) => done(JSON.stringify({ ok: true, value })),
-      (e) => done(JSON.stringify({ ok: false, error: errorText(e) })),
+      (text) => done(id, text),
+      (e) => done(id, JSON.stringify({ error: errorText(e) })),
     );
-  // Output goes to the host as a JSON list of [stream, line] pairs.
-  const emitOutput = (stream, text) => emit(JSON.stringify([[stream, text]]));
 
-  const mcp = {
+  return {
     // Boots Pyodide from the virtual files under /pyodide/ and loads the Python helper.
     // snapshotMode: "load" restores the memory snapshot at /snapshot.bin (skipping Python's
     // start-up), "make" boots normally and hands a snapshot to the host, "none" just boots.
-    boot(helperSource, envJson, wasmMaxBytes, snapshotMode) {
-      answer((async () => {
+    // Answers `{"version": …}`.
+    boot(id, helperSource, envJson, wasmMaxBytes, snapshotMode) {
+      answer(id, (async () => {
         if (wasmMaxBytes) {
           // Refuse to grow WebAssembly memory past the budget, as a memory with that maximum
           // would: malloc then fails inside Pyodide and Python raises MemoryError.
@@ -41,9 +45,10 @@
           indexURL: "/pyodide/",
           createPyodideModule: globalThis.__createPyodideModule,
           env: JSON.parse(envJson),
-          // Output written below Python's sys.stdout (C-level writes) still reaches the call.
-          stdout: (line) => emitOutput("stdout", line),
-          stderr: (line) => emitOutput("stderr", line),
+          // Output written below Python's sys.stdout (C-level writes) still reaches the call,
+          // and the front counts it against the output cap.
+          stdout: (line) => emitLines("stdout", line),
+          stderr: (line) => emitLines("stderr", line),
           _makeSnapshot: snapshotMode === "make",
           _loadSnapshot: snapshotMode === "load" ? new Uint8Array(globalThis.readbuffer("/snapshot.bin")) : undefined,
         });
@@ -53,43 +58,46 @@
           const snapshot = new Uint8Array(pyodide.makeMemorySnapshot());
           globalThis.__mcpHostCall("snapshot", "{}", snapshot.slice());
         }
+        // The helper runs in a module object of its own that is never put in sys.modules.
         const mod = pyodide.runPython(
-          "import types, sys\n" +
+          "import types\n" +
           "_m = types.ModuleType('_mcp_runner')\n" +
           "_m.__file__ = '/lib/_mcp_runner.py'\n" +
-          "sys.modules['_mcp_runner'] = _m\n" +
           "_m",
         );
         pyodide.runPython(helperSource, { globals: mod.__dict__, filename: "/lib/_mcp_runner.py" });
-        helper = mod;
-        helper.setup(emit);
-        return pyodide.version;
+        pyodide.runPython("del _m");
+        mod.setup(emit);
+        helperRun = mod.run;
+        helperFindImports = mod.find_imports;
+        return JSON.stringify({ version: pyodide.version });
       })());
     },
 
-    // Top-level imports of `code` that are neither standard library nor built in (JSON list).
-    findImports(code) {
-      return helper.find_imports(code);
+    // Top-level imports of `code` that are neither standard library nor built in: answers a
+    // JSON list of names.
+    findImports(id, code) {
+      answer(id, Promise.resolve().then(() => helperFindImports(code)));
     },
 
     // Installs packages: lock-file names and wheel paths under /packages/ (JSON list).
-    install(itemsJson) {
-      answer((async () => {
+    // Answers `{}` or `{"error": …}`.
+    install(id, itemsJson) {
+      answer(id, (async () => {
         const errors = [];
         await pyodide.loadPackage(JSON.parse(itemsJson), {
-          messageCallback: (msg) => console.debug(msg),
+          messageCallback: () => {},
           errorCallback: (msg) => errors.push(msg),
           checkIntegrity: false,
         });
         if (errors.length) throw new Error(errors.join("\n"));
-        return null;
+        return "{}";
       })());
     },
 
-    // Runs user code; answers with the helper's result object.
-    run(code, globalsJson, outputCap) {
-      answer(Promise.resolve(helper.run(code, globalsJson, outputCap)).then((r) => JSON.parse(r)));
+    // Runs user code; answers with the helper's result object (one JSON text).
+    run(id, code, globalsJson, outputCap, resultCap) {
+      answer(id, Promise.resolve().then(() => helperRun(code, globalsJson, outputCap, resultCap)));
     },
   };
-  Object.defineProperty(globalThis, "__mcp", { value: Object.freeze(mcp), enumerable: false });
 })();

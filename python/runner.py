@@ -1,7 +1,10 @@
 """Runs inside Pyodide: executes one call's code and shapes its result (DESIGN §4).
 
-Loaded once per worker as the module ``_mcp_runner``. Every call gets fresh globals; stdout and
-stderr lines go to the host as they are written, in the order written, up to the output cap.
+Loaded once per worker into a module object named ``_mcp_runner`` that is never put in
+``sys.modules``; the JavaScript runner keeps ``run`` and ``find_imports`` in closures. Every call
+gets fresh globals; stdout and stderr lines go to the host as they are written, in the order
+written, up to the output cap. Text that crosses to the host never holds lone surrogates: they
+are escaped ``\\udcxx`` style (``backslashreplace``), never dropped.
 """
 
 import builtins
@@ -19,6 +22,15 @@ _emit = None
 # Modules that come with Pyodide itself and are never packages to install.
 _BUILTIN = {"js", "pyodide", "pyodide_js", "_pyodide", "_mcp_runner"}
 USER_FILENAME = "<code>"
+
+
+def _clean(text):
+    """``text`` with lone surrogates escaped (``'\\udc80'``), so that it is valid UTF-8."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def setup(emit):
@@ -64,7 +76,7 @@ class _Capture:
     def line(self, stream, text):
         if self.truncated:
             return
-        size = len(text.encode("utf-8", "replace")) + 1
+        size = len(text.encode("utf-8", "backslashreplace")) + 1
         if self.used + size > self.cap:
             self.truncated = True
             self.pending.append((stream, f"[output truncated: more than {self.cap} bytes were written]"))
@@ -73,7 +85,7 @@ class _Capture:
             sys.stdout = sys.stderr = _null_stream()
             return
         self.used += size
-        self.pending.append((stream, text))
+        self.pending.append((stream, _clean(text)))
         now = time.monotonic()
         if len(self.pending) >= self.BATCH or now - self.last_sent > self.QUIET:
             self.flush(now)
@@ -167,11 +179,11 @@ def _return_value(value):
     if value is None:
         return None, None
     if isinstance(value, str):
-        return value, "str"
+        return _clean(value), "str"
     try:
         return json.dumps(value, indent=2, default=_default), "json"
     except (_NotJson, ValueError, TypeError, RecursionError):
-        return repr(value), "repr"
+        return _clean(repr(value)), "repr"
 
 
 def _is_internal(filename):
@@ -201,8 +213,10 @@ def _chain(te):
     return seen
 
 
-async def run(code, globals_json, output_cap):
-    """Runs ``code`` with fresh globals; returns the result as a JSON string."""
+async def run(code, globals_json, output_cap, result_cap):
+    """Runs ``code`` with fresh globals; returns the result as one JSON object's text:
+    ``{"status", "return_value": {"kind", "text"} | null, "error", "truncated"}``. A return
+    value whose text is longer than ``result_cap`` bytes becomes an error."""
     capture = _Capture(int(output_cap))
     out = _Stream("stdout", capture)
     err = _Stream("stderr", capture)
@@ -216,9 +230,19 @@ async def run(code, globals_json, output_cap):
     try:
         value = await eval_code_async(code, user_globals, filename=USER_FILENAME)
         text, kind = _return_value(value)
-        result = {"status": "success", "return_value": text, "return_kind": kind}
+        size = len(text.encode("utf-8")) if text is not None else 0
+        if size > int(result_cap):
+            result = {
+                "status": "run-error",
+                "error": f"ValueError: the return value is {size} bytes as text, more than the limit of {int(result_cap)} bytes",
+            }
+        else:
+            result = {"status": "success", "return_value": None if text is None else {"kind": kind, "text": text}}
     except BaseException as exc:  # SystemExit and KeyboardInterrupt are results too
-        result = {"status": "run-error", "error": _format_error(exc)}
+        error = _clean(_format_error(exc))
+        if len(error) > int(result_cap):
+            error = error[: int(result_cap)] + f"\n[error text truncated at {int(result_cap)} characters]"
+        result = {"status": "run-error", "error": error}
     finally:
         out.finish()
         err.finish()

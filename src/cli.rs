@@ -1,5 +1,6 @@
 //! Command line (DESIGN §6).
 
+use crate::server::execute::Isolation;
 use crate::server::format::ReturnMode;
 use clap::{Parser, ValueEnum};
 use std::path::PathBuf;
@@ -33,20 +34,46 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = ReturnMode::Xml)]
     pub return_mode: ReturnMode,
 
-    /// Time limit for running one call's code, in seconds (0 = no limit). Installs do not count.
+    /// Time limit for one call's code, in seconds (0 = no limit): scanning its imports, running
+    /// it and converting its result. Past it the interpreter is killed. Installs do not count.
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
 
-    /// Number of sandbox worker processes (default: the number of CPU cores).
+    /// Time limit for resolving, downloading and installing one call's packages, in seconds.
+    #[arg(long, default_value_t = 300.0)]
+    pub install_timeout: f64,
+
+    /// Calls running code at once (default: the number of CPU cores); more wait in a fair queue.
+    /// With `--isolation shared`, also the number of shared interpreters.
     #[arg(long)]
     pub workers: Option<usize>,
+
+    /// Who shares an interpreter: `session` (one per MCP session, killed with it), `call` (a
+    /// clean one for every call) or `shared` (reused across sessions: trusts every client).
+    #[arg(long, value_enum, default_value_t = Isolation::Session)]
+    pub isolation: Isolation,
+
+    /// Clean interpreters kept booted ahead, so that a new session rarely waits for a boot
+    /// [default: 2 for HTTP, `--workers` with `--isolation call` or `shared`; 0 for stdio,
+    /// which still boots one at start and one after losing its interpreter].
+    #[arg(long)]
+    pub spares: Option<usize>,
+
+    /// Most live MCP sessions (each may hold an interpreter of ~230 MiB); beyond it a new
+    /// session is refused (HTTP 503) [default: sized from this machine's memory].
+    #[arg(long)]
+    pub max_sessions: Option<usize>,
+
+    /// Most calls waiting for their turn at once; more get an error at once.
+    #[arg(long, default_value_t = 256)]
+    pub max_queue: usize,
 
     /// Memory per worker in MiB (0 = no limit). WebAssembly memory stops growing below it (so
     /// Python raises MemoryError), and a worker whose resident memory passes it is killed.
     #[arg(long, default_value_t = 2048)]
     pub memory: u64,
 
-    /// Give every call a new interpreter: the worker is replaced after each call.
+    /// The same as `--isolation call` (kept for earlier scripts).
     #[arg(long)]
     pub fresh_worker: bool,
 
@@ -56,9 +83,18 @@ pub struct Cli {
     #[arg(long, value_delimiter = ',')]
     pub allow_net: Vec<String>,
 
-    /// Most output kept per call, in bytes; more is cut with a marker line.
+    /// Largest response body user code may fetch from an `--allow-net` host, in bytes.
+    #[arg(long, default_value_t = crate::sandbox::net::DEFAULT_MAX_FETCH_BYTES)]
+    pub max_fetch_bytes: usize,
+
+    /// Most output kept per call, in bytes; more is cut with a marker line, and a call that
+    /// writes more than 64 KiB past it below Python (e.g. `os.write`) is stopped.
     #[arg(long, default_value_t = 1 << 20)]
     pub output_cap: usize,
+
+    /// Longest return value per call, in bytes of text; a longer one is a `run-error`.
+    #[arg(long, default_value_t = 8 << 20)]
+    pub result_cap: usize,
 
     /// Largest `python_code` accepted, in bytes; larger calls get an MCP error.
     #[arg(long, default_value_t = 1 << 20)]

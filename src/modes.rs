@@ -6,12 +6,12 @@ use crate::packages::index::Fetcher;
 use crate::packages::lock::Lockfile;
 use crate::packages::resolver::Resolver;
 use crate::sandbox::net::NetPolicy;
-use crate::sandbox::pool::Pool;
 use crate::sandbox::snapshot::Launcher;
+use crate::sandbox::spares::Spares;
 use crate::sandbox::worker_main::PYODIDE;
-use crate::server::execute::{Executor, Limits};
+use crate::server::execute::{Executor, Isolation, Limits, Tenant};
 use crate::server::format::{render, Status};
-use crate::server::handler::RunPythonServer;
+use crate::server::handler::{RunPythonServer, Sessions};
 use crate::server::http::HttpMode;
 use anyhow::{anyhow, Context, Result};
 use std::sync::Arc;
@@ -61,12 +61,26 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
             crate::sandbox::worker_main::runtime_fingerprint()
         ))
     });
-    let pool = Pool::new(Launcher::new(exe, worker_args, snapshot_path), workers);
+    let isolation = if cli.fresh_worker {
+        Isolation::Call
+    } else {
+        cli.isolation
+    };
+    let spares = cli.spares.unwrap_or(match (isolation, cli.mode) {
+        (Isolation::Call | Isolation::Shared, _) => workers,
+        // One session: one spare is booted at start and after each lost interpreter.
+        (Isolation::Session, Mode::Stdio | Mode::Warmup | Mode::Example) => 0,
+        (Isolation::Session, _) => DEFAULT_HTTP_SPARES.min(workers.max(1)),
+    });
+    let launcher = Arc::new(Launcher::new(exe, worker_args, snapshot_path));
     let limits = Limits {
-        timeout: (cli.timeout > 0.0).then(|| Duration::from_secs_f64(cli.timeout)),
+        timeout: seconds(cli.timeout, "--timeout")?,
+        install_timeout: seconds(cli.install_timeout, "--install-timeout")?
+            .unwrap_or(NO_INSTALL_LIMIT),
         output_cap: cli.output_cap,
+        result_cap: cli.result_cap,
         memory_limit: (cli.memory > 0).then_some(cli.memory << 20),
-        fresh_worker: cli.fresh_worker,
+        max_queue: cli.max_queue,
     };
     let deps: Vec<String> = cli
         .deps
@@ -74,14 +88,76 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         .map(|d| d.trim().to_owned())
         .filter(|d| !d.is_empty())
         .collect();
-    let net = NetPolicy::new(cli.allow_net.clone());
-    let executor = Executor::new(pool, Arc::new(resolver), limits, deps, net);
-    Ok(RunPythonServer {
-        executor: Arc::new(executor),
-        return_mode: cli.return_mode,
-        max_code_bytes: cli.max_code_size,
-        log_level: Default::default(),
-    })
+    let net = NetPolicy::new(cli.allow_net.clone(), cli.max_fetch_bytes);
+    let executor = Executor::new(
+        Spares::new(launcher, spares),
+        Arc::new(resolver),
+        limits,
+        isolation,
+        workers,
+        deps,
+        net,
+    );
+    let sessions = Sessions::new(cli.max_sessions.unwrap_or_else(default_max_sessions));
+    Ok(RunPythonServer::new(
+        Arc::new(executor),
+        cli.return_mode,
+        cli.max_code_size,
+        sessions,
+    ))
+}
+
+/// Spares kept ready in the HTTP modes with `--isolation session`.
+const DEFAULT_HTTP_SPARES: usize = 2;
+
+/// Install limit when `--install-timeout 0` asks for none (seconds): ten years.
+const NO_INSTALL_LIMIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Resident memory of one live, idle interpreter, rounded up (MiB; measured: ~230 MiB RSS
+/// after one trivial call). Used to size the default `--max-sessions`.
+const INTERPRETER_MIB: u64 = 256;
+
+/// Share of the machine's memory that live interpreters may take by default (percent).
+const SESSION_MEMORY_PERCENT: u64 = 75;
+
+/// Bounds of the default `--max-sessions`.
+const MIN_DEFAULT_SESSIONS: usize = 4;
+const MAX_DEFAULT_SESSIONS: usize = 1024;
+
+/// `--max-sessions` by default: as many idle interpreters as fit in 75% of the memory.
+fn default_max_sessions() -> usize {
+    let total_kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .unwrap_or(8 << 20);
+    let fit = total_kib / 1024 * SESSION_MEMORY_PERCENT / 100 / INTERPRETER_MIB;
+    usize::try_from(fit)
+        .unwrap_or(MAX_DEFAULT_SESSIONS)
+        .clamp(MIN_DEFAULT_SESSIONS, MAX_DEFAULT_SESSIONS)
+}
+
+/// A time limit option: `None` for 0 (no limit).
+///
+/// Errors: a negative, infinite or absurdly large value.
+fn seconds(value: f64, option: &str) -> Result<Option<Duration>> {
+    if value == 0.0 {
+        return Ok(None);
+    }
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| *d <= NO_INSTALL_LIMIT)
+        .map(Some)
+        .ok_or_else(|| {
+            anyhow!(
+                "{option} must be between 0 and {} seconds",
+                NO_INSTALL_LIMIT.as_secs()
+            )
+        })
 }
 
 /// MiB of WebAssembly memory allowed under a worker limit of `memory` MiB: what is left after
@@ -93,18 +169,19 @@ fn wasm_budget_mib(memory: u64) -> u64 {
 /// Runs the chosen mode; returns the process exit code.
 pub async fn run(cli: Cli) -> Result<i32> {
     let server = build(&cli)?;
-    let pool = server.executor.pool.clone();
+    let executor = server.executor.clone();
     let code = match cli.mode {
         Mode::Stdio => {
-            pool.warm_up();
+            executor.spares.replenish();
+            let session = server.for_new_session()?;
             tokio::select! {
-                r = crate::server::stdio::serve(server) => r?,
+                r = crate::server::stdio::serve(session) => r?,
                 _ = shutdown_signal() => tracing::info!("shutting down"),
             }
             0
         }
         Mode::StreamableHttp | Mode::StreamableHttpStateless | Mode::Sse => {
-            pool.warm_up();
+            executor.spares.fill();
             let mode = match cli.mode {
                 Mode::StreamableHttp => HttpMode::Stateful,
                 Mode::StreamableHttpStateless => HttpMode::Stateless,
@@ -123,7 +200,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Mode::Warmup => warmup(&server).await,
         Mode::Example => example(&server).await,
     };
-    pool.shutdown().await;
+    executor.shutdown().await;
     Ok(code)
 }
 
@@ -134,13 +211,21 @@ async fn warmup(server: &RunPythonServer) -> i32 {
         eprintln!("warmup failed: cannot install --deps: {e}");
         return 1;
     }
-    let result = executor
+    let tenant = Tenant::new();
+    let Some(result) = executor
         .run(
+            &tenant,
             "import sys\nsys.version",
             serde_json::Map::new(),
             Box::new(|_, _| {}),
+            &CancellationToken::new(),
         )
-        .await;
+        .await
+    else {
+        eprintln!("warmup failed: the call was cancelled");
+        return 1;
+    };
+    tenant.end();
     if result.status != Status::Success {
         eprintln!("warmup failed:\n{}", render(&result, server.return_mode));
         return 1;
@@ -156,10 +241,21 @@ async fn warmup(server: &RunPythonServer) -> i32 {
 
 async fn example(server: &RunPythonServer) -> i32 {
     println!("Running:\n{EXAMPLE_CODE}");
-    let result = server
+    let tenant = Tenant::new();
+    let Some(result) = server
         .executor
-        .run(EXAMPLE_CODE, serde_json::Map::new(), Box::new(|_, _| {}))
-        .await;
+        .run(
+            &tenant,
+            EXAMPLE_CODE,
+            serde_json::Map::new(),
+            Box::new(|_, _| {}),
+            &CancellationToken::new(),
+        )
+        .await
+    else {
+        return 1;
+    };
+    tenant.end();
     println!("Tool result:\n{}", render(&result, server.return_mode));
     if result.status == Status::Success {
         0

@@ -35,8 +35,8 @@ pub(crate) struct HostState {
     pub owned_files: HashMap<String, Vec<u8>>,
     pub emit: Option<EmitSink>,
     pub call: Option<CallHandler>,
-    /// Last value given to `__host.done(text)`: the awaited work has settled.
-    pub done: Option<String>,
+    /// Last `(id, text)` given to `__host.done(id, text)`: the awaited work has settled.
+    pub done: Option<(u64, String)>,
     /// Unhandled promise rejections since the last check (message and stack).
     pub rejections: Vec<String>,
     pub start: Option<Instant>,
@@ -48,6 +48,12 @@ thread_local! {
 
 type Callback = JSObjectCallAsFunctionCallback;
 
+/// Largest call id JavaScript can hold exactly (2^53 - 1).
+const MAX_SAFE_ID: f64 = 9_007_199_254_740_991.0;
+
+/// Longest timer delay (milliseconds): 2^31 - 1, the largest delay browsers and Node honour.
+const MAX_TIMER_DELAY_MS: f64 = 2_147_483_647.0;
+
 /// Installs `__host` on the global object of `ctx`.
 ///
 /// # Safety
@@ -56,9 +62,8 @@ pub unsafe fn install(ctx: JSGlobalContextRef) {
     STATE.with(|s| s.borrow_mut().start = Some(Instant::now()));
     let global = JSContextGetGlobalObject(ctx);
     let host = JSObjectMake(ctx, ptr::null_mut(), ptr::null_mut());
-    let functions: [(&str, Callback); 10] = [
+    let functions: [(&str, Callback); 9] = [
         ("call", host_call),
-        ("log", host_log),
         ("now", host_now),
         ("setTimer", host_set_timer),
         ("clearTimer", host_clear_timer),
@@ -87,25 +92,6 @@ unsafe fn arg(args: *const JSValueRef, count: usize, i: usize, ctx: JSContextRef
 unsafe fn throw(ctx: JSContextRef, exception: *mut JSValueRef, msg: &str) -> JSValueRef {
     if !exception.is_null() {
         *exception = make_error(ctx, msg);
-    }
-    JSValueMakeUndefined(ctx)
-}
-
-/// `__host.log(level, text)`: console output of the engine goes to the worker's stderr log.
-unsafe extern "C" fn host_log(
-    ctx: JSContextRef,
-    _f: JSObjectRef,
-    _this: JSObjectRef,
-    argc: usize,
-    argv: *const JSValueRef,
-    _exc: *mut JSValueRef,
-) -> JSValueRef {
-    let level = to_string(ctx, arg(argv, argc, 0, ctx)).unwrap_or_default();
-    let text = to_string(ctx, arg(argv, argc, 1, ctx)).unwrap_or_default();
-    match level.as_str() {
-        "error" => tracing::error!(target: "js", "{text}"),
-        "warn" => tracing::warn!(target: "js", "{text}"),
-        _ => tracing::debug!(target: "js", "{text}"),
     }
     JSValueMakeUndefined(ctx)
 }
@@ -142,13 +128,22 @@ unsafe extern "C" fn host_set_timer(
         return throw(ctx, exc, "setTimer: callback is not a function");
     }
     let ms = JSValueToNumber(ctx, arg(argv, argc, 1, ctx), ptr::null_mut());
-    let ms = if ms.is_finite() && ms > 0.0 { ms } else { 0.0 };
+    // Clamped as browsers and Node clamp delays: NaN and negatives are 0, and nothing waits
+    // longer than MAX_TIMER_DELAY_MS (so `setTimeout(f, 1e23)` cannot overflow an `Instant`).
+    let ms = if ms.is_finite() && ms > 0.0 {
+        ms.min(MAX_TIMER_DELAY_MS)
+    } else {
+        0.0
+    };
+    let now = Instant::now();
+    let due = now
+        .checked_add(Duration::from_secs_f64(ms / 1000.0))
+        .unwrap_or(now);
     JSValueProtect(ctx, cb);
     let id = STATE.with(|s| {
         let mut s = s.borrow_mut();
         s.next_timer += 1;
         let id = s.next_timer;
-        let due = Instant::now() + Duration::from_secs_f64(ms / 1000.0);
         s.timers.insert(
             (due, id),
             Timer {
@@ -251,17 +246,22 @@ unsafe extern "C" fn host_emit(
     JSValueMakeUndefined(ctx)
 }
 
-/// `__host.done(text)`: the awaited work settled with `text` (see `Engine::run_until_done`).
+/// `__host.done(id, text)`: the work of call `id` settled with `text` (see
+/// `Engine::run_until_done`).
 unsafe extern "C" fn host_done(
     ctx: JSContextRef,
     _f: JSObjectRef,
     _this: JSObjectRef,
     argc: usize,
     argv: *const JSValueRef,
-    _exc: *mut JSValueRef,
+    exc: *mut JSValueRef,
 ) -> JSValueRef {
-    let text = to_string(ctx, arg(argv, argc, 0, ctx)).unwrap_or_default();
-    STATE.with(|s| s.borrow_mut().done = Some(text));
+    let id = JSValueToNumber(ctx, arg(argv, argc, 0, ctx), ptr::null_mut());
+    if !(0.0..=MAX_SAFE_ID).contains(&id) {
+        return throw(ctx, exc, "done: the call id must be a non-negative integer");
+    }
+    let text = to_string(ctx, arg(argv, argc, 1, ctx)).unwrap_or_default();
+    STATE.with(|s| s.borrow_mut().done = Some((id as u64, text)));
     JSValueMakeUndefined(ctx)
 }
 

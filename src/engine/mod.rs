@@ -25,6 +25,12 @@ pub enum EngineError {
     /// A promise was rejected and nothing handled it.
     #[error("unhandled promise rejection: {0}")]
     UnhandledRejection(String),
+    /// `__host.done` answered another call than the one awaited.
+    #[error("the runtime answered call {got} while call {expected} was awaited")]
+    WrongCall { expected: u64, got: u64 },
+    /// A retained object has no function of this name.
+    #[error("the script did not define the function `{0}`")]
+    MissingFunction(String),
     /// Nothing is left to run (no timers) but the awaited work has not settled.
     #[error("the JavaScript event loop stalled: no pending timers and the work did not settle")]
     Stalled,
@@ -34,6 +40,19 @@ pub enum EngineError {
     /// JavaScriptCore could not create a context.
     #[error("JavaScriptCore could not create a context")]
     NoContext,
+}
+
+/// A JavaScript function the host keeps (protected from garbage collection) to call later with
+/// [`Engine::call`], so that the host never assembles JavaScript source at run time and user
+/// code never sees the function on any global. Valid only with the engine that made it.
+pub struct JsFunction(JSObjectRef);
+
+/// An argument for [`Engine::call`].
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    Str(&'a str),
+    Num(f64),
+    Null,
 }
 
 /// One JavaScriptCore global context with our host functions installed.
@@ -110,19 +129,100 @@ impl Engine {
         }
     }
 
-    /// Runs the event loop until JavaScript calls `__host.done(text)`, then returns `text`.
+    /// Evaluates `source` (a classic script whose completion value is an object) and keeps the
+    /// functions `names` of that object, in that order.
+    ///
+    /// Errors: [`EngineError::Thrown`] if the script throws, [`EngineError::MissingFunction`]
+    /// if the object lacks one of the functions.
+    pub fn eval_functions(
+        &mut self,
+        source: &str,
+        url: &str,
+        names: &[&str],
+    ) -> Result<Vec<JsFunction>, EngineError> {
+        let script = JsString::new(source);
+        let url = JsString::new(url);
+        let mut exc: JSValueRef = ptr::null();
+        // SAFETY: valid context and strings; every value is checked before it is used as an
+        // object, and kept functions are protected for the life of the context.
+        unsafe {
+            let v = JSEvaluateScript(self.ctx, script.0, ptr::null_mut(), url.0, 1, &mut exc);
+            if !exc.is_null() {
+                let (message, stack) = describe_exception(self.ctx, exc);
+                return Err(EngineError::Thrown { message, stack });
+            }
+            if v.is_null() || !JSValueIsObject(self.ctx, v) {
+                return Err(EngineError::MissingFunction(names.join(", ")));
+            }
+            let object = v as JSObjectRef;
+            let mut out = Vec::with_capacity(names.len());
+            for name in names {
+                let f = get_property(self.ctx, object, name);
+                if !JSValueIsObject(self.ctx, f) || !JSObjectIsFunction(self.ctx, f as JSObjectRef)
+                {
+                    return Err(EngineError::MissingFunction((*name).to_owned()));
+                }
+                JSValueProtect(self.ctx, f);
+                out.push(JsFunction(f as JSObjectRef));
+            }
+            Ok(out)
+        }
+    }
+
+    /// Calls a kept function with `args`; returns `String(result)`. Microtasks drain when it
+    /// returns.
+    ///
+    /// Errors: [`EngineError::Thrown`] with the message and stack if the function throws.
+    pub fn call(&mut self, f: &JsFunction, args: &[Arg]) -> Result<String, EngineError> {
+        // SAFETY: `f` was protected by this engine; argument values are made in this context
+        // and live on the stack for the duration of the call.
+        unsafe {
+            let values: Vec<JSValueRef> = args
+                .iter()
+                .map(|a| match a {
+                    Arg::Str(s) => make_string(self.ctx, s),
+                    Arg::Num(n) => JSValueMakeNumber(self.ctx, *n),
+                    Arg::Null => JSValueMakeNull(self.ctx),
+                })
+                .collect();
+            let mut exc: JSValueRef = ptr::null();
+            let v = JSObjectCallAsFunction(
+                self.ctx,
+                f.0,
+                ptr::null_mut(),
+                values.len(),
+                values.as_ptr(),
+                &mut exc,
+            );
+            if !exc.is_null() {
+                let (message, stack) = describe_exception(self.ctx, exc);
+                return Err(EngineError::Thrown { message, stack });
+            }
+            Ok(to_string(self.ctx, v).unwrap_or_default())
+        }
+    }
+
+    /// Runs the event loop until JavaScript calls `__host.done(id, text)` for call `id`, then
+    /// returns `text`.
     ///
     /// Due timers run in order; between them the thread sleeps. Microtasks drain whenever a
     /// call into JavaScript returns. Errors: [`EngineError::Stalled`] if no timer is left and
     /// nothing settled, [`EngineError::Deadline`] past `deadline`,
     /// [`EngineError::UnhandledRejection`] for a rejection nothing handled.
-    pub fn run_until_done(&mut self, deadline: Option<Instant>) -> Result<String, EngineError> {
+    pub fn run_until_done(
+        &mut self,
+        id: u64,
+        deadline: Option<Instant>,
+    ) -> Result<String, EngineError> {
         loop {
             if let Some(e) = STATE.with(|s| s.borrow_mut().rejections.pop()) {
                 STATE.with(|s| s.borrow_mut().done = None);
                 return Err(EngineError::UnhandledRejection(e));
             }
-            if let Some(text) = STATE.with(|s| s.borrow_mut().done.take()) {
+            if let Some((got, text)) = STATE.with(|s| s.borrow_mut().done.take()) {
+                if got != id {
+                    return Err(EngineError::WrongCall { expected: id, got });
+                }
                 return Ok(text);
             }
             let next = STATE.with(|s| s.borrow().timers.keys().next().copied());

@@ -1,18 +1,31 @@
 //! PEP 723 inline script metadata: the `# /// script` … `# ///` block and its `dependencies`.
 
+use super::bounds::{self, BoundsError, MAX_SCRIPT_DEPENDENCIES};
 use thiserror::Error;
 
 /// Why a script's metadata block could not be used.
 #[derive(Debug, Error, PartialEq)]
 pub enum Pep723Error {
+    /// A `# /// script` line without a closing `# ///` among the comment lines after it.
     #[error("the `# /// script` block is never closed with `# ///`")]
     Unclosed,
+    /// Two `script` blocks (the PEP makes this an error).
     #[error("more than one `# /// script` block")]
     Duplicate,
+    /// The block is not TOML; the parser's message.
     #[error("the `# /// script` block is not valid TOML: {0}")]
     Toml(String),
+    /// `dependencies` is not an array of strings.
     #[error("`dependencies` in the `# /// script` block must be a list of strings")]
     BadDependencies,
+    /// The block's TOML is over [`bounds::MAX_SCRIPT_METADATA_BYTES`] bytes or nests deeper
+    /// than [`bounds::MAX_NESTING`] levels. The bound is the whole reason, so it is the message
+    /// rather than a source.
+    #[error("the `# /// script` block is {0}")]
+    Bounds(BoundsError),
+    /// `dependencies` has more than [`MAX_SCRIPT_DEPENDENCIES`] entries.
+    #[error("`dependencies` in the `# /// script` block lists {count} requirements, more than the limit of {limit}")]
+    TooManyDependencies { count: usize, limit: usize },
 }
 
 /// The `dependencies` of the script's PEP 723 block, in the order written, or `None` when the
@@ -21,6 +34,10 @@ pub enum Pep723Error {
 /// Follows the PEP's reference rules: the block opens with a line that is exactly
 /// `# /// script`, every content line is `#` or starts with `# `, and it closes at the last
 /// `# ///` line before a line that is not a comment.
+///
+/// Errors: see [`Pep723Error`]; the block is checked against [`bounds::check_script_toml`]
+/// before it is parsed, and `dependencies` against [`MAX_SCRIPT_DEPENDENCIES`]. Each
+/// requirement is bounded later, where it is parsed (the resolver).
 pub fn script_dependencies(code: &str) -> Result<Option<Vec<String>>, Pep723Error> {
     let lines: Vec<&str> = code.lines().collect();
     let mut found: Option<String> = None;
@@ -58,11 +75,19 @@ pub fn script_dependencies(code: &str) -> Result<Option<Vec<String>>, Pep723Erro
     let Some(toml_text) = found else {
         return Ok(None);
     };
+    // The block is untrusted text: bounded before the (recursive) TOML parser sees it.
+    bounds::check_script_toml(&toml_text).map_err(Pep723Error::Bounds)?;
     let table: toml::Table = toml_text
         .parse()
         .map_err(|e: toml::de::Error| Pep723Error::Toml(e.message().to_owned()))?;
     match table.get("dependencies") {
         None => Ok(Some(Vec::new())),
+        Some(toml::Value::Array(items)) if items.len() > MAX_SCRIPT_DEPENDENCIES => {
+            Err(Pep723Error::TooManyDependencies {
+                count: items.len(),
+                limit: MAX_SCRIPT_DEPENDENCIES,
+            })
+        }
         Some(toml::Value::Array(items)) => items
             .iter()
             .map(|v| {
@@ -106,6 +131,76 @@ mod tests {
             script_dependencies("# /// script\n# dependencies = []\nx = 1\n"),
             Err(Pep723Error::Unclosed)
         );
+    }
+
+    /// `code` with `toml` as its PEP 723 block.
+    fn script(toml: &str) -> String {
+        let body: Vec<String> = toml.lines().map(|l| format!("# {l}")).collect();
+        format!("# /// script\n{}\n# ///\nprint(1)\n", body.join("\n"))
+    }
+
+    #[test]
+    fn toml_nesting_bomb_is_refused() {
+        let code = script(&format!(
+            "dependencies = {}\"a\"{}",
+            "[".repeat(3000),
+            "]".repeat(3000)
+        ));
+        let err = script_dependencies(&code).unwrap_err();
+        assert_eq!(
+            err,
+            Pep723Error::Bounds(BoundsError::Depth {
+                limit: bounds::MAX_NESTING
+            })
+        );
+        assert_eq!(
+            err.to_string(),
+            "the `# /// script` block is nested more than 32 levels deep"
+        );
+    }
+
+    #[test]
+    fn oversized_block_is_refused() {
+        let code = script(&format!(
+            "dependencies = []\nx = \"{}\"",
+            "a".repeat(bounds::MAX_SCRIPT_METADATA_BYTES)
+        ));
+        let err = script_dependencies(&code).unwrap_err();
+        assert!(matches!(
+            err,
+            Pep723Error::Bounds(BoundsError::Length { .. })
+        ));
+        assert!(err
+            .to_string()
+            .starts_with("the `# /// script` block is longer than 65536 bytes"));
+    }
+
+    #[test]
+    fn too_many_dependencies_are_refused() {
+        let deps: Vec<String> = (0..=MAX_SCRIPT_DEPENDENCIES)
+            .map(|i| format!("\"p{i}\""))
+            .collect();
+        let code = script(&format!("dependencies = [{}]", deps.join(", ")));
+        assert_eq!(
+            script_dependencies(&code),
+            Err(Pep723Error::TooManyDependencies {
+                count: MAX_SCRIPT_DEPENDENCIES + 1,
+                limit: MAX_SCRIPT_DEPENDENCIES
+            })
+        );
+    }
+
+    #[test]
+    fn a_nested_marker_is_just_a_string_here() {
+        // The requirement itself is bounded where it is parsed (resolver); TOML only sees a
+        // string, and nesting inside strings does not count.
+        let requirement = format!(
+            "a ; {}python_version > \"3\"{}",
+            "(".repeat(3000),
+            ")".repeat(3000)
+        );
+        let code = script(&format!("dependencies = ['{requirement}']"));
+        assert_eq!(script_dependencies(&code), Ok(Some(vec![requirement])));
     }
 
     #[test]

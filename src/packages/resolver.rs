@@ -7,6 +7,7 @@
 //! newest release that satisfies the specifier and has a wheel Pyodide can install, with its
 //! `Requires-Dist` resolved the same way under Pyodide's markers.
 
+use super::bounds;
 use super::index::{FetchError, Fetcher, IndexFile};
 use super::lock::{LockPackage, Lockfile};
 use super::wheel::{requires_dist, target, WheelName};
@@ -77,6 +78,27 @@ struct Pending {
     parent_extras: Vec<ExtraName>,
 }
 
+/// Why a requirement string was not parsed.
+#[derive(Debug, Error)]
+enum BadRequirement {
+    /// Over a bound of [`bounds::check_requirement`]; never handed to the parser.
+    #[error(transparent)]
+    Bounds(#[from] bounds::BoundsError),
+    /// The parser's message.
+    #[error("{0}")]
+    Syntax(String),
+}
+
+/// Parses one PEP 508 requirement from untrusted text (user code, `--deps`, a wheel's
+/// `Requires-Dist`), checking [`bounds::check_requirement`] first so that `pep508_rs`'s
+/// recursive parser never sees text that could exhaust the stack or its decision diagram.
+///
+/// Errors: the bound broken, or the parser's message.
+fn parse_requirement(text: &str) -> Result<Requirement, BadRequirement> {
+    bounds::check_requirement(text)?;
+    Requirement::from_str(text).map_err(|e| BadRequirement::Syntax(e.message.to_string()))
+}
+
 impl Resolver {
     /// A resolver for the given lock file, PyPI JSON API base (`index_url`) and Pyodide
     /// packages URL (`packages_url`, ending in `/`).
@@ -125,9 +147,9 @@ impl Resolver {
         let mut queue: VecDeque<Pending> = VecDeque::new();
         for text in requirements {
             let requirement =
-                Requirement::from_str(text).map_err(|e| ResolveError::InvalidRequirement {
-                    requirement: text.clone(),
-                    reason: e.message.to_string(),
+                parse_requirement(text).map_err(|e| ResolveError::InvalidRequirement {
+                    requirement: bounds::excerpt(text),
+                    reason: e.to_string(),
                 })?;
             queue.push_back(Pending {
                 requirement,
@@ -194,14 +216,23 @@ impl Resolver {
                 reason,
             })?;
             for text in requires {
-                match Requirement::from_str(&text) {
+                // METADATA is as untrusted as user code: a requirement over the bounds fails the
+                // install (naming the package), while one that merely does not parse is skipped
+                // as before, since old wheels carry sloppy but harmless metadata.
+                match parse_requirement(&text) {
                     Ok(dep) => queue.push_back(Pending {
                         requirement: dep,
                         parent_extras: requirement.extras.clone(),
                     }),
-                    Err(e) => tracing::warn!(
-                        "{name}: ignoring unparsable Requires-Dist `{text}`: {}",
-                        e.message
+                    Err(e @ BadRequirement::Bounds(_)) => {
+                        return Err(ResolveError::InvalidRequirement {
+                            requirement: format!("{name} requires `{}`", bounds::excerpt(&text)),
+                            reason: e.to_string(),
+                        })
+                    }
+                    Err(BadRequirement::Syntax(reason)) => tracing::warn!(
+                        "{name}: ignoring unparsable Requires-Dist `{}`: {reason}",
+                        bounds::excerpt(&text)
                     ),
                 }
             }
@@ -381,5 +412,88 @@ impl Resolver {
             },
             platform: target::PLATFORM_TAG,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packages::cache::Cache;
+
+    /// A stack far smaller than a tokio worker's 2 MiB (bytes): resolving must not recurse on
+    /// the requirement's nesting.
+    const SMALL_STACK_BYTES: usize = 256 << 10;
+
+    fn nested(depth: usize) -> String {
+        format!(
+            "a ; {}python_version > \"3\"{}",
+            "(".repeat(depth),
+            ")".repeat(depth)
+        )
+    }
+
+    /// Offline, with an empty lock and nothing cached: no network I/O whatever happens.
+    fn offline_resolver(cache_root: std::path::PathBuf) -> Resolver {
+        Resolver::new(
+            Arc::new(Lockfile::default()),
+            Fetcher::new(Cache::new(cache_root), true),
+            "http://127.0.0.1:9/pypi".into(),
+            "http://127.0.0.1:9/".into(),
+        )
+    }
+
+    #[test]
+    fn requirements_over_the_bounds_are_invalid_and_not_echoed_whole() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let root = dir.path().to_owned();
+        let outcome = std::thread::Builder::new()
+            .stack_size(SMALL_STACK_BYTES)
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+                let resolver = offline_resolver(root);
+                runtime.block_on(resolver.resolve(&[nested(3000)])).err()
+            })
+            .expect("spawn")
+            .join()
+            .expect("no stack overflow");
+        let Some(ResolveError::InvalidRequirement {
+            requirement,
+            reason,
+        }) = outcome
+        else {
+            panic!("expected an invalid requirement, got {outcome:?}");
+        };
+        assert_eq!(
+            reason,
+            format!("longer than 4096 bytes ({} bytes)", nested(3000).len())
+        );
+        assert!(requirement.len() < 120, "{requirement}");
+        assert!(requirement.starts_with("a ; ((("));
+    }
+
+    #[test]
+    fn parse_requirement_bounds_before_parsing() {
+        assert!(matches!(
+            parse_requirement(&nested(1000)),
+            Err(BadRequirement::Bounds(bounds::BoundsError::Depth { .. }))
+        ));
+        assert_eq!(
+            parse_requirement(&nested(1000))
+                .err()
+                .map(|e| e.to_string()),
+            Some("nested more than 32 levels deep".to_owned())
+        );
+        assert!(matches!(
+            parse_requirement("rich <<< 13"),
+            Err(BadRequirement::Syntax(_))
+        ));
+        let ok = parse_requirement("rich<13; python_version >= \"3.8\"").expect("parses");
+        assert_eq!(ok.name.to_string(), "rich");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let resolver = offline_resolver(dir.path().to_owned());
+        assert!(ok.evaluate_markers(&resolver.markers, &[]));
     }
 }

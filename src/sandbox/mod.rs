@@ -5,5 +5,6 @@ pub mod net;
 pub mod pool;
 pub mod protocol;
 pub mod snapshot;
+pub mod spares;
 pub mod worker;
 pub mod worker_main;

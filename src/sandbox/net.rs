@@ -1,34 +1,167 @@
 //! The network policy for user code (DESIGN §9): the front performs `fetch` requests from the
-//! sandbox only for hosts named with `--allow-net`; everything else is refused.
+//! sandbox only for hosts named with `--allow-net`; everything else is refused. Responses are
+//! capped while they stream, and user code cannot set headers that would let it speak for the
+//! front (`Host`, proxy credentials) or break the framing of the connection.
+//!
+//! The request and answer are typed here; on the JavaScript side (`js/fetch.js`) they are
+//! `{method, url, headers}` in and `{status, statusText, headers, url, redirected}` or
+//! `{error}` out.
 
-use serde::Deserialize;
-use serde_json::json;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, InvalidHeaderName, InvalidHeaderValue};
+use serde::{Deserialize, Serialize};
+use std::error::Error as _;
 use std::time::Duration;
+use thiserror::Error;
 
-/// Largest response body handed to user code (bytes).
-const MAX_RESPONSE_BYTES: usize = 64 << 20;
+/// Default largest body, each way, of one fetch by user code (bytes); `--max-fetch-bytes`.
+pub const DEFAULT_MAX_FETCH_BYTES: usize = 64 << 20;
 
-/// Which hosts user code may reach, and the client that reaches them.
+/// Longest wait for a connection to an allowed host (seconds).
+const CONNECT_TIMEOUT_SECS: u64 = 10;
+/// Longest time for one whole request, body included (seconds).
+const REQUEST_TIMEOUT_SECS: u64 = 60;
+
+/// Request headers user code may not set (lower case). `Host` would let it reach another
+/// virtual host than the allowed one; the hop-by-hop and framing headers belong to the
+/// front's connection (RFC 9110 §7.6.1, RFC 9112 §6–7), which reqwest frames itself; proxy
+/// credentials are the operator's.
+const FORBIDDEN_REQUEST_HEADERS: [&str; 11] = [
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "content-length",
+    "proxy-authorization",
+    "proxy-authenticate",
+];
+
+/// Methods user code may not use, as the Fetch standard forbids them ("forbidden method").
+const FORBIDDEN_METHODS: [&str; 3] = ["CONNECT", "TRACE", "TRACK"];
+
+/// One HTTP request from user code: `{method, url, headers}` as `js/fetch.js` sends it; the
+/// body travels beside it as bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FetchRequest {
+    /// The HTTP method, e.g. `GET`.
+    pub method: String,
+    /// An absolute `http` or `https` URL.
+    pub url: String,
+    /// Header name and value pairs, in order.
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+}
+
+/// The answer to a [`FetchRequest`], as `js/fetch.js` reads it: the response's metadata (the
+/// body travels beside it as bytes), or why there is none. Serialized untagged, so JavaScript
+/// sees `{status, statusText, headers, url, redirected}` or `{error}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum FetchResponse {
+    /// A response was received (whatever its status).
+    #[serde(rename_all = "camelCase")]
+    Ok {
+        /// HTTP status code.
+        status: u16,
+        /// The status's canonical reason phrase (`OK`), empty when it has none.
+        status_text: String,
+        /// Response header name (lower case) and value pairs, in order.
+        headers: Vec<(String, String)>,
+        /// The URL that answered.
+        url: String,
+        /// Always `false`: redirects are not followed (each hop is checked against the
+        /// policy by user code's next request).
+        redirected: bool,
+    },
+    /// No response; JavaScript raises a network error with this text (never empty).
+    Error {
+        /// What went wrong, for the user.
+        error: String,
+    },
+}
+
+/// Why a fetch of user code was refused or failed; its text (with its sources) is what user
+/// code sees as the network error.
+#[derive(Debug, Error)]
+pub enum NetError {
+    /// Not an absolute `http`/`https` URL.
+    #[error("unsupported URL {0} (only absolute http and https URLs)")]
+    BadUrl(String),
+    /// The URL's host is not named with `--allow-net`.
+    #[error("network access to {host} is not allowed in the sandbox (the server admits hosts named with --allow-net)")]
+    NotAllowed { host: String },
+    /// Not an HTTP method token.
+    #[error("bad method {0}")]
+    BadMethod(String),
+    /// A method the Fetch standard forbids (`CONNECT`, `TRACE`, `TRACK`).
+    #[error("the method {0} is not allowed")]
+    ForbiddenMethod(String),
+    /// A header of [`FORBIDDEN_REQUEST_HEADERS`].
+    #[error("the header {0} cannot be set by user code")]
+    ForbiddenHeader(String),
+    /// A header name HTTP does not allow.
+    #[error("invalid header name {name:?}")]
+    BadHeaderName {
+        name: String,
+        #[source]
+        source: InvalidHeaderName,
+    },
+    /// A header value HTTP does not allow (e.g. with a line break).
+    #[error("invalid value for header {name}")]
+    BadHeaderValue {
+        name: String,
+        #[source]
+        source: InvalidHeaderValue,
+    },
+    /// The request body is over the limit (bytes).
+    #[error("the request body is larger than the limit of {limit} bytes (--max-fetch-bytes)")]
+    RequestTooLarge { limit: usize },
+    /// The response body is (or announces to be) over the limit (bytes).
+    #[error("the response is larger than the limit of {limit} bytes (--max-fetch-bytes)")]
+    ResponseTooLarge { limit: usize },
+    /// Connecting, sending or reading failed.
+    #[error("the request failed")]
+    Http {
+        #[source]
+        source: reqwest::Error,
+    },
+}
+
+impl NetError {
+    /// The message with its sources (`a: b: c`), as user code sees it.
+    fn to_message(&self) -> String {
+        let mut message = self.to_string();
+        let mut source = self.source();
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        message
+    }
+}
+
+/// Which hosts user code may reach, the largest body a fetch may move, and the client that
+/// reaches them.
 #[derive(Clone)]
 pub struct NetPolicy {
     allowed: Vec<String>,
+    max_bytes: usize,
     client: reqwest::Client,
 }
 
-#[derive(Deserialize)]
-struct FetchRequest {
-    method: String,
-    url: String,
-    #[serde(default)]
-    headers: Vec<(String, String)>,
-}
-
 impl NetPolicy {
-    /// A policy allowing `hosts` (`host` for any port, or `host:port`); empty allows nothing.
-    pub fn new(hosts: Vec<String>) -> Self {
+    /// A policy allowing `hosts` (`host` for any port, or `host:port`; empty allows nothing),
+    /// with request and response bodies of at most `max_response_bytes` bytes
+    /// (`--max-fetch-bytes`, default [`DEFAULT_MAX_FETCH_BYTES`]).
+    pub fn new(hosts: Vec<String>, max_response_bytes: usize) -> Self {
         let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(60))
+            .connect_timeout(Duration::from_secs(CONNECT_TIMEOUT_SECS))
+            .timeout(Duration::from_secs(REQUEST_TIMEOUT_SECS))
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
@@ -38,8 +171,16 @@ impl NetPolicy {
                 .map(|h| h.trim().to_ascii_lowercase())
                 .filter(|h| !h.is_empty())
                 .collect(),
+            max_bytes: max_response_bytes,
             client,
         }
+    }
+
+    /// Largest request body user code may send with one fetch (bytes): the same limit as for
+    /// responses, so that one flag bounds what a fetch moves either way. The front reads a
+    /// worker's fetch frame under this bound.
+    pub fn max_request_bytes(&self) -> usize {
+        self.max_bytes
     }
 
     fn allows(&self, url: &reqwest::Url) -> bool {
@@ -55,43 +196,69 @@ impl NetPolicy {
             .any(|a| *a == host || *a == format!("{host}:{port}"))
     }
 
-    /// Performs one request from user code; returns the response metadata (or `{error}`) and
-    /// the body. Redirects are not followed, so each hop is checked against the policy.
-    pub async fn fetch(
+    /// Performs one request from user code with `body`; returns the response metadata and
+    /// body, or [`FetchResponse::Error`] (with an empty body) when the request is refused or
+    /// fails. Redirects are not followed, so each hop is checked against the policy. The
+    /// response body is read chunk by chunk and given up as soon as it passes the limit, so
+    /// the front never holds more than the limit of it.
+    pub async fn fetch(&self, request: &FetchRequest, body: Vec<u8>) -> (FetchResponse, Vec<u8>) {
+        match self.try_fetch(request, body).await {
+            Ok(answer) => answer,
+            Err(e) => (
+                FetchResponse::Error {
+                    error: e.to_message(),
+                },
+                Vec::new(),
+            ),
+        }
+    }
+
+    async fn try_fetch(
         &self,
-        request: &serde_json::Value,
+        request: &FetchRequest,
         body: Vec<u8>,
-    ) -> (serde_json::Value, Vec<u8>) {
-        let error = |msg: String| (json!({ "error": msg }), Vec::new());
-        let req: FetchRequest = match serde_json::from_value(request.clone()) {
-            Ok(r) => r,
-            Err(e) => return error(format!("bad request: {e}")),
-        };
-        let url = match reqwest::Url::parse(&req.url) {
+    ) -> Result<(FetchResponse, Vec<u8>), NetError> {
+        let url = match reqwest::Url::parse(&request.url) {
             Ok(u) if u.scheme() == "http" || u.scheme() == "https" => u,
-            _ => return error(format!("unsupported URL {}", req.url)),
+            _ => return Err(NetError::BadUrl(request.url.clone())),
         };
         if !self.allows(&url) {
-            let host = url.host_str().unwrap_or_default().to_owned();
-            return error(format!(
-                "network access to {host} is not allowed in the sandbox (the server admits hosts named with --allow-net)"
-            ));
+            return Err(NetError::NotAllowed {
+                host: url.host_str().unwrap_or_default().to_owned(),
+            });
         }
-        let method = match reqwest::Method::from_bytes(req.method.as_bytes()) {
-            Ok(m) => m,
-            Err(_) => return error(format!("bad method {}", req.method)),
-        };
-        let mut builder = self.client.request(method, url.clone());
-        for (k, v) in &req.headers {
-            builder = builder.header(k, v);
+        let method = reqwest::Method::from_bytes(request.method.as_bytes())
+            .map_err(|_| NetError::BadMethod(request.method.clone()))?;
+        if FORBIDDEN_METHODS
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(method.as_str()))
+        {
+            return Err(NetError::ForbiddenMethod(request.method.clone()));
         }
+        let headers = request_headers(&request.headers)?;
+        if body.len() > self.max_bytes {
+            return Err(NetError::RequestTooLarge {
+                limit: self.max_bytes,
+            });
+        }
+        let mut builder = self.client.request(method, url).headers(headers);
         if !body.is_empty() {
             builder = builder.body(body);
         }
-        let resp = match builder.send().await {
-            Ok(r) => r,
-            Err(e) => return error(e.to_string()),
+        let mut resp = builder
+            .send()
+            .await
+            .map_err(|source| NetError::Http { source })?;
+        let too_large = NetError::ResponseTooLarge {
+            limit: self.max_bytes,
         };
+        // Refuse before reading anything when the announced length is already over.
+        if resp
+            .content_length()
+            .is_some_and(|n| n > self.max_bytes as u64)
+        {
+            return Err(too_large);
+        }
         let status = resp.status();
         let headers: Vec<(String, String)> = resp
             .headers()
@@ -104,18 +271,386 @@ impl NetPolicy {
             })
             .collect();
         let final_url = resp.url().to_string();
-        let bytes = match resp.bytes().await {
-            Ok(b) if b.len() <= MAX_RESPONSE_BYTES => b.to_vec(),
-            Ok(_) => return error(format!("response larger than {MAX_RESPONSE_BYTES} bytes")),
-            Err(e) => return error(e.to_string()),
+        let mut bytes: Vec<u8> = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|source| NetError::Http { source })?
+        {
+            let total = bytes.len().saturating_add(chunk.len());
+            if total > self.max_bytes {
+                // Dropping `resp` closes the connection: the rest is never read.
+                return Err(too_large);
+            }
+            // Grow by doubling but never past the limit, so the buffer stays within it.
+            if total > bytes.capacity() {
+                let target = total
+                    .max(bytes.capacity().saturating_mul(2))
+                    .min(self.max_bytes);
+                bytes.reserve_exact(target - bytes.len());
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        let meta = FetchResponse::Ok {
+            status: status.as_u16(),
+            status_text: status.canonical_reason().unwrap_or("").to_owned(),
+            headers,
+            url: final_url,
+            redirected: false,
         };
-        let meta = json!({
-            "status": status.as_u16(),
-            "statusText": status.canonical_reason().unwrap_or(""),
-            "headers": headers,
-            "url": final_url,
-            "redirected": false,
+        Ok((meta, bytes))
+    }
+}
+
+/// The request headers user code asked for, checked: none of [`FORBIDDEN_REQUEST_HEADERS`]
+/// (in any case), and every name and value valid for HTTP.
+///
+/// Errors: the first header refused, by name.
+fn request_headers(pairs: &[(String, String)]) -> Result<HeaderMap, NetError> {
+    let mut headers = HeaderMap::new();
+    for (name, value) in pairs {
+        if FORBIDDEN_REQUEST_HEADERS
+            .iter()
+            .any(|f| f.eq_ignore_ascii_case(name))
+        {
+            return Err(NetError::ForbiddenHeader(name.clone()));
+        }
+        let header =
+            HeaderName::from_bytes(name.as_bytes()).map_err(|source| NetError::BadHeaderName {
+                name: name.clone(),
+                source,
+            })?;
+        let value = HeaderValue::from_bytes(value.as_bytes()).map_err(|source| {
+            NetError::BadHeaderValue {
+                name: name.clone(),
+                source,
+            }
+        })?;
+        headers.append(header, value);
+    }
+    Ok(headers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::mpsc;
+
+    /// The cap the tests fetch under (bytes).
+    const TEST_CAP_BYTES: usize = 1 << 20;
+    /// Size of each chunk of the endless body (bytes).
+    const ENDLESS_CHUNK_BYTES: usize = 64 << 10;
+    /// Longest a capped fetch may take (seconds): far below the client's own timeout.
+    const QUICK_SECS: u64 = 10;
+
+    /// What the test server answers.
+    #[derive(Clone, Copy)]
+    enum Answer {
+        /// `200 OK`, `X-Test: yes`, body `hello`.
+        Small,
+        /// A chunked body that never ends.
+        Endless,
+        /// Announces a body twice the cap, then sends nothing.
+        Announced,
+    }
+
+    /// What the server saw of one connection: the request head (and `Small`'s body), and for
+    /// `Endless` how many bytes it wrote before the client went away.
+    struct Seen {
+        head: String,
+        body: Vec<u8>,
+        written: usize,
+    }
+
+    /// A real HTTP/1.1 server on 127.0.0.1 answering every connection with `answer`.
+    async fn server(answer: Answer) -> (u16, mpsc::UnboundedReceiver<Seen>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    if let Some(seen) = handle(stream, answer).await {
+                        let _ = tx.send(seen);
+                    }
+                });
+            }
         });
-        (meta, bytes)
+        (port, rx)
+    }
+
+    async fn handle(mut stream: TcpStream, answer: Answer) -> Option<Seen> {
+        let mut data = Vec::new();
+        let mut buf = [0u8; 4096];
+        let head_end = loop {
+            let n = stream.read(&mut buf).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            data.extend_from_slice(&buf[..n]);
+            if let Some(i) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+        };
+        let head = String::from_utf8_lossy(&data[..head_end]).into_owned();
+        let length = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+            })
+            .unwrap_or(0);
+        while data.len() < head_end + length {
+            let n = stream.read(&mut buf).await.ok()?;
+            if n == 0 {
+                break;
+            }
+            data.extend_from_slice(&buf[..n]);
+        }
+        let body = data[head_end..].to_vec();
+        let mut written = 0;
+        match answer {
+            Answer::Small => {
+                let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Test: yes\r\nConnection: close\r\n\r\nhello";
+                stream.write_all(reply).await.ok()?;
+            }
+            Answer::Endless => {
+                let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+                stream.write_all(head).await.ok()?;
+                let mut chunk = format!("{ENDLESS_CHUNK_BYTES:x}\r\n").into_bytes();
+                chunk.extend(std::iter::repeat_n(b'x', ENDLESS_CHUNK_BYTES));
+                chunk.extend_from_slice(b"\r\n");
+                // Until the client closes the connection.
+                while stream.write_all(&chunk).await.is_ok() {
+                    written += chunk.len();
+                }
+            }
+            Answer::Announced => {
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+                    2 * TEST_CAP_BYTES
+                );
+                stream.write_all(head.as_bytes()).await.ok()?;
+                // Send nothing more; the client must not wait for it.
+                let _ = stream.read(&mut buf).await;
+            }
+        }
+        Some(Seen {
+            head,
+            body,
+            written,
+        })
+    }
+
+    fn get(url: String, headers: &[(&str, &str)]) -> FetchRequest {
+        FetchRequest {
+            method: "GET".into(),
+            url,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    fn error_of(answer: &FetchResponse) -> &str {
+        match answer {
+            FetchResponse::Error { error } => error,
+            FetchResponse::Ok { status, .. } => panic!("expected an error, got status {status}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn endless_body_stops_at_the_cap_quickly() {
+        let (port, mut seen) = server(Answer::Endless).await;
+        let policy = NetPolicy::new(vec![format!("127.0.0.1:{port}")], TEST_CAP_BYTES);
+        let started = Instant::now();
+        let (answer, body) = policy
+            .fetch(
+                &get(format!("http://127.0.0.1:{port}/big"), &[]),
+                Vec::new(),
+            )
+            .await;
+        assert_eq!(
+            error_of(&answer),
+            "the response is larger than the limit of 1048576 bytes (--max-fetch-bytes)"
+        );
+        assert!(body.is_empty());
+        assert!(started.elapsed() < Duration::from_secs(QUICK_SECS));
+        // The connection was closed: the server stopped writing soon after the cap (the rest
+        // is what the sockets' buffers took).
+        let seen = tokio::time::timeout(Duration::from_secs(QUICK_SECS), seen.recv())
+            .await
+            .expect("the server saw the client go")
+            .expect("one connection");
+        assert!(seen.written < 32 * TEST_CAP_BYTES, "{} bytes", seen.written);
+    }
+
+    #[tokio::test]
+    async fn announced_length_over_the_cap_is_refused_before_reading() {
+        let (port, _seen) = server(Answer::Announced).await;
+        let policy = NetPolicy::new(vec!["127.0.0.1".into()], TEST_CAP_BYTES);
+        let started = Instant::now();
+        let (answer, _) = policy
+            .fetch(&get(format!("http://127.0.0.1:{port}/"), &[]), Vec::new())
+            .await;
+        assert!(error_of(&answer).contains("larger than the limit of 1048576 bytes"));
+        assert!(started.elapsed() < Duration::from_secs(QUICK_SECS));
+    }
+
+    #[tokio::test]
+    async fn small_body_is_returned_with_its_metadata() {
+        let (port, mut seen) = server(Answer::Small).await;
+        let policy = NetPolicy::new(vec![format!("127.0.0.1:{port}")], TEST_CAP_BYTES);
+        let url = format!("http://127.0.0.1:{port}/small?q=1");
+        let request = FetchRequest {
+            method: "POST".into(),
+            url: url.clone(),
+            headers: vec![("X-Custom".into(), "42".into())],
+        };
+        let (answer, body) = policy.fetch(&request, b"payload".to_vec()).await;
+        assert_eq!(body, b"hello");
+        let FetchResponse::Ok {
+            status,
+            status_text,
+            headers,
+            url: answered,
+            redirected,
+        } = answer
+        else {
+            panic!("expected a response, got {answer:?}");
+        };
+        assert_eq!((status, status_text.as_str()), (200, "OK"));
+        assert!(headers.contains(&("x-test".into(), "yes".into())));
+        assert_eq!(answered, url);
+        assert!(!redirected);
+        let seen = seen.recv().await.expect("one connection");
+        assert!(seen.head.starts_with("POST /small?q=1 HTTP/1.1\r\n"));
+        assert!(seen.head.to_ascii_lowercase().contains("x-custom: 42\r\n"));
+        assert_eq!(seen.body, b"payload");
+    }
+
+    #[tokio::test]
+    async fn forbidden_headers_are_refused_and_never_sent() {
+        let (port, mut seen) = server(Answer::Small).await;
+        let policy = NetPolicy::new(vec![format!("127.0.0.1:{port}")], TEST_CAP_BYTES);
+        let url = format!("http://127.0.0.1:{port}/");
+        let (answer, _) = policy
+            .fetch(
+                &get(url.clone(), &[("Host", "internal.example")]),
+                Vec::new(),
+            )
+            .await;
+        assert_eq!(
+            error_of(&answer),
+            "the header Host cannot be set by user code"
+        );
+        for name in FORBIDDEN_REQUEST_HEADERS {
+            let upper = name.to_ascii_uppercase();
+            let (answer, _) = policy
+                .fetch(
+                    &get(url.clone(), &[("Accept", "*/*"), (&upper, "1")]),
+                    Vec::new(),
+                )
+                .await;
+            assert!(error_of(&answer).contains(&upper), "{name}");
+        }
+        let (answer, _) = policy
+            .fetch(&get(url.clone(), &[("X-Evil", "a\r\nHost: b")]), Vec::new())
+            .await;
+        assert!(error_of(&answer).starts_with("invalid value for header X-Evil"));
+        let (answer, _) = policy
+            .fetch(&get(url.clone(), &[("bad name", "1")]), Vec::new())
+            .await;
+        assert!(error_of(&answer).starts_with("invalid header name \"bad name\""));
+        let mut trace = get(url.clone(), &[]);
+        trace.method = "TRACE".into();
+        assert!(error_of(&policy.fetch(&trace, Vec::new()).await.0).contains("TRACE"));
+        // None of those reached the server: the first request it sees is this one.
+        let (answer, _) = policy
+            .fetch(&get(format!("{url}after"), &[]), Vec::new())
+            .await;
+        assert!(matches!(answer, FetchResponse::Ok { status: 200, .. }));
+        let first = seen.recv().await.expect("one connection");
+        assert!(first.head.starts_with("GET /after "), "{}", first.head);
+    }
+
+    #[tokio::test]
+    async fn hosts_not_allowed_are_refused_without_connecting() {
+        let (port, mut seen) = server(Answer::Small).await;
+        let other_port = port.wrapping_add(1);
+        let policy = NetPolicy::new(vec![format!("127.0.0.1:{other_port}")], TEST_CAP_BYTES);
+        let (answer, _) = policy
+            .fetch(&get(format!("http://127.0.0.1:{port}/"), &[]), Vec::new())
+            .await;
+        assert!(
+            error_of(&answer).starts_with("network access to 127.0.0.1 is not allowed"),
+            "{answer:?}"
+        );
+        let (answer, _) = policy
+            .fetch(&get(format!("http://localhost:{port}/"), &[]), Vec::new())
+            .await;
+        assert!(error_of(&answer).contains("localhost is not allowed"));
+        let (answer, _) = policy
+            .fetch(&get("file:///etc/passwd".into(), &[]), Vec::new())
+            .await;
+        assert!(error_of(&answer).starts_with("unsupported URL file:///etc/passwd"));
+        let nothing = tokio::time::timeout(Duration::from_millis(200), seen.recv()).await;
+        assert!(nothing.is_err(), "the server saw a connection");
+    }
+
+    #[tokio::test]
+    async fn request_bodies_over_the_cap_are_refused() {
+        let (port, _seen) = server(Answer::Small).await;
+        let policy = NetPolicy::new(vec![format!("127.0.0.1:{port}")], TEST_CAP_BYTES);
+        let (answer, _) = policy
+            .fetch(
+                &get(format!("http://127.0.0.1:{port}/"), &[]),
+                vec![0; TEST_CAP_BYTES + 1],
+            )
+            .await;
+        assert!(error_of(&answer).starts_with("the request body is larger than the limit"));
+        assert_eq!(policy.max_request_bytes(), TEST_CAP_BYTES);
+    }
+
+    #[test]
+    fn javascript_sees_todays_shapes() {
+        let ok = FetchResponse::Ok {
+            status: 404,
+            status_text: "Not Found".into(),
+            headers: vec![("a".into(), "b".into())],
+            url: "http://h/".into(),
+            redirected: false,
+        };
+        let json = serde_json::to_value(&ok).expect("serializes");
+        assert_eq!(
+            json,
+            serde_json::json!({"status": 404, "statusText": "Not Found", "headers": [["a", "b"]],
+                "url": "http://h/", "redirected": false})
+        );
+        assert_eq!(serde_json::from_value::<FetchResponse>(json).ok(), Some(ok));
+        let error = FetchResponse::Error { error: "no".into() };
+        let json = serde_json::to_value(&error).expect("serializes");
+        assert_eq!(json, serde_json::json!({"error": "no"}));
+        assert_eq!(
+            serde_json::from_value::<FetchResponse>(json).ok(),
+            Some(error)
+        );
+
+        // What js/fetch.js sends.
+        let request: FetchRequest = serde_json::from_str(
+            r#"{"method":"GET","url":"http://h/","headers":[["accept","*/*"]]}"#,
+        )
+        .expect("parses");
+        assert_eq!(request.headers, vec![("accept".into(), "*/*".into())]);
+        assert!(serde_json::from_str::<FetchRequest>(
+            r#"{"method":"GET","url":"http://h/","headers":[],"extra":1}"#
+        )
+        .is_err());
     }
 }

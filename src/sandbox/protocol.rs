@@ -1,70 +1,146 @@
-//! The framed messages between the front and a sandbox worker (over the worker's stdin/stdout).
+//! The worker protocol: framed messages between the front and a sandbox worker, over the
+//! worker's stdin (requests) and stdout (replies). Declared once here, typed end to end.
 //!
 //! A frame is: `u32` little-endian length of a JSON header, the header (a [`Request`] or
 //! [`Reply`]), a `u32` count of binary attachments, then each attachment as a `u64` length and
-//! its bytes. Attachments carry package files so that bytes are never base64-inflated.
+//! its bytes. Attachments carry package files and snapshots so that bytes are never
+//! base64-inflated.
+//!
+//! Every request after `boot` carries a [`CallId`] chosen by the front, and every reply about it
+//! repeats that id. The front treats the worker as hostile (DESIGN §3): it reads replies under a
+//! [`FrameLimits`] chosen per phase (so a worker cannot make the front allocate more than the
+//! phase's caps), and a reply for another call, a second answer, or any frame outside a call is
+//! a protocol violation that ends the worker.
 
+use super::net::{FetchRequest, FetchResponse};
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Largest header accepted (bytes); code itself is capped well below this by the front.
-pub const MAX_HEADER: u32 = 256 << 20;
-/// Largest single attachment accepted (bytes).
-pub const MAX_ATTACHMENT: u64 = 1 << 30;
+/// Identifies one request of the front and the replies that belong to it.
+pub type CallId = u64;
+
+/// Largest header a worker accepts from the front (bytes); code is capped well below this.
+pub const MAX_REQUEST_HEADER: usize = 256 << 20;
+/// Largest single attachment a worker accepts from the front (bytes): a package file.
+pub const MAX_REQUEST_ATTACHMENT: usize = 1 << 30;
+/// Most attachments in one frame from the front (package files of one install).
+pub const MAX_REQUEST_ATTACHMENTS: usize = 4096;
+
+/// Bounds on one frame read: what the reader may allocate for it, checked before allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameLimits {
+    /// Largest JSON header (bytes).
+    pub header: usize,
+    /// Most attachments.
+    pub attachments: usize,
+    /// Largest single attachment (bytes).
+    pub attachment: usize,
+}
+
+impl FrameLimits {
+    /// What a worker accepts from the (trusted) front.
+    pub const REQUEST: FrameLimits = FrameLimits {
+        header: MAX_REQUEST_HEADER,
+        attachments: MAX_REQUEST_ATTACHMENTS,
+        attachment: MAX_REQUEST_ATTACHMENT,
+    };
+
+    /// Small control replies (`pong`, `imports`, `installed`, `fatal`): 1 MiB, no attachment.
+    pub const CONTROL: FrameLimits = FrameLimits {
+        header: 1 << 20,
+        attachments: 0,
+        attachment: 0,
+    };
+}
 
 /// A request from the front to a worker.
 #[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
     /// The first frame a worker reads: how to boot. With `snapshot` `load`, attachment 0 is
     /// a Pyodide memory snapshot to restore; with `make`, the worker boots normally and sends
     /// a snapshot with [`Reply::Ready`].
     Boot { snapshot: SnapshotMode },
+    /// A health check: the worker answers [`Reply::Pong`] at once.
+    Ping { id: CallId },
     /// Top-level imports of `code`, minus the standard library (Pyodide's `find_imports`).
-    FindImports { code: String },
+    FindImports { id: CallId, code: String },
     /// Makes `files` (attachment `i` at virtual path `files[i]`) available, then loads `items`
     /// with `pyodide.loadPackage` (lock-file package names or wheel paths).
     Install {
+        id: CallId,
         files: Vec<String>,
         items: Vec<String>,
     },
-    /// Answer to [`Reply::Fetch`]: `{status, statusText, headers, url, redirected}` or
-    /// `{error}`; the body is attachment 0.
-    FetchResult { response: serde_json::Value },
-    /// Runs `code` with fresh globals plus `globals`; output beyond `output_cap` bytes is cut.
+    /// Answer to [`Reply::Fetch`]; the body is attachment 0.
+    FetchResult { id: CallId, response: FetchResponse },
+    /// Runs `code` with fresh globals plus `globals`. Output beyond `output_cap` bytes is cut;
+    /// a return value whose text is longer than `result_cap` bytes is replaced by an error.
     Run {
+        id: CallId,
         code: String,
         globals: serde_json::Map<String, serde_json::Value>,
         output_cap: usize,
+        result_cap: usize,
     },
 }
 
 /// A message from a worker to the front.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Reply {
     /// Pyodide booted (`boot_ms` milliseconds, `restored` from a snapshot); sent once, after
     /// [`Request::Boot`]. When a snapshot was made it is attachment 0.
     Ready {
         pyodide_version: String,
         boot_ms: u64,
-        #[serde(default)]
         restored: bool,
     },
+    /// Answer to [`Request::Ping`].
+    Pong { id: CallId },
     /// Answer to [`Request::FindImports`].
-    Imports { names: Vec<String> },
+    Imports { id: CallId, names: Vec<String> },
     /// Answer to [`Request::Install`]: `error` is `None` on success.
-    Installed { error: Option<String> },
-    /// Lines written by user code (in order), sent while the code runs.
-    Output { lines: Vec<(Stream, String)> },
+    Installed { id: CallId, error: Option<String> },
+    /// Lines written by user code (in order), sent while call `id` runs.
+    Output { id: CallId, lines: Vec<OutputLine> },
     /// Answer to [`Request::Run`].
-    Ran(RunOutcome),
-    /// User code asks for an HTTP request `{method, url, headers}` (body: attachment 0); the
-    /// worker waits for [`Request::FetchResult`].
-    Fetch { request: serde_json::Value },
+    Ran { id: CallId, outcome: RunOutcome },
+    /// User code of call `id` asks for an HTTP request (body: attachment 0); the worker waits
+    /// for [`Request::FetchResult`].
+    Fetch { id: CallId, request: FetchRequest },
     /// The worker cannot go on (boot failed, engine error); it exits after sending this.
     Fatal { error: String },
+}
+
+impl Reply {
+    /// The call this reply belongs to (`None` for `ready` and `fatal`).
+    pub fn call_id(&self) -> Option<CallId> {
+        match self {
+            Reply::Ready { .. } | Reply::Fatal { .. } => None,
+            Reply::Pong { id }
+            | Reply::Imports { id, .. }
+            | Reply::Installed { id, .. }
+            | Reply::Output { id, .. }
+            | Reply::Ran { id, .. }
+            | Reply::Fetch { id, .. } => Some(*id),
+        }
+    }
+
+    /// The reply's kind, for error messages (never its content, which may be hostile).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Reply::Ready { .. } => "ready",
+            Reply::Pong { .. } => "pong",
+            Reply::Imports { .. } => "imports",
+            Reply::Installed { .. } => "installed",
+            Reply::Output { .. } => "output",
+            Reply::Ran { .. } => "ran",
+            Reply::Fetch { .. } => "fetch",
+            Reply::Fatal { .. } => "fatal",
+        }
+    }
 }
 
 /// How a worker boots Pyodide.
@@ -87,17 +163,46 @@ pub enum Stream {
     Stderr,
 }
 
-/// How a run ended, as reported by the Python helper.
+/// One line of output: the stream and the text (without its newline).
+pub type OutputLine = (Stream, String);
+
+/// How a run ended, as the Python helper reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunStatus {
+    Success,
+    RunError,
+}
+
+/// How the last expression's value was turned into text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReturnKind {
+    /// A `str`, as is.
+    Str,
+    /// JSON text (indent 2).
+    Json,
+    /// `repr()`, because JSON could not hold the value.
+    Repr,
+}
+
+/// The last expression's value, as text of a known kind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReturnValue {
+    pub kind: ReturnKind,
+    pub text: String,
+}
+
+/// How a run ended. Made by the Python helper (`python/runner.py`) as one JSON object and
+/// parsed once, here; or by the worker when the runtime itself failed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunOutcome {
-    /// `success` or `run-error`.
-    pub status: String,
-    /// The last expression's value as text (JSON, or a `str` as is); absent for `None`.
+    pub status: RunStatus,
+    /// The last expression's value; absent for `None` and on errors.
     #[serde(default)]
-    pub return_value: Option<String>,
-    /// How `return_value` was made: `str` (as is), `json`, or `repr` (fallback).
-    #[serde(default)]
-    pub return_kind: Option<String>,
+    pub return_value: Option<ReturnValue>,
     /// Traceback and message when `status` is `run-error`.
     #[serde(default)]
     pub error: Option<String>,
@@ -109,54 +214,68 @@ pub struct RunOutcome {
     pub fatal: bool,
 }
 
-/// A decoded frame: its JSON header and attachments.
+/// A decoded frame: its header and attachments.
 pub struct Frame<T> {
     pub header: T,
     pub attachments: Vec<Vec<u8>>,
 }
 
-fn invalid(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg)
+/// Why a frame could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("the pipe failed")]
+    Io(#[from] io::Error),
+    #[error("the frame's {what} ({size} bytes or items) is over its limit of {limit}")]
+    TooLarge {
+        what: &'static str,
+        size: u64,
+        limit: usize,
+    },
+    #[error("the frame header is not a valid message")]
+    BadHeader(#[source] serde_json::Error),
+    #[error("the message cannot be encoded")]
+    Encode(#[source] serde_json::Error),
+}
+
+impl FrameError {
+    /// Whether the stream ended (the peer closed its end or exited).
+    pub fn is_eof(&self) -> bool {
+        matches!(self, FrameError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof)
+    }
 }
 
 /// The frame's beginning: header length, header JSON and attachment count.
-fn encode_head<T: Serialize>(header: &T, attachments: usize) -> io::Result<Vec<u8>> {
-    let json = serde_json::to_vec(header).map_err(|e| invalid(e.to_string()))?;
+fn encode_head<T: Serialize>(header: &T, attachments: usize) -> Result<Vec<u8>, FrameError> {
+    let json = serde_json::to_vec(header).map_err(FrameError::Encode)?;
+    let len = u32::try_from(json.len()).map_err(|_| FrameError::TooLarge {
+        what: "header",
+        size: json.len() as u64,
+        limit: u32::MAX as usize,
+    })?;
     let mut head = Vec::with_capacity(json.len() + 8);
-    head.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    head.extend_from_slice(&len.to_le_bytes());
     head.extend_from_slice(&json);
     head.extend_from_slice(&(attachments as u32).to_le_bytes());
     Ok(head)
 }
 
-/// Checks a header length read from the stream.
-fn header_len(raw: [u8; 4]) -> io::Result<usize> {
-    let len = u32::from_le_bytes(raw);
-    if len > MAX_HEADER {
-        return Err(invalid(format!("frame header of {len} bytes is too large")));
+fn check(what: &'static str, size: u64, limit: usize) -> Result<usize, FrameError> {
+    if size > limit as u64 {
+        return Err(FrameError::TooLarge { what, size, limit });
     }
-    Ok(len as usize)
+    Ok(size as usize)
 }
 
-/// Checks an attachment length read from the stream.
-fn attachment_len(raw: [u8; 8]) -> io::Result<usize> {
-    let n = u64::from_le_bytes(raw);
-    if n > MAX_ATTACHMENT {
-        return Err(invalid(format!("attachment of {n} bytes is too large")));
-    }
-    Ok(n as usize)
-}
-
-fn decode_header<T: for<'de> Deserialize<'de>>(json: &[u8]) -> io::Result<T> {
-    serde_json::from_slice(json).map_err(|e| invalid(format!("bad frame header: {e}")))
+fn decode_header<T: for<'de> Deserialize<'de>>(json: &[u8]) -> Result<T, FrameError> {
+    serde_json::from_slice(json).map_err(FrameError::BadHeader)
 }
 
 /// `Ok(None)` for an end of stream before a frame starts.
-fn at_frame_start(r: io::Result<()>) -> io::Result<Option<()>> {
+fn at_frame_start(r: io::Result<()>) -> Result<Option<()>, FrameError> {
     match r {
         Ok(()) => Ok(Some(())),
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
-        Err(e) => Err(e),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -164,31 +283,39 @@ fn at_frame_start(r: io::Result<()>) -> io::Result<Option<()>> {
 pub fn write_frame<T: Serialize>(
     w: &mut impl Write,
     header: &T,
-    attachments: &[Vec<u8>],
-) -> io::Result<()> {
+    attachments: &[&[u8]],
+) -> Result<(), FrameError> {
     w.write_all(&encode_head(header, attachments.len())?)?;
     for a in attachments {
         w.write_all(&(a.len() as u64).to_le_bytes())?;
         w.write_all(a)?;
     }
-    w.flush()
+    Ok(w.flush()?)
 }
 
-/// Reads one frame (blocking). `Ok(None)` at a clean end of stream.
-pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> io::Result<Option<Frame<T>>> {
+/// Reads one frame within `limits` (blocking). `Ok(None)` at a clean end of stream.
+pub fn read_frame<T: for<'de> Deserialize<'de>>(
+    r: &mut impl Read,
+    limits: FrameLimits,
+) -> Result<Option<Frame<T>>, FrameError> {
     let mut len = [0u8; 4];
     if at_frame_start(r.read_exact(&mut len))?.is_none() {
         return Ok(None);
     }
-    let mut json = vec![0u8; header_len(len)?];
+    let mut json = vec![0u8; check("header", u32::from_le_bytes(len).into(), limits.header)?];
     r.read_exact(&mut json)?;
     let mut count = [0u8; 4];
     r.read_exact(&mut count)?;
-    let mut attachments = Vec::new();
-    for _ in 0..u32::from_le_bytes(count) {
+    let count = check(
+        "attachment count",
+        u32::from_le_bytes(count).into(),
+        limits.attachments,
+    )?;
+    let mut attachments = Vec::with_capacity(count);
+    for _ in 0..count {
         let mut n = [0u8; 8];
         r.read_exact(&mut n)?;
-        let mut buf = vec![0u8; attachment_len(n)?];
+        let mut buf = vec![0u8; check("attachment", u64::from_le_bytes(n), limits.attachment)?];
         r.read_exact(&mut buf)?;
         attachments.push(buf);
     }
@@ -202,34 +329,42 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> io::Result
 pub async fn write_frame_async<T: Serialize>(
     w: &mut (impl tokio::io::AsyncWrite + Unpin),
     header: &T,
-    attachments: &[Vec<u8>],
-) -> io::Result<()> {
+    attachments: &[&[u8]],
+) -> Result<(), FrameError> {
     w.write_all(&encode_head(header, attachments.len())?)
         .await?;
     for a in attachments {
         w.write_all(&(a.len() as u64).to_le_bytes()).await?;
         w.write_all(a).await?;
     }
-    w.flush().await
+    Ok(w.flush().await?)
 }
 
-/// Reads one frame (async). `Ok(None)` at a clean end of stream.
+/// Reads one frame within `limits` (async; used by the front on a hostile worker's stdout).
+/// Every length is checked before anything is allocated for it. `Ok(None)` at a clean end of
+/// stream.
 pub async fn read_frame_async<T: for<'de> Deserialize<'de>>(
     r: &mut (impl tokio::io::AsyncRead + Unpin),
-) -> io::Result<Option<Frame<T>>> {
+    limits: FrameLimits,
+) -> Result<Option<Frame<T>>, FrameError> {
     let mut len = [0u8; 4];
     if at_frame_start(r.read_exact(&mut len).await.map(|_| ()))?.is_none() {
         return Ok(None);
     }
-    let mut json = vec![0u8; header_len(len)?];
+    let mut json = vec![0u8; check("header", u32::from_le_bytes(len).into(), limits.header)?];
     r.read_exact(&mut json).await?;
     let mut count = [0u8; 4];
     r.read_exact(&mut count).await?;
-    let mut attachments = Vec::new();
-    for _ in 0..u32::from_le_bytes(count) {
+    let count = check(
+        "attachment count",
+        u32::from_le_bytes(count).into(),
+        limits.attachments,
+    )?;
+    let mut attachments = Vec::with_capacity(count);
+    for _ in 0..count {
         let mut n = [0u8; 8];
         r.read_exact(&mut n).await?;
-        let mut buf = vec![0u8; attachment_len(n)?];
+        let mut buf = vec![0u8; check("attachment", u64::from_le_bytes(n), limits.attachment)?];
         r.read_exact(&mut buf).await?;
         attachments.push(buf);
     }
@@ -247,24 +382,57 @@ mod tests {
     fn frames_round_trip_with_attachments() {
         let mut buf = Vec::new();
         let request = Request::Install {
+            id: 7,
             files: vec!["/packages/a.whl".into()],
             items: vec!["a".into()],
         };
-        write_frame(&mut buf, &request, &[b"wheel bytes".to_vec()]).unwrap();
-        let frame: Frame<Request> = read_frame(&mut buf.as_slice()).unwrap().unwrap();
+        write_frame(&mut buf, &request, &[b"wheel bytes"]).unwrap();
+        let frame: Frame<Request> = read_frame(&mut buf.as_slice(), FrameLimits::REQUEST)
+            .unwrap()
+            .unwrap();
         assert!(
-            matches!(frame.header, Request::Install { ref items, .. } if items == &["a".to_string()])
+            matches!(frame.header, Request::Install { id: 7, ref items, .. } if items == &["a".to_string()])
         );
         assert_eq!(frame.attachments, vec![b"wheel bytes".to_vec()]);
-        assert!(read_frame::<Request>(&mut &buf[buf.len()..])
-            .unwrap()
-            .is_none());
+        assert!(
+            read_frame::<Request>(&mut &buf[buf.len()..], FrameLimits::REQUEST)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
-    fn oversized_headers_are_rejected() {
-        let mut buf = (MAX_HEADER + 1).to_le_bytes().to_vec();
+    fn lengths_over_the_limits_are_refused_before_allocating() {
+        // A header claiming 4 GiB - 1 bytes must be refused, not allocated.
+        let mut buf = u32::MAX.to_le_bytes().to_vec();
         buf.extend_from_slice(&[0; 16]);
-        assert!(read_frame::<Request>(&mut buf.as_slice()).is_err());
+        assert!(matches!(
+            read_frame::<Reply>(&mut buf.as_slice(), FrameLimits::CONTROL),
+            Err(FrameError::TooLarge { what: "header", .. })
+        ));
+        // An attachment on a control reply is refused too.
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &Reply::Pong { id: 1 }, &[b"x"]).unwrap();
+        assert!(matches!(
+            read_frame::<Reply>(&mut buf.as_slice(), FrameLimits::CONTROL),
+            Err(FrameError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn unknown_fields_and_kinds_are_refused() {
+        let json = br#"{"kind":"pong","id":1,"extra":true}"#;
+        assert!(decode_header::<Reply>(json).is_err());
+        let json = br#"{"kind":"surprise"}"#;
+        assert!(decode_header::<Reply>(json).is_err());
+    }
+
+    #[test]
+    fn outcomes_parse_from_the_helpers_json() {
+        let json =
+            r#"{"status":"success","return_value":{"kind":"json","text":"[1]"},"truncated":false}"#;
+        let o: RunOutcome = serde_json::from_str(json).unwrap();
+        assert_eq!(o.status, RunStatus::Success);
+        assert_eq!(o.return_value.unwrap().kind, ReturnKind::Json);
     }
 }

@@ -1,27 +1,70 @@
 //! The front's handle on one sandbox worker process.
+//!
+//! The worker is treated as hostile (DESIGN §3): every read has a deadline, every frame is read
+//! under limits chosen for the phase, every reply must carry the id of the request it answers,
+//! and output is counted against the call's cap as it arrives. Any breach ends the worker.
 
 use super::net::NetPolicy;
 use super::protocol::{
-    read_frame_async, write_frame_async, Frame, Reply, Request, RunOutcome, SnapshotMode, Stream,
+    read_frame_async, write_frame_async, CallId, Frame, FrameError, FrameLimits, Reply, Request,
+    RunOutcome, SnapshotMode, Stream,
 };
+use super::worker_main::OUTPUT_SLACK;
 use std::collections::HashSet;
+use std::fmt;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
-use tokio::io::BufReader;
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::time::Instant;
 
 /// How long a worker may take to boot Pyodide (seconds); a debug build on a busy machine
 /// is the slow case.
 pub const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
 
+/// Largest memory snapshot a booting worker may hand over (bytes); Pyodide's is ~30 MiB.
+const MAX_SNAPSHOT_BYTES: usize = 512 << 20;
+
+/// How much larger than the text it carries a JSON header may be: `\u00XX` escapes of
+/// control characters take 6 bytes for 1, and an astral character escaped as a surrogate
+/// pair 12 bytes for 4.
+const JSON_ESCAPE_FACTOR: usize = 12;
+
+/// Room in a run frame beyond its caps, for the JSON around them and a traceback (bytes).
+const RUN_FRAME_OVERHEAD: usize = 1 << 20;
+
+/// Most bytes of one worker's stderr that reach the server's debug log, and the longest line.
+const WORKER_LOG_MAX: usize = 64 << 10;
+const WORKER_LOG_LINE_MAX: u64 = 1 << 10;
+
+/// The phase of a call in which a worker failed to answer in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    HealthCheck,
+    Scanning,
+    Installing,
+    Running,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Phase::HealthCheck => "answering a health check",
+            Phase::Scanning => "scanning the code's imports",
+            Phase::Installing => "installing packages",
+            Phase::Running => "running the code",
+        })
+    }
+}
+
 /// Why talking to a worker failed. After any of these the worker is discarded.
 #[derive(Debug, Error)]
 pub enum WorkerError {
     #[error("could not start the sandbox worker: {0}")]
-    Spawn(std::io::Error),
+    Spawn(#[source] std::io::Error),
     #[error("the sandbox worker failed to boot Pyodide: {0}")]
     Boot(String),
     #[error("the sandbox worker did not boot within {0} s")]
@@ -30,8 +73,24 @@ pub enum WorkerError {
     Died(String),
     #[error("the sandbox worker was stopped from outside while booting{0}")]
     Stopped(String),
-    #[error("the sandbox worker sent an unexpected message: {0}")]
+    #[error("the sandbox broke its protocol ({0}); its interpreter was stopped")]
     Protocol(String),
+    #[error("the sandbox worker did not finish {phase} within {} s", seconds.as_secs_f64())]
+    Deadline { phase: Phase, seconds: Duration },
+    #[error("the code wrote more than {limit} bytes of output (the output cap plus {OUTPUT_SLACK} bytes) and its interpreter was stopped")]
+    OutputFlood { limit: usize },
+    #[error("the server is shutting down")]
+    Closed,
+}
+
+/// What one `run` asks of a worker, and the caps it runs under.
+pub struct RunRequest<'a> {
+    pub code: &'a str,
+    pub globals: serde_json::Map<String, serde_json::Value>,
+    /// Most output bytes kept (`--output-cap`).
+    pub output_cap: usize,
+    /// Longest return value text, in bytes (`--result-cap`).
+    pub result_cap: usize,
 }
 
 /// A running worker that has booted Pyodide.
@@ -39,8 +98,36 @@ pub struct Worker {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
+    next_id: CallId,
     /// Normalized names of the packages installed in this worker.
     pub installed: HashSet<String>,
+}
+
+/// Logs a worker's stderr at debug level, escaped and bounded: its text may come from user
+/// code, and must never pass for the server's own log lines.
+fn drain_stderr(pid: Option<u32>, stderr: ChildStderr) {
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(stderr);
+        let mut logged = 0usize;
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match (&mut reader)
+                .take(WORKER_LOG_LINE_MAX)
+                .read_until(b'\n', &mut line)
+                .await
+            {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if logged < WORKER_LOG_MAX {
+                        logged += n;
+                        let text = String::from_utf8_lossy(&line);
+                        tracing::debug!(target: "mcp_run_python::worker_log", pid, "{:?}", text.trim_end());
+                    }
+                }
+            }
+        }
+    });
 }
 
 impl Worker {
@@ -48,7 +135,8 @@ impl Worker {
     /// given, or else making one when `make_snapshot`. Returns the worker and the snapshot it
     /// made, if any.
     ///
-    /// Errors: [`WorkerError::Spawn`], [`WorkerError::Boot`], [`WorkerError::BootTimeout`].
+    /// Errors: [`WorkerError::Spawn`], [`WorkerError::Boot`], [`WorkerError::BootTimeout`],
+    /// [`WorkerError::Stopped`], [`WorkerError::Protocol`].
     pub async fn spawn(
         exe: &Path,
         args: &[String],
@@ -63,29 +151,39 @@ impl Worker {
             .envs(std::env::var("RUST_LOG").ok().map(|v| ("RUST_LOG", v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .map_err(WorkerError::Spawn)?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
             return Err(WorkerError::Protocol("worker pipes missing".into()));
         };
+        drain_stderr(child.id(), stderr);
         let mut worker = Worker {
             child,
             stdin,
             stdout: BufReader::new(stdout),
+            next_id: 1,
             installed: HashSet::new(),
         };
-        let (mode, attachments) = match (snapshot, make_snapshot) {
-            (Some(bytes), _) => (SnapshotMode::Load, vec![bytes.as_ref().clone()]),
-            (None, true) => (SnapshotMode::Make, Vec::new()),
-            (None, false) => (SnapshotMode::None, Vec::new()),
+        let (mode, attachment) = match (&snapshot, make_snapshot) {
+            (Some(bytes), _) => (SnapshotMode::Load, Some(bytes.as_slice())),
+            (None, true) => (SnapshotMode::Make, None),
+            (None, false) => (SnapshotMode::None, None),
+        };
+        let limits = FrameLimits {
+            attachments: 1,
+            attachment: MAX_SNAPSHOT_BYTES,
+            ..FrameLimits::CONTROL
         };
         let booted = async {
+            let attachments: Vec<&[u8]> = attachment.into_iter().collect();
             worker
                 .send(&Request::Boot { snapshot: mode }, &attachments)
                 .await?;
-            worker.next_frame().await
+            worker.next_frame(limits).await
         };
         let ready = tokio::time::timeout(BOOT_TIMEOUT, booted).await;
         match ready {
@@ -117,7 +215,7 @@ impl Worker {
                     ""
                 };
                 tracing::info!(
-                    "sandbox worker ready: Pyodide {pyodide_version} booted{how} in {boot_ms} ms"
+                    "sandbox worker ready: Pyodide {pyodide_version:?} booted{how} in {boot_ms} ms"
                 );
                 Ok((worker, attachments.into_iter().next()))
             }
@@ -130,20 +228,49 @@ impl Worker {
             }
             Ok(Ok(other)) => {
                 worker.kill().await;
-                Err(WorkerError::Protocol(format!("{:?}", other.header)))
+                Err(WorkerError::Protocol(format!(
+                    "a `{}` message while booting",
+                    other.header.kind()
+                )))
             }
         }
     }
 
-    async fn next_reply(&mut self) -> Result<Reply, WorkerError> {
-        Ok(self.next_frame().await?.header)
-    }
-
-    async fn next_frame(&mut self) -> Result<Frame<Reply>, WorkerError> {
-        match read_frame_async::<Reply>(&mut self.stdout).await {
+    async fn next_frame(&mut self, limits: FrameLimits) -> Result<Frame<Reply>, WorkerError> {
+        match read_frame_async::<Reply>(&mut self.stdout, limits).await {
             Ok(Some(frame)) => Ok(frame),
             Ok(None) => Err(WorkerError::Died(self.exit_reason().await)),
-            Err(e) => Err(WorkerError::Died(format!(": {e}"))),
+            Err(e) if e.is_eof() => Err(WorkerError::Died(self.exit_reason().await)),
+            Err(e @ FrameError::Io(_)) => Err(WorkerError::Died(format!(": {e}"))),
+            Err(e) => Err(WorkerError::Protocol(e.to_string())),
+        }
+    }
+
+    /// The next frame of call `id`, read before `deadline` (the phase's limit, `phase`).
+    /// `Fatal` becomes [`WorkerError::Died`]; a frame of another call is a violation.
+    async fn expect(
+        &mut self,
+        id: CallId,
+        limits: FrameLimits,
+        deadline: Deadline,
+    ) -> Result<Frame<Reply>, WorkerError> {
+        let frame = match tokio::time::timeout_at(deadline.at, self.next_frame(limits)).await {
+            Ok(frame) => frame?,
+            Err(_) => {
+                return Err(WorkerError::Deadline {
+                    phase: deadline.phase,
+                    seconds: deadline.limit,
+                })
+            }
+        };
+        match (&frame.header, frame.header.call_id()) {
+            (Reply::Fatal { error }, _) => Err(WorkerError::Died(format!(": {error}"))),
+            (_, Some(got)) if got == id => Ok(frame),
+            (reply, got) => Err(WorkerError::Protocol(format!(
+                "a `{}` message for call {} while call {id} was awaited",
+                reply.kind(),
+                got.map_or("none".to_owned(), |g| g.to_string())
+            ))),
         }
     }
 
@@ -168,11 +295,7 @@ impl Worker {
         }
     }
 
-    async fn send(
-        &mut self,
-        request: &Request,
-        attachments: &[Vec<u8>],
-    ) -> Result<(), WorkerError> {
+    async fn send(&mut self, request: &Request, attachments: &[&[u8]]) -> Result<(), WorkerError> {
         if let Err(e) = write_frame_async(&mut self.stdin, request, attachments).await {
             let why = self.exit_reason().await;
             return Err(WorkerError::Died(if why.is_empty() {
@@ -184,18 +307,62 @@ impl Worker {
         Ok(())
     }
 
+    /// Sends `request` (made for a fresh call id) before `deadline`.
+    async fn send_before(
+        &mut self,
+        request: &Request,
+        attachments: &[&[u8]],
+        deadline: Deadline,
+    ) -> Result<(), WorkerError> {
+        match tokio::time::timeout_at(deadline.at, self.send(request, attachments)).await {
+            Ok(r) => r,
+            Err(_) => Err(WorkerError::Deadline {
+                phase: deadline.phase,
+                seconds: deadline.limit,
+            }),
+        }
+    }
+
+    fn new_id(&mut self) -> CallId {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// A health check: the worker must answer before `deadline`.
+    pub async fn ping(&mut self, deadline: Deadline) -> Result<(), WorkerError> {
+        let id = self.new_id();
+        self.send_before(&Request::Ping { id }, &[], deadline)
+            .await?;
+        match self
+            .expect(id, FrameLimits::CONTROL, deadline)
+            .await?
+            .header
+        {
+            Reply::Pong { .. } => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Top-level imports of `code`, minus the standard library.
-    pub async fn find_imports(&mut self, code: &str) -> Result<Vec<String>, WorkerError> {
-        self.send(
-            &Request::FindImports {
-                code: code.to_owned(),
-            },
-            &[],
-        )
-        .await?;
-        match self.next_reply().await? {
-            Reply::Imports { names } => Ok(names),
-            other => Err(unexpected(other)),
+    pub async fn find_imports(
+        &mut self,
+        code: &str,
+        deadline: Deadline,
+    ) -> Result<Vec<String>, WorkerError> {
+        let id = self.new_id();
+        let request = Request::FindImports {
+            id,
+            code: code.to_owned(),
+        };
+        self.send_before(&request, &[], deadline).await?;
+        match self
+            .expect(id, FrameLimits::CONTROL, deadline)
+            .await?
+            .header
+        {
+            Reply::Imports { names, .. } => Ok(names),
+            other => Err(unexpected(&other)),
         }
     }
 
@@ -203,56 +370,93 @@ impl Worker {
     /// `pyodide.loadPackage`. `Ok(Some(reason))` when Pyodide reported a failure.
     pub async fn install(
         &mut self,
-        files: Vec<(String, Vec<u8>)>,
+        files: Vec<(String, Arc<Vec<u8>>)>,
         items: Vec<String>,
+        deadline: Deadline,
     ) -> Result<Option<String>, WorkerError> {
-        let (paths, bytes): (Vec<String>, Vec<Vec<u8>>) = files.into_iter().unzip();
-        self.send(
-            &Request::Install {
-                files: paths,
-                items,
-            },
-            &bytes,
-        )
-        .await?;
-        match self.next_reply().await? {
-            Reply::Installed { error } => Ok(error),
-            other => Err(unexpected(other)),
+        let id = self.new_id();
+        let paths = files.iter().map(|(p, _)| p.clone()).collect();
+        let bytes: Vec<&[u8]> = files.iter().map(|(_, b)| b.as_slice()).collect();
+        let request = Request::Install {
+            id,
+            files: paths,
+            items,
+        };
+        self.send_before(&request, &bytes, deadline).await?;
+        match self
+            .expect(id, FrameLimits::CONTROL, deadline)
+            .await?
+            .header
+        {
+            Reply::Installed { error, .. } => Ok(error),
+            other => Err(unexpected(&other)),
         }
     }
 
-    /// Runs `code`; each output line is passed to `on_output` as it arrives.
+    /// Runs the code of `request` before `deadline`. Output lines are counted against the
+    /// output cap as they arrive: lines within it go to `on_output`, then one marker line;
+    /// past the cap plus [`OUTPUT_SLACK`] the run is stopped ([`WorkerError::OutputFlood`]).
+    /// Fetches of user code are performed under `net`.
     pub async fn run(
         &mut self,
-        code: &str,
-        globals: serde_json::Map<String, serde_json::Value>,
-        output_cap: usize,
+        request: RunRequest<'_>,
+        deadline: Deadline,
         net: &NetPolicy,
         on_output: &mut (dyn FnMut(Stream, String) + Send),
     ) -> Result<RunOutcome, WorkerError> {
-        let request = Request::Run {
-            code: code.to_owned(),
-            globals,
-            output_cap,
+        let id = self.new_id();
+        let output_cap = request.output_cap;
+        let limits = FrameLimits {
+            header: JSON_ESCAPE_FACTOR
+                .saturating_mul(
+                    output_cap
+                        .saturating_add(OUTPUT_SLACK + 1)
+                        .max(request.result_cap),
+                )
+                .saturating_add(RUN_FRAME_OVERHEAD),
+            attachments: 1,
+            attachment: net.max_request_bytes(),
         };
-        self.send(&request, &[]).await?;
+        let message = Request::Run {
+            id,
+            code: request.code.to_owned(),
+            globals: request.globals,
+            output_cap,
+            result_cap: request.result_cap,
+        };
+        self.send_before(&message, &[], deadline).await?;
+        let flood_limit = output_cap.saturating_add(OUTPUT_SLACK);
+        let mut used = 0usize;
+        let mut marked = false;
         loop {
-            let frame = self.next_frame().await?;
+            let frame = self.expect(id, limits, deadline).await?;
             match frame.header {
-                Reply::Fetch { request } => {
+                Reply::Fetch { request, .. } => {
                     let body = frame.attachments.into_iter().next().unwrap_or_default();
-                    let (response, body) = net.fetch(&request, body).await;
-                    self.send(&Request::FetchResult { response }, &[body])
+                    let fetched = tokio::time::timeout_at(deadline.at, net.fetch(&request, body));
+                    let (response, body) = fetched.await.map_err(|_| WorkerError::Deadline {
+                        phase: deadline.phase,
+                        seconds: deadline.limit,
+                    })?;
+                    self.send_before(&Request::FetchResult { id, response }, &[&body], deadline)
                         .await?;
                 }
-                Reply::Output { lines } => {
+                Reply::Output { lines, .. } => {
                     for (stream, text) in lines {
-                        on_output(stream, text);
+                        used = used.saturating_add(text.len() + 1);
+                        if used <= output_cap.saturating_add(MARKER_ALLOWANCE) {
+                            on_output(stream, text);
+                        } else if !marked {
+                            marked = true;
+                            on_output(stream, truncation_marker(output_cap));
+                        }
+                    }
+                    if used > flood_limit {
+                        return Err(WorkerError::OutputFlood { limit: flood_limit });
                     }
                 }
-                Reply::Ran(outcome) => return Ok(outcome),
-                Reply::Fatal { error } => return Err(WorkerError::Died(format!(": {error}"))),
-                other => return Err(unexpected(other)),
+                Reply::Ran { outcome, .. } => return Ok(outcome),
+                other => return Err(unexpected(&other)),
             }
         }
     }
@@ -274,11 +478,36 @@ impl Worker {
     }
 }
 
-fn unexpected(reply: Reply) -> WorkerError {
-    match reply {
-        Reply::Fatal { error } => WorkerError::Died(format!(": {error}")),
-        other => WorkerError::Protocol(format!("{other:?}")),
+/// Output bytes kept beyond the cap so that the Python helper's own truncation marker line
+/// (written after the cap is reached) is kept rather than replaced (bytes).
+const MARKER_ALLOWANCE: usize = 256;
+
+/// The line that replaces output past the cap (the same text the Python helper writes).
+pub fn truncation_marker(cap: usize) -> String {
+    format!("[output truncated: more than {cap} bytes were written]")
+}
+
+/// When a phase must be over: the instant, and the limit and phase for the error message.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    pub at: Instant,
+    pub limit: Duration,
+    pub phase: Phase,
+}
+
+impl Deadline {
+    /// `limit` from now, for `phase`.
+    pub fn after(limit: Duration, phase: Phase) -> Deadline {
+        Deadline {
+            at: Instant::now() + limit,
+            limit,
+            phase,
+        }
     }
+}
+
+fn unexpected(reply: &Reply) -> WorkerError {
+    WorkerError::Protocol(format!("an unexpected `{}` message", reply.kind()))
 }
 
 /// Resident memory (bytes) of process `pid` from `/proc/<pid>/statm` (Linux); `None` elsewhere.
@@ -288,4 +517,143 @@ pub fn resident_bytes(pid: u32) -> Option<u64> {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     Some(pages * u64::try_from(page).unwrap_or(4096))
+}
+
+#[cfg(test)]
+mod tests {
+    //! The front against hostile workers: real processes over real pipes that speak the frame
+    //! format but break the protocol (a stand-in for a compromised sandbox, not a mock of the
+    //! engine, which the Python client tests drive for real).
+
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A Python program that boots like a worker, then answers every request with `answer`
+    /// (Python code computing `reply`, a dict, from `req`, the request) and `extra` frames.
+    fn fake_worker(dir: &Path, body: &str) -> std::path::PathBuf {
+        let python = std::env::var_os("PATH")
+            .and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|p| p.join("python3"))
+                    .find(|p| p.is_file())
+            })
+            .expect("python3 on PATH");
+        let script = format!(
+            r#"#!{python}
+import json, struct, sys, time
+inp, out = sys.stdin.buffer, sys.stdout.buffer
+def read():
+    n = inp.read(4)
+    if len(n) < 4: sys.exit(0)
+    head = json.loads(inp.read(struct.unpack('<I', n)[0]))
+    for _ in range(struct.unpack('<I', inp.read(4))[0]):
+        inp.read(struct.unpack('<Q', inp.read(8))[0])
+    return head
+def send(reply, raw=None):
+    data = raw if raw is not None else json.dumps(reply).encode()
+    out.write(struct.pack('<I', len(data)) + data + struct.pack('<I', 0)); out.flush()
+read()
+send({{'kind': 'ready', 'pyodide_version': 'fake', 'boot_ms': 0, 'restored': False}})
+while True:
+    req = read()
+{body}
+"#,
+            python = python.display()
+        );
+        let path = dir.join("fake-worker");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(script.as_bytes()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    async fn start(body: &str) -> (Worker, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = fake_worker(dir.path(), body);
+        let (worker, _) = Worker::spawn(&exe, &[], None, false).await.unwrap();
+        (worker, dir)
+    }
+
+    fn soon() -> Deadline {
+        Deadline::after(Duration::from_secs(5), Phase::HealthCheck)
+    }
+
+    #[tokio::test]
+    async fn an_answer_for_another_call_is_a_violation() {
+        let (mut w, _dir) = start("    send({'kind': 'pong', 'id': req['id'] + 1})").await;
+        assert!(matches!(
+            w.ping(soon()).await,
+            Err(WorkerError::Protocol(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_huge_length_is_refused_before_allocating() {
+        let (mut w, _dir) =
+            start("    out.write(struct.pack('<I', 0xFFFFFFF0)); out.flush(); time.sleep(30)")
+                .await;
+        let e = w.ping(soon()).await.unwrap_err();
+        assert!(
+            matches!(e, WorkerError::Protocol(ref m) if m.contains("over its limit")),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_does_not_answer_meets_the_deadline() {
+        let (mut w, _dir) = start("    time.sleep(30)").await;
+        let started = Instant::now();
+        let deadline = Deadline::after(Duration::from_millis(300), Phase::Scanning);
+        let e = w.find_imports("import x", deadline).await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                WorkerError::Deadline {
+                    phase: Phase::Scanning,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(3));
+    }
+
+    #[tokio::test]
+    async fn output_past_the_cap_stops_the_run() {
+        let (mut w, _dir) = start(
+            "    while True: send({'kind': 'output', 'id': req['id'], 'lines': [['stdout', 'x' * 1000]] * 100})",
+        )
+        .await;
+        let mut kept = Vec::new();
+        let request = RunRequest {
+            code: "",
+            globals: Default::default(),
+            output_cap: 10_000,
+            result_cap: 1000,
+        };
+        let net = NetPolicy::new(Vec::new(), 1 << 20);
+        let deadline = Deadline::after(Duration::from_secs(20), Phase::Running);
+        let e = w
+            .run(request, deadline, &net, &mut |_, line| kept.push(line))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, WorkerError::OutputFlood { .. }), "{e}");
+        let bytes: usize = kept.iter().map(|l| l.len() + 1).sum();
+        assert!(bytes < 10_000 + 2_000, "{bytes}");
+        assert_eq!(kept.last().unwrap(), &truncation_marker(10_000));
+    }
+
+    #[tokio::test]
+    async fn a_second_answer_is_a_violation() {
+        let (mut w, _dir) = start(
+            "    send({'kind': 'pong', 'id': req['id']}); send({'kind': 'pong', 'id': req['id']})",
+        )
+        .await;
+        w.ping(soon()).await.unwrap();
+        assert!(matches!(
+            w.ping(soon()).await,
+            Err(WorkerError::Protocol(_))
+        ));
+    }
 }

@@ -4,15 +4,21 @@
 //! [`Reply::Ready`], then answers [`Request`]s until stdin closes. It has no network and reads
 //! no host files: Pyodide's own files are embedded in the binary and package files arrive as
 //! frame attachments.
+//!
+//! The runner's JavaScript functions are kept by the host (never on a global) and called with
+//! the call id of each request; output is forwarded only while a `run` is in progress, tagged
+//! with its call id.
 
+use super::net::{FetchRequest, FetchResponse};
 use super::protocol::{
-    read_frame, write_frame, Frame, Reply, Request, RunOutcome, SnapshotMode, Stream,
+    read_frame, write_frame, CallId, Frame, FrameLimits, OutputLine, Reply, Request, RunOutcome,
+    RunStatus, SnapshotMode,
 };
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Arg, Engine, EngineError, JsFunction};
 use anyhow::{anyhow, Context, Result};
 use include_dir::{include_dir, Dir};
 use serde::Deserialize;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io::{self, BufReader, BufWriter};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -23,6 +29,9 @@ const BOOTSTRAP_JS: &str = include_str!("../../js/bootstrap.js");
 const RUNNER_JS: &str = include_str!("../../js/runner.js");
 const FETCH_JS: &str = include_str!("../../js/fetch.js");
 const RUNNER_PY: &str = include_str!("../../python/runner.py");
+
+/// The call id of the boot, which comes before any call of the front.
+const BOOT_CALL: CallId = 0;
 
 /// Identifies everything a memory snapshot depends on (the embedded Pyodide, our JavaScript
 /// and Python, this version): a snapshot is only restored by the same runtime. Hex, 16 chars.
@@ -46,6 +55,12 @@ pub fn runtime_fingerprint() -> String {
 /// How long booting Pyodide may take before the worker gives up (seconds).
 const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// Output bytes a run may send past its output cap before the front stops it (bytes). A
+/// well-behaved run never gets there: the Python helper stops forwarding at the cap; output
+/// written below Python (`os.write`) or by JavaScript is counted by the front, which kills the
+/// worker past `cap + OUTPUT_SLACK`.
+pub const OUTPUT_SLACK: usize = 64 << 10;
+
 /// Runs the worker until stdin closes. Errors are also reported to the front as `Fatal`.
 pub fn main() -> Result<()> {
     // Die with the front: a worker must never outlive the server that owns it.
@@ -64,40 +79,13 @@ pub fn main() -> Result<()> {
 }
 
 /// Writes one frame to the front (buffered; `write_frame` flushes at the end).
-fn send_with(reply: &Reply, attachments: &[Vec<u8>]) -> io::Result<()> {
+fn send_with(reply: &Reply, attachments: &[&[u8]]) -> Result<()> {
     let mut out = BufWriter::new(io::stdout().lock());
-    write_frame(&mut out, reply, attachments)
+    write_frame(&mut out, reply, attachments).context("writing to the front")
 }
 
-fn send(reply: &Reply) -> io::Result<()> {
+fn send(reply: &Reply) -> Result<()> {
     send_with(reply, &[])
-}
-
-#[derive(Deserialize)]
-struct Answer {
-    ok: bool,
-    #[serde(default)]
-    value: serde_json::Value,
-    #[serde(default)]
-    error: Option<String>,
-}
-
-/// Evaluates `call` (which must end in `__host.done`) and waits for its answer.
-fn call(engine: &mut Engine, call: &str, deadline: Option<Instant>) -> Result<serde_json::Value> {
-    engine.eval(call, "mcp:call").map_err(|e| anyhow!(e))?;
-    let text = engine.run_until_done(deadline).map_err(|e| anyhow!(e))?;
-    let answer: Answer = serde_json::from_str(&text).context("bad answer from the runner")?;
-    if answer.ok {
-        Ok(answer.value)
-    } else {
-        Err(anyhow!(answer
-            .error
-            .unwrap_or_else(|| "unknown error".into())))
-    }
-}
-
-fn js_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
 
 /// `--wasm-max-mib=N` from the worker's arguments, in bytes.
@@ -111,10 +99,57 @@ fn wasm_max_bytes() -> Option<u64> {
         .map(|mib| mib << 20)
 }
 
+/// The runner's functions (`js/runner.js`), kept by the host.
+struct Runner {
+    boot: JsFunction,
+    find_imports: JsFunction,
+    install: JsFunction,
+    run: JsFunction,
+}
+
+/// An answer of the runner that is not the expected shape: a JavaScript error it caught.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunnerError {
+    error: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Booted {
+    version: String,
+}
+
+/// Calls a runner function for call `id` and drives the event loop until it answers.
+fn call(
+    engine: &mut Engine,
+    f: &JsFunction,
+    id: CallId,
+    args: &[Arg],
+    deadline: Option<Instant>,
+) -> Result<String, EngineError> {
+    let mut all = Vec::with_capacity(args.len() + 1);
+    all.push(Arg::Num(id as f64));
+    all.extend_from_slice(args);
+    engine.call(f, &all)?;
+    engine.run_until_done(id, deadline)
+}
+
+/// Parses an answer as `T`, or reports the runner's own error.
+fn parse_answer<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T> {
+    match serde_json::from_str::<T>(text) {
+        Ok(v) => Ok(v),
+        Err(e) => match serde_json::from_str::<RunnerError>(text) {
+            Ok(RunnerError { error }) => Err(anyhow!(error)),
+            Err(_) => Err(anyhow!(e).context("the runner gave an answer of the wrong shape")),
+        },
+    }
+}
+
 fn boot(
     mode: SnapshotMode,
     snapshot: Option<Vec<u8>>,
-) -> Result<(Engine, String, Option<Vec<u8>>)> {
+) -> Result<(Engine, Runner, String, Option<Vec<u8>>)> {
     let mut engine = Engine::new()?;
     if let Some(bytes) = snapshot {
         engine.add_file("/snapshot.bin", bytes);
@@ -141,37 +176,53 @@ fn boot(
     engine.eval(BOOTSTRAP_JS, "mcp:bootstrap.js")?;
     engine.eval(text("pyodide.js")?, "/pyodide/pyodide.js")?;
     engine.eval(text("pyodide.asm.mjs")?, "/pyodide/pyodide.asm.mjs")?;
-    engine.eval(RUNNER_JS, "mcp:runner.js")?;
+    let mut functions = engine
+        .eval_functions(
+            RUNNER_JS,
+            "mcp:runner.js",
+            &["boot", "findImports", "install", "run"],
+        )?
+        .into_iter();
+    let mut next = || {
+        functions
+            .next()
+            .ok_or_else(|| anyhow!("runner.js is incomplete"))
+    };
+    let runner = Runner {
+        boot: next()?,
+        find_imports: next()?,
+        install: next()?,
+        run: next()?,
+    };
     let env = r#"{"HOME":"/home/pyodide","USER":"pyodide","LANG":"C.UTF-8"}"#;
     let deadline = Some(Instant::now() + BOOT_TIMEOUT);
-    let version = call(
+    let answer = call(
         &mut engine,
-        &format!(
-            "__mcp.boot({}, {}, {}, {})",
-            js_str(RUNNER_PY),
-            js_str(env),
-            wasm_max_bytes().map_or("null".to_owned(), |b| b.to_string()),
-            js_str(match mode {
+        &runner.boot,
+        BOOT_CALL,
+        &[
+            Arg::Str(RUNNER_PY),
+            Arg::Str(env),
+            wasm_max_bytes().map_or(Arg::Null, |b| Arg::Num(b as f64)),
+            Arg::Str(match mode {
                 SnapshotMode::None => "none",
                 SnapshotMode::Make => "make",
                 SnapshotMode::Load => "load",
-            })
-        ),
+            }),
+        ],
         deadline,
     )
     .context("booting Pyodide")?;
+    let booted: Booted = parse_answer(&answer).context("booting Pyodide")?;
     engine.clear_files();
     let snapshot = made.borrow_mut().take();
-    Ok((
-        engine,
-        version.as_str().unwrap_or_default().to_owned(),
-        snapshot,
-    ))
+    Ok((engine, runner, booted.version, snapshot))
 }
 
-/// Describes a run that failed below Python (the runner did not answer with a result).
-fn runtime_failure(e: &anyhow::Error) -> RunOutcome {
-    let text = format!("{e:#}");
+/// Describes a run that failed below Python (the runner did not answer with a result):
+/// `text` is the JavaScript error, `engine` whether the engine itself failed (rather than the
+/// runner's promise rejecting). Exits, aborts and engine failures end the interpreter.
+fn runtime_failure(text: &str, engine: bool) -> RunOutcome {
     let first = text.lines().next().unwrap_or_default();
     let (error, fatal) = if let Some(rest) = text.split("Program terminated with exit(").nth(1) {
         let code = rest.split(')').next().unwrap_or("?");
@@ -181,125 +232,236 @@ fn runtime_failure(e: &anyhow::Error) -> RunOutcome {
         || text.contains("Unreachable code")
     {
         ("RuntimeError: the interpreter aborted (os.abort() or a fatal error in the runtime); the next call runs in a new interpreter".to_owned(), true)
-    } else if e.downcast_ref::<EngineError>().is_some() {
+    } else if engine {
         (format!("RuntimeError: the JavaScript runtime failed: {first}; the next call runs in a new interpreter"), true)
     } else {
-        (text.clone(), false)
+        (text.to_owned(), false)
     };
     RunOutcome {
-        status: "run-error".into(),
+        status: RunStatus::RunError,
         return_value: None,
-        return_kind: None,
         error: Some(error),
         truncated: false,
         fatal,
     }
 }
 
+/// Output of the run in progress: its call id and cap, and what was forwarded so far.
+#[derive(Default)]
+struct Running {
+    id: Option<CallId>,
+    output_cap: usize,
+}
+
+impl Running {
+    /// Largest line forwarded (bytes): one past the front's limit, enough to trip it.
+    fn line_max(&self) -> usize {
+        self.output_cap.saturating_add(OUTPUT_SLACK + 1)
+    }
+}
+
+/// Cuts `text` to at most `max` bytes, on a character boundary.
+fn cut(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+}
+
+/// Forwards output lines of the run in progress, in frames of at most about one line cap.
+fn forward_output(running: &Running, text: &str) {
+    let Some(id) = running.id else {
+        // No run in progress (booting, scanning, installing): nothing is the call's output.
+        return;
+    };
+    let Ok(lines) = serde_json::from_str::<Vec<OutputLine>>(text) else {
+        return;
+    };
+    let max = running.line_max();
+    let mut batch = Vec::new();
+    let mut size = 0usize;
+    for (stream, mut line) in lines {
+        cut(&mut line, max);
+        size += line.len() + 1;
+        batch.push((stream, line));
+        if size > max {
+            let _ = send(&Reply::Output {
+                id,
+                lines: std::mem::take(&mut batch),
+            });
+            size = 0;
+        }
+    }
+    if !batch.is_empty() {
+        let _ = send(&Reply::Output { id, lines: batch });
+    }
+}
+
 fn serve() -> Result<()> {
     let input = Rc::new(RefCell::new(BufReader::new(io::stdin().lock())));
-    let (mode, snapshot) = match read_frame::<Request>(&mut *input.borrow_mut())? {
-        Some(Frame {
-            header: Request::Boot { snapshot },
-            attachments,
-        }) => (snapshot, attachments.into_iter().next()),
-        Some(_) => return Err(anyhow!("the first request must be `boot`")),
-        None => return Ok(()),
-    };
+    let (mode, snapshot) =
+        match read_frame::<Request>(&mut *input.borrow_mut(), FrameLimits::REQUEST)? {
+            Some(Frame {
+                header: Request::Boot { snapshot },
+                attachments,
+            }) => (snapshot, attachments.into_iter().next()),
+            Some(_) => return Err(anyhow!("the first request must be `boot`")),
+            None => return Ok(()),
+        };
     let started = Instant::now();
-    let (mut engine, version, made) = boot(mode, snapshot)?;
-    {
-        let ready = Reply::Ready {
+    let (mut engine, runner, version, made) = boot(mode, snapshot)?;
+    send_with(
+        &Reply::Ready {
             pyodide_version: version,
             boot_ms: started.elapsed().as_millis() as u64,
             restored: mode == SnapshotMode::Load,
-        };
-        send_with(&ready, made.as_slice())?;
-    }
-    // From now on every line user code writes is streamed to the front as it happens.
-    engine.set_emit_sink(Box::new(|text: &str| {
-        if let Ok(lines) = serde_json::from_str::<Vec<(Stream, String)>>(text) {
-            let _ = send(&Reply::Output { lines });
-        }
+        },
+        &made.as_deref().into_iter().collect::<Vec<_>>(),
+    )?;
+    drop(made);
+    // From now on every line a run writes is streamed to the front as it happens.
+    let running: Rc<RefCell<Running>> = Rc::default();
+    let sink_running = running.clone();
+    engine.set_emit_sink(Box::new(move |text: &str| {
+        forward_output(&sink_running.borrow(), text)
     }));
     engine.eval(FETCH_JS, "mcp:fetch.js")?;
     // `fetch` from user code: the front performs it (or refuses it) and answers on stdin.
     let fetch_input = input.clone();
+    let fetch_running = running.clone();
+    let fetch_id = Rc::new(Cell::new(None::<CallId>));
     engine.set_call_handler(Box::new(move |name: &str, json: &str, body: Vec<u8>| {
         if name != "fetch" {
             return Err(format!("unknown host call {name}"));
         }
-        let request: serde_json::Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
-        send_with(&Reply::Fetch { request }, &[body]).map_err(|e| e.to_string())?;
-        match read_frame::<Request>(&mut *fetch_input.borrow_mut()) {
+        let Some(id) = fetch_running.borrow().id else {
+            return Err("network requests are only available while code runs".into());
+        };
+        fetch_id.set(Some(id));
+        let request: FetchRequest = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        send_with(&Reply::Fetch { id, request }, &[&body]).map_err(|e| format!("{e:#}"))?;
+        match read_frame::<Request>(&mut *fetch_input.borrow_mut(), FrameLimits::REQUEST) {
             Ok(Some(Frame {
-                header: Request::FetchResult { response },
+                header: Request::FetchResult { id: got, response },
                 attachments,
-            })) => Ok((
-                response.to_string(),
-                attachments.into_iter().next().unwrap_or_default(),
-            )),
+            })) if got == id => {
+                let json = serde_json::to_string(&response).map_err(|e| e.to_string())?;
+                if let FetchResponse::Error { .. } = response {
+                    return Ok((json, Vec::new()));
+                }
+                Ok((json, attachments.into_iter().next().unwrap_or_default()))
+            }
             Ok(_) => Err("the front did not answer the fetch".into()),
             Err(e) => Err(format!("the front did not answer the fetch: {e}")),
         }
     }));
     loop {
-        let Some(frame) = read_frame::<Request>(&mut *input.borrow_mut())? else {
+        let Some(frame) = read_frame::<Request>(&mut *input.borrow_mut(), FrameLimits::REQUEST)?
+        else {
             break;
         };
         let reply = match frame.header {
-            // Only expected at start-up or inside a fetch; a stray one is ignored.
-            Request::FetchResult { .. } | Request::Boot { .. } => continue,
-            Request::FindImports { code } => {
-                let json =
-                    engine.eval(&format!("__mcp.findImports({})", js_str(&code)), "mcp:call")?;
-                let names: Vec<String> = serde_json::from_str(&json).unwrap_or_default();
-                Reply::Imports { names }
+            Request::FetchResult { .. } | Request::Boot { .. } => {
+                return Err(anyhow!("the front sent a request out of order"))
             }
-            Request::Install { files, items } => {
+            Request::Ping { id } => Reply::Pong { id },
+            Request::FindImports { id, code } => {
+                let answer = call(
+                    &mut engine,
+                    &runner.find_imports,
+                    id,
+                    &[Arg::Str(&code)],
+                    None,
+                );
+                // A scanner that fails (user code may have broken its own interpreter's
+                // modules) finds nothing; the code then runs without installs.
+                let names = answer
+                    .ok()
+                    .and_then(|text| parse_answer::<Vec<String>>(&text).ok())
+                    .unwrap_or_default();
+                Reply::Imports { id, names }
+            }
+            Request::Install { id, files, items } => {
                 for (path, bytes) in files.iter().zip(frame.attachments) {
                     engine.add_file(path, bytes);
                 }
                 let items = serde_json::to_string(&items)?;
-                let res = call(
-                    &mut engine,
-                    &format!("__mcp.install({})", js_str(&items)),
-                    None,
-                );
+                let answer = call(&mut engine, &runner.install, id, &[Arg::Str(&items)], None);
                 engine.clear_files();
-                Reply::Installed {
-                    error: res.err().map(|e| format!("{e:#}")),
-                }
+                let error = match answer {
+                    Ok(text) => parse_answer::<serde_json::Map<String, serde_json::Value>>(&text)
+                        .err()
+                        .map(|e| format!("{e:#}")),
+                    Err(e) => Some(e.to_string()),
+                };
+                Reply::Installed { id, error }
             }
             Request::Run {
+                id,
                 code,
                 globals,
                 output_cap,
+                result_cap,
             } => {
                 let globals = serde_json::to_string(&globals)?;
-                let js = format!(
-                    "__mcp.run({}, {}, {})",
-                    js_str(&code),
-                    js_str(&globals),
-                    output_cap
+                *running.borrow_mut() = Running {
+                    id: Some(id),
+                    output_cap,
+                };
+                let answer = call(
+                    &mut engine,
+                    &runner.run,
+                    id,
+                    &[
+                        Arg::Str(&code),
+                        Arg::Str(&globals),
+                        Arg::Num(output_cap as f64),
+                        Arg::Num(result_cap as f64),
+                    ],
+                    None,
                 );
-                match call(&mut engine, &js, None) {
-                    Ok(v) => Reply::Ran(serde_json::from_value::<RunOutcome>(v)?),
-                    Err(e) => {
-                        // The code ended the runtime (os._exit, os.abort, a fatal runtime error):
-                        // report it as the call's result, then stop; the front starts a new worker.
-                        let outcome = runtime_failure(&e);
-                        let fatal = outcome.fatal;
-                        send(&Reply::Ran(outcome))?;
-                        if fatal {
-                            return Ok(());
-                        }
-                        continue;
-                    }
+                running.borrow_mut().id = None;
+                let outcome = match answer {
+                    Ok(text) => match parse_answer::<RunOutcome>(&text) {
+                        Ok(o) => o,
+                        Err(e) => runtime_failure(&format!("{e:#}"), false),
+                    },
+                    Err(e) => runtime_failure(&e.to_string(), true),
+                };
+                if outcome.fatal {
+                    // The code ended the runtime (os._exit, os.abort, a fatal runtime error):
+                    // report it as the call's result, then stop; the front starts a new worker.
+                    send(&Reply::Ran { id, outcome })?;
+                    return Ok(());
                 }
+                Reply::Ran { id, outcome }
             }
         };
         send(&reply)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cut_keeps_characters_whole() {
+        let mut s = "aé".to_owned();
+        cut(&mut s, 2);
+        assert_eq!(s, "a");
+    }
+
+    #[test]
+    fn runtime_failures_are_fatal_results() {
+        let o = runtime_failure("ExitStatus: Program terminated with exit(3)", false);
+        assert!(o.fatal);
+        assert!(o.error.unwrap().contains("exit(3)"));
+        assert!(!runtime_failure("TypeError: x", false).fatal);
+        assert!(runtime_failure("TypeError: x", true).fatal);
+    }
 }

@@ -1,64 +1,173 @@
-//! One tool call from start to end: find the requirements, install them into a worker, run the
-//! code there under the call's time limit, and collect the result. Every path ends in a
-//! [`CallResult`]; nothing here returns an error to the client.
+//! One tool call from start to end: find the requirements, install them into the caller's
+//! interpreter, run the code there, and collect the result — each phase under a deadline the
+//! front enforces by killing the worker. Every path ends in a [`CallResult`], or in nothing
+//! when the call was cancelled or its session ended (MCP spec, cancellation: no result is
+//! sent for a cancelled request).
+//!
+//! Tenancy (DESIGN §3, issue 8): with [`Isolation::Session`] an interpreter belongs to one MCP
+//! session (a [`Tenant`]) for its whole life and dies with it; [`Isolation::Call`] gives every
+//! call a clean interpreter; [`Isolation::Shared`] reuses interpreters across sessions.
 
 use super::format::{CallResult, Status};
 use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, Resolver, Source};
 use crate::sandbox::net::NetPolicy;
 use crate::sandbox::pool::{Lease, Pool};
-use crate::sandbox::protocol::Stream;
-use crate::sandbox::worker::WorkerError;
+use crate::sandbox::protocol::{ReturnKind, RunStatus, Stream};
+use crate::sandbox::spares::Spares;
+use crate::sandbox::worker::{Deadline, Phase, RunRequest, Worker, WorkerError};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, OwnedMutexGuard, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+/// Which callers share an interpreter (`--isolation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Isolation {
+    /// One interpreter per MCP session, killed with it (the default).
+    Session,
+    /// A clean interpreter for every call.
+    Call,
+    /// Interpreters are reused across sessions: trusts every client (single-tenant speed).
+    Shared,
+}
 
 /// Per-call limits.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Wall-clock limit for running the code (installs excluded); `None` means no limit.
+    /// Wall-clock limit for scanning imports, running the code and converting its result;
+    /// `None` means no limit.
     pub timeout: Option<Duration>,
+    /// Wall-clock limit for resolving, fetching and installing a call's packages.
+    pub install_timeout: Duration,
     /// Most output bytes kept per call.
     pub output_cap: usize,
+    /// Longest return value text per call (bytes).
+    pub result_cap: usize,
     /// Resident memory a worker may use (bytes); above it the worker is killed.
     pub memory_limit: Option<u64>,
-    /// Replace the worker after every call (a new interpreter per call).
-    pub fresh_worker: bool,
+    /// Calls that may wait for an interpreter at once; more are refused.
+    pub max_queue: usize,
 }
 
 /// How often a running call's worker memory is checked.
 const MEMORY_POLL: Duration = Duration::from_millis(25);
 
-/// Runs calls on the worker pool.
+/// What "no limit" means for a deadline (seconds): ten years.
+const NO_LIMIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// One MCP session's hold on its interpreter. Calls of a session wait for each other in
+/// arrival order (the mutex is fair); [`Tenant::end`] kills the interpreter.
+pub struct Tenant {
+    worker: Arc<tokio::sync::Mutex<Option<Worker>>>,
+    ended: CancellationToken,
+}
+
+impl Tenant {
+    /// A session with no interpreter yet (it gets one at its first call).
+    pub fn new() -> Arc<Tenant> {
+        Arc::new(Tenant {
+            worker: Arc::default(),
+            ended: CancellationToken::new(),
+        })
+    }
+
+    /// Ends the session: its interpreter is killed now if idle, or by the running call, which
+    /// then sends no result.
+    pub fn end(&self) {
+        self.ended.cancel();
+        if let Ok(mut slot) = self.worker.try_lock() {
+            // Dropping a worker kills it; tokio reaps it.
+            slot.take();
+        }
+    }
+}
+
+/// Runs calls on interpreters.
 pub struct Executor {
-    pub pool: Arc<Pool>,
+    pub spares: Arc<Spares>,
     pub resolver: Arc<Resolver>,
     pub limits: Limits,
+    pub isolation: Isolation,
     /// `--deps`: installed into every worker before its first call.
     pub startup_deps: Vec<String>,
     /// Which hosts user code may reach (`--allow-net`).
     pub net: NetPolicy,
+    /// The interpreters of `--isolation shared`.
+    shared: Option<Arc<Pool>>,
+    /// Bounds the calls running at once (`--workers`); FIFO.
+    running: Arc<Semaphore>,
+    /// Calls waiting for their turn (bounded by `limits.max_queue`).
+    waiting: AtomicUsize,
     startup_plan: OnceCell<Result<Vec<Planned>, String>>,
 }
 
 /// Receives each output line while the code runs (for streaming to the client).
 pub type OutputSink = Box<dyn FnMut(Stream, &str) + Send>;
 
+/// The interpreter slot a call uses.
+enum Held {
+    Session(OwnedMutexGuard<Option<Worker>>),
+    Call(Box<Option<Worker>>),
+    Shared(Lease),
+}
+
+impl Held {
+    fn slot(&mut self) -> &mut Option<Worker> {
+        match self {
+            Held::Session(guard) => guard,
+            Held::Call(slot) => slot.as_mut(),
+            Held::Shared(lease) => lease.slot(),
+        }
+    }
+
+    async fn discard(&mut self) {
+        if let Some(worker) = self.slot().take() {
+            worker.kill().await;
+        }
+    }
+}
+
+/// Whether the interpreter may serve another call after this one.
+#[derive(PartialEq)]
+enum Verdict {
+    Keep,
+    Discard,
+}
+
+/// Counts a waiting call until dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Executor {
-    /// An executor over `pool` and `resolver`.
+    /// An executor that takes interpreters from `spares` (and, with `Isolation::Shared`,
+    /// keeps `workers` of them for everyone); at most `workers` calls run at once.
     pub fn new(
-        pool: Arc<Pool>,
+        spares: Arc<Spares>,
         resolver: Arc<Resolver>,
         limits: Limits,
+        isolation: Isolation,
+        workers: usize,
         startup_deps: Vec<String>,
         net: NetPolicy,
     ) -> Self {
+        let workers = workers.max(1);
         Executor {
-            net,
-            pool,
+            spares,
             resolver,
             limits,
+            isolation,
             startup_deps,
+            net,
+            shared: (isolation == Isolation::Shared).then(|| Pool::new(workers)),
+            running: Arc::new(Semaphore::new(workers)),
+            waiting: AtomicUsize::new(0),
             startup_plan: OnceCell::new(),
         }
     }
@@ -79,43 +188,151 @@ impl Executor {
             .clone()
     }
 
-    /// Runs one call of `run_python_code`.
+    /// Kills every interpreter (at shutdown).
+    pub async fn shutdown(&self) {
+        self.spares.shutdown().await;
+        if let Some(pool) = &self.shared {
+            pool.shutdown().await;
+        }
+        self.running.close();
+    }
+
+    /// Runs one call of `run_python_code` for `tenant`. `None` when `cancel` fired or the
+    /// session ended first: the interpreter was killed and no result is due.
     pub async fn run(
         &self,
+        tenant: &Tenant,
         code: &str,
         globals: serde_json::Map<String, serde_json::Value>,
-        mut on_output: OutputSink,
-    ) -> CallResult {
-        let mut result = CallResult {
-            status: Status::Success,
-            dependencies: Vec::new(),
-            output: Vec::new(),
-            return_value: None,
-            return_is_json: false,
-            error: None,
-        };
+        on_output: OutputSink,
+        cancel: &CancellationToken,
+    ) -> Option<CallResult> {
+        let mut result = CallResult::new();
         let declared = match script_dependencies(code) {
             Ok(d) => d,
-            Err(e) => return install_error(result, format!("invalid script metadata: {e}")),
+            Err(e) => {
+                return Some(install_error(
+                    result,
+                    format!("invalid script metadata: {e}"),
+                ))
+            }
         };
-        let mut lease = match self.pool.acquire().await {
-            Ok(l) => l,
-            Err(e) => return run_error(result, e.to_string()),
+        let stop = async {
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = tenant.ended.cancelled() => {}
+            }
         };
+        tokio::pin!(stop);
+        // Wait for our turn: the session's interpreter (in arrival order), then a running slot.
+        let queued = self.waiting.fetch_add(1, Ordering::SeqCst);
+        let waiting = Waiting(&self.waiting);
+        if queued >= self.limits.max_queue {
+            return Some(run_error(
+                result,
+                format!(
+                    "the server is busy: {queued} calls are already waiting for an interpreter (--max-queue {}); try again later",
+                    self.limits.max_queue
+                ),
+            ));
+        }
+        let turn = async {
+            let held = match self.isolation {
+                Isolation::Session => Held::Session(tenant.worker.clone().lock_owned().await),
+                Isolation::Call => Held::Call(Box::new(None)),
+                Isolation::Shared => Held::Shared(self.shared.as_ref()?.acquire().await?),
+            };
+            let permit = self.running.clone().acquire_owned().await.ok()?;
+            Some((held, permit))
+        };
+        let (mut held, _permit) = tokio::select! {
+            t = turn => match t {
+                Some(t) => t,
+                None => return Some(run_error(result, WorkerError::Closed.to_string())),
+            },
+            _ = &mut stop => return None,
+        };
+        drop(waiting);
+        if held.slot().is_none() {
+            let fresh = tokio::select! {
+                w = self.spares.take() => w,
+                _ = &mut stop => return None,
+            };
+            match fresh {
+                Ok(w) => *held.slot() = Some(w),
+                Err(e) => return Some(run_error(result, e.to_string())),
+            }
+        }
+        let verdict = {
+            let Some(worker) = held.slot().as_mut() else {
+                return Some(run_error(result, WorkerError::Closed.to_string()));
+            };
+            tokio::select! {
+                v = self.phases(worker, code, declared, globals, on_output, &mut result) => Some(v),
+                _ = &mut stop => None,
+            }
+        };
+        let keep = verdict
+            .as_ref()
+            .is_some_and(|v| *v == Verdict::Keep && self.isolation != Isolation::Call);
+        if !keep {
+            held.discard().await;
+            if self.isolation == Isolation::Session && !tenant.ended.is_cancelled() {
+                // The session's next call will want a clean interpreter.
+                self.spares.replenish();
+            }
+        }
+        verdict.map(|_| result)
+    }
+
+    /// Scans, installs and runs on `worker`, filling `result`.
+    async fn phases(
+        &self,
+        worker: &mut Worker,
+        code: &str,
+        declared: Option<Vec<String>>,
+        globals: serde_json::Map<String, serde_json::Value>,
+        mut on_output: OutputSink,
+        result: &mut CallResult,
+    ) -> Verdict {
+        let timeout = self.limits.timeout.unwrap_or(NO_LIMIT);
+        // `--timeout` covers scanning and running; installing has its own limit.
+        let scan_started = tokio::time::Instant::now();
         let requirements = match declared {
             Some(deps) => deps,
-            None => match lease.worker().find_imports(code).await {
+            None => match worker
+                .find_imports(code, Deadline::after(timeout, Phase::Scanning))
+                .await
+            {
                 Ok(names) => names.iter().map(|n| self.package_for_import(n)).collect(),
-                Err(e) => return self.fail(lease, result, e).await,
+                Err(e) => return self.failed(result, e),
             },
         };
+        let scanned = scan_started.elapsed();
         result.dependencies = requirements.clone();
 
-        if let Err(e) = self.install(&mut lease, &requirements).await {
-            return match e {
-                InstallFailure::Install(msg) => install_error(result, msg),
-                InstallFailure::Worker(e) => self.fail(lease, result, e).await,
-            };
+        let install_deadline = Deadline::after(self.limits.install_timeout, Phase::Installing);
+        let installed = tokio::time::timeout_at(
+            install_deadline.at,
+            self.install(worker, &requirements, install_deadline),
+        )
+        .await;
+        match installed {
+            Ok(Ok(())) => {}
+            Ok(Err(InstallFailure::Install(msg))) => {
+                *result = install_error(std::mem::take(result), msg);
+                return Verdict::Keep;
+            }
+            Ok(Err(InstallFailure::Worker(e))) => return self.failed(result, e),
+            Err(_) => {
+                return self.failed(
+                    result,
+                    WorkerError::Deadline {
+                        phase: Phase::Installing,
+                        seconds: self.limits.install_timeout,
+                    },
+                )
+            }
         }
 
         let mut output = Vec::new();
@@ -123,73 +340,62 @@ impl Executor {
             on_output(stream, &line);
             output.push(line);
         };
-        let pid = lease.worker().pid();
-        let run = lease.worker().run(
+        let pid = worker.pid();
+        let run_deadline = Deadline {
+            at: tokio::time::Instant::now() + timeout.saturating_sub(scanned),
+            limit: timeout,
+            phase: Phase::Running,
+        };
+        let request = RunRequest {
             code,
             globals,
-            self.limits.output_cap,
-            &self.net,
-            &mut collect,
-        );
-        let watch = watch_memory(pid, self.limits.memory_limit);
-        let limited = async {
-            tokio::select! {
-                r = run => Ok(r),
-                used = watch => Err(used),
-            }
+            output_cap: self.limits.output_cap,
+            result_cap: self.limits.result_cap,
         };
-        let outcome = match self.limits.timeout {
-            Some(limit) => match tokio::time::timeout(limit, limited).await {
-                Ok(r) => r,
-                Err(_) => {
-                    result.output = output;
-                    lease.discard().await;
-                    return run_error(
-                        result,
-                        format!(
-                            "TimeoutError: the code timed out after {} s",
-                            limit.as_secs_f64()
-                        ),
-                    );
-                }
-            },
-            None => limited.await,
+        let run = worker.run(request, run_deadline, &self.net, &mut collect);
+        let watch = watch_memory(pid, self.limits.memory_limit);
+        let outcome = tokio::select! {
+            r = run => Ok(r),
+            used = watch => Err(used),
         };
         result.output = output;
         let outcome = match outcome {
-            Ok(o) => o,
+            Ok(Ok(o)) => o,
+            Ok(Err(e)) => return self.failed(result, e),
             Err(used) => {
-                lease.discard().await;
                 let limit = self.limits.memory_limit.unwrap_or_default() >> 20;
-                return run_error(
-                    result,
+                *result = run_error(
+                    std::mem::take(result),
                     format!(
                         "MemoryError: the worker exceeded its memory limit of {limit} MiB (it used {} MiB) and was stopped",
                         used >> 20
                     ),
                 );
+                return Verdict::Discard;
             }
         };
-        match outcome {
-            Ok(o) => {
-                if o.status == "success" {
-                    result.return_is_json = o.return_kind.as_deref() == Some("json");
-                    result.return_value = o.return_value;
-                } else {
-                    result.status = Status::RunError;
-                    result.error = o.error;
+        match outcome.status {
+            RunStatus::Success => {
+                if let Some(value) = outcome.return_value {
+                    result.return_is_json = value.kind == ReturnKind::Json;
+                    result.return_value = Some(value.text);
                 }
-                // WebAssembly memory never shrinks: a worker that grew past the limit, or one
-                // whose interpreter ended, is replaced before the next call.
-                let over = self.limits.memory_limit.is_some_and(|max| {
-                    lease.worker().resident_bytes().is_some_and(|rss| rss > max)
-                });
-                if o.fatal || over || self.limits.fresh_worker {
-                    lease.discard().await;
-                }
-                result
             }
-            Err(e) => self.fail(lease, result, e).await,
+            RunStatus::RunError => {
+                result.status = Status::RunError;
+                result.error = outcome.error;
+            }
+        }
+        // WebAssembly memory never shrinks: a worker that grew past the limit, or one whose
+        // interpreter ended, is replaced before the next call.
+        let over = self
+            .limits
+            .memory_limit
+            .is_some_and(|max| worker.resident_bytes().is_some_and(|rss| rss > max));
+        if outcome.fatal || over {
+            Verdict::Discard
+        } else {
+            Verdict::Keep
         }
     }
 
@@ -203,8 +409,9 @@ impl Executor {
 
     async fn install(
         &self,
-        lease: &mut Lease,
+        worker: &mut Worker,
         requirements: &[String],
+        deadline: Deadline,
     ) -> Result<(), InstallFailure> {
         let mut plan = self
             .startup_plan()
@@ -218,7 +425,6 @@ impl Executor {
                 .map_err(|e| InstallFailure::Install(e.to_string()))?;
             plan.extend(more);
         }
-        let worker = lease.worker();
         let todo: Vec<&Planned> = plan
             .iter()
             .filter(|p| !worker.installed.contains(&p.name))
@@ -233,18 +439,18 @@ impl Executor {
                 // Lock packages load by name so Pyodide applies its own lock metadata; in its
                 // "shell" runtime it reads them by bare file name (no base URL is applied).
                 Source::Lock => {
-                    files.push((p.file_name.clone(), p.bytes.as_ref().clone()));
+                    files.push((p.file_name.clone(), p.bytes.clone()));
                     items.push(p.name.clone());
                 }
                 Source::Wheel => {
                     let path = format!("/packages/{}", p.file_name);
-                    files.push((path.clone(), p.bytes.as_ref().clone()));
+                    files.push((path.clone(), p.bytes.clone()));
                     items.push(path);
                 }
             }
         }
         match worker
-            .install(files, items)
+            .install(files, items, deadline)
             .await
             .map_err(InstallFailure::Worker)?
         {
@@ -258,12 +464,36 @@ impl Executor {
         }
     }
 
-    async fn fail(&self, lease: Lease, result: CallResult, e: WorkerError) -> CallResult {
-        lease.discard().await;
-        run_error(
-            result,
-            format!("the sandbox worker failed while running the code: {e}"),
-        )
+    /// Turns a worker failure into the call's error; the worker is discarded.
+    fn failed(&self, result: &mut CallResult, e: WorkerError) -> Verdict {
+        let taken = std::mem::take(result);
+        *result = match e {
+            WorkerError::Deadline {
+                phase: Phase::Installing,
+                seconds,
+            } => install_error(
+                taken,
+                format!(
+                    "installing took longer than {} s (--install-timeout); the interpreter was stopped",
+                    seconds.as_secs_f64()
+                ),
+            ),
+            WorkerError::Deadline { seconds, .. } => run_error(
+                taken,
+                format!(
+                    "TimeoutError: the code timed out after {} s",
+                    seconds.as_secs_f64()
+                ),
+            ),
+            e @ (WorkerError::OutputFlood { .. } | WorkerError::Protocol(_)) => {
+                run_error(taken, e.to_string())
+            }
+            e => run_error(
+                taken,
+                format!("the sandbox worker failed while running the code: {e}"),
+            ),
+        };
+        Verdict::Discard
     }
 }
 

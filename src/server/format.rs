@@ -4,8 +4,9 @@
 use serde_json::json;
 
 /// How a call ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Status {
+    #[default]
     Success,
     InstallError,
     RunError,
@@ -23,7 +24,7 @@ impl Status {
 }
 
 /// Everything a call produced.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct CallResult {
     pub status: Status,
     /// The requirements this call asked for, as written (PEP 723) or inferred.
@@ -36,6 +37,13 @@ pub struct CallResult {
     pub return_is_json: bool,
     /// Traceback and message, or the install failure.
     pub error: Option<String>,
+}
+
+impl CallResult {
+    /// A successful result with nothing in it yet.
+    pub fn new() -> CallResult {
+        CallResult::default()
+    }
 }
 
 /// The result format chosen with `--return-mode`.

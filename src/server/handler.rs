@@ -8,7 +8,7 @@
 //! `initialize` five seconds, and booting Pyodide takes longer.
 #![allow(deprecated)]
 
-use super::execute::Executor;
+use super::execute::{Executor, Tenant};
 use super::format::{render, ReturnMode};
 use super::tool::{tool, TOOL_NAME};
 use crate::sandbox::protocol::Stream;
@@ -19,18 +19,89 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Shared state of all sessions.
+/// The live MCP sessions, bounded by `--max-sessions`: every live session may hold an
+/// interpreter, so the bound is what keeps the server's memory finite.
+pub struct Sessions {
+    live: AtomicUsize,
+    /// Most live sessions.
+    pub max: usize,
+}
+
+/// Refused because `--max-sessions` sessions are live.
+#[derive(Debug, thiserror::Error)]
+#[error("the server has reached its limit of {max} live sessions (--max-sessions); close a session or try again later")]
+pub struct SessionsFull {
+    pub max: usize,
+}
+
+impl Sessions {
+    /// Room for `max` live sessions (at least 1).
+    pub fn new(max: usize) -> Arc<Sessions> {
+        Arc::new(Sessions {
+            live: AtomicUsize::new(0),
+            max: max.max(1),
+        })
+    }
+
+    /// Whether a new session would be refused now.
+    pub fn is_full(&self) -> bool {
+        self.live.load(Ordering::SeqCst) >= self.max
+    }
+
+    /// Opens a session, or refuses when `max` are live.
+    fn open(self: &Arc<Self>) -> Result<SessionGuard, SessionsFull> {
+        let mut live = self.live.load(Ordering::SeqCst);
+        loop {
+            if live >= self.max {
+                return Err(SessionsFull { max: self.max });
+            }
+            match self
+                .live
+                .compare_exchange(live, live + 1, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => break,
+                Err(now) => live = now,
+            }
+        }
+        Ok(SessionGuard {
+            tenant: Tenant::new(),
+            sessions: self.clone(),
+        })
+    }
+}
+
+/// One live session. Held only by the session's handler (never by a call's task), so that
+/// when the transport drops the handler — stdio EOF, `DELETE /mcp`, idle expiry, SSE
+/// disconnect, a stateless request answered — the session ends and its interpreter is killed.
+pub struct SessionGuard {
+    tenant: Arc<Tenant>,
+    sessions: Arc<Sessions>,
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        self.tenant.end();
+        self.sessions.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The MCP handler: shared settings plus, for a session, that session's state.
 #[derive(Clone)]
 pub struct RunPythonServer {
     pub executor: Arc<Executor>,
     pub return_mode: ReturnMode,
     /// Largest `python_code` accepted (bytes).
     pub max_code_bytes: usize,
+    /// The live sessions (`--max-sessions`).
+    pub sessions: Arc<Sessions>,
     /// This session's `logging/setLevel` level; `None` until the client sets one, which
     /// means nothing is sent (the default is `emergency`, and output is never that severe).
     pub log_level: Arc<Mutex<Option<LoggingLevel>>>,
+    /// This session; `None` in the template that sessions are made from.
+    session: Option<Arc<SessionGuard>>,
 }
 
 /// Severity order of MCP logging levels (RFC 5424 order, as in the MCP spec's logging section).
@@ -47,19 +118,40 @@ fn severity(level: LoggingLevel) -> u8 {
     }
 }
 
+/// Whether a message at `level` passes the logging level `min` set by the client.
+fn should_log(min: &Mutex<Option<LoggingLevel>>, level: LoggingLevel) -> bool {
+    let current = *min.lock().unwrap_or_else(|p| p.into_inner());
+    current.is_some_and(|min| severity(level) >= severity(min))
+}
+
 impl RunPythonServer {
-    /// The same server for a new session: shared pool and settings, its own logging level.
-    pub fn for_new_session(&self) -> Self {
+    /// The template that sessions are made from.
+    pub fn new(
+        executor: Arc<Executor>,
+        return_mode: ReturnMode,
+        max_code_bytes: usize,
+        sessions: Arc<Sessions>,
+    ) -> Self {
         RunPythonServer {
-            log_level: Arc::new(Mutex::new(None)),
-            ..self.clone()
+            executor,
+            return_mode,
+            max_code_bytes,
+            sessions,
+            log_level: Arc::default(),
+            session: None,
         }
     }
 
-    /// Whether a message at `level` passes this session's logging level.
-    fn should_log(&self, level: LoggingLevel) -> bool {
-        let current = *self.log_level.lock().unwrap_or_else(|p| p.into_inner());
-        current.is_some_and(|min| severity(level) >= severity(min))
+    /// The server for a new session: shared settings, its own interpreter (at its first call)
+    /// and logging level.
+    ///
+    /// Errors: [`SessionsFull`] when `--max-sessions` sessions are live.
+    pub fn for_new_session(&self) -> Result<Self, SessionsFull> {
+        Ok(RunPythonServer {
+            log_level: Arc::new(Mutex::new(None)),
+            session: Some(Arc::new(self.sessions.open()?)),
+            ..self.clone()
+        })
     }
 
     /// Checks the arguments of a `run_python_code` call against the input schema.
@@ -183,16 +275,21 @@ impl ServerHandler for RunPythonServer {
             ));
         }
         let (code, globals) = self.parse_arguments(request.arguments)?;
+        let Some(session) = &self.session else {
+            return Err(McpError::internal_error("no session for this call", None));
+        };
+        let tenant = session.tenant.clone();
         // Output lines become `notifications/message` (stdout at `info`, stderr at `warning`)
-        // as they are written; a task sends them in order while the code runs.
+        // as they are written; a task sends them in order while the code runs. The channel
+        // holds at most the call's output, which the front caps.
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(LoggingLevel, String)>();
-        let session = self.clone();
+        let log_level = self.log_level.clone();
         let on_output = Box::new(move |stream: Stream, line: &str| {
             let level = match stream {
                 Stream::Stdout => LoggingLevel::Info,
                 Stream::Stderr => LoggingLevel::Warning,
             };
-            if session.should_log(level) {
+            if should_log(&log_level, level) {
                 let _ = tx.send((level, line.to_owned()));
             }
         });
@@ -207,13 +304,25 @@ impl ServerHandler for RunPythonServer {
                 }
             }
         });
-        // The call runs on its own task: if the client goes away mid-call, the call still
-        // finishes (within its time limit) and its worker returns to the pool in a known state.
+        // The call runs on its own task, which holds the tenant but not the session: when the
+        // session ends, or the client cancels the request (`notifications/cancelled`), the
+        // interpreter is killed at once and no result is sent.
         let executor = self.executor.clone();
-        let result = tokio::spawn(async move { executor.run(&code, globals, on_output).await })
-            .await
-            .map_err(|e| McpError::internal_error(format!("the call failed: {e}"), None))?;
+        let cancel = context.ct.clone();
+        let result = tokio::spawn(async move {
+            executor
+                .run(&tenant, &code, globals, on_output, &cancel)
+                .await
+        })
+        .await
+        .map_err(|e| McpError::internal_error(format!("the call failed: {e}"), None))?;
         let _ = forward.await;
+        let Some(result) = result else {
+            return Err(McpError::internal_error(
+                "the call was cancelled (its interpreter was stopped)",
+                None,
+            ));
+        };
         let text = render(&result, self.return_mode);
         Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
     }

@@ -1,7 +1,7 @@
 //! Streamable HTTP (MCP spec 2025-03-26 and later), stateful or stateless, at `/mcp`, using
 //! rmcp's server; and the HTTP listener shared with the legacy SSE transport.
 
-use super::handler::RunPythonServer;
+use super::handler::{RunPythonServer, Sessions, SessionsFull};
 use super::sse;
 use anyhow::{Context, Result};
 use axum::body::Body;
@@ -67,7 +67,24 @@ pub fn jsonrpc_error(status: StatusCode, code: i64, message: &str) -> Response {
 /// plain-text rejections (missing session id, unknown session, bad headers) keep their status
 /// with a JSON-RPC body. An unknown session stays HTTP 404, as the MCP spec requires, so that
 /// clients start a new session.
-async fn jsonrpc_errors(req: Request, next: Next, max_body: usize) -> Response {
+async fn jsonrpc_errors(
+    req: Request,
+    next: Next,
+    max_body: usize,
+    sessions: Arc<Sessions>,
+) -> Response {
+    // A POST without a session id starts a session (stateful `initialize`, or any stateless
+    // request): refuse it while `--max-sessions` are live.
+    if req.method() == Method::POST
+        && !req.headers().contains_key("mcp-session-id")
+        && sessions.is_full()
+    {
+        return jsonrpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            -32000,
+            &SessionsFull { max: sessions.max }.to_string(),
+        );
+    }
     let req = if req.method() == Method::POST {
         let (parts, body) = req.into_parts();
         let bytes = match read_body(body, max_body).await {
@@ -158,14 +175,15 @@ pub async fn serve(
             config.allowed_hosts = allowed_hosts(host);
             let factory = server.clone();
             let service = StreamableHttpService::new(
-                move || Ok(factory.for_new_session()),
+                move || factory.for_new_session().map_err(std::io::Error::other),
                 Arc::new(LocalSessionManager::default()),
                 config,
             );
+            let sessions = server.sessions.clone();
             Router::new()
                 .route_service("/mcp", service)
                 .layer(axum::middleware::from_fn(move |req, next| {
-                    jsonrpc_errors(req, next, max_body)
+                    jsonrpc_errors(req, next, max_body, sessions.clone())
                 }))
         }
         HttpMode::Sse => sse::router(server.clone(), max_body, shutdown.child_token()),

@@ -63,8 +63,16 @@ impl Drop for SessionGuard {
     }
 }
 
-async fn open_stream(
-    State(state): State<AppState>,
+async fn open_stream(State(state): State<AppState>) -> Response {
+    match state.server.for_new_session() {
+        Ok(handler) => session_stream(state, handler).into_response(),
+        Err(full) => jsonrpc_error(StatusCode::SERVICE_UNAVAILABLE, -32000, &full.to_string()),
+    }
+}
+
+fn session_stream(
+    state: AppState,
+    handler: RunPythonServer,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let id = uuid::Uuid::new_v4().simple().to_string();
     let (to_server, from_client) = mpsc::channel::<ClientJsonRpcMessage>(64);
@@ -75,7 +83,6 @@ async fn open_stream(
         .unwrap_or_else(|p| p.into_inner())
         .insert(id.clone(), to_server);
     let session_done = state.shutdown.child_token();
-    let handler = state.server.for_new_session();
     let done = session_done.clone();
     tokio::spawn(async move {
         match handler.serve((to_client, from_client)).await {

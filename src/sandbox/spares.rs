@@ -1,0 +1,149 @@
+//! Clean spare interpreters, booted ahead (from the memory snapshot) so that a new session or
+//! a fresh-per-call interpreter rarely waits for a boot (DESIGN §3). A spare has run nothing; it
+//! is handed out once and never comes back.
+
+use super::snapshot::Launcher;
+use super::worker::{Deadline, Phase, Worker, WorkerError};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// How long an idle spare may take to answer the health check made when it is handed out
+/// (seconds). A healthy idle worker answers in well under a millisecond; one that is stopped
+/// (SIGSTOP) or wedged is replaced.
+pub const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Keeps up to `target` booted, unused workers ready.
+pub struct Spares {
+    launcher: Arc<Launcher>,
+    target: usize,
+    ready: Mutex<VecDeque<Worker>>,
+    booting: AtomicUsize,
+    /// Woken whenever a background boot ends (with a spare or not).
+    booted: Notify,
+    closed: AtomicBool,
+}
+
+impl Spares {
+    /// Spares started by `launcher`, `target` of them kept ready (0 = boot on demand only).
+    pub fn new(launcher: Arc<Launcher>, target: usize) -> Arc<Spares> {
+        Arc::new(Spares {
+            launcher,
+            target,
+            ready: Mutex::new(VecDeque::new()),
+            booting: AtomicUsize::new(0),
+            booted: Notify::new(),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    fn ready_count(&self) -> usize {
+        self.ready.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Boots spares in the background until `target` are ready or booting.
+    pub fn fill(self: &Arc<Self>) {
+        self.fill_to(self.target);
+    }
+
+    /// Boots one spare in the background unless one is ready or booting already: after an
+    /// interpreter was lost (or at start-up), so that its replacement is likely ready before
+    /// it is needed, even with a `target` of 0.
+    pub fn replenish(self: &Arc<Self>) {
+        self.fill_to(self.target.max(1));
+    }
+
+    fn fill_to(self: &Arc<Self>, target: usize) {
+        loop {
+            if self.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            let booting = self.booting.load(Ordering::SeqCst);
+            if self.ready_count() + booting >= target {
+                return;
+            }
+            if self
+                .booting
+                .compare_exchange(booting, booting + 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                continue;
+            }
+            let spares = self.clone();
+            tokio::spawn(async move {
+                let booted = spares.launcher.launch().await;
+                match booted {
+                    Ok(worker) if !spares.closed.load(Ordering::SeqCst) => spares
+                        .ready
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push_back(worker),
+                    Ok(worker) => worker.kill().await,
+                    Err(e) => tracing::error!("booting a spare interpreter failed: {e}"),
+                }
+                spares.booting.fetch_sub(1, Ordering::SeqCst);
+                spares.booted.notify_waiters();
+            });
+        }
+    }
+
+    /// A clean interpreter: a ready spare that passes a health check, else the next one to
+    /// finish booting, else one booted now. Starts booting a replacement.
+    ///
+    /// Errors: a worker could not be booted; [`WorkerError::Closed`] after shutdown.
+    pub async fn take(self: &Arc<Self>) -> Result<Worker, WorkerError> {
+        loop {
+            if self.closed.load(Ordering::SeqCst) {
+                return Err(WorkerError::Closed);
+            }
+            let booted = self.booted.notified();
+            tokio::pin!(booted);
+            booted.as_mut().enable();
+            let spare = self
+                .ready
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front();
+            if let Some(mut worker) = spare {
+                self.fill();
+                match worker
+                    .ping(Deadline::after(HEALTH_CHECK_TIMEOUT, Phase::HealthCheck))
+                    .await
+                {
+                    Ok(()) => return Ok(worker),
+                    Err(e) => {
+                        tracing::warn!(
+                            "replacing a spare interpreter that failed its health check: {e}"
+                        );
+                        worker.kill().await;
+                        continue;
+                    }
+                }
+            }
+            if self.booting.load(Ordering::SeqCst) > 0 {
+                booted.await;
+                continue;
+            }
+            let worker = self.launcher.launch().await;
+            self.fill();
+            return worker;
+        }
+    }
+
+    /// Kills every spare and stops booting new ones.
+    pub async fn shutdown(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let spares: Vec<Worker> = self
+            .ready
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        for worker in spares {
+            worker.kill().await;
+        }
+        self.booted.notify_waiters();
+    }
+}
