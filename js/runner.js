@@ -16,11 +16,23 @@
     if (e && typeof e === "object" && "message" in e) return `${e.name || "Error"}: ${e.message}\n${e.stack || ""}`;
     return String(e);
   };
-  // `text` is sent as is (the helper already made it one JSON object); errors are wrapped.
+  // Why an operation failed, typed: the interpreter ended (`os._exit`: Emscripten's ExitStatus
+  // with its status; an abort or a fatal runtime error: Pyodide marks the error
+  // `pyodide_fatal_error`, and traps are WebAssembly.RuntimeError), or an ordinary error.
+  const failure = (e) => {
+    if (e && typeof e === "object" && e.name === "ExitStatus" && Number.isInteger(e.status)) {
+      return { ended: { exit: e.status } };
+    }
+    if (e && typeof e === "object" && (e.pyodide_fatal_error === true || e instanceof WebAssembly.RuntimeError)) {
+      return { ended: "abort", error: errorText(e) };
+    }
+    return { error: errorText(e) };
+  };
+  // `text` is sent as is (the helper already made it one JSON object); failures are wrapped.
   const answer = (id, promise) =>
     promise.then(
       (text) => done(id, text),
-      (e) => done(id, JSON.stringify({ error: errorText(e) })),
+      (e) => done(id, JSON.stringify(failure(e))),
     );
 
   return {

@@ -54,8 +54,8 @@ pub struct Cli {
     pub isolation: Isolation,
 
     /// Clean interpreters kept booted ahead, so that a new session rarely waits for a boot
-    /// [default: 2 for HTTP, `--workers` with `--isolation call` or `shared`; 0 for stdio,
-    /// which still boots one at start and one after losing its interpreter].
+    /// [default: 2 for HTTP, `--workers` with `--isolation call`; 0 for stdio and `shared`, which
+    /// still boot theirs at start and one after losing an interpreter].
     #[arg(long)]
     pub spares: Option<usize>,
 

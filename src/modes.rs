@@ -66,12 +66,22 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
     } else {
         cli.isolation
     };
-    let spares = cli.spares.unwrap_or(match (isolation, cli.mode) {
-        (Isolation::Call | Isolation::Shared, _) => workers,
-        // One session: one spare is booted at start and after each lost interpreter.
-        (Isolation::Session, Mode::Stdio | Mode::Warmup | Mode::Example) => 0,
-        (Isolation::Session, _) => DEFAULT_HTTP_SPARES.min(workers.max(1)),
-    });
+    // Spares kept ready, and booted at start-up.
+    let (spares, initial) = match (isolation, cli.mode) {
+        (Isolation::Call, _) => (workers, workers),
+        // Shared interpreters are booted at start-up and replaced when lost.
+        (Isolation::Shared, _) => (0, workers),
+        // One session: one spare at start, and one after each lost interpreter.
+        (Isolation::Session, Mode::Stdio | Mode::Warmup | Mode::Example) => (0, 1),
+        (Isolation::Session, _) => {
+            let n = DEFAULT_HTTP_SPARES.min(workers.max(1));
+            (n, n)
+        }
+    };
+    let (spares, initial) = match cli.spares {
+        Some(n) => (n, initial.max(n)),
+        None => (spares, initial),
+    };
     let launcher = Arc::new(Launcher::new(exe, worker_args, snapshot_path));
     let limits = Limits {
         timeout: seconds(cli.timeout, "--timeout")?,
@@ -90,7 +100,7 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         .collect();
     let net = NetPolicy::new(cli.allow_net.clone(), cli.max_fetch_bytes);
     let executor = Executor::new(
-        Spares::new(launcher, spares),
+        Spares::new(launcher, spares, initial),
         Arc::new(resolver),
         limits,
         isolation,
@@ -172,7 +182,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
     let executor = server.executor.clone();
     let code = match cli.mode {
         Mode::Stdio => {
-            executor.spares.replenish();
+            executor.spares.prefill();
             let session = server.for_new_session()?;
             tokio::select! {
                 r = crate::server::stdio::serve(session) => r?,
@@ -181,7 +191,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
             0
         }
         Mode::StreamableHttp | Mode::StreamableHttpStateless | Mode::Sse => {
-            executor.spares.fill();
+            executor.spares.prefill();
             let mode = match cli.mode {
                 Mode::StreamableHttp => HttpMode::Stateful,
                 Mode::StreamableHttpStateless => HttpMode::Stateless,

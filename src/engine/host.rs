@@ -20,6 +20,18 @@ pub type EmitSink = Box<dyn FnMut(&str)>;
 /// `(name, json, bytes)` in, `(json, bytes)` out, or an error message that becomes a JS `Error`.
 pub type CallHandler = Box<dyn FnMut(&str, &str, Vec<u8>) -> Result<(String, Vec<u8>), String>>;
 
+/// An unhandled promise rejection: its text, and whether it ended the interpreter.
+#[derive(Debug, Clone)]
+pub struct Rejection {
+    /// The reason's message and stack.
+    pub text: String,
+    /// Pyodide marked the reason as fatal (`pyodide_fatal_error`): the interpreter ended.
+    pub fatal: bool,
+    /// The exit status, when the interpreter ended with `exit(status)` (Emscripten's
+    /// `ExitStatus` carries it as `status`).
+    pub exit_status: Option<i64>,
+}
+
 pub(crate) struct Timer {
     pub callback: JSObjectRef,
 }
@@ -37,8 +49,8 @@ pub(crate) struct HostState {
     pub call: Option<CallHandler>,
     /// Last `(id, text)` given to `__host.done(id, text)`: the awaited work has settled.
     pub done: Option<(u64, String)>,
-    /// Unhandled promise rejections since the last check (message and stack).
-    pub rejections: Vec<String>,
+    /// Unhandled promise rejections since the last check.
+    pub rejections: Vec<Rejection>,
     pub start: Option<Instant>,
 }
 
@@ -275,13 +287,31 @@ unsafe extern "C" fn host_rejected(
     argv: *const JSValueRef,
     _exc: *mut JSValueRef,
 ) -> JSValueRef {
-    let (message, stack) = describe_exception(ctx, arg(argv, argc, 1, ctx));
+    let reason = arg(argv, argc, 1, ctx);
+    let (message, stack) = describe_exception(ctx, reason);
     let text = if stack.is_empty() {
         message
     } else {
         format!("{message}\n{stack}")
     };
-    STATE.with(|s| s.borrow_mut().rejections.push(text));
+    let (mut fatal, mut exit_status) = (false, None);
+    if JSValueIsObject(ctx, reason) {
+        let object = reason as JSObjectRef;
+        fatal = JSValueToBoolean(ctx, get_property(ctx, object, "pyodide_fatal_error"));
+        let status = get_property(ctx, object, "status");
+        if fatal && JSValueGetType(ctx, status) == K_JS_TYPE_NUMBER {
+            let n = JSValueToNumber(ctx, status, ptr::null_mut());
+            if n.is_finite() && n.fract() == 0.0 && n.abs() <= i64::MAX as f64 {
+                exit_status = Some(n as i64);
+            }
+        }
+    }
+    let rejection = Rejection {
+        text,
+        fatal,
+        exit_status,
+    };
+    STATE.with(|s| s.borrow_mut().rejections.push(rejection));
     JSValueMakeUndefined(ctx)
 }
 

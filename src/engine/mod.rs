@@ -10,7 +10,7 @@ mod value;
 
 use ffi::*;
 use host::STATE;
-pub use host::{CallHandler, EmitSink};
+pub use host::{CallHandler, EmitSink, Rejection};
 use std::ptr;
 use std::time::Instant;
 use thiserror::Error;
@@ -23,8 +23,8 @@ pub enum EngineError {
     #[error("JavaScript error: {message}\n{stack}")]
     Thrown { message: String, stack: String },
     /// A promise was rejected and nothing handled it.
-    #[error("unhandled promise rejection: {0}")]
-    UnhandledRejection(String),
+    #[error("unhandled promise rejection: {}", .0.text)]
+    UnhandledRejection(Rejection),
     /// `__host.done` answered another call than the one awaited.
     #[error("the runtime answered call {got} while call {expected} was awaited")]
     WrongCall { expected: u64, got: u64 },

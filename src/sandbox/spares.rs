@@ -19,6 +19,8 @@ pub const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct Spares {
     launcher: Arc<Launcher>,
     target: usize,
+    /// How many to boot at start-up.
+    initial: usize,
     ready: Mutex<VecDeque<Worker>>,
     booting: AtomicUsize,
     /// Woken whenever a background boot ends (with a spare or not).
@@ -27,11 +29,13 @@ pub struct Spares {
 }
 
 impl Spares {
-    /// Spares started by `launcher`, `target` of them kept ready (0 = boot on demand only).
-    pub fn new(launcher: Arc<Launcher>, target: usize) -> Arc<Spares> {
+    /// Spares started by `launcher`: `initial` of them booted by [`Spares::prefill`], then
+    /// `target` kept ready (0 = boot on demand, and after a loss, only).
+    pub fn new(launcher: Arc<Launcher>, target: usize, initial: usize) -> Arc<Spares> {
         Arc::new(Spares {
             launcher,
             target,
+            initial,
             ready: Mutex::new(VecDeque::new()),
             booting: AtomicUsize::new(0),
             booted: Notify::new(),
@@ -41,6 +45,11 @@ impl Spares {
 
     fn ready_count(&self) -> usize {
         self.ready.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Boots the start-up spares in the background.
+    pub fn prefill(self: &Arc<Self>) {
+        self.fill_to(self.initial);
     }
 
     /// Boots spares in the background until `target` are ready or booting.

@@ -107,11 +107,38 @@ struct Runner {
     run: JsFunction,
 }
 
-/// An answer of the runner that is not the expected shape: a JavaScript error it caught.
-#[derive(Deserialize)]
+/// An answer of the runner that is not the expected shape: why the operation failed
+/// (`js/runner.js`, `failure`).
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RunnerError {
-    error: String,
+struct RunnerFailure {
+    /// The interpreter ended and cannot be used again.
+    #[serde(default)]
+    ended: Option<Ended>,
+    /// The JavaScript error, as text.
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// How an interpreter ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Ended {
+    /// `os._exit(status)` (Emscripten's `ExitStatus`).
+    Exit(i64),
+    /// `os.abort()`, a trap or a fatal error in the runtime.
+    Abort,
+}
+
+/// Why a runner operation failed.
+#[derive(Debug, thiserror::Error)]
+enum OperationError {
+    #[error("{0}")]
+    Failed(String),
+    #[error("the interpreter ended ({0:?})")]
+    Ended(Ended),
+    #[error("the runner gave an answer of the wrong shape")]
+    Shape(#[source] serde_json::Error),
 }
 
 #[derive(Deserialize)]
@@ -135,13 +162,18 @@ fn call(
     engine.run_until_done(id, deadline)
 }
 
-/// Parses an answer as `T`, or reports the runner's own error.
-fn parse_answer<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T> {
+/// Parses an answer as `T`, or as the runner's typed failure.
+fn parse_answer<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, OperationError> {
     match serde_json::from_str::<T>(text) {
         Ok(v) => Ok(v),
-        Err(e) => match serde_json::from_str::<RunnerError>(text) {
-            Ok(RunnerError { error }) => Err(anyhow!(error)),
-            Err(_) => Err(anyhow!(e).context("the runner gave an answer of the wrong shape")),
+        Err(e) => match serde_json::from_str::<RunnerFailure>(text) {
+            Ok(RunnerFailure {
+                ended: Some(ended), ..
+            }) => Err(OperationError::Ended(ended)),
+            Ok(RunnerFailure { error, .. }) => Err(OperationError::Failed(
+                error.unwrap_or_else(|| "unknown error".into()),
+            )),
+            Err(_) => Err(OperationError::Shape(e)),
         },
     }
 }
@@ -219,30 +251,58 @@ fn boot(
     Ok((engine, runner, booted.version, snapshot))
 }
 
-/// Describes a run that failed below Python (the runner did not answer with a result):
-/// `text` is the JavaScript error, `engine` whether the engine itself failed (rather than the
-/// runner's promise rejecting). Exits, aborts and engine failures end the interpreter.
-fn runtime_failure(text: &str, engine: bool) -> RunOutcome {
-    let first = text.lines().next().unwrap_or_default();
-    let (error, fatal) = if let Some(rest) = text.split("Program terminated with exit(").nth(1) {
-        let code = rest.split(')').next().unwrap_or("?");
-        (format!("SystemExit: the code ended the interpreter with exit({code}) (os._exit); the next call runs in a new interpreter"), true)
-    } else if text.contains("Aborted")
-        || text.contains("fatal error")
-        || text.contains("Unreachable code")
-    {
-        ("RuntimeError: the interpreter aborted (os.abort() or a fatal error in the runtime); the next call runs in a new interpreter".to_owned(), true)
-    } else if engine {
-        (format!("RuntimeError: the JavaScript runtime failed: {first}; the next call runs in a new interpreter"), true)
-    } else {
-        (text.to_owned(), false)
+/// The result of a run whose interpreter ended (the next call runs in a new one).
+fn ended_outcome(ended: Ended) -> RunOutcome {
+    let error = match ended {
+        Ended::Exit(code) => format!("SystemExit: the code ended the interpreter with exit({code}) (os._exit); the next call runs in a new interpreter"),
+        Ended::Abort => "RuntimeError: the interpreter aborted (os.abort() or a fatal error in the runtime); the next call runs in a new interpreter".to_owned(),
     };
     RunOutcome {
         status: RunStatus::RunError,
         return_value: None,
         error: Some(error),
         truncated: false,
-        fatal,
+        fatal: true,
+    }
+}
+
+/// The result of a run that failed below Python (the runner did not answer with a result).
+fn failed_outcome(e: OperationError) -> RunOutcome {
+    match e {
+        OperationError::Ended(ended) => ended_outcome(ended),
+        // An ordinary JavaScript error from the runner: the interpreter is still usable.
+        OperationError::Failed(text) => RunOutcome {
+            status: RunStatus::RunError,
+            return_value: None,
+            error: Some(text),
+            truncated: false,
+            fatal: false,
+        },
+        e @ OperationError::Shape(_) => RunOutcome {
+            status: RunStatus::RunError,
+            return_value: None,
+            error: Some(format!("RuntimeError: {e}")),
+            truncated: false,
+            fatal: false,
+        },
+    }
+}
+
+/// The result of a run during which the engine itself failed: the interpreter is ended.
+fn engine_outcome(e: &EngineError) -> RunOutcome {
+    if let EngineError::UnhandledRejection(r) = e {
+        if r.fatal {
+            return ended_outcome(r.exit_status.map_or(Ended::Abort, Ended::Exit));
+        }
+    }
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    RunOutcome {
+        status: RunStatus::RunError,
+        return_value: None,
+        error: Some(format!("RuntimeError: the JavaScript runtime failed: {first}; the next call runs in a new interpreter")),
+        truncated: false,
+        fatal: true,
     }
 }
 
@@ -394,7 +454,7 @@ fn serve() -> Result<()> {
                 let error = match answer {
                     Ok(text) => parse_answer::<serde_json::Map<String, serde_json::Value>>(&text)
                         .err()
-                        .map(|e| format!("{e:#}")),
+                        .map(|e| e.to_string()),
                     Err(e) => Some(e.to_string()),
                 };
                 Reply::Installed { id, error }
@@ -425,11 +485,8 @@ fn serve() -> Result<()> {
                 );
                 running.borrow_mut().id = None;
                 let outcome = match answer {
-                    Ok(text) => match parse_answer::<RunOutcome>(&text) {
-                        Ok(o) => o,
-                        Err(e) => runtime_failure(&format!("{e:#}"), false),
-                    },
-                    Err(e) => runtime_failure(&e.to_string(), true),
+                    Ok(text) => parse_answer::<RunOutcome>(&text).unwrap_or_else(failed_outcome),
+                    Err(e) => engine_outcome(&e),
                 };
                 if outcome.fatal {
                     // The code ended the runtime (os._exit, os.abort, a fatal runtime error):
@@ -457,11 +514,14 @@ mod tests {
     }
 
     #[test]
-    fn runtime_failures_are_fatal_results() {
-        let o = runtime_failure("ExitStatus: Program terminated with exit(3)", false);
+    fn runner_failures_are_typed() {
+        let o = parse_answer::<RunOutcome>(r#"{"ended":{"exit":3}}"#).unwrap_err();
+        let o = failed_outcome(o);
         assert!(o.fatal);
         assert!(o.error.unwrap().contains("exit(3)"));
-        assert!(!runtime_failure("TypeError: x", false).fatal);
-        assert!(runtime_failure("TypeError: x", true).fatal);
+        let o = parse_answer::<RunOutcome>(r#"{"ended":"abort","error":"x"}"#).unwrap_err();
+        assert!(failed_outcome(o).fatal);
+        let o = parse_answer::<RunOutcome>(r#"{"error":"TypeError: x"}"#).unwrap_err();
+        assert!(!failed_outcome(o).fatal);
     }
 }

@@ -77,9 +77,18 @@ impl Tenant {
     /// then sends no result.
     pub fn end(&self) {
         self.ended.cancel();
-        if let Ok(mut slot) = self.worker.try_lock() {
-            // Dropping a worker kills it; tokio reaps it.
-            slot.take();
+        let idle = match self.worker.try_lock() {
+            Ok(mut slot) => slot.take(),
+            // A call holds it: the call sees `ended` and kills it.
+            Err(_) => None,
+        };
+        if let Some(worker) = idle {
+            match tokio::runtime::Handle::try_current() {
+                // Kill and reap it now rather than leave a zombie until tokio's orphan reaper.
+                Ok(runtime) => drop(runtime.spawn(worker.kill())),
+                // Dropping a worker kills it.
+                Err(_) => drop(worker),
+            }
         }
     }
 }
@@ -277,8 +286,8 @@ impl Executor {
             .is_some_and(|v| *v == Verdict::Keep && self.isolation != Isolation::Call);
         if !keep {
             held.discard().await;
-            if self.isolation == Isolation::Session && !tenant.ended.is_cancelled() {
-                // The session's next call will want a clean interpreter.
+            if self.isolation != Isolation::Call && !tenant.ended.is_cancelled() {
+                // The session's (or the shared slot's) next call will want a clean interpreter.
                 self.spares.replenish();
             }
         }
