@@ -18,6 +18,7 @@ if [ ! -x .venv/bin/python ] || ! cmp -s tests/python/requirements.txt "$stamp";
 fi
 
 cargo fmt --check
+cargo clippy --all-targets --quiet -- -D warnings
 cargo build
 cargo test
 MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python "$@"

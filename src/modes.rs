@@ -225,6 +225,7 @@ async fn warmup(server: &RunPythonServer) -> i32 {
     let Some(result) = executor
         .run(
             &tenant,
+            None,
             "import sys\nsys.version",
             serde_json::Map::new(),
             Box::new(|_, _| {}),
@@ -256,6 +257,7 @@ async fn example(server: &RunPythonServer) -> i32 {
         .executor
         .run(
             &tenant,
+            None,
             EXAMPLE_CODE,
             serde_json::Map::new(),
             Box::new(|_, _| {}),

@@ -57,11 +57,33 @@ const MEMORY_POLL: Duration = Duration::from_millis(25);
 /// What "no limit" means for a deadline (seconds): ten years.
 const NO_LIMIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-/// One MCP session's hold on its interpreter. Calls of a session wait for each other in
-/// arrival order (the mutex is fair); [`Tenant::end`] kills the interpreter.
+/// A call's place in its session's arrival order, stamped by the transport as the request is
+/// read (before rmcp hands it to a task of its own, where calls could overtake each other).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival(pub u64);
+
+/// How long a stamped call may take to reach its turn before later calls stop waiting for it
+/// (seconds): a request the MCP layer answers without calling the tool never claims its turn.
+const UNCLAIMED_ARRIVAL: Duration = Duration::from_secs(2);
+
+/// Calls of a session that were read but have not yet queued for its interpreter.
+#[derive(Default)]
+struct Arrivals {
+    next: u64,
+    /// Arrival number → when it was stamped.
+    pending: std::collections::BTreeMap<u64, tokio::time::Instant>,
+}
+
+/// One MCP session's hold on its interpreter. Calls of a session run one at a time in arrival
+/// order: transports that read a session's messages in order stamp each call ([`Tenant::arrive`])
+/// and a call queues for the interpreter (a fair mutex) only after every earlier one has;
+/// [`Tenant::end`] kills the interpreter.
 pub struct Tenant {
     worker: Arc<tokio::sync::Mutex<Option<Worker>>>,
     ended: CancellationToken,
+    arrivals: std::sync::Mutex<Arrivals>,
+    /// Woken when a call leaves `arrivals`.
+    queued: tokio::sync::Notify,
 }
 
 impl Tenant {
@@ -70,7 +92,74 @@ impl Tenant {
         Arc::new(Tenant {
             worker: Arc::default(),
             ended: CancellationToken::new(),
+            arrivals: Default::default(),
+            queued: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Stamps a call as it is read: it will queue after every call stamped before it.
+    pub fn arrive(&self) -> Arrival {
+        let mut a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+        let n = a.next;
+        a.next += 1;
+        a.pending.insert(n, tokio::time::Instant::now());
+        Arrival(n)
+    }
+
+    /// Whether `arrival` is the earliest call still to queue (forgetting calls stamped long
+    /// ago that never came to queue).
+    fn is_next(&self, arrival: Arrival) -> bool {
+        let mut a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+        let now = tokio::time::Instant::now();
+        a.pending
+            .retain(|n, at| *n >= arrival.0 || now.duration_since(*at) < UNCLAIMED_ARRIVAL);
+        a.pending
+            .keys()
+            .next()
+            .is_none_or(|first| *first >= arrival.0)
+    }
+
+    /// `arrival` has queued (or gave up): the next call may queue.
+    fn leave(&self, arrival: Arrival) {
+        self.arrivals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pending
+            .remove(&arrival.0);
+        self.queued.notify_waiters();
+    }
+
+    /// Queues for the interpreter after every call stamped before `arrival`.
+    async fn queue(&self, arrival: Option<Arrival>) -> OwnedMutexGuard<Option<Worker>> {
+        let Some(arrival) = arrival else {
+            return self.worker.clone().lock_owned().await;
+        };
+        // Leaves the arrival order however this future ends (also when it is dropped).
+        struct Leave<'a>(&'a Tenant, Arrival);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.leave(self.1);
+            }
+        }
+        let leave = Leave(self, arrival);
+        loop {
+            let queued = self.queued.notified();
+            tokio::pin!(queued);
+            queued.as_mut().enable();
+            if self.is_next(arrival) {
+                break;
+            }
+            // Wake up at least when an unclaimed earlier call expires.
+            let _ = tokio::time::timeout(UNCLAIMED_ARRIVAL, queued).await;
+        }
+        let lock = self.worker.clone().lock_owned();
+        tokio::pin!(lock);
+        // Take a place in the mutex's FIFO queue before letting the next call queue.
+        if let std::task::Poll::Ready(guard) = futures::poll!(lock.as_mut()) {
+            return guard;
+        }
+        drop(leave);
+        lock.await
     }
 
     /// Ends the session: its interpreter is killed now if idle, or by the running call, which
@@ -206,11 +295,13 @@ impl Executor {
         self.running.close();
     }
 
-    /// Runs one call of `run_python_code` for `tenant`. `None` when `cancel` fired or the
+    /// Runs one call of `run_python_code` for `tenant`, after the session's calls that arrived
+    /// before it (`arrival`, when the transport stamped one). `None` when `cancel` fired or the
     /// session ended first: the interpreter was killed and no result is due.
     pub async fn run(
         &self,
         tenant: &Tenant,
+        arrival: Option<Arrival>,
         code: &str,
         globals: serde_json::Map<String, serde_json::Value>,
         on_output: OutputSink,
@@ -247,7 +338,7 @@ impl Executor {
         }
         let turn = async {
             let held = match self.isolation {
-                Isolation::Session => Held::Session(tenant.worker.clone().lock_owned().await),
+                Isolation::Session => Held::Session(tenant.queue(arrival).await),
                 Isolation::Call => Held::Call(Box::new(None)),
                 Isolation::Shared => Held::Shared(self.shared.as_ref()?.acquire().await?),
             };

@@ -8,14 +8,15 @@
 //! `initialize` five seconds, and booting Pyodide takes longer.
 #![allow(deprecated)]
 
-use super::execute::{Executor, Tenant};
+use super::execute::{Arrival, Executor, Tenant};
 use super::format::{render, ReturnMode};
 use super::tool::{tool, TOOL_NAME};
 use crate::sandbox::protocol::Stream;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ClientRequest,
+    ContentBlock, GetExtensions, Implementation, ListToolsResult, LoggingLevel,
+    LoggingMessageNotificationParam, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -118,6 +119,17 @@ fn severity(level: LoggingLevel) -> u8 {
     }
 }
 
+/// Stamps a `tools/call` read from a session's ordered stream with its arrival in `tenant`, so
+/// that the session's calls run in the order they were sent.
+pub fn stamp_arrival(message: &mut ClientJsonRpcMessage, tenant: &Tenant) {
+    if let ClientJsonRpcMessage::Request(request) = message {
+        if let ClientRequest::CallToolRequest(_) = request.request {
+            let arrival = tenant.arrive();
+            request.request.extensions_mut().insert(arrival);
+        }
+    }
+}
+
 /// Whether a message at `level` passes the logging level `min` set by the client.
 fn should_log(min: &Mutex<Option<LoggingLevel>>, level: LoggingLevel) -> bool {
     let current = *min.lock().unwrap_or_else(|p| p.into_inner());
@@ -152,6 +164,12 @@ impl RunPythonServer {
             session: Some(Arc::new(self.sessions.open()?)),
             ..self.clone()
         })
+    }
+
+    /// This session's tenant (`None` in the template), for transports that stamp the arrival
+    /// order of its calls.
+    pub fn tenant(&self) -> Option<Arc<Tenant>> {
+        self.session.as_ref().map(|s| s.tenant.clone())
     }
 
     /// Checks the arguments of a `run_python_code` call against the input schema.
@@ -309,9 +327,10 @@ impl ServerHandler for RunPythonServer {
         // interpreter is killed at once and no result is sent.
         let executor = self.executor.clone();
         let cancel = context.ct.clone();
+        let arrival = context.extensions.get::<Arrival>().copied();
         let result = tokio::spawn(async move {
             executor
-                .run(&tenant, &code, globals, on_output, &cancel)
+                .run(&tenant, arrival, &code, globals, on_output, &cancel)
                 .await
         })
         .await

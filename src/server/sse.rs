@@ -3,7 +3,8 @@
 //! POSTs JSON-RPC messages there and the replies arrive as `message` events. Each stream is one
 //! rmcp session over a channel pair, so the protocol itself stays rmcp's.
 
-use super::handler::RunPythonServer;
+use super::execute::Tenant;
+use super::handler::{stamp_arrival, RunPythonServer};
 use super::http::jsonrpc_error;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
@@ -23,7 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-type Sessions = Arc<Mutex<HashMap<String, mpsc::Sender<ClientJsonRpcMessage>>>>;
+/// Each live stream's channel to its rmcp session, and its tenant (to stamp call arrivals).
+type Sessions =
+    Arc<Mutex<HashMap<String, (mpsc::Sender<ClientJsonRpcMessage>, Option<Arc<Tenant>>)>>>;
 
 #[derive(Clone)]
 struct AppState {
@@ -81,7 +84,7 @@ fn session_stream(
         .sessions
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(id.clone(), to_server);
+        .insert(id.clone(), (to_server, handler.tenant()));
     let session_done = state.shutdown.child_token();
     let done = session_done.clone();
     tokio::spawn(async move {
@@ -139,14 +142,15 @@ async fn post_message(
         .unwrap_or_else(|p| p.into_inner())
         .get(&id)
         .cloned();
-    let Some(mut sender) = sender else {
+    let Some((mut sender, tenant)) = sender else {
         return jsonrpc_error(
             StatusCode::BAD_REQUEST,
             -32600,
             "unknown session_id: open a new stream at GET /sse",
         );
     };
-    let message: ClientJsonRpcMessage = match serde_json::from_slice::<serde_json::Value>(&body) {
+    let mut message: ClientJsonRpcMessage = match serde_json::from_slice::<serde_json::Value>(&body)
+    {
         Err(e) => {
             return jsonrpc_error(
                 StatusCode::BAD_REQUEST,
@@ -165,6 +169,9 @@ async fn post_message(
             }
         },
     };
+    if let Some(tenant) = &tenant {
+        stamp_arrival(&mut message, tenant);
+    }
     if sender.send(message).await.is_err() {
         return jsonrpc_error(StatusCode::BAD_REQUEST, -32600, "the session has ended");
     }

@@ -8,7 +8,7 @@
 //! invalid-request error (-32600). Everything else goes to the rmcp session over a channel
 //! pair, as for the SSE transport.
 
-use super::handler::RunPythonServer;
+use super::handler::{stamp_arrival, RunPythonServer};
 use anyhow::{Context, Result};
 use futures::channel::mpsc;
 use futures::{SinkExt, StreamExt};
@@ -131,6 +131,7 @@ pub async fn serve(server: RunPythonServer) -> Result<()> {
     });
     // The same bound as an HTTP request body: a line carries one message with the code in it.
     let max_line_bytes = super::http::max_body_bytes(server.max_code_bytes);
+    let tenant = server.tenant();
     let reader = tokio::spawn(async move {
         let mut stdin = BufReader::new(tokio::io::stdin());
         // A read error (stdin gone bad) ends the session like the end of the stream.
@@ -156,7 +157,10 @@ pub async fn serve(server: RunPythonServer) -> Result<()> {
                 continue;
             }
             match bad_input_reply(&line) {
-                Ok(message) => {
+                Ok(mut message) => {
+                    if let Some(tenant) = &tenant {
+                        stamp_arrival(&mut message, tenant);
+                    }
                     if to_server.send(message).await.is_err() {
                         break;
                     }
