@@ -27,7 +27,7 @@ pub struct Cli {
 
     /// Requirements installed once into every worker before its first call (comma-separated,
     /// PEP 508, e.g. `numpy,rich<13`).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, visible_alias = "dependencies", value_delimiter = ',')]
     pub deps: Vec<String>,
 
     /// Result format of the tool: XML sections or one JSON object.
@@ -83,6 +83,26 @@ pub struct Cli {
     #[arg(long, value_delimiter = ',')]
     pub allow_net: Vec<String>,
 
+    /// Accepted for the Deno original's command line: user code has no network unless
+    /// `--allow-net` names a host, so this changes nothing (and overrides `--allow-net`).
+    #[arg(long)]
+    pub disable_networking: bool,
+
+    /// Debug logs on stderr, including one line per package installed.
+    #[arg(long)]
+    pub verbose: bool,
+
+    /// Browser origins (`scheme://host[:port]`) allowed to reach the HTTP modes besides the
+    /// loopback ones; a request whose `Origin` is another gets 403 (DNS-rebinding protection,
+    /// MCP spec, streamable HTTP, security warning).
+    #[arg(long, value_delimiter = ',')]
+    pub allow_origin: Vec<String>,
+
+    /// `Host` header values (`host` or `host:port`) accepted by the HTTP modes besides the
+    /// loopback names and `--host`; others get 403.
+    #[arg(long, value_delimiter = ',')]
+    pub allow_host: Vec<String>,
+
     /// Largest response body user code may fetch from an `--allow-net` host, in bytes.
     #[arg(long, default_value_t = crate::sandbox::net::DEFAULT_MAX_FETCH_BYTES)]
     pub max_fetch_bytes: usize,
@@ -128,10 +148,13 @@ pub enum Mode {
     /// Serve MCP over stdin/stdout (for `MCPServerStdio`).
     Stdio,
     /// Serve streamable HTTP with sessions at `http://HOST:PORT/mcp` (for `MCPServerStreamableHTTP`).
-    #[value(name = "streamable_http")]
+    #[value(name = "streamable-http", alias = "streamable_http")]
     StreamableHttp,
     /// Serve streamable HTTP without sessions at `http://HOST:PORT/mcp`.
-    #[value(name = "streamable_http_stateless")]
+    #[value(
+        name = "streamable-http-stateless",
+        alias = "streamable_http_stateless"
+    )]
     StreamableHttpStateless,
     /// Serve the legacy HTTP+SSE transport at `http://HOST:PORT/sse` (for `MCPServerSSE`).
     Sse,

@@ -10,19 +10,33 @@ mod server;
 use anyhow::Result;
 use clap::Parser;
 
-fn main() -> Result<()> {
+/// Log filter by default, and with `--verbose` (unless `RUST_LOG` says otherwise).
+const DEFAULT_LOG_FILTER: &str = "warn,mcp_run_python=info";
+const VERBOSE_LOG_FILTER: &str = "info,mcp_run_python=debug";
+
+fn init_logging(verbose: bool) {
+    let default = if verbose {
+        VERBOSE_LOG_FILTER
+    } else {
+        DEFAULT_LOG_FILTER
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,mcp_run_python=info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
         )
         .init();
+}
+
+fn main() -> Result<()> {
     // The sandbox worker is the same binary behind a hidden first argument.
     if std::env::args().nth(1).as_deref() == Some("__worker") {
+        init_logging(false);
         return sandbox::worker_main::main();
     }
     let cli = cli::Cli::parse();
+    init_logging(cli.verbose);
     let runtime = tokio::runtime::Runtime::new()?;
     let code = runtime.block_on(modes::run(cli))?;
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));

@@ -98,7 +98,12 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         .map(|d| d.trim().to_owned())
         .filter(|d| !d.is_empty())
         .collect();
-    let net = NetPolicy::new(cli.allow_net.clone(), cli.max_fetch_bytes);
+    let allowed_hosts = if cli.disable_networking {
+        Vec::new()
+    } else {
+        cli.allow_net.clone()
+    };
+    let net = NetPolicy::new(allowed_hosts, cli.max_fetch_bytes);
     let executor = Executor::new(
         Spares::new(launcher, spares, initial),
         Arc::new(resolver),
