@@ -21,7 +21,8 @@ from pyodide.code import eval_code_async, find_imports as _find_imports
 _emit = None
 # Modules that come with Pyodide itself and are never packages to install.
 _BUILTIN = {"js", "pyodide", "pyodide_js", "_pyodide", "_mcp_runner"}
-USER_FILENAME = "<code>"
+# The user's code is `main.py` in tracebacks, as in the Deno original.
+USER_FILENAME = "main.py"
 
 
 def _clean(text):
@@ -196,13 +197,14 @@ def _is_internal(filename):
 
 
 def _format_error(exc):
-    """The traceback of ``exc`` with Pyodide-internal frames removed."""
+    """The traceback of ``exc`` with Pyodide-internal frames removed, as CPython prints it
+    (final newline kept, as the original shows it; a ``SyntaxError`` without a header)."""
     te = traceback.TracebackException.from_exception(exc)
     for t in _chain(te):
         t.stack = traceback.StackSummary.from_list(
             [f for f in t.stack if not _is_internal(f.filename)]
         )
-    return "".join(te.format()).rstrip("\n")
+    return "".join(te.format())
 
 
 def _chain(te):

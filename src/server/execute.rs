@@ -557,6 +557,9 @@ impl Executor {
             Some(reason) => Err(InstallFailure::Install(reason)),
             None => {
                 for p in todo {
+                    // One line per package (shown with --verbose); names are escaped, as they
+                    // come from user code's requirements.
+                    tracing::debug!("install: {:?} from {:?}", p.name, p.file_name);
                     worker.installed.insert(p.name.clone());
                 }
                 Ok(())

@@ -125,24 +125,47 @@ fn render_xml(r: &CallResult) -> String {
     lines.join("\n")
 }
 
+/// The Deno original's JSON, keys in its order: `status`, `output`, then `return_value` (on
+/// success, `null` when there is none) or `error`.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum JsonResult<'a> {
+    Success {
+        status: &'static str,
+        output: &'a [String],
+        return_value: serde_json::Value,
+    },
+    Failure {
+        status: &'static str,
+        output: &'a [String],
+        error: &'a str,
+    },
+}
+
 fn render_json(r: &CallResult) -> String {
-    let mut obj = serde_json::Map::new();
-    obj.insert("status".into(), json!(r.status.as_str()));
-    obj.insert("dependencies".into(), json!(r.dependencies));
-    obj.insert("output".into(), json!(r.output));
-    if r.status == Status::Success {
-        let value = match &r.return_value {
+    let status = r.status.as_str();
+    let output = r.output.as_slice();
+    let result = if r.status == Status::Success {
+        let return_value = match &r.return_value {
             None => serde_json::Value::Null,
             Some(text) if r.return_is_json => {
                 serde_json::from_str(text).unwrap_or_else(|_| json!(text))
             }
             Some(text) => json!(text),
         };
-        obj.insert("return_value".into(), value);
+        JsonResult::Success {
+            status,
+            output,
+            return_value,
+        }
     } else {
-        obj.insert("error".into(), json!(r.error.as_deref().unwrap_or("")));
-    }
-    serde_json::to_string(&serde_json::Value::Object(obj)).unwrap_or_default()
+        JsonResult::Failure {
+            status,
+            output,
+            error: r.error.as_deref().unwrap_or(""),
+        }
+    };
+    serde_json::to_string(&result).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -198,5 +221,16 @@ mod tests {
         assert_eq!(v["return_value"], json!([1, 2, 3]));
         assert_eq!(v["output"], json!(["[1 2 3]"]));
         assert_eq!(v["status"], json!("success"));
+        assert_eq!(
+            render(&result(), ReturnMode::Json),
+            r#"{"status":"success","output":["[1 2 3]"],"return_value":[1,2,3]}"#
+        );
+        let mut r = result();
+        r.status = Status::RunError;
+        r.error = Some("E\n".into());
+        assert_eq!(
+            render(&r, ReturnMode::Json),
+            r#"{"status":"run-error","output":["[1 2 3]"],"error":"E\n"}"#
+        );
     }
 }

@@ -15,8 +15,8 @@ use crate::sandbox::protocol::Stream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ClientRequest,
     ContentBlock, GetExtensions, Implementation, ListToolsResult, LoggingLevel,
-    LoggingMessageNotificationParam, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams,
+    LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, ServerCapabilities, ServerConfig, SetLevelRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -117,6 +117,32 @@ fn severity(level: LoggingLevel) -> u8 {
         LoggingLevel::Alert => 6,
         LoggingLevel::Emergency => 7,
     }
+}
+
+/// How often a call that carries a `progressToken` reports progress while it runs (seconds):
+/// clients that reset their read timeout on progress then keep waiting for long calls.
+const PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Sends `notifications/progress` for `token` every [`PROGRESS_INTERVAL`] until aborted:
+/// `progress` is the whole seconds elapsed (MCP spec, progress: it increases with every
+/// notification; the total is unknown).
+fn report_progress(
+    peer: rmcp::Peer<RoleServer>,
+    token: ProgressToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        let mut tick = tokio::time::interval_at(started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
+        loop {
+            tick.tick().await;
+            let seconds = started.elapsed().as_secs();
+            let param = ProgressNotificationParam::new(token.clone(), seconds as f64)
+                .with_message(format!("the code has been running for {seconds} s"));
+            if peer.notify_progress(param).await.is_err() {
+                break;
+            }
+        }
+    })
 }
 
 /// Stamps a `tools/call` read from a session's ordered stream with its arrival in `tenant`, so
@@ -311,6 +337,12 @@ impl ServerHandler for RunPythonServer {
                 let _ = tx.send((level, line.to_owned()));
             }
         });
+        let token = request
+            .meta
+            .as_ref()
+            .and_then(|m| m.get_progress_token())
+            .or_else(|| context.meta.get_progress_token());
+        let progress = token.map(|t| report_progress(context.peer.clone(), t));
         let peer = context.peer.clone();
         let forward = tokio::spawn(async move {
             while let Some((level, line)) = rx.recv().await {
@@ -334,7 +366,11 @@ impl ServerHandler for RunPythonServer {
                 .await
         })
         .await
-        .map_err(|e| McpError::internal_error(format!("the call failed: {e}"), None))?;
+        .map_err(|e| McpError::internal_error(format!("the call failed: {e}"), None));
+        if let Some(progress) = progress {
+            progress.abort();
+        }
+        let result = result?;
         let _ = forward.await;
         let Some(result) = result else {
             return Err(McpError::internal_error(

@@ -1,22 +1,33 @@
 //! The `run_python_code` tool: its name, description and input schema (DESIGN §4, seed 000).
 
+use crate::packages::wheel::target;
 use rmcp::model::{JsonObject, Tool};
 use serde_json::json;
 
 /// The tool's name, as in the Deno original.
 pub const TOOL_NAME: &str = "run_python_code";
 
-/// The tool description shown to models.
-pub const DESCRIPTION: &str = "Tool to execute Python code and return stdout, stderr, and return value.
+/// The tool's title, as in the Deno original.
+pub const TITLE: &str = "Run Python code";
+
+/// The tool description shown to models: the original's first sentences, then the real
+/// Python version (the one the embedded Pyodide runs) and what this server adds.
+pub fn description() -> String {
+    format!(
+        "Tool to execute Python code and return stdout, stderr, and return value.
 
 The code may be async, and the value on the last line will be returned as the return value.
 
-The code will be executed with Python 3.14 (Pyodide 314, in a WebAssembly sandbox without network or host file access).
+The code will be executed with Python {python} (Pyodide {pyodide}, in a WebAssembly sandbox without network or host file access).
 
-Dependencies are installed automatically: either from the imports in the code, or from PEP 723 inline script metadata (`# /// script` … `dependencies = [...]` … `# ///`).";
+Dependencies are installed automatically: either from the imports in the code, or from PEP 723 inline script metadata (`# /// script` … `dependencies = [...]` … `# ///`).",
+        python = target::PYTHON_VERSION,
+        pyodide = target::PYODIDE_VERSION,
+    )
+}
 
 /// JSON Schema (draft-07) of the arguments: `python_code` (required string) and
-/// `global_variables` (optional object, default `{}`), nothing else.
+/// `global_variables` (optional object, default `{}`), nothing else — exactly the original's.
 pub fn input_schema() -> JsonObject {
     let schema = json!({
         "type": "object",
@@ -24,7 +35,7 @@ pub fn input_schema() -> JsonObject {
             "python_code": {"type": "string", "description": "Python code to run"},
             "global_variables": {
                 "type": "object",
-                "additionalProperties": true,
+                "additionalProperties": {},
                 "default": {},
                 "description": "Map of global variables in context when the code is executed",
             },
@@ -41,5 +52,5 @@ pub fn input_schema() -> JsonObject {
 
 /// The tool definition for `tools/list`.
 pub fn tool() -> Tool {
-    Tool::new(TOOL_NAME, DESCRIPTION, input_schema())
+    Tool::new(TOOL_NAME, description(), input_schema()).with_title(TITLE)
 }

@@ -99,7 +99,7 @@ async def test_json_return_mode():
         import json
 
         data = json.loads(await run(session, "print('hi')\n{'x': [1, 2]}"))
-        assert data == {"status": "success", "dependencies": [], "output": ["hi"], "return_value": {"x": [1, 2]}}
+        assert data == {"status": "success", "output": ["hi"], "return_value": {"x": [1, 2]}}
         data = json.loads(await run(session, "'text'"))
         assert data["return_value"] == "text"
         data = json.loads(await run(session, "1/0"))
