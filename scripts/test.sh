@@ -22,3 +22,26 @@ cargo clippy --all-targets --quiet -- -D warnings
 cargo build
 cargo test
 MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python "$@"
+
+# Today's clients (issue 9): mcp 2.x, PydanticAI 2.x and fastmcp in a second venv, then the
+# official TypeScript SDK client. Each venv/node_modules is rebuilt only when its pins change.
+export MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python"
+stamp=.venv-current/.requirements
+if [ ! -x .venv-current/bin/python ] || ! cmp -s tests/current/requirements.txt "$stamp"; then
+  python3 -m venv .venv-current
+  .venv-current/bin/pip install -q --disable-pip-version-check -r tests/current/requirements.txt
+  cp tests/current/requirements.txt "$stamp"
+fi
+.venv-current/bin/python -m pytest -q -p no:cacheprovider tests/current
+
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  # Debian 12's nodejs is 18, which the pinned SDK supports (engines: node >= 18).
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
+fi
+stamp=tests/ts/node_modules/.package-lock.stamp
+if ! cmp -s tests/ts/package-lock.json "$stamp"; then
+  npm ci --prefix tests/ts --no-audit --no-fund --loglevel=error
+  cp tests/ts/package-lock.json "$stamp"
+fi
+node tests/ts/client_test.mjs

@@ -209,7 +209,16 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 tracing::info!("shutting down");
                 trigger.cancel();
             });
-            crate::server::http::serve(server, mode, &cli.host, cli.port, shutdown).await?;
+            crate::server::http::serve(
+                server,
+                mode,
+                &cli.host,
+                cli.port,
+                &cli.allow_origin,
+                &cli.allow_host,
+                shutdown,
+            )
+            .await?;
             0
         }
         Mode::Warmup => warmup(&server).await,

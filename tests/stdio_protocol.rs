@@ -134,3 +134,41 @@ fn handshake_errors_and_a_call_over_raw_pipes() {
         "<status>success</status>\n<output>\nhi\n</output>\n<return_value>\n42\n</return_value>"
     );
 }
+
+/// The next JSON-RPC message the server writes.
+fn next_message(server: &Server, timeout: Duration) -> Value {
+    let line = server
+        .lines
+        .recv_timeout(timeout)
+        .expect("the server answers");
+    serde_json::from_str(&line).expect("the server writes JSON")
+}
+
+/// Issue 9, item 8: like the Deno original, the server answers `tools/list` and `tools/call`
+/// from a client that never sent `initialize`, in order, with their own ids, and the
+/// implicit handshake it performs for them is never shown to the client.
+#[test]
+fn tools_are_answered_without_initialize() {
+    let mut server = Server::start();
+    server.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    server.send(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "run_python_code", "arguments": {"python_code": "print('hi')\n6 * 7"}}})
+        .to_string(),
+    );
+    let listed = next_message(&server, Duration::from_secs(60));
+    assert_eq!(listed["id"], 1, "{listed}");
+    assert_eq!(listed["result"]["tools"][0]["name"], "run_python_code");
+    let called = next_message(&server, Duration::from_secs(300));
+    assert_eq!(called["id"], 2, "{called}");
+    assert_eq!(
+        called["result"]["content"][0]["text"],
+        "<status>success</status>\n<output>\nhi\n</output>\n<return_value>\n42\n</return_value>"
+    );
+    // Bad lines are still answered, and a later request too.
+    server.send("{not json");
+    let parse_error = next_message(&server, Duration::from_secs(60));
+    assert_eq!(parse_error["error"]["code"], -32700);
+    let ping = server.request(3, "ping", json!({}));
+    assert_eq!(ping["result"], json!({}));
+}

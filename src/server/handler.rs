@@ -327,7 +327,18 @@ impl ServerHandler for RunPythonServer {
         // as they are written; a task sends them in order while the code runs. The channel
         // holds at most the call's output, which the front caps.
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(LoggingLevel, String)>();
-        let log_level = self.log_level.clone();
+        // The level set for this session (`logging/setLevel`), or the one this request asks
+        // for in its `_meta` (`io.modelcontextprotocol/logLevel`, SEP-2575: sessionless
+        // protocol versions have no `logging/setLevel`).
+        let log_level = match request
+            .meta
+            .as_ref()
+            .and_then(|m| m.log_level())
+            .or_else(|| context.meta.log_level())
+        {
+            Some(level) => Arc::new(Mutex::new(Some(level))),
+            None => self.log_level.clone(),
+        };
         let on_output = Box::new(move |stream: Stream, line: &str| {
             let level = match stream {
                 Stream::Stdout => LoggingLevel::Info,

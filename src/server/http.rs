@@ -1,26 +1,96 @@
 //! Streamable HTTP (MCP spec 2025-03-26 and later), stateful or stateless, at `/mcp`, using
 //! rmcp's server; and the HTTP listener shared with the legacy SSE transport.
+//!
+//! Every route sits behind two layers: the DNS-rebinding guard ([`Access`]: `Host` and `Origin`
+//! checks, first of all), then [`json_errors`], which gives every refusal that has no JSON body
+//! yet (rmcp's and axum's plain-text ones) the JSON-RPC error of [`super::errors`], keeping
+//! its status and `Allow` header. `/mcp` also has [`mcp_prechecks`] in front of rmcp.
+//!
+//! Status codes, from the MCP spec (2025-11-25 streamable HTTP, 2024-11-05 HTTP with SSE) and,
+//! where the spec is silent, the MCP TypeScript SDK that the Deno original runs on:
+//!
+//! | endpoint | request | status | JSON-RPC error |
+//! |---|---|---|---|
+//! | every path | `Origin` present and not allowed (spec: MUST validate `Origin`) | 403 | -32000 |
+//! | every path | `Host` missing or not allowed | 403 | -32000 |
+//! | other paths | any | 404 | -32000 |
+//! | `/mcp` | POST `initialize` (stateful) | 200, event stream, `Mcp-Session-Id` | |
+//! | `/mcp` | POST request | 200, event stream (stateless: JSON) | |
+//! | `/mcp` | POST notification or response (spec: 202, no body) | 202, no body | |
+//! | `/mcp` | POST without session id while `--max-sessions` are live | 503 | -32000 |
+//! | `/mcp` | POST body over the limit | 413 | -32600 |
+//! | `/mcp` | POST body not UTF-8 or not JSON | 400 | -32700 |
+//! | `/mcp` | POST JSON that is no JSON-RPC message, or a batch | 400 | -32600 |
+//! | `/mcp` | POST `Accept` without JSON and event stream; GET without event stream | 406 | -32000 |
+//! | `/mcp` | POST `Content-Type` not `application/json` | 415 | -32000 |
+//! | `/mcp` | unsupported `MCP-Protocol-Version` (spec: 400) | 400 | -32600 |
+//! | `/mcp` | stateful, no `Mcp-Session-Id` but for `initialize` (spec: SHOULD 400) | 400 | -32600 |
+//! | `/mcp` | stateful, unknown or ended session (spec: MUST 404) | 404 | -32001 |
+//! | `/mcp` | GET with a session (stateful) | 200, event stream | |
+//! | `/mcp` | DELETE with a session (stateful; the TypeScript SDK's answer) | 200, no body | |
+//! | `/mcp` | other methods; stateless also GET and DELETE (spec: GET → stream or 405) | 405, `Allow` | -32000 |
+//! | `/sse` | GET | 200, event stream, first event `endpoint` | |
+//! | `/sse` | GET while `--max-sessions` are live | 503 | -32000 |
+//! | `/sse` | other methods | 405, `Allow` | -32000 |
+//! | `/messages` | POST to a live session | 202, no body | |
+//! | `/messages` | no `session_id` | 400 | -32600 |
+//! | `/messages` | unknown or ended session (as the Python SDK's SSE server) | 404 | -32001 |
+//! | `/messages` | body over the limit / not JSON / no JSON-RPC message | 413 / 400 / 400 | -32600 / -32700 / -32600 |
+//! | `/messages` | other methods | 405, `Allow` | -32000 |
+//!
+//! On `/mcp` the body checks (413, 400) come before rmcp's header checks (406, 415). Where
+//! the Deno original differs, the spec wins: it answers an unknown session 400 (and `GET` or
+//! `DELETE` without a known session 400 in plain text), an unknown path and a wrong method in
+//! plain text, and has no body limit.
 
+use super::errors::{self, Refusal};
 use super::handler::{RunPythonServer, Sessions, SessionsFull};
 use super::sse;
 use anyhow::{Context, Result};
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{header, Method, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::{Json, Router};
+use axum::Router;
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use serde_json::json;
+use rmcp::transport::streamable_http_server::{
+    SessionId, SessionManager, StreamableHttpServerConfig, StreamableHttpService,
+};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// Largest HTTP request body accepted (bytes): the code cap plus room for the JSON around it.
+/// Room for the JSON-RPC envelope and `global_variables` around the code in a message (bytes).
+const ENVELOPE_ROOM_BYTES: usize = 64 * 1024;
+
+/// Largest HTTP request body (and stdio line) accepted, in bytes: twice the code cap (JSON
+/// escapes make the code longer in the message than in the call) plus room for the JSON
+/// around it.
 pub fn max_body_bytes(max_code_bytes: usize) -> usize {
-    max_code_bytes.saturating_mul(2).saturating_add(64 * 1024)
+    max_code_bytes
+        .saturating_mul(2)
+        .saturating_add(ENVELOPE_ROOM_BYTES)
 }
+
+/// Most bytes of a plain-text refusal read to word its JSON-RPC error (rmcp's are one line).
+const REFUSAL_TEXT_MAX_BYTES: usize = 64 * 1024;
+
+/// The header that names a streamable-HTTP session (MCP spec 2025-11-25, session management).
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// rmcp's text for a request without the session id it needs (rmcp 3.9,
+/// `session_id_required_response`), recognised so that it gets [`errors::session_required`]'s
+/// wording like the SSE transport's missing `session_id`.
+const RMCP_SESSION_REQUIRED: &str = "Bad Request: Session ID is required";
+
+/// How long in-flight requests may run on after shutdown starts.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Interval of keep-alive comments on rmcp's event streams.
+const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Which HTTP transport to serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,165 +103,388 @@ pub enum HttpMode {
     Sse,
 }
 
-/// `Host` header values accepted (DNS-rebinding protection): loopback names plus the address
-/// we listen on. Listening on every interface accepts any host (rmcp reads an empty list so).
-fn allowed_hosts(host: &str) -> Vec<String> {
-    if host == "0.0.0.0" || host == "::" {
-        return Vec::new();
+/// An `--allow-origin` or `--allow-host` value that cannot be what it should be.
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    /// Not `null` nor `scheme://host[:port]`.
+    #[error("--allow-origin `{0}` is not an origin: expected scheme://host[:port] or null")]
+    Origin(String),
+    /// Not `host` nor `host:port`.
+    #[error("--allow-host `{0}` is not a host: expected host or host:port")]
+    Host(String),
+}
+
+/// Host names (and addresses) of this machine's loopback interface, accepted with any port in
+/// `Host` and `Origin` headers.
+const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// A `Host` value accepted: a host with a given port, or with any port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HostRule {
+    host: String,
+    port: Option<u16>,
+}
+
+/// An origin accepted: the browser's opaque `null`, or a (scheme, host, port) tuple.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum OriginRule {
+    Null,
+    Tuple {
+        scheme: String,
+        host: String,
+        port: Option<u16>,
+    },
+}
+
+/// DNS-rebinding protection for every route (MCP spec 2025-11-25, streamable HTTP, security
+/// warning: servers MUST validate the `Origin` header of all incoming connections, and answer
+/// an invalid one with 403): a web page the user visits could otherwise reach a server on
+/// 127.0.0.1 under a name it controls and run code. The `Host` header is checked the same way,
+/// as the official SDKs' transport-security settings do.
+#[derive(Debug, Clone)]
+pub struct Access {
+    /// `None`: any `Host` (listening on every interface without `--allow-host`).
+    hosts: Option<Vec<HostRule>>,
+    /// Origins allowed besides the loopback ones.
+    origins: Vec<OriginRule>,
+}
+
+/// Lower-case host without the brackets of an IPv6 literal.
+fn normalize_host(host: &str) -> String {
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase()
+}
+
+/// Whether `host` (normalized) names the loopback interface.
+fn is_loopback(host: &str) -> bool {
+    LOOPBACK_HOSTS.contains(&host)
+}
+
+/// The host and port of a `host[:port]` value (an IPv6 literal may come bare or bracketed).
+fn parse_authority(value: &str) -> Option<HostRule> {
+    let value = value.trim();
+    if let Ok(ip) = value.parse::<IpAddr>() {
+        return Some(HostRule {
+            host: ip.to_string(),
+            port: None,
+        });
     }
-    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    if !hosts.iter().any(|h| h == host) {
-        hosts.push(host.to_owned());
+    if value.is_empty() || value.contains(['@', '/', '?', '#']) {
+        return None;
     }
-    hosts
+    let authority = value.parse::<axum::http::uri::Authority>().ok()?;
+    Some(HostRule {
+        host: normalize_host(authority.host()),
+        port: authority.port_u16(),
+    })
 }
 
-async fn not_found() -> impl IntoResponse {
-    (
-        StatusCode::NOT_FOUND,
-        "not found: the MCP endpoints are /mcp (streamable HTTP) or /sse and /messages (SSE)\n",
-    )
+/// The port an origin means when it names none (RFC 6454 §4: the scheme's default port).
+fn default_port(scheme: &str) -> Option<u16> {
+    match scheme {
+        "http" | "ws" => Some(80),
+        "https" | "wss" => Some(443),
+        _ => None,
+    }
 }
 
-/// A JSON-RPC error response with `id: null` (JSON-RPC 2.0 §5.1 codes).
-pub fn jsonrpc_error(status: StatusCode, code: i64, message: &str) -> Response {
-    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
-    (status, Json(body)).into_response()
+/// An origin as browsers serialize it (RFC 6454 §6.2): `null` or `scheme://host[:port]`.
+fn parse_origin(value: &str) -> Option<OriginRule> {
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("null") {
+        return Some(OriginRule::Null);
+    }
+    let uri = value.parse::<Uri>().ok()?;
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let authority = uri.authority()?;
+    let bare = uri.query().is_none() && matches!(uri.path(), "" | "/");
+    if !bare || authority.as_str().contains('@') {
+        return None;
+    }
+    let port = authority.port_u16().or_else(|| default_port(&scheme));
+    Some(OriginRule::Tuple {
+        scheme,
+        host: normalize_host(authority.host()),
+        port,
+    })
 }
 
-/// Gives every rejection of `/mcp` a JSON-RPC error body: malformed JSON is a parse error
-/// (-32700, HTTP 400) before it reaches rmcp, an oversized body is HTTP 413, and rmcp's
-/// plain-text rejections (missing session id, unknown session, bad headers) keep their status
-/// with a JSON-RPC body. An unknown session stays HTTP 404, as the MCP spec requires, so that
-/// clients start a new session.
-async fn jsonrpc_errors(
-    req: Request,
-    next: Next,
+impl Access {
+    /// The rules for a server listening on `listen_host`: loopback names and `listen_host` as
+    /// `Host` (any, when listening on every interface, unless `allow_hosts` is given), plus
+    /// `allow_hosts`; loopback origins plus `allow_origins`.
+    ///
+    /// Errors: an `allow_origins` or `allow_hosts` value that is not an origin or a host.
+    pub fn new(
+        listen_host: &str,
+        allow_origins: &[String],
+        allow_hosts: &[String],
+    ) -> Result<Access, AccessError> {
+        let origins = allow_origins
+            .iter()
+            .filter(|o| !o.trim().is_empty())
+            .map(|o| parse_origin(o).ok_or_else(|| AccessError::Origin(o.clone())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let extra = allow_hosts
+            .iter()
+            .filter(|h| !h.trim().is_empty())
+            .map(|h| parse_authority(h).ok_or_else(|| AccessError::Host(h.clone())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let listen = normalize_host(listen_host);
+        let everywhere = listen == "0.0.0.0" || listen == "::";
+        if everywhere && extra.is_empty() {
+            return Ok(Access {
+                hosts: None,
+                origins,
+            });
+        }
+        let mut hosts: Vec<HostRule> = LOOPBACK_HOSTS
+            .iter()
+            .map(|h| HostRule {
+                host: (*h).to_owned(),
+                port: None,
+            })
+            .collect();
+        if !everywhere && !is_loopback(&listen) {
+            hosts.push(HostRule {
+                host: listen,
+                port: None,
+            });
+        }
+        hosts.extend(extra);
+        Ok(Access {
+            hosts: Some(hosts),
+            origins,
+        })
+    }
+
+    /// Whether the request's `Host` (or, in HTTP/2, its `:authority`) is accepted.
+    fn host_allowed(&self, uri: &Uri, headers: &HeaderMap) -> bool {
+        let Some(rules) = &self.hosts else {
+            return true;
+        };
+        let host = match headers.get(header::HOST) {
+            Some(value) => value.to_str().ok().and_then(parse_authority),
+            None => uri.authority().and_then(|a| parse_authority(a.as_str())),
+        };
+        host.is_some_and(|host| {
+            rules.iter().any(|rule| {
+                rule.host == host.host && rule.port.is_none_or(|port| host.port == Some(port))
+            })
+        })
+    }
+
+    /// Whether the request's `Origin`, if it has one, is accepted.
+    fn origin_allowed(&self, headers: &HeaderMap) -> bool {
+        // Requests that are not from a browser page carry no `Origin`: nothing to check.
+        let Some(value) = headers.get(header::ORIGIN) else {
+            return true;
+        };
+        let Some(origin) = value.to_str().ok().and_then(parse_origin) else {
+            return false;
+        };
+        let loopback = matches!(&origin, OriginRule::Tuple { scheme, host, .. }
+            if (scheme == "http" || scheme == "https") && is_loopback(host));
+        loopback || self.origins.contains(&origin)
+    }
+
+    /// The refusal for a request this guard does not let through.
+    fn check(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), Refusal> {
+        if !self.host_allowed(uri, headers) {
+            tracing::warn!(host = ?headers.get(header::HOST), "refused a request for another Host (DNS-rebinding protection)");
+            return Err(errors::forbidden_host());
+        }
+        if !self.origin_allowed(headers) {
+            tracing::warn!(origin = ?headers.get(header::ORIGIN), "refused a request from another Origin (DNS-rebinding protection)");
+            return Err(errors::forbidden_origin());
+        }
+        Ok(())
+    }
+}
+
+/// The DNS-rebinding guard in front of every route.
+async fn guard(req: Request, next: Next, access: Arc<Access>) -> Response {
+    match access.check(req.uri(), req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+/// What [`mcp_prechecks`] needs.
+struct McpChecks {
     max_body: usize,
     sessions: Arc<Sessions>,
-) -> Response {
-    // A POST without a session id starts a session (stateful `initialize`, or any stateless
-    // request): refuse it while `--max-sessions` are live.
-    if req.method() == Method::POST
-        && !req.headers().contains_key("mcp-session-id")
-        && sessions.is_full()
-    {
-        return jsonrpc_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            -32000,
-            &SessionsFull { max: sessions.max }.to_string(),
-        );
-    }
-    let req = if req.method() == Method::POST {
+    /// rmcp's sessions, in stateful mode.
+    manager: Option<Arc<LocalSessionManager>>,
+}
+
+/// The checks in front of rmcp on `/mcp`: the body's size (413) and form (400, before rmcp,
+/// which would call JSON that is no message a 415), room for a new session (503), and, in
+/// stateful mode, that a `DELETE` names a live session (404: rmcp would accept any id). The
+/// `DELETE` that ends a session is answered 200, not rmcp's 202: the MCP TypeScript SDK (and so
+/// the Deno original) answers 200, and the Python `mcp` client logs "Session termination
+/// failed: 202" for anything else.
+async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Response {
+    let method = req.method().clone();
+    let session = req
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(SessionId::from);
+    let req = if method == Method::POST {
         let (parts, body) = req.into_parts();
-        let bytes = match read_body(body, max_body).await {
-            Some(b) => b,
-            None => {
-                return jsonrpc_error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    -32600,
-                    &format!("request body is larger than {max_body} bytes"),
-                )
-            }
+        let (bytes, message) = match errors::read_message(body, checks.max_body).await {
+            Ok(read) => read,
+            Err(refusal) => return refusal.into_response(),
         };
-        if let Err(e) = serde_json::from_slice::<serde_json::Value>(&bytes) {
-            return jsonrpc_error(
-                StatusCode::BAD_REQUEST,
-                -32700,
-                &format!("Parse error: {e}"),
-            );
+        // A POST without a session id that starts a session (a stateful `initialize`, any
+        // stateless POST) is refused while `--max-sessions` are live.
+        let starts_session = checks.manager.is_none()
+            || matches!(&message, ClientJsonRpcMessage::Request(r)
+                if matches!(r.request, ClientRequest::InitializeRequest(_)));
+        if session.is_none() && starts_session && checks.sessions.is_full() {
+            let full = SessionsFull {
+                max: checks.sessions.max,
+            };
+            return errors::sessions_full(&full).into_response();
         }
         Request::from_parts(parts, Body::from(bytes))
     } else {
         req
     };
-    let response = next.run(req).await;
-    let status = response.status();
-    let is_text = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_none_or(|ct| ct.starts_with("text/plain"));
-    if !(status.is_client_error() && is_text) {
-        return response;
-    }
-    let text = match axum::body::to_bytes(response.into_body(), 64 * 1024).await {
-        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-        Err(_) => status.to_string(),
-    };
-    let code = if status == StatusCode::NOT_FOUND {
-        -32001
-    } else {
-        -32600
-    };
-    jsonrpc_error(status, code, text.trim())
-}
-
-/// The body if it has at most `max` bytes. A larger body is read on and discarded (up to
-/// 64 MiB more) so that the client, still sending, receives the 413 answer instead of a reset.
-async fn read_body(body: Body, max: usize) -> Option<axum::body::Bytes> {
-    use http_body_util::BodyExt;
-    const DISCARD_MAX: usize = 64 << 20;
-    let mut body = body;
-    let mut buf = Vec::new();
-    let mut seen = 0usize;
-    while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else { return None };
-        if let Ok(data) = frame.into_data() {
-            seen += data.len();
-            if seen <= max {
-                buf.extend_from_slice(&data);
-            } else if seen > max + DISCARD_MAX {
-                return None;
+    if method == Method::DELETE {
+        if let (Some(manager), Some(id)) = (&checks.manager, &session) {
+            // The local session map cannot fail to answer; if it did, there is nothing to end.
+            if !manager.has_session(id).await.unwrap_or(false) {
+                return errors::unknown_session().into_response();
             }
         }
     }
-    (seen <= max).then(|| buf.into())
+    let mut response = next.run(req).await;
+    if method == Method::DELETE && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::OK;
+    }
+    response
+}
+
+/// Whether `response` already has a JSON body.
+fn is_json(response: &Response) -> bool {
+    response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/json"))
+}
+
+/// The refusal that words a plain-text error response of rmcp or axum with `status`, `text`
+/// and `allow` (its `Allow` header).
+fn refusal_for(status: StatusCode, text: &str, allow: &str, max_body: usize) -> Refusal {
+    match status {
+        StatusCode::BAD_REQUEST if text == RMCP_SESSION_REQUIRED => errors::session_required(),
+        // On `/mcp` only rmcp answers 404 (unknown paths get the fallback's JSON): for an
+        // unknown or ended session.
+        StatusCode::NOT_FOUND => errors::unknown_session(),
+        StatusCode::METHOD_NOT_ALLOWED => errors::method_not_allowed(allow),
+        StatusCode::NOT_ACCEPTABLE => errors::not_acceptable(text),
+        StatusCode::PAYLOAD_TOO_LARGE => errors::too_large(max_body),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => errors::unsupported_media_type(text),
+        _ => errors::rejected(status, text),
+    }
+}
+
+/// Gives every error response without a JSON body (rmcp's and axum's plain-text refusals) the
+/// JSON-RPC error body of [`errors`], with the same status and `Allow` header.
+async fn json_errors(req: Request, next: Next, max_body: usize) -> Response {
+    let response = next.run(req).await;
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) || is_json(&response) {
+        return response;
+    }
+    let allow = response.headers().get(header::ALLOW).cloned();
+    let text = match axum::body::to_bytes(response.into_body(), REFUSAL_TEXT_MAX_BYTES).await {
+        Ok(b) => String::from_utf8_lossy(&b).trim().to_owned(),
+        Err(_) => status.to_string(),
+    };
+    let allow_text = allow
+        .as_ref()
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let mut reply = refusal_for(status, &text, allow_text, max_body).into_response();
+    if let Some(allow) = allow {
+        reply.headers_mut().insert(header::ALLOW, allow);
+    }
+    reply
 }
 
 /// Serves `mode` on `host:port` until `shutdown` is cancelled; in-flight requests then get up
-/// to five seconds to finish.
+/// to five seconds to finish. `allow_origins` and `allow_hosts` are `--allow-origin` and
+/// `--allow-host` (see [`Access`]).
 ///
-/// Errors: the address cannot be bound, or the server fails.
+/// Errors: an `--allow-origin`/`--allow-host` value is malformed, the address cannot be bound,
+/// or the server fails.
 pub async fn serve(
     server: RunPythonServer,
     mode: HttpMode,
     host: &str,
     port: u16,
+    allow_origins: &[String],
+    allow_hosts: &[String],
     shutdown: CancellationToken,
 ) -> Result<()> {
+    let access = Arc::new(Access::new(host, allow_origins, allow_hosts)?);
     let max_body = max_body_bytes(server.max_code_bytes);
-    let router = match mode {
+    let (router, endpoints) = match mode {
         HttpMode::Stateful | HttpMode::Stateless => {
             let mut config = StreamableHttpServerConfig::default();
             config.legacy_session_mode = mode == HttpMode::Stateful;
             config.json_response = mode == HttpMode::Stateless;
-            config.sse_keep_alive = Some(Duration::from_secs(15));
+            config.sse_keep_alive = Some(SSE_KEEP_ALIVE);
             config.cancellation_token = shutdown.child_token();
             config.max_request_body_bytes = max_body;
-            config.allowed_hosts = allowed_hosts(host);
+            // `guard` checks `Host` and `Origin` for every route, this one included; an empty
+            // list turns rmcp's own `Host` check off.
+            config.allowed_hosts = Vec::new();
             let factory = server.clone();
+            let manager = Arc::new(LocalSessionManager::default());
             let service = StreamableHttpService::new(
                 move || factory.for_new_session().map_err(std::io::Error::other),
-                Arc::new(LocalSessionManager::default()),
+                manager.clone(),
                 config,
             );
-            let sessions = server.sessions.clone();
-            Router::new()
-                .route_service("/mcp", service)
-                .layer(axum::middleware::from_fn(move |req, next| {
-                    jsonrpc_errors(req, next, max_body, sessions.clone())
-                }))
+            let checks = Arc::new(McpChecks {
+                max_body,
+                sessions: server.sessions.clone(),
+                manager: (mode == HttpMode::Stateful).then_some(manager),
+            });
+            let router =
+                Router::new()
+                    .route_service("/mcp", service)
+                    .layer(axum::middleware::from_fn(move |req, next| {
+                        mcp_prechecks(req, next, checks.clone())
+                    }));
+            (router, "the MCP endpoint is /mcp")
         }
-        HttpMode::Sse => sse::router(server.clone(), max_body, shutdown.child_token()),
-    }
-    .fallback(not_found);
+        HttpMode::Sse => (
+            sse::router(server.clone(), max_body, shutdown.child_token()),
+            "the MCP endpoints are /sse and /messages",
+        ),
+    };
+    let routes = router.fallback(move || async move { errors::unknown_path(endpoints) });
+    // The routes as one service inside an outer router, so that the two layers see the
+    // responses whole: axum adds the `Allow` header of a 405 outside layers on the routes.
+    let router = Router::new()
+        .fallback_service(routes)
+        .layer(axum::middleware::from_fn(move |req, next| {
+            json_errors(req, next, max_body)
+        }))
+        .layer(axum::middleware::from_fn(move |req, next| {
+            guard(req, next, access.clone())
+        }));
 
     let addr = format!("{host}:{port}");
-    let listener = tokio::net::TcpListener::bind(&addr)
+    // A tuple, not `addr`: an IPv6 `--host` (`::1`) has no brackets to parse.
+    let listener = tokio::net::TcpListener::bind((host, port))
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     let path = if mode == HttpMode::Sse {
@@ -214,9 +507,188 @@ pub async fn serve(
         .with_graceful_shutdown(async move { graceful.cancelled().await });
     tokio::select! {
         r = serving => r.context("HTTP server failed"),
-        _ = async { shutdown.cancelled().await; tokio::time::sleep(Duration::from_secs(5)).await } => {
-            tracing::warn!("in-flight requests did not finish within 5 s of shutdown; stopping anyway");
+        _ = async { shutdown.cancelled().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
+            tracing::warn!("in-flight requests did not finish within {} s of shutdown; stopping anyway", SHUTDOWN_GRACE.as_secs());
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(
+                name.clone(),
+                HeaderValue::from_str(value).expect("a header"),
+            );
+        }
+        map
+    }
+
+    fn host(value: &str) -> HeaderMap {
+        headers(&[(header::HOST, value)])
+    }
+
+    fn origin(value: &str) -> HeaderMap {
+        headers(&[(header::HOST, "127.0.0.1:3001"), (header::ORIGIN, value)])
+    }
+
+    fn none() -> Vec<String> {
+        Vec::new()
+    }
+
+    fn strings(values: &[&str]) -> Vec<String> {
+        values.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn loopback_hosts_and_the_listen_address_pass() {
+        let uri = Uri::from_static("/mcp");
+        let access = Access::new("127.0.0.1", &none(), &none()).expect("valid");
+        for ok in ["127.0.0.1:3001", "localhost:1", "LOCALHOST", "[::1]:3001"] {
+            assert!(access.host_allowed(&uri, &host(ok)), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:3001",
+            "127.0.0.2",
+            "localhost.evil",
+        ] {
+            assert!(!access.host_allowed(&uri, &host(bad)), "{bad}");
+        }
+        assert!(!access.host_allowed(&uri, &HeaderMap::new()));
+        let access = Access::new("192.168.1.5", &none(), &none()).expect("valid");
+        assert!(access.host_allowed(&uri, &host("192.168.1.5:3001")));
+    }
+
+    #[test]
+    fn every_interface_accepts_any_host_unless_allow_host_is_given() {
+        let uri = Uri::from_static("/mcp");
+        let access = Access::new("0.0.0.0", &none(), &none()).expect("valid");
+        assert!(access.host_allowed(&uri, &host("anything.example")));
+        let access = Access::new(
+            "::",
+            &none(),
+            &strings(&["mcp.example", "other.example:8080"]),
+        )
+        .expect("valid");
+        assert!(access.host_allowed(&uri, &host("mcp.example:3001")));
+        assert!(access.host_allowed(&uri, &host("other.example:8080")));
+        assert!(!access.host_allowed(&uri, &host("other.example:8081")));
+        assert!(access.host_allowed(&uri, &host("localhost:3001")));
+        assert!(!access.host_allowed(&uri, &host("anything.example")));
+    }
+
+    #[test]
+    fn only_loopback_and_listed_origins_pass() {
+        let access = Access::new(
+            "127.0.0.1",
+            &strings(&["https://app.example", "http://tool.example:8080"]),
+            &none(),
+        )
+        .expect("valid");
+        assert!(access.origin_allowed(&host("127.0.0.1")), "no Origin");
+        for ok in [
+            "http://localhost:5173",
+            "https://127.0.0.1",
+            "http://[::1]:8000",
+            "https://app.example",
+            "https://app.example:443",
+            "http://tool.example:8080",
+        ] {
+            assert!(access.origin_allowed(&origin(ok)), "{ok}");
+        }
+        for bad in [
+            "http://evil.example",
+            "https://app.example:8443",
+            "http://app.example",
+            "http://tool.example",
+            "null",
+            "file://localhost",
+            "not an origin",
+            "http://localhost.evil.example",
+        ] {
+            assert!(!access.origin_allowed(&origin(bad)), "{bad}");
+        }
+        let access = Access::new("127.0.0.1", &strings(&["null"]), &none()).expect("valid");
+        assert!(access.origin_allowed(&origin("null")));
+    }
+
+    #[test]
+    fn a_refused_request_gets_a_403_with_a_json_rpc_error() {
+        let uri = Uri::from_static("/sse");
+        let access = Access::new("127.0.0.1", &none(), &none()).expect("valid");
+        assert_eq!(
+            access.check(&uri, &host("evil.example")),
+            Err(errors::forbidden_host())
+        );
+        assert_eq!(
+            access.check(&uri, &origin("http://evil.example")),
+            Err(errors::forbidden_origin())
+        );
+        assert_eq!(access.check(&uri, &origin("http://localhost:1")), Ok(()));
+    }
+
+    #[test]
+    fn malformed_options_are_errors() {
+        assert!(matches!(
+            Access::new("127.0.0.1", &strings(&["app.example"]), &none()),
+            Err(AccessError::Origin(_))
+        ));
+        assert!(matches!(
+            Access::new(
+                "127.0.0.1",
+                &strings(&["https://app.example/path"]),
+                &none()
+            ),
+            Err(AccessError::Origin(_))
+        ));
+        assert!(matches!(
+            Access::new("127.0.0.1", &none(), &strings(&["user@host"])),
+            Err(AccessError::Host(_))
+        ));
+        assert!(Access::new("127.0.0.1", &none(), &strings(&["fe80::1", "[fe80::1]:80"])).is_ok());
+    }
+
+    #[test]
+    fn rmcp_refusals_get_the_shared_wording() {
+        let max = 100;
+        assert_eq!(
+            refusal_for(StatusCode::BAD_REQUEST, RMCP_SESSION_REQUIRED, "", max),
+            errors::session_required()
+        );
+        assert_eq!(
+            refusal_for(
+                StatusCode::NOT_FOUND,
+                "Not Found: Session not found",
+                "",
+                max
+            ),
+            errors::unknown_session()
+        );
+        assert_eq!(
+            refusal_for(StatusCode::PAYLOAD_TOO_LARGE, "too big", "", max),
+            errors::too_large(max)
+        );
+        assert_eq!(
+            refusal_for(StatusCode::METHOD_NOT_ALLOWED, "", "GET, POST, DELETE", max),
+            errors::method_not_allowed("GET, POST, DELETE")
+        );
+        let version = refusal_for(
+            StatusCode::BAD_REQUEST,
+            "Bad Request: Unsupported MCP-Protocol-Version: 1999-01-01",
+            "",
+            max,
+        );
+        assert_eq!(version.status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            version.error.message,
+            "Bad Request: Unsupported MCP-Protocol-Version: 1999-01-01"
+        );
     }
 }

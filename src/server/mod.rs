@@ -1,5 +1,6 @@
 //! The MCP front: tool schema, result formatting, the call pipeline and the transports.
 
+pub mod errors;
 pub mod execute;
 pub mod format;
 pub mod handler;

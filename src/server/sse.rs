@@ -3,10 +3,10 @@
 //! POSTs JSON-RPC messages there and the replies arrive as `message` events. Each stream is one
 //! rmcp session over a channel pair, so the protocol itself stays rmcp's.
 
+use super::errors;
 use super::execute::Tenant;
 use super::handler::{stamp_arrival, RunPythonServer};
-use super::http::jsonrpc_error;
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -33,19 +33,22 @@ struct AppState {
     server: RunPythonServer,
     sessions: Sessions,
     shutdown: CancellationToken,
+    /// Largest body of a POSTed message (bytes).
+    max_body: usize,
 }
 
-/// The `/sse` and `/messages` routes.
+/// The `/sse` and `/messages` routes. Other methods on them get axum's 405 with an `Allow`
+/// header (given a JSON-RPC body by the HTTP listener).
 pub fn router(server: RunPythonServer, max_body: usize, shutdown: CancellationToken) -> Router {
     let state = AppState {
         server,
         sessions: Arc::default(),
         shutdown,
+        max_body,
     };
     Router::new()
         .route("/sse", get(open_stream))
         .route("/messages", post(post_message))
-        .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(state)
 }
 
@@ -69,7 +72,7 @@ impl Drop for SessionGuard {
 async fn open_stream(State(state): State<AppState>) -> Response {
     match state.server.for_new_session() {
         Ok(handler) => session_stream(state, handler).into_response(),
-        Err(full) => jsonrpc_error(StatusCode::SERVICE_UNAVAILABLE, -32000, &full.to_string()),
+        Err(full) => errors::sessions_full(&full).into_response(),
     }
 }
 
@@ -124,17 +127,17 @@ struct SessionQuery {
     session_id: Option<String>,
 }
 
+/// `POST /messages?session_id=…`: hands the message to the session and answers 202 Accepted
+/// with no body; the reply, if any, goes out on the session's event stream (MCP spec
+/// 2024-11-05, HTTP with SSE). The refusals are [`errors`]' (a missing session id 400, an
+/// unknown or ended session 404, a body too large 413, bad JSON 400).
 async fn post_message(
     State(state): State<AppState>,
     Query(query): Query<SessionQuery>,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let Some(id) = query.session_id else {
-        return jsonrpc_error(
-            StatusCode::BAD_REQUEST,
-            -32600,
-            "missing session_id query parameter",
-        );
+        return errors::session_required().into_response();
     };
     let sender = state
         .sessions
@@ -143,37 +146,18 @@ async fn post_message(
         .get(&id)
         .cloned();
     let Some((mut sender, tenant)) = sender else {
-        return jsonrpc_error(
-            StatusCode::BAD_REQUEST,
-            -32600,
-            "unknown session_id: open a new stream at GET /sse",
-        );
+        return errors::unknown_session().into_response();
     };
-    let mut message: ClientJsonRpcMessage = match serde_json::from_slice::<serde_json::Value>(&body)
-    {
-        Err(e) => {
-            return jsonrpc_error(
-                StatusCode::BAD_REQUEST,
-                -32700,
-                &format!("parse error: {e}"),
-            )
-        }
-        Ok(value) => match serde_json::from_value(value) {
-            Ok(m) => m,
-            Err(e) => {
-                return jsonrpc_error(
-                    StatusCode::BAD_REQUEST,
-                    -32600,
-                    &format!("invalid JSON-RPC message: {e}"),
-                )
-            }
-        },
+    let mut message = match errors::read_message(body, state.max_body).await {
+        Ok((_, message)) => message,
+        Err(refusal) => return refusal.into_response(),
     };
     if let Some(tenant) = &tenant {
         stamp_arrival(&mut message, tenant);
     }
     if sender.send(message).await.is_err() {
-        return jsonrpc_error(StatusCode::BAD_REQUEST, -32600, "the session has ended");
+        // The stream closed between the lookup and now: the session has ended.
+        return errors::unknown_session().into_response();
     }
     StatusCode::ACCEPTED.into_response()
 }

@@ -3,19 +3,32 @@
 //!
 //! Lines are read here rather than by rmcp's own stdio transport so that bad input is
 //! answered and the session goes on (DESIGN §9): a line that is not UTF-8 or not JSON gets a
-//! JSON-RPC parse error (-32700); JSON that is not a JSON-RPC message, and a line longer than
-//! the HTTP transports' body limit (read on to its end without being kept), get an
-//! invalid-request error (-32600). Everything else goes to the rmcp session over a channel
-//! pair, as for the SSE transport.
+//! JSON-RPC parse error, JSON that is not a JSON-RPC message an invalid-request error, and a
+//! line longer than the HTTP transports' body limit (read on to its end without being kept)
+//! the same error as a too-large HTTP body ([`super::errors`] words them all). Everything else
+//! goes to the rmcp session over a channel pair, as for the SSE transport.
+//!
+//! A client may also start without `initialize`: the Deno original answers `tools/list` and
+//! `tools/call` on such a connection (its own Python helper relies on it), and the MCP spec
+//! (2025-11-25, lifecycle) only says the client SHOULD NOT send requests before initializing,
+//! leaving the server free to answer. rmcp would refuse them, so the reader first feeds rmcp
+//! an implicit `initialize` and `notifications/initialized` and hides the implicit
+//! `initialize`'s response from the client (see [`Start`]).
 
+use super::errors::{self, Refusal};
 use super::handler::{stamp_arrival, RunPythonServer};
 use anyhow::{Context, Result};
 use futures::channel::mpsc;
 use futures::{SinkExt, StreamExt};
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientCapabilities, ClientJsonRpcMessage, ClientNotification, ClientRequest, GetMeta,
+    Implementation, InitializeRequest, InitializeRequestParams, InitializedNotification,
+    ProtocolVersion, RequestId, ServerJsonRpcMessage,
+};
 use rmcp::ServiceExt;
-use serde_json::{json, Value};
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// One line of the client's stream, as [`read_line`] found it.
@@ -81,20 +94,80 @@ async fn read_line(reader: &mut (impl AsyncBufRead + Unpin), max_bytes: usize) -
     }
 }
 
-/// A JSON-RPC error reply with `id: null`: the line had no usable id.
-fn error_reply(code: i64, message: String) -> Value {
-    json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}})
+/// The request id of the implicit `initialize` (see [`Start`]). Its response is the first
+/// response rmcp sends after it and is dropped before the client sees it, so even a client that
+/// happens to use the same id later gets its own answer.
+const IMPLICIT_INITIALIZE_ID: &str = "mcp-run-python/implicit-initialize";
+
+/// `clientInfo` of the implicit `initialize`: there is no client to name.
+const IMPLICIT_CLIENT_NAME: &str = "implicit";
+const IMPLICIT_CLIENT_VERSION: &str = "0";
+
+/// How the client's first messages start the session (MCP spec 2025-11-25, lifecycle).
+#[derive(Debug, PartialEq)]
+enum Start {
+    /// Not decided yet: a `ping` (answered before initialization, as the spec allows) or a
+    /// `server/discover` probe, which rmcp answers without choosing a lifecycle.
+    Undecided,
+    /// The client initializes itself, or sends a request that carries its protocol version in
+    /// `_meta` (the 2026-07-28 lifecycle without `initialize`): rmcp handles it.
+    ByClient,
+    /// Anything else before `initialize`: the session is initialized implicitly first.
+    Implicit,
 }
 
-/// The answer to a line that is not a JSON-RPC message, if it deserves one.
-fn bad_input_reply(line: &str) -> Result<ClientJsonRpcMessage, Value> {
-    let value: Value = serde_json::from_str(line).map_err(|e| {
-        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": format!("Parse error: {e}")}})
-    })?;
-    serde_json::from_value::<ClientJsonRpcMessage>(value.clone()).map_err(|e| {
-        let id = value.get("id").cloned().unwrap_or(Value::Null);
-        json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32600, "message": format!("Invalid Request: {e}")}})
-    })
+/// How `message`, the first message of the session but for pings, starts it.
+fn start_of(message: &ClientJsonRpcMessage) -> Start {
+    let ClientJsonRpcMessage::Request(request) = message else {
+        return Start::Implicit;
+    };
+    match &request.request {
+        ClientRequest::InitializeRequest(_) => Start::ByClient,
+        ClientRequest::PingRequest(_) | ClientRequest::DiscoverRequest(_) => Start::Undecided,
+        other
+            if other
+                .get_meta()
+                .missing_required_keys(&ProtocolVersion::V_2026_07_28)
+                .is_empty() =>
+        {
+            Start::ByClient
+        }
+        _ => Start::Implicit,
+    }
+}
+
+/// The messages that initialize a session for a client that did not: `initialize` with the
+/// newest protocol version that has the handshake, then `notifications/initialized`.
+fn implicit_start() -> [ClientJsonRpcMessage; 2] {
+    let params = InitializeRequestParams::new(
+        ClientCapabilities::default(),
+        Implementation::new(IMPLICIT_CLIENT_NAME, IMPLICIT_CLIENT_VERSION),
+    )
+    .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
+    [
+        ClientJsonRpcMessage::request(
+            ClientRequest::InitializeRequest(InitializeRequest::new(params)),
+            RequestId::String(IMPLICIT_INITIALIZE_ID.into()),
+        ),
+        ClientJsonRpcMessage::notification(ClientNotification::InitializedNotification(
+            InitializedNotification::default(),
+        )),
+    ]
+}
+
+/// Whether `message` answers the implicit `initialize`.
+fn answers_implicit_start(message: &ServerJsonRpcMessage) -> bool {
+    let id = match message {
+        ServerJsonRpcMessage::Response(response) => Some(&response.id),
+        ServerJsonRpcMessage::Error(error) => error.id.as_ref(),
+        _ => None,
+    };
+    matches!(id, Some(RequestId::String(id)) if &**id == IMPLICIT_INITIALIZE_ID)
+}
+
+/// The message on a line of text, or the error reply to it.
+fn decode_line(line: &str) -> Result<ClientJsonRpcMessage, Refusal> {
+    errors::decode(line.as_bytes())
 }
 
 /// Serves one session on stdin/stdout until the client closes stdin.
@@ -118,9 +191,17 @@ pub async fn serve(server: RunPythonServer) -> Result<()> {
             }
         }
     });
+    // Set by the reader before it sends the implicit `initialize`, cleared by the forwarder
+    // when it drops the response: the client never asked, so it must not see it.
+    let hide_implicit_start = Arc::new(AtomicBool::new(false));
+    let hide = hide_implicit_start.clone();
     let replies = out.clone();
     let forward = tokio::spawn(async move {
         while let Some(message) = from_server.next().await {
+            if hide.load(Ordering::SeqCst) && answers_implicit_start(&message) {
+                hide.store(false, Ordering::SeqCst);
+                continue;
+            }
             let Ok(line) = serde_json::to_string(&message) else {
                 continue;
             };
@@ -134,40 +215,39 @@ pub async fn serve(server: RunPythonServer) -> Result<()> {
     let tenant = server.tenant();
     let reader = tokio::spawn(async move {
         let mut stdin = BufReader::new(tokio::io::stdin());
+        let mut start = Start::Undecided;
         // A read error (stdin gone bad) ends the session like the end of the stream.
         while let Ok(read) = read_line(&mut stdin, max_line_bytes).await {
-            let line = match read {
+            let decoded = match read {
                 Line::Eof => break,
-                Line::Text(line) => line,
-                Line::NotUtf8 { valid_up_to } => {
-                    let message = format!(
-                        "Parse error: the line is not valid UTF-8 (invalid byte at offset {valid_up_to})"
-                    );
-                    let _ = out.send(error_reply(-32700, message).to_string());
-                    continue;
-                }
-                Line::TooLong => {
-                    let message =
-                        format!("Invalid Request: request larger than {max_line_bytes} bytes");
-                    let _ = out.send(error_reply(-32600, message).to_string());
+                Line::Text(line) if line.trim().is_empty() => continue,
+                Line::Text(line) => decode_line(&line),
+                Line::NotUtf8 { valid_up_to } => Err(errors::not_utf8(valid_up_to)),
+                Line::TooLong => Err(errors::too_large(max_line_bytes)),
+            };
+            let mut message = match decoded {
+                Ok(message) => message,
+                Err(refusal) => {
+                    let _ = out.send(refusal.to_line());
                     continue;
                 }
             };
-            if line.trim().is_empty() {
-                continue;
+            if start == Start::Undecided {
+                start = start_of(&message);
+                if start == Start::Implicit {
+                    hide_implicit_start.store(true, Ordering::SeqCst);
+                    for implicit in implicit_start() {
+                        if to_server.send(implicit).await.is_err() {
+                            return;
+                        }
+                    }
+                }
             }
-            match bad_input_reply(&line) {
-                Ok(mut message) => {
-                    if let Some(tenant) = &tenant {
-                        stamp_arrival(&mut message, tenant);
-                    }
-                    if to_server.send(message).await.is_err() {
-                        break;
-                    }
-                }
-                Err(reply) => {
-                    let _ = out.send(reply.to_string());
-                }
+            if let Some(tenant) = &tenant {
+                stamp_arrival(&mut message, tenant);
+            }
+            if to_server.send(message).await.is_err() {
+                break;
             }
         }
     });
@@ -186,16 +266,66 @@ pub async fn serve(server: RunPythonServer) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rmcp::model::ErrorCode;
+    use serde_json::Value;
 
     #[test]
     fn bad_lines_get_json_rpc_errors() {
-        let parse = bad_input_reply("this is not json").unwrap_err();
-        assert_eq!(parse["error"]["code"], -32700);
-        assert_eq!(parse["id"], Value::Null);
-        let invalid = bad_input_reply(r#"{"jsonrpc":"2.0","id":7,"method":5}"#).unwrap_err();
-        assert_eq!(invalid["error"]["code"], -32600);
-        assert_eq!(invalid["id"], 7);
-        assert!(bad_input_reply(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).is_ok());
+        let parse = decode_line("{not json").unwrap_err();
+        assert_eq!(parse.error.code, ErrorCode::PARSE_ERROR);
+        assert_eq!(parse.id, Value::Null);
+        let invalid = decode_line(r#"{"jsonrpc":"2.0","id":7,"method":5}"#).unwrap_err();
+        assert_eq!(invalid.error.code, ErrorCode::INVALID_REQUEST);
+        assert_eq!(invalid.id, 7);
+        assert!(decode_line(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).is_ok());
+    }
+
+    fn message(line: &str) -> ClientJsonRpcMessage {
+        decode_line(line).expect("a client message")
+    }
+
+    #[test]
+    fn requests_before_initialize_start_the_session_implicitly() {
+        let list = message(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        assert_eq!(start_of(&list), Start::Implicit);
+        let call = message(
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python_code","arguments":{"python_code":"1"}}}"#,
+        );
+        assert_eq!(start_of(&call), Start::Implicit);
+        let initialized = message(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        assert_eq!(start_of(&initialized), Start::Implicit);
+        let init = message(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#,
+        );
+        assert_eq!(start_of(&init), Start::ByClient);
+        let ping = message(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+        assert_eq!(start_of(&ping), Start::Undecided);
+    }
+
+    #[test]
+    fn the_implicit_start_is_initialize_then_initialized() {
+        let [init, initialized] = implicit_start();
+        let init = serde_json::to_value(&init).expect("serializable");
+        assert_eq!(init["method"], "initialize");
+        assert_eq!(init["id"], IMPLICIT_INITIALIZE_ID);
+        assert_eq!(
+            init["params"]["protocolVersion"],
+            ProtocolVersion::LATEST_WITH_INITIALIZE.as_str()
+        );
+        assert_eq!(init["params"]["clientInfo"]["name"], IMPLICIT_CLIENT_NAME);
+        let initialized = serde_json::to_value(&initialized).expect("serializable");
+        assert_eq!(initialized["method"], "notifications/initialized");
+        // Only the answer to the implicit id is hidden.
+        let hidden: ServerJsonRpcMessage = serde_json::from_value(serde_json::json!(
+            {"jsonrpc": "2.0", "id": IMPLICIT_INITIALIZE_ID, "result": {}}
+        ))
+        .expect("a response");
+        assert!(answers_implicit_start(&hidden));
+        let shown: ServerJsonRpcMessage = serde_json::from_value(serde_json::json!(
+            {"jsonrpc": "2.0", "id": 1, "result": {}}
+        ))
+        .expect("a response");
+        assert!(!answers_implicit_start(&shown));
     }
 
     /// Every line of `input` as [`read_line`] reads it with limit `max`, up to the end.
@@ -245,16 +375,5 @@ mod tests {
         // Exactly the limit is accepted: the newline is not counted, a `\r` before it is.
         let lines = read_all(b"0123456789\n0123456789\r\n", 10, 4).await;
         assert_eq!(lines, vec![text("0123456789"), Line::TooLong]);
-    }
-
-    #[test]
-    fn error_replies_have_a_null_id() {
-        let reply = error_reply(
-            -32600,
-            "Invalid Request: request larger than 10 bytes".into(),
-        );
-        assert_eq!(reply["id"], Value::Null);
-        assert_eq!(reply["error"]["code"], -32600);
-        assert_eq!(reply["jsonrpc"], "2.0");
     }
 }

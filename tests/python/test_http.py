@@ -117,7 +117,7 @@ async def test_session_lifecycle_and_bad_input():
             r = await client.post(f"{base}/messages", json=INIT)
             assert r.status_code == 400 and r.json()["error"]["code"] == -32600
             r = await client.post(f"{base}/messages?session_id=nope", json=INIT)
-            assert r.status_code == 400 and "unknown session_id" in r.json()["error"]["message"]
+            assert r.status_code == 404 and r.json()["error"]["code"] == -32001
             async with client.stream("GET", f"{base}/sse") as stream:
                 lines = stream.aiter_lines()
                 assert await anext(lines) == "event: endpoint"

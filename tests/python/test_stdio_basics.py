@@ -14,7 +14,7 @@ EXPECTED_SCHEMA = {
         "python_code": {"type": "string", "description": "Python code to run"},
         "global_variables": {
             "type": "object",
-            "additionalProperties": True,
+            "additionalProperties": {},
             "default": {},
             "description": "Map of global variables in context when the code is executed",
         },

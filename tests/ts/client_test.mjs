@@ -1,0 +1,172 @@
+// The official TypeScript MCP SDK client (@modelcontextprotocol/sdk, pinned in package.json)
+// against the real binary: over stdio, and over streamable HTTP with and without sessions, each
+// served by a server this script starts on a free loopback port. Exits non-zero on any failure.
+//
+//   MCP_RUN_PYTHON_BIN=target/debug/mcp-run-python node tests/ts/client_test.mjs
+
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const BINARY = process.env.MCP_RUN_PYTHON_BIN || path.join(ROOT, 'target', 'debug', 'mcp-run-python');
+// The same download cache and Pyodide snapshot as the Python tests.
+const CACHE = process.env.MCP_RUN_PYTHON_TEST_CACHE || path.join(ROOT, 'target', 'test-cache');
+// Generous: the first worker boot of a debug build without a snapshot takes 10-15 s.
+const INIT_TIMEOUT_MS = 60_000;
+const CALL_TIMEOUT_MS = 300_000;
+
+const TOOL = 'run_python_code';
+const CODE = "print('hi')\n[1, 2]";
+const EXPECTED = '<status>success</status>\n<output>\nhi\n</output>\n<return_value>\n[\n  1,\n  2\n]\n</return_value>';
+
+function serverEnv() {
+  const env = { PATH: process.env.PATH || '/usr/bin:/bin' };
+  if (process.env.RUST_LOG) env.RUST_LOG = process.env.RUST_LOG;
+  return env;
+}
+
+/** Initialize (done by `connect`), list the tool, call it with good and failing code. */
+async function exercise(client) {
+  const server = client.getServerVersion();
+  assert.equal(server?.name, 'mcp-run-python');
+  assert.ok(client.getServerCapabilities()?.tools, 'the server advertises tools');
+
+  const { tools } = await client.listTools(undefined, { timeout: INIT_TIMEOUT_MS });
+  assert.deepEqual(tools.map((t) => t.name), [TOOL]);
+  const schema = tools[0].inputSchema;
+  assert.equal(schema.type, 'object');
+  assert.deepEqual(Object.keys(schema.properties).sort(), ['global_variables', 'python_code']);
+  assert.deepEqual(schema.required, ['python_code']);
+
+  let result = await client.callTool({ name: TOOL, arguments: { python_code: CODE } }, undefined, { timeout: CALL_TIMEOUT_MS });
+  assert.ok(!result.isError, JSON.stringify(result));
+  assert.deepEqual(result.content.map((c) => c.type), ['text']);
+  assert.equal(result.content[0].text, EXPECTED);
+
+  result = await client.callTool({ name: TOOL, arguments: { python_code: '1/0' } }, undefined, { timeout: CALL_TIMEOUT_MS });
+  assert.deepEqual(result.content.map((c) => c.type), ['text']);
+  assert.ok(result.content[0].text.startsWith('<status>run-error</status>'), result.content[0].text);
+}
+
+function newClient() {
+  return new Client({ name: 'mcp-run-python-ts-test', version: '1.0.0' });
+}
+
+async function overStdio() {
+  const transport = new StdioClientTransport({
+    command: BINARY,
+    args: ['stdio', '--workers', '1', '--cache-dir', CACHE],
+    env: serverEnv(),
+    stderr: 'inherit',
+  });
+  const client = newClient();
+  await client.connect(transport, { timeout: INIT_TIMEOUT_MS });
+  try {
+    await exercise(client);
+  } finally {
+    await client.close();
+  }
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const probe = net.createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address();
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+function canConnect(port) {
+  return new Promise((resolve) => {
+    const socket = net.connect({ host: '127.0.0.1', port });
+    socket.once('connect', () => { socket.destroy(); resolve(true); });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+/** Runs `body(url)` against `mcp-run-python <mode>` on a free loopback port; the server must
+ * then stop cleanly on SIGTERM. */
+async function withHttpServer(mode, body) {
+  const port = await freePort();
+  const proc = spawn(BINARY, [mode, '--host', '127.0.0.1', '--port', String(port), '--workers', '1', '--cache-dir', CACHE], {
+    env: serverEnv(),
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  const exited = new Promise((resolve) => {
+    proc.once('exit', (code, signal) => resolve({ code, signal }));
+    proc.once('error', (error) => resolve({ code: null, signal: null, error }));
+  });
+  let running = true;
+  exited.then(() => { running = false; });
+  try {
+    const deadline = Date.now() + INIT_TIMEOUT_MS;
+    while (!(await canConnect(port))) {
+      if (!running) throw new Error(`${mode} server exited before listening`);
+      if (Date.now() > deadline) throw new Error(`${mode} server did not start`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await body(`http://127.0.0.1:${port}/mcp`);
+  } finally {
+    if (running) proc.kill('SIGTERM');
+    const timer = setTimeout(() => proc.kill('SIGKILL'), 30_000);
+    const { code, signal, error } = await exited;
+    clearTimeout(timer);
+    if (error) throw error;
+    assert.equal(code, 0, `${mode} server exited with ${code ?? signal} after SIGTERM`);
+  }
+}
+
+async function overStreamableHttp(mode) {
+  await withHttpServer(mode, async (url) => {
+    const transport = new StreamableHTTPClientTransport(new URL(url));
+    const client = newClient();
+    await client.connect(transport, { timeout: INIT_TIMEOUT_MS });
+    try {
+      assert.equal(transport.protocolVersion, '2025-11-25');
+      await exercise(client);
+      // What a well-behaved client does at the end: DELETE the session (a no-op without one).
+      await transport.terminateSession();
+    } finally {
+      await client.close();
+    }
+  });
+}
+
+const cases = [
+  ['stdio', overStdio],
+  ['streamable-http', () => overStreamableHttp('streamable-http')],
+  ['streamable-http-stateless', () => overStreamableHttp('streamable-http-stateless')],
+];
+
+// A stuck client or server fails the run instead of hanging it.
+const watchdog = setTimeout(() => {
+  console.error('client_test.mjs: timed out');
+  process.exit(1);
+}, 10 * 60_000);
+watchdog.unref();
+
+let passed = 0;
+let failed = 0;
+for (const [name, run] of cases) {
+  const started = Date.now();
+  try {
+    await run();
+    passed += 1;
+    console.log(`ok ${name} (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+  } catch (error) {
+    failed += 1;
+    console.error(`FAILED ${name}:`, error);
+  }
+}
+console.log(`${passed} passed, ${failed} failed`);
+process.exitCode = failed ? 1 : 0;
