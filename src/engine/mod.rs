@@ -121,12 +121,22 @@ impl Engine {
         // SAFETY: valid context and strings; the exception out-pointer is ours.
         unsafe {
             let v = JSEvaluateScript(self.ctx, script.0, ptr::null_mut(), url.0, 1, &mut exc);
-            if !exc.is_null() {
-                let (message, stack) = describe_exception(self.ctx, exc);
-                return Err(EngineError::Thrown { message, stack });
-            }
+            self.thrown(exc)?;
             Ok(to_string(self.ctx, v).unwrap_or_default())
         }
+    }
+
+    /// `Err(Thrown)` with the message and stack of `exc`, if a call set it.
+    ///
+    /// # Safety
+    /// `exc` must be null or a value of this context.
+    unsafe fn thrown(&self, exc: JSValueRef) -> Result<(), EngineError> {
+        if exc.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the caller guarantees `exc` belongs to this context.
+        let (message, stack) = unsafe { describe_exception(self.ctx, exc) };
+        Err(EngineError::Thrown { message, stack })
     }
 
     /// Evaluates `source` (a classic script whose completion value is an object) and keeps the
@@ -147,10 +157,7 @@ impl Engine {
         // object, and kept functions are protected for the life of the context.
         unsafe {
             let v = JSEvaluateScript(self.ctx, script.0, ptr::null_mut(), url.0, 1, &mut exc);
-            if !exc.is_null() {
-                let (message, stack) = describe_exception(self.ctx, exc);
-                return Err(EngineError::Thrown { message, stack });
-            }
+            self.thrown(exc)?;
             if v.is_null() || !JSValueIsObject(self.ctx, v) {
                 return Err(EngineError::MissingFunction(names.join(", ")));
             }
@@ -194,10 +201,7 @@ impl Engine {
                 values.as_ptr(),
                 &mut exc,
             );
-            if !exc.is_null() {
-                let (message, stack) = describe_exception(self.ctx, exc);
-                return Err(EngineError::Thrown { message, stack });
-            }
+            self.thrown(exc)?;
             Ok(to_string(self.ctx, v).unwrap_or_default())
         }
     }

@@ -251,14 +251,15 @@ fn toml_depth_exceeds(text: &str, limit: usize) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::str::FromStr;
 
     /// A stack far smaller than a tokio worker's 2 MiB (bytes), to show that nothing recurses.
     const SMALL_STACK_BYTES: usize = 256 << 10;
 
-    fn nested(depth: usize) -> String {
+    /// A requirement whose marker nests `depth` parentheses.
+    pub(crate) fn nested(depth: usize) -> String {
         format!(
             "a ; {}python_version > \"3\"{}",
             "(".repeat(depth),
@@ -268,7 +269,7 @@ mod tests {
 
     /// Runs `f` on a thread with [`SMALL_STACK_BYTES`] of stack; a stack overflow would abort
     /// the test binary.
-    fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    pub(crate) fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
         std::thread::Builder::new()
             .stack_size(SMALL_STACK_BYTES)
             .spawn(f)

@@ -420,17 +420,7 @@ mod tests {
     use super::*;
     use crate::packages::cache::Cache;
 
-    /// A stack far smaller than a tokio worker's 2 MiB (bytes): resolving must not recurse on
-    /// the requirement's nesting.
-    const SMALL_STACK_BYTES: usize = 256 << 10;
-
-    fn nested(depth: usize) -> String {
-        format!(
-            "a ; {}python_version > \"3\"{}",
-            "(".repeat(depth),
-            ")".repeat(depth)
-        )
-    }
+    use crate::packages::bounds::tests::{nested, on_small_stack};
 
     /// Offline, with an empty lock and nothing cached: no network I/O whatever happens.
     fn offline_resolver(cache_root: std::path::PathBuf) -> Resolver {
@@ -446,19 +436,15 @@ mod tests {
     fn requirements_over_the_bounds_are_invalid_and_not_echoed_whole() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let root = dir.path().to_owned();
-        let outcome = std::thread::Builder::new()
-            .stack_size(SMALL_STACK_BYTES)
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("a runtime");
-                let resolver = offline_resolver(root);
-                runtime.block_on(resolver.resolve(&[nested(3000)])).err()
-            })
-            .expect("spawn")
-            .join()
-            .expect("no stack overflow");
+        // Resolving must not recurse on the requirement's nesting.
+        let outcome = on_small_stack(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            let resolver = offline_resolver(root);
+            runtime.block_on(resolver.resolve(&[nested(3000)])).err()
+        });
         let Some(ResolveError::InvalidRequirement {
             requirement,
             reason,
