@@ -73,6 +73,13 @@ pub struct Cli {
     #[arg(long, default_value_t = 2048)]
     pub memory: u64,
 
+    /// How each worker is confined by the operating system (README, "Security model"):
+    /// `default` applies every layer the kernel allows and warns about the others; `strict`
+    /// refuses to serve unless seccomp, Landlock, the namespaces, capabilities and limits are
+    /// all in force; `off` applies none and is for debugging only.
+    #[arg(long, value_enum, default_value_t = crate::sandbox::confine::Mode::Default)]
+    pub sandbox: crate::sandbox::confine::Mode,
+
     /// The same as `--isolation call` (kept for earlier scripts).
     #[arg(long)]
     pub fresh_worker: bool,

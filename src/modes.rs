@@ -5,6 +5,7 @@ use crate::packages::cache::Cache;
 use crate::packages::index::Fetcher;
 use crate::packages::lock::Lockfile;
 use crate::packages::resolver::Resolver;
+use crate::sandbox::confine::Mode as SandboxMode;
 use crate::sandbox::net::NetPolicy;
 use crate::sandbox::snapshot::Launcher;
 use crate::sandbox::spares::Spares;
@@ -51,7 +52,7 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
             .map(|n| n.get())
             .unwrap_or(1)
     });
-    let mut worker_args = Vec::new();
+    let mut worker_args = vec![cli.sandbox.worker_arg()];
     if cli.memory > 0 {
         worker_args.push(format!("--wasm-max-mib={}", wasm_budget_mib(cli.memory)));
     }
@@ -185,6 +186,10 @@ fn wasm_budget_mib(memory: u64) -> u64 {
 pub async fn run(cli: Cli) -> Result<i32> {
     let server = build(&cli)?;
     let executor = server.executor.clone();
+    if let Some(code) = check_sandbox(&cli, &server).await {
+        executor.shutdown().await;
+        return Ok(code);
+    }
     let code = match cli.mode {
         Mode::Stdio => {
             executor.spares.prefill();
@@ -228,6 +233,29 @@ pub async fn run(cli: Cli) -> Result<i32> {
     Ok(code)
 }
 
+/// Before serving: under `--sandbox strict`, boots one worker now and refuses to serve
+/// (exit code 1) unless it confined itself fully; under `--sandbox off`, says loudly that the
+/// workers are not confined. Returns the exit code when the server must not start.
+async fn check_sandbox(cli: &Cli, server: &RunPythonServer) -> Option<i32> {
+    match cli.sandbox {
+        SandboxMode::Strict => match server.executor.spares.boot_now().await {
+            Ok(()) => None,
+            Err(e) => {
+                eprintln!("refusing to serve under --sandbox strict: {e}");
+                Some(1)
+            }
+        },
+        SandboxMode::Off => {
+            tracing::warn!(
+                "--sandbox off: workers are NOT confined by the operating system (no seccomp, \
+                 Landlock, namespaces or limits); for debugging only"
+            );
+            None
+        }
+        SandboxMode::Default => None,
+    }
+}
+
 async fn warmup(server: &RunPythonServer) -> i32 {
     let started = Instant::now();
     let executor = &server.executor;
@@ -257,6 +285,9 @@ async fn warmup(server: &RunPythonServer) -> i32 {
     }
     let version = result.return_value.unwrap_or_default();
     println!("Pyodide booted: Python {version}");
+    if let Some(report) = executor.spares.sandbox_report() {
+        println!("{}", report.line);
+    }
     if !executor.startup_deps.is_empty() {
         println!("installed: {}", executor.startup_deps.join(", "));
     }

@@ -1,6 +1,7 @@
 //! The sandbox: worker processes that each own one Pyodide, and the front's pool of them
 //! (DESIGN §3).
 
+pub mod confine;
 pub mod net;
 pub mod pool;
 pub mod protocol;

@@ -90,12 +90,16 @@ pub enum Request {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Reply {
-    /// Pyodide booted (`boot_ms` milliseconds, `restored` from a snapshot); sent once, after
-    /// [`Request::Boot`]. When a snapshot was made it is attachment 0.
+    /// Pyodide booted (`boot_ms` milliseconds, `restored` from a snapshot) and the worker sealed
+    /// itself; sent once, after [`Request::Boot`]. When a snapshot was made it is attachment 0.
+    /// `sandbox` is the worker's one-line report of every confinement layer
+    /// (`confine::describe`), `confined` whether all of them are on.
     Ready {
         pyodide_version: String,
         boot_ms: u64,
         restored: bool,
+        sandbox: String,
+        confined: bool,
     },
     /// Answer to [`Request::Ping`].
     Pong { id: CallId },
@@ -112,13 +116,16 @@ pub enum Reply {
     Fetch { id: CallId, request: FetchRequest },
     /// The worker cannot go on (boot failed, engine error); it exits after sending this.
     Fatal { error: String },
+    /// Under `--sandbox strict`, a confinement layer could not be applied (`reason` names it
+    /// and says why); the worker exits after sending this, before running any code.
+    Unconfined { reason: String },
 }
 
 impl Reply {
     /// The call this reply belongs to (`None` for `ready` and `fatal`).
     pub fn call_id(&self) -> Option<CallId> {
         match self {
-            Reply::Ready { .. } | Reply::Fatal { .. } => None,
+            Reply::Ready { .. } | Reply::Fatal { .. } | Reply::Unconfined { .. } => None,
             Reply::Pong { id }
             | Reply::Imports { id, .. }
             | Reply::Installed { id, .. }
@@ -139,6 +146,7 @@ impl Reply {
             Reply::Ran { .. } => "ran",
             Reply::Fetch { .. } => "fetch",
             Reply::Fatal { .. } => "fatal",
+            Reply::Unconfined { .. } => "unconfined",
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Starting workers fast: a Pyodide memory snapshot taken after the first plain boot is kept in
 //! the cache directory and restored by later workers, which then skip Python's start-up.
 
-use super::worker::{Worker, WorkerError};
+use super::worker::{SandboxReport, Worker, WorkerError};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -10,6 +10,8 @@ pub struct Launcher {
     exe: PathBuf,
     args: Vec<String>,
     store: Option<SnapshotStore>,
+    /// The last confinement report of a worker, logged whenever it changes.
+    sandbox: Mutex<Option<SandboxReport>>,
 }
 
 struct SnapshotStore {
@@ -61,22 +63,51 @@ impl Launcher {
                 path,
                 bytes: Mutex::new(None),
             }),
+            sandbox: Mutex::new(None),
         }
+    }
+
+    /// The confinement report of the last worker booted (`None` before the first).
+    pub fn sandbox_report(&self) -> Option<SandboxReport> {
+        self.sandbox
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Logs `worker`'s confinement when it differs from the last one logged: at start-up,
+    /// and should the kernel's answer change (a warning whenever a layer is off).
+    fn note(&self, worker: Worker) -> Worker {
+        let mut last = self.sandbox.lock().unwrap_or_else(|p| p.into_inner());
+        if last.as_ref() != Some(&worker.sandbox) {
+            if worker.sandbox.confined {
+                tracing::info!("{}", worker.sandbox.line);
+            } else {
+                tracing::warn!("{}", worker.sandbox.line);
+            }
+            *last = Some(worker.sandbox.clone());
+        }
+        worker
     }
 
     /// Boots one worker: from the snapshot if there is one (a snapshot that fails is deleted
     /// and a plain boot follows), else plainly, making the snapshot for the next ones.
     ///
-    /// Errors: the worker could not be started or booted.
+    /// Errors: the worker could not be started or booted, or it refused to serve unconfined
+    /// ([`WorkerError::Unconfined`], `--sandbox strict`).
     pub async fn launch(&self) -> Result<Worker, WorkerError> {
+        self.boot().await.map(|worker| self.note(worker))
+    }
+
+    async fn boot(&self) -> Result<Worker, WorkerError> {
         let Some(store) = &self.store else {
             return Ok(Worker::spawn(&self.exe, &self.args, None, false).await?.0);
         };
         if let Some(snapshot) = store.load() {
             match Worker::spawn(&self.exe, &self.args, Some(snapshot), false).await {
                 Ok((worker, _)) => return Ok(worker),
-                // Stopped by a shutdown: says nothing about the snapshot.
-                Err(e @ WorkerError::Stopped(_)) => return Err(e),
+                // Stopped by a shutdown, or unconfined: says nothing about the snapshot.
+                Err(e @ (WorkerError::Stopped(_) | WorkerError::Unconfined(_))) => return Err(e),
                 Err(e) => {
                     tracing::warn!("booting from the memory snapshot failed, booting plainly: {e}");
                     store.discard();

@@ -141,6 +141,25 @@ impl Spares {
         }
     }
 
+    /// Boots one spare now and keeps it ready: the start-up check of `--sandbox strict` and
+    /// `warmup`, which must know before serving that a worker boots and confines itself.
+    ///
+    /// Errors: as [`Launcher::launch`].
+    pub async fn boot_now(&self) -> Result<(), WorkerError> {
+        let worker = self.launcher.launch().await?;
+        self.ready
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(worker);
+        self.booted.notify_waiters();
+        Ok(())
+    }
+
+    /// The confinement report of the last worker booted (`None` before the first).
+    pub fn sandbox_report(&self) -> Option<super::worker::SandboxReport> {
+        self.launcher.sandbox_report()
+    }
+
     /// Kills every spare and stops booting new ones.
     pub async fn shutdown(&self) {
         self.closed.store(true, Ordering::SeqCst);

@@ -81,6 +81,9 @@ pub enum WorkerError {
     OutputFlood { limit: usize },
     #[error("the server is shutting down")]
     Closed,
+    /// `--sandbox strict` and a layer is off; the text names it and says why.
+    #[error("the sandbox worker refused to serve: {0}")]
+    Unconfined(String),
 }
 
 /// What one `run` asks of a worker, and the caps it runs under.
@@ -101,6 +104,17 @@ pub struct Worker {
     next_id: CallId,
     /// Normalized names of the packages installed in this worker.
     pub installed: HashSet<String>,
+    /// What the worker reported of its confinement when it was ready.
+    pub sandbox: SandboxReport,
+}
+
+/// A worker's report of its confinement layers, from [`Reply::Ready`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxReport {
+    /// One line naming every layer and whether it is on (`sandbox default: seccomp: on, …`).
+    pub line: String,
+    /// Whether every layer is on.
+    pub confined: bool,
 }
 
 /// Logs a worker's stderr at debug level, escaped and bounded: its text may come from user
@@ -143,7 +157,13 @@ impl Worker {
         snapshot: Option<Arc<Vec<u8>>>,
         make_snapshot: bool,
     ) -> Result<(Worker, Option<Vec<u8>>), WorkerError> {
-        let mut child = Command::new(exe)
+        let mut command = Command::new(exe);
+        // SAFETY: `pre_exec` runs in the forked child before `exec` and makes only
+        // an async-signal-safe system call (close_range): no allocation, no locks.
+        unsafe {
+            command.pre_exec(super::confine::spawn::pre_exec);
+        }
+        let mut child = command
             .arg("__worker")
             .args(args)
             // The worker gets no host environment beyond what logging needs.
@@ -167,6 +187,7 @@ impl Worker {
             stdout: BufReader::new(stdout),
             next_id: 1,
             installed: HashSet::new(),
+            sandbox: SandboxReport::default(),
         };
         let (mode, attachment) = match (&snapshot, make_snapshot) {
             (Some(bytes), _) => (SnapshotMode::Load, Some(bytes.as_slice())),
@@ -206,6 +227,8 @@ impl Worker {
                         boot_ms,
                         pyodide_version,
                         restored,
+                        sandbox,
+                        confined,
                     },
                 attachments,
             })) => {
@@ -217,6 +240,10 @@ impl Worker {
                 tracing::info!(
                     "sandbox worker ready: Pyodide {pyodide_version:?} booted{how} in {boot_ms} ms"
                 );
+                worker.sandbox = SandboxReport {
+                    line: sandbox,
+                    confined,
+                };
                 Ok((worker, attachments.into_iter().next()))
             }
             Ok(Ok(Frame {
@@ -225,6 +252,13 @@ impl Worker {
             })) => {
                 worker.kill().await;
                 Err(WorkerError::Boot(error))
+            }
+            Ok(Ok(Frame {
+                header: Reply::Unconfined { reason },
+                ..
+            })) => {
+                worker.kill().await;
+                Err(WorkerError::Unconfined(reason))
             }
             Ok(Ok(other)) => {
                 worker.kill().await;
@@ -554,7 +588,7 @@ def send(reply, raw=None):
     data = raw if raw is not None else json.dumps(reply).encode()
     out.write(struct.pack('<I', len(data)) + data + struct.pack('<I', 0)); out.flush()
 read()
-send({{'kind': 'ready', 'pyodide_version': 'fake', 'boot_ms': 0, 'restored': False}})
+send({{'kind': 'ready', 'pyodide_version': 'fake', 'boot_ms': 0, 'restored': False, 'sandbox': 'sandbox off', 'confined': False}})
 while True:
     req = read()
 {body}

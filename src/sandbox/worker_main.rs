@@ -71,9 +71,15 @@ pub fn main() -> Result<()> {
     }
     let result = serve();
     if let Err(e) = &result {
-        let _ = send(&Reply::Fatal {
-            error: format!("{e:#}"),
-        });
+        let reply = match e.downcast_ref::<super::confine::ConfineError>() {
+            Some(strict @ super::confine::ConfineError::Strict { .. }) => Reply::Unconfined {
+                reason: strict.to_string(),
+            },
+            _ => Reply::Fatal {
+                error: format!("{e:#}"),
+            },
+        };
+        let _ = send(&reply);
     }
     result
 }
@@ -371,17 +377,11 @@ fn serve() -> Result<()> {
             Some(_) => return Err(anyhow!("the first request must be `boot`")),
             None => return Ok(()),
         };
+    // The second wall, part one: Landlock before the engine starts any thread (confine.rs).
+    let confined = super::confine::enter(super::confine::Mode::from_args()?)?;
     let started = Instant::now();
     let (mut engine, runner, version, made) = boot(mode, snapshot)?;
-    send_with(
-        &Reply::Ready {
-            pyodide_version: version,
-            boot_ms: started.elapsed().as_millis() as u64,
-            restored: mode == SnapshotMode::Load,
-        },
-        &made.as_deref().into_iter().collect::<Vec<_>>(),
-    )?;
-    drop(made);
+    let boot_ms = started.elapsed().as_millis() as u64;
     // From now on every line a run writes is streamed to the front as it happens.
     let running: Rc<RefCell<Running>> = Rc::default();
     let sink_running = running.clone();
@@ -418,6 +418,22 @@ fn serve() -> Result<()> {
             Err(e) => Err(format!("the front did not answer the fetch: {e}")),
         }
     }));
+    // The second wall, part two: seccomp and limits on every thread before the first call.
+    let confined = super::confine::seal(confined)?;
+    // Ready only once sealed: the front hands out no worker that is not yet confined.
+    send_with(
+        &Reply::Ready {
+            pyodide_version: version,
+            boot_ms,
+            restored: mode == SnapshotMode::Load,
+            sandbox: super::confine::describe(&confined),
+            confined: confined.all_on(),
+        },
+        &made.as_deref().into_iter().collect::<Vec<_>>(),
+    )?;
+    drop(made);
+    #[cfg(feature = "escape-test")]
+    super::confine::escape_test_if_requested();
     loop {
         let Some(frame) = read_frame::<Request>(&mut *input.borrow_mut(), FrameLimits::REQUEST)?
         else {

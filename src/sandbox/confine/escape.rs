@@ -1,0 +1,196 @@
+//! Test-only (cargo feature `escape-test`, never in release builds): after sealing, the worker
+//! does what native code that took it over would try, and reports each result on stderr, one
+//! line per attempt, for `tests/sandbox_escape.rs`:
+//!
+//! ```text
+//! escape-probe <index> <name> trying
+//! escape-probe <index> <name> blocked errno <n>      (or: ALLOWED <what>)
+//! ```
+//!
+//! A probe that kills the worker (seccomp `SECCOMP_RET_KILL_PROCESS`) leaves a `trying` line
+//! without its result; the test starts a new worker from the next probe.
+
+use std::ffi::CString;
+
+/// `--escape-test=<port>,<first probe>[,without-seccomp]`: the port of the test's listener on
+/// 127.0.0.1, the probe to start from, and whether to leave the seccomp filter out (to show
+/// what the other layers hold alone, as if the filter had a hole).
+const ARG: &str = "--escape-test=";
+
+/// The third field of [`ARG`] that leaves the seccomp filter out.
+const WITHOUT_SECCOMP: &str = "without-seccomp";
+
+/// Whether the test asked for a worker without its seccomp filter.
+pub fn without_seccomp() -> bool {
+    std::env::args()
+        .filter_map(|a| a.strip_prefix(ARG).map(str::to_owned))
+        .any(|spec| spec.split(',').nth(2) == Some(WITHOUT_SECCOMP))
+}
+
+/// One attempt: `Ok(what)` when it succeeded (an escape), or the errno it failed with.
+type Probe = fn(&Target) -> Result<String, i32>;
+
+/// The attempts, in order.
+const PROBES: &[(&str, Probe)] = &[
+    ("open_etc_passwd", |_| open("/etc/passwd", libc::O_RDONLY)),
+    ("list_root", |_| {
+        open("/", libc::O_RDONLY | libc::O_DIRECTORY)
+    }),
+    ("read_front_environ", |t| {
+        open(&format!("/proc/{}/environ", t.front), libc::O_RDONLY)
+    }),
+    ("write_file", |_| {
+        open(
+            "/tmp/mcp-run-python-escape-test",
+            libc::O_WRONLY | libc::O_CREAT,
+        )
+    }),
+    ("tcp_connect_listener", |t| tcp(t.port, true)),
+    ("tcp_bind", |_| tcp(0, false)),
+    ("execve_bin_sh", |_| execve()),
+    ("fork", |_| fork()),
+    ("ptrace_front", |t| {
+        // SAFETY: PTRACE_ATTACH takes a pid and no memory.
+        check(unsafe {
+            libc::ptrace(
+                libc::PTRACE_ATTACH,
+                t.front,
+                std::ptr::null_mut::<libc::c_void>(),
+                std::ptr::null_mut::<libc::c_void>(),
+            )
+        })
+    }),
+    ("kill_front", |t| {
+        // SAFETY: kill takes two integers. Signal 0 only checks permission: if the filter
+        // had a hole, the test process is not hurt, and success is reported as an escape.
+        check(unsafe { libc::kill(t.front, 0) }.into())
+    }),
+    ("tgkill_front", |t| {
+        // SAFETY: as above, signal 0.
+        check(unsafe { libc::syscall(libc::SYS_tgkill, t.front, t.front, 0) })
+    }),
+    ("raise_nofile_limit", |_| {
+        let high = libc::rlimit {
+            rlim_cur: 1 << 20,
+            rlim_max: 1 << 20,
+        };
+        // SAFETY: `high` outlives the call, which only reads it.
+        check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &high) }.into())
+    }),
+    ("unshare_user_namespace", |_| {
+        // SAFETY: unshare takes one integer.
+        check(unsafe { libc::unshare(libc::CLONE_NEWUSER) }.into())
+    }),
+    ("io_uring_setup", |_| {
+        let mut params = [0u8; 120];
+        // SAFETY: `params` is a zeroed io_uring_params (120 bytes) that outlives the call.
+        check(unsafe { libc::syscall(libc::SYS_io_uring_setup, 4, params.as_mut_ptr()) })
+    }),
+    ("process_vm_readv_front", |t| {
+        let mut byte = 0u8;
+        let local = libc::iovec {
+            iov_base: (&mut byte as *mut u8).cast(),
+            iov_len: 1,
+        };
+        let remote = libc::iovec {
+            iov_base: 0x1000 as *mut libc::c_void,
+            iov_len: 1,
+        };
+        // SAFETY: `local` points at one writable byte that outlives the call.
+        check(unsafe { libc::process_vm_readv(t.front, &local, 1, &remote, 1, 0) } as i64)
+    }),
+];
+
+/// What the probes aim at.
+struct Target {
+    /// The process that started the worker (the front, or the test).
+    front: libc::pid_t,
+    /// A TCP port on 127.0.0.1 where the test listens.
+    port: u16,
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn check(rc: i64) -> Result<String, i32> {
+    if rc < 0 {
+        Err(errno())
+    } else {
+        Ok(format!("returned {rc}"))
+    }
+}
+
+fn open(path: &str, flags: libc::c_int) -> Result<String, i32> {
+    let path = CString::new(path).map_err(|_| libc::EINVAL)?;
+    // SAFETY: `path` is a NUL-terminated string that outlives the call; mode for O_CREAT.
+    let fd = unsafe { libc::open(path.as_ptr(), flags, 0o600 as libc::c_uint) };
+    check(fd.into()).map(|_| format!("opened fd {fd}"))
+}
+
+fn tcp(port: u16, connect: bool) -> Result<String, i32> {
+    // SAFETY: socket takes integers.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+    check(fd.into())?;
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let ptr = (&addr as *const libc::sockaddr_in).cast::<libc::sockaddr>();
+    // SAFETY: `addr` is a valid sockaddr_in of `len` bytes that outlives the call.
+    let rc = unsafe {
+        if connect {
+            libc::connect(fd, ptr, len)
+        } else {
+            libc::bind(fd, ptr, len)
+        }
+    };
+    check(rc.into()).map(|_| format!("{} on fd {fd}", if connect { "connected" } else { "bound" }))
+}
+
+fn execve() -> Result<String, i32> {
+    let sh = CString::new("/bin/sh").map_err(|_| libc::EINVAL)?;
+    let argv = [sh.as_ptr(), std::ptr::null()];
+    let envp = [std::ptr::null()];
+    // SAFETY: `argv` and `envp` are NULL-terminated arrays of valid strings.
+    let rc = unsafe { libc::execve(sh.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    check(rc.into())
+}
+
+fn fork() -> Result<String, i32> {
+    // SAFETY: the child does nothing but `_exit`, which is async-signal-safe.
+    match unsafe { libc::fork() } {
+        0 => unsafe { libc::_exit(0) },
+        pid if pid > 0 => Ok(format!("forked pid {pid}")),
+        _ => Err(errno()),
+    }
+}
+
+/// Runs the probes when the worker was started with [`ARG`], then exits.
+pub fn run_if_requested() {
+    let Some(spec) = std::env::args().find_map(|a| a.strip_prefix(ARG).map(str::to_owned)) else {
+        return;
+    };
+    let mut parts = spec.split(',');
+    let port = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let first: usize = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    // SAFETY: getppid has no preconditions.
+    let target = Target {
+        front: unsafe { libc::getppid() },
+        port,
+    };
+    for (index, (name, probe)) in PROBES.iter().enumerate().skip(first) {
+        eprintln!("escape-probe {index} {name} trying");
+        match probe(&target) {
+            Ok(what) => eprintln!("escape-probe {index} {name} ALLOWED {what}"),
+            Err(errno) => eprintln!("escape-probe {index} {name} blocked errno {errno}"),
+        }
+    }
+    eprintln!("escape-probe done {}", PROBES.len());
+    std::process::exit(0);
+}

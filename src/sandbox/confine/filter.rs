@@ -1,0 +1,339 @@
+//! The seccomp-bpf filters of a sealed worker (seccomp(2)), x86-64.
+//!
+//! The allowlist was derived by tracing real workers with `strace -f` from the moment they seal
+//! themselves (`prctl(PR_SET_DUMPABLE, 0)`) to their end, through the Python client suites
+//! `test_stdio_basics`, `test_limits` (timers, output floods, memory growth, time limits),
+//! `test_dependencies` (PyPI installs) and `test_adversarial` (fetch with `--allow-net`,
+//! `os.abort`, `os._exit`, escapes tried from Python): 63 workers, 28 distinct system calls
+//! (`tests/sandbox_escape.rs` tries what lies outside). Each group below says what uses it.
+//! A few calls that the trace did not show are allowed and marked as such, with the reason.
+//!
+//! Three filters are stacked; for every call the kernel takes the most severe answer of all
+//! (seccomp(2), "the return value with the highest precedence": kill > errno > allow):
+//! 1. [`FATAL`] (and `clone` without `CLONE_THREAD`, `kill`/`tgkill` of another process): the
+//!    kernel kills the whole worker (`SECCOMP_RET_KILL_PROCESS`), which the front sees as a
+//!    dead worker (the call gets a run error, the pool starts a new worker);
+//! 2. `clone3` fails with `ENOSYS`: its flags sit in memory that BPF cannot read, and on
+//!    `ENOSYS` glibc's `pthread_create` falls back to `clone(2)`, whose flags it can;
+//! 3. [`ALLOWED`] (and the argument-checked rules of [`allow_rules`]): allowed; anything else
+//!    fails with `EPERM`.
+//!
+//! All three are installed with `SECCOMP_FILTER_FLAG_TSYNC`, so every thread the engine
+//! already has (the JIT workers, the heap helper) is covered, and every later one inherits
+//! them (seccomp(2): filters are inherited across `clone`).
+
+use super::{ConfineError, Layer};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+use std::collections::BTreeMap;
+
+/// System calls a sealed worker may make with any arguments, by what needs them.
+pub const ALLOWED: &[(&str, &[libc::c_long])] = &[
+    (
+        // The protocol pipes (stdin, stdout), the log (stderr), and bmalloc's re-reads of
+        // /proc/self/statm through the descriptor it opened before sealing.
+        "protocol and already open descriptors",
+        &[libc::SYS_read, libc::SYS_write, libc::SYS_pread64],
+    ),
+    (
+        // WebAssembly memories and their growth, the JIT's executable memory (W^X flips),
+        // the GC's heap, malloc. Not in the trace but part of the same allocators:
+        // `mremap` (glibc realloc of large blocks).
+        "memory",
+        &[
+            libc::SYS_mmap,
+            libc::SYS_munmap,
+            libc::SYS_mprotect,
+            libc::SYS_madvise,
+            libc::SYS_brk,
+            libc::SYS_mremap,
+        ],
+    ),
+    (
+        // Locks and condition variables between the main thread and the JIT / GC helpers,
+        // the event loop's sleeps until the next timer, yields of spin locks.
+        "synchronization and sleeping",
+        &[
+            libc::SYS_futex,
+            libc::SYS_sched_yield,
+            libc::SYS_clock_nanosleep,
+            libc::SYS_nanosleep,
+        ],
+    ),
+    (
+        // The GC stops and resumes the engine's threads with SIGUSR1 (tgkill is checked
+        // separately: own process only) and waits in sigsuspend.
+        "signals",
+        &[
+            libc::SYS_rt_sigprocmask,
+            libc::SYS_rt_sigreturn,
+            libc::SYS_rt_sigsuspend,
+            libc::SYS_getpid,
+            libc::SYS_gettid,
+        ],
+    ),
+    (
+        // Threads the engine starts after sealing (a second JIT worker, the heap helper on
+        // the first large collection): glibc's pthread_create and thread start-up. `clone`
+        // itself is checked separately (CLONE_THREAD only). `clone3` is allowed here only so
+        // that the clone3 filter's ENOSYS is the answer (between two errno answers the last
+        // installed filter's wins, seccomp(2)); it never succeeds.
+        "thread start-up and end",
+        &[
+            libc::SYS_clone3,
+            libc::SYS_set_robust_list,
+            libc::SYS_rseq,
+            libc::SYS_sched_getaffinity,
+            libc::SYS_exit,
+        ],
+    ),
+    (
+        // Python's `os.urandom`/`random` seeds through Emscripten → crypto.getRandomValues,
+        // WTF's random numbers.
+        "randomness",
+        &[libc::SYS_getrandom],
+    ),
+    (
+        // Not in the trace, allowed by reason: `exit_group` ends the worker when stdin
+        // closes (the traced workers were all killed by the front first); clock calls are
+        // served by the vDSO and only reach the kernel when the clock source cannot be read
+        // from user space; `restart_syscall` is the kernel's own restart of an interrupted
+        // sleep after a signal.
+        "process end and clocks (by reason)",
+        &[
+            libc::SYS_exit_group,
+            libc::SYS_clock_gettime,
+            libc::SYS_clock_getres,
+            libc::SYS_gettimeofday,
+            libc::SYS_restart_syscall,
+        ],
+    ),
+];
+
+/// System calls that no legitimate path of a sealed worker makes and that only serve an
+/// escape: the worker is killed on the spot.
+pub const FATAL: &[(&str, &[libc::c_long])] = &[
+    ("new programs", &[libc::SYS_execve, libc::SYS_execveat]),
+    (
+        "new processes (threads go through clone with CLONE_THREAD)",
+        &[libc::SYS_fork, libc::SYS_vfork],
+    ),
+    (
+        "files (Landlock also forbids them; the engine opens nothing after sealing)",
+        &[
+            libc::SYS_open,
+            libc::SYS_openat,
+            libc::SYS_openat2,
+            libc::SYS_creat,
+            libc::SYS_open_by_handle_at,
+            libc::SYS_name_to_handle_at,
+        ],
+    ),
+    (
+        "network (the front performs every fetch)",
+        &[
+            libc::SYS_socket,
+            libc::SYS_socketpair,
+            libc::SYS_connect,
+            libc::SYS_bind,
+            libc::SYS_listen,
+            libc::SYS_accept,
+            libc::SYS_accept4,
+        ],
+    ),
+    (
+        "other processes' memory and control",
+        &[
+            libc::SYS_ptrace,
+            libc::SYS_process_vm_readv,
+            libc::SYS_process_vm_writev,
+            libc::SYS_pidfd_open,
+            libc::SYS_pidfd_getfd,
+            libc::SYS_pidfd_send_signal,
+            libc::SYS_kcmp,
+        ],
+    ),
+    (
+        "namespaces, mounts, kernel facilities",
+        &[
+            libc::SYS_unshare,
+            libc::SYS_setns,
+            libc::SYS_mount,
+            libc::SYS_umount2,
+            libc::SYS_pivot_root,
+            libc::SYS_chroot,
+            libc::SYS_bpf,
+            libc::SYS_keyctl,
+            libc::SYS_add_key,
+            libc::SYS_request_key,
+            libc::SYS_perf_event_open,
+            libc::SYS_userfaultfd,
+            libc::SYS_io_uring_setup,
+            libc::SYS_io_uring_enter,
+            libc::SYS_io_uring_register,
+            libc::SYS_init_module,
+            libc::SYS_finit_module,
+            libc::SYS_delete_module,
+            libc::SYS_kexec_load,
+            libc::SYS_kexec_file_load,
+            libc::SYS_memfd_create,
+        ],
+    ),
+];
+
+/// `prctl(PR_SET_NAME, …)`: new engine threads name themselves (`JITWorker`, `HeapHelper`).
+/// Every other option (`PR_SET_DUMPABLE 1`, …) fails with `EPERM`.
+const PRCTL_SET_NAME: u64 = libc::PR_SET_NAME as u64;
+
+/// `prlimit64(pid, resource, NULL, &old)`: glibc's `pthread_getattr_np` reads the stack limit;
+/// setting any limit (a non-NULL `new_limit`, argument 2) fails with `EPERM`.
+const NULL_POINTER: u64 = 0;
+
+/// `CLONE_THREAD` (clone(2)): a new thread of this process, never a new process.
+const CLONE_THREAD: u64 = libc::CLONE_THREAD as u64;
+
+fn condition(
+    arg: u8,
+    op: SeccompCmpOp,
+    value: u64,
+) -> Result<SeccompCondition, seccompiler::BackendError> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Qword, op, value)
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, seccompiler::BackendError> {
+    SeccompRule::new(conditions)
+}
+
+/// Allowed only with checked arguments: threads (not processes), signals to this process,
+/// limits read (not set), thread names.
+fn allow_rules(
+    pid: u64,
+) -> Result<Vec<(libc::c_long, Vec<SeccompRule>)>, seccompiler::BackendError> {
+    let thread = condition(0, SeccompCmpOp::MaskedEq(CLONE_THREAD), CLONE_THREAD)?;
+    Ok(vec![
+        (libc::SYS_clone, vec![rule(vec![thread])?]),
+        (
+            libc::SYS_tgkill,
+            vec![rule(vec![condition(0, SeccompCmpOp::Eq, pid)?])?],
+        ),
+        (
+            libc::SYS_kill,
+            vec![rule(vec![condition(0, SeccompCmpOp::Eq, pid)?])?],
+        ),
+        (
+            libc::SYS_prlimit64,
+            vec![rule(vec![condition(2, SeccompCmpOp::Eq, NULL_POINTER)?])?],
+        ),
+        (
+            libc::SYS_prctl,
+            vec![rule(vec![condition(0, SeccompCmpOp::Eq, PRCTL_SET_NAME)?])?],
+        ),
+    ])
+}
+
+/// Killed when the arguments say escape: a new process, a signal to another process.
+fn fatal_rules(
+    pid: u64,
+) -> Result<Vec<(libc::c_long, Vec<SeccompRule>)>, seccompiler::BackendError> {
+    let process = condition(0, SeccompCmpOp::MaskedEq(CLONE_THREAD), 0)?;
+    Ok(vec![
+        (libc::SYS_clone, vec![rule(vec![process])?]),
+        (
+            libc::SYS_tgkill,
+            vec![rule(vec![condition(0, SeccompCmpOp::Ne, pid)?])?],
+        ),
+        (
+            libc::SYS_kill,
+            vec![rule(vec![condition(0, SeccompCmpOp::Ne, pid)?])?],
+        ),
+    ])
+}
+
+fn program(
+    unconditional: &[(&str, &[libc::c_long])],
+    conditional: Vec<(libc::c_long, Vec<SeccompRule>)>,
+    mismatch: SeccompAction,
+    matched: SeccompAction,
+) -> Result<BpfProgram, seccompiler::BackendError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for (_, calls) in unconditional {
+        for &call in *calls {
+            rules.insert(call, Vec::new());
+        }
+    }
+    for (call, list) in conditional {
+        rules.entry(call).or_default().extend(list);
+    }
+    SeccompFilter::new(rules, mismatch, matched, TargetArch::x86_64)?.try_into()
+}
+
+/// The three programs, in the order they are installed. The allowlist comes last: once it is
+/// in force, `prctl` and `seccomp` themselves are forbidden.
+fn programs(pid: u64) -> Result<[BpfProgram; 3], seccompiler::BackendError> {
+    Ok([
+        program(
+            FATAL,
+            fatal_rules(pid)?,
+            SeccompAction::Allow,
+            SeccompAction::KillProcess,
+        )?,
+        program(
+            &[("clone3: fall back to clone", &[libc::SYS_clone3])],
+            Vec::new(),
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::ENOSYS as u32),
+        )?,
+        program(
+            ALLOWED,
+            allow_rules(pid)?,
+            SeccompAction::Errno(libc::EPERM as u32),
+            SeccompAction::Allow,
+        )?,
+    ])
+}
+
+/// System calls allowed only with checked arguments ([`allow_rules`]).
+const ARGUMENT_CHECKED: usize = 5;
+
+/// Number of system calls the allowlist names (unconditional and argument-checked).
+pub fn allowed_count() -> usize {
+    ALLOWED.iter().map(|(_, c)| c.len()).sum::<usize>() + ARGUMENT_CHECKED
+}
+
+/// Builds and installs the filters on every thread. `threads` is the thread count now.
+pub fn install(threads: Option<usize>) -> Result<Layer, ConfineError> {
+    let pid = u64::from(std::process::id());
+    for program in programs(pid).map_err(ConfineError::SeccompBuild)? {
+        seccompiler::apply_filter_all_threads(&program).map_err(ConfineError::SeccompInstall)?;
+    }
+    let threads = threads.map_or("?".to_owned(), |n| n.to_string());
+    Ok(Layer::On(format!(
+        "{} calls allowed, tsync over {threads} thread(s)",
+        allowed_count()
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_filters_compile() {
+        let [a, b, c] = programs(1).unwrap();
+        assert!(!a.is_empty() && !b.is_empty() && !c.is_empty());
+    }
+
+    #[test]
+    fn nothing_is_both_allowed_and_fatal() {
+        for (_, fatal) in FATAL {
+            for call in *fatal {
+                assert!(
+                    ALLOWED.iter().all(|(_, a)| !a.contains(call)),
+                    "syscall {call}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! The second wall (DESIGN §3 "Two walls", issue 10): the operating system confines each
+//! sandbox worker, so that native code running inside one (a JavaScriptCore JIT bug, a bug in
+//! our `unsafe` host functions) can only speak to the front over the pipes it was given.
+//!
+//! The layers, in the order they are applied:
+//!
+//! 1. at spawn, by the front, in the child between `fork` and `exec` ([`spawn::pre_exec`]):
+//!    every inherited descriptor but 0, 1, 2 is marked close-on-exec;
+//! 2. in the worker, after it read the `boot` request (and the snapshot that comes with it)
+//!    and **before** the engine starts its helper threads ([`enter`]): user, network, mount,
+//!    IPC and UTS namespaces of its own ([`namespaces`]), every capability dropped
+//!    ([`capabilities`]), and Landlock, with every
+//!    file-system right handled and none granted but reading four files the engine reads while
+//!    it starts, every TCP bind/connect denied, and signals and abstract UNIX sockets scoped to
+//!    the worker. Landlock binds only the calling thread and the threads it creates later
+//!    (landlock(7), "Thread safety"; whole-process `LANDLOCK_RESTRICT_SELF_TSYNC` is ABI 8), so
+//!    applied here it covers every thread the engine will ever have;
+//! 3. in the worker, after Pyodide booted and before the first call ([`seal`]):
+//!    `PR_SET_NO_NEW_PRIVS`, `PR_SET_DUMPABLE 0`, resource limits ([`limits`]), and a
+//!    seccomp-bpf allowlist installed with `SECCOMP_FILTER_FLAG_TSYNC` on every thread
+//!    ([`filter`]).
+//!
+//! Each layer is reported as on or off with the reason ([`Status`], [`describe`]); under
+//! [`Mode::Strict`] a layer that cannot be applied is an error and the worker refuses to serve.
+
+mod capabilities;
+mod filter;
+mod landlock;
+mod limits;
+mod namespaces;
+pub mod spawn;
+
+#[cfg(feature = "escape-test")]
+mod escape;
+
+use std::fmt;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use thiserror::Error;
+
+/// The worker argument that selects the [`Mode`] (`--sandbox=strict|default|off`).
+pub const MODE_ARG: &str = "--sandbox=";
+
+/// How hard the worker insists on its confinement (`--sandbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Mode {
+    /// Every layer must be applied; one that cannot be is an error.
+    Strict,
+    /// Apply what the kernel allows and report what is off.
+    #[default]
+    Default,
+    /// Apply nothing (debugging only).
+    Off,
+}
+
+impl Mode {
+    /// The worker argument that selects this mode (`--sandbox=strict`).
+    pub fn worker_arg(self) -> String {
+        let name = match self {
+            Mode::Strict => "strict",
+            Mode::Default => "default",
+            Mode::Off => "off",
+        };
+        format!("{MODE_ARG}{name}")
+    }
+
+    /// The mode named by `--sandbox=` among the worker's arguments (default: [`Mode::Default`]).
+    pub fn from_args() -> Result<Mode, ConfineError> {
+        match std::env::args().find_map(|a| a.strip_prefix(MODE_ARG).map(str::to_owned)) {
+            None => Ok(Mode::Default),
+            Some(name) => match name.as_str() {
+                "strict" => Ok(Mode::Strict),
+                "default" => Ok(Mode::Default),
+                "off" => Ok(Mode::Off),
+                _ => Err(ConfineError::Mode(name)),
+            },
+        }
+    }
+}
+
+/// Why a layer could not be applied.
+#[derive(Debug, Error)]
+pub enum ConfineError {
+    #[error("unknown sandbox mode {0:?} (expected strict, default or off)")]
+    Mode(String),
+    #[error("prctl({what}) failed")]
+    Prctl {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("setting {what} failed")]
+    Rlimit {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("Landlock could not be applied")]
+    Landlock(#[source] ::landlock::RulesetError),
+    #[error("Landlock is not enforced by this kernel ({0})")]
+    LandlockUnavailable(String),
+    #[error("the seccomp filter could not be built")]
+    SeccompBuild(#[source] seccompiler::BackendError),
+    #[error("the seccomp filter could not be installed")]
+    SeccompInstall(#[source] seccompiler::Error),
+    #[error("the {what} capability set could not be emptied")]
+    Capabilities {
+        what: &'static str,
+        #[source]
+        source: caps::errors::CapsError,
+    },
+    #[error("sandbox layer {layer} is off under --sandbox=strict: {reason}")]
+    Strict { layer: &'static str, reason: String },
+}
+
+/// Whether one layer is in force, and what it does or why it is not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layer {
+    /// In force; the detail says how (an ABI, a count).
+    On(String),
+    /// Not in force, and why.
+    Off(String),
+}
+
+impl Layer {
+    fn is_on(&self) -> bool {
+        matches!(self, Layer::On(_))
+    }
+}
+
+impl fmt::Display for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Layer::On(d) if d.is_empty() => f.write_str("on"),
+            Layer::On(d) => write!(f, "on ({d})"),
+            Layer::Off(why) => write!(f, "off ({why})"),
+        }
+    }
+}
+
+/// The state of every layer of one worker.
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub mode: Mode,
+    pub seccomp: Layer,
+    pub landlock: Layer,
+    pub userns: Layer,
+    pub netns: Layer,
+    pub mntns: Layer,
+    pub ipcns: Layer,
+    pub utsns: Layer,
+    pub capabilities: Layer,
+    pub rlimits: Layer,
+    pub no_new_privs: Layer,
+    pub not_dumpable: Layer,
+    /// `/proc/self/status`, opened before Landlock, to count threads when sealing.
+    proc_status: Option<Arc<File>>,
+}
+
+impl Status {
+    fn all_off(why: &str) -> Status {
+        let off = || Layer::Off(why.to_owned());
+        Status {
+            mode: Mode::Off,
+            seccomp: off(),
+            landlock: off(),
+            userns: off(),
+            netns: off(),
+            mntns: off(),
+            ipcns: off(),
+            utsns: off(),
+            capabilities: off(),
+            rlimits: off(),
+            no_new_privs: off(),
+            not_dumpable: off(),
+            proc_status: None,
+        }
+    }
+
+    /// The layers by name, in the order they are reported.
+    fn layers(&self) -> [(&'static str, &Layer); 11] {
+        [
+            ("seccomp", &self.seccomp),
+            ("landlock", &self.landlock),
+            ("userns", &self.userns),
+            ("netns", &self.netns),
+            ("mntns", &self.mntns),
+            ("ipcns", &self.ipcns),
+            ("utsns", &self.utsns),
+            ("capabilities", &self.capabilities),
+            ("rlimits", &self.rlimits),
+            ("no_new_privs", &self.no_new_privs),
+            ("not_dumpable", &self.not_dumpable),
+        ]
+    }
+
+    /// Whether every layer is on.
+    pub fn all_on(&self) -> bool {
+        self.layers().iter().all(|(_, l)| l.is_on())
+    }
+
+    /// Under [`Mode::Strict`], the first layer that is off, as an error.
+    fn check_strict(&self) -> Result<(), ConfineError> {
+        if self.mode != Mode::Strict {
+            return Ok(());
+        }
+        match self.layers().into_iter().find(|(_, l)| !l.is_on()) {
+            Some((layer, Layer::Off(reason))) => Err(ConfineError::Strict {
+                layer,
+                reason: reason.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// One line that says which layers are on: `seccomp: on (…), landlock: on (abi 7, …), …`.
+/// Logged by the worker; meant for `Reply::Ready` and the front's `warmup` line as well.
+pub fn describe(status: &Status) -> String {
+    if status.mode == Mode::Off {
+        return "sandbox off (debugging only): the worker is NOT confined by the operating system"
+            .to_owned();
+    }
+    let layers: Vec<String> = status
+        .layers()
+        .iter()
+        .map(|(name, layer)| format!("{name}: {layer}"))
+        .collect();
+    let mode = match status.mode {
+        Mode::Strict => "strict",
+        Mode::Default => "default",
+        Mode::Off => "off",
+    };
+    format!("sandbox {mode}: {}", layers.join(", "))
+}
+
+/// Largest `/proc/self/status` read for the thread count (bytes; it is about 1.5 KiB).
+const PROC_STATUS_MAX_BYTES: usize = 8 << 10;
+
+/// Threads of this process now, from the `Threads:` line of an open `/proc/self/status`
+/// (proc(5)); `None` where unreadable. Read with `pread` at offset 0: procfs renders the file
+/// afresh, and no path is opened (Landlock and seccomp forbid that by then).
+fn thread_count(proc_status: &File) -> Option<usize> {
+    let mut buf = vec![0u8; PROC_STATUS_MAX_BYTES];
+    let n = proc_status.read_at(&mut buf, 0).ok()?;
+    let text = std::str::from_utf8(buf.get(..n)?).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The time zone of every worker: UTC, whatever the host's (no host detail leaks to user code).
+const TIME_ZONE: &str = "UTC";
+
+/// Sets `TZ` and loads it now, while files may still be read. Without `TZ`, glibc re-reads
+/// `/etc/localtime` on every `localtime()` (tzset(3): the zone is re-checked when `TZ` is
+/// unset), which JavaScriptCore calls on the first local-time `Date` operation after sealing;
+/// the seccomp filter kills a worker that opens a file (found by the `example` mode test:
+/// `humanize.precisedelta`). With `TZ` set, glibc loads `/usr/share/zoneinfo/UTC` here once
+/// and never again while `TZ` stays the same; ICU takes the zone from `TZ` as well.
+fn fix_time_zone() {
+    extern "C" {
+        /// tzset(3), POSIX; not bound by the `libc` crate.
+        fn tzset();
+    }
+    // SAFETY: the worker has one thread here (`enter` runs before the engine starts any; the
+    // report shows the count), so nothing reads the environment concurrently; tzset has no
+    // preconditions.
+    unsafe {
+        std::env::set_var("TZ", TIME_ZONE);
+        tzset();
+    }
+}
+
+/// Layers applied before the engine starts: namespaces, capabilities, Landlock. Call once,
+/// single-threaded, after the `boot` request (and its snapshot) has been read and before
+/// [`crate::engine::Engine::new`].
+///
+/// Errors: under [`Mode::Strict`], the first of these layers that cannot be applied.
+pub fn enter(mode: Mode) -> Result<Status, ConfineError> {
+    if mode == Mode::Off {
+        return Ok(Status::all_off("--sandbox=off"));
+    }
+    let proc_status = File::open("/proc/self/status").ok().map(Arc::new);
+    let threads = proc_status.as_deref().and_then(thread_count);
+    let ns = namespaces::enter(threads);
+    fix_time_zone();
+    let capabilities = settle(mode, "capabilities", capabilities::drop_all())?;
+    let landlock = settle(mode, "landlock", landlock::restrict(threads))?;
+    let pending = || Layer::Off("not applied yet".to_owned());
+    let status = Status {
+        mode,
+        seccomp: pending(),
+        landlock,
+        userns: ns.user,
+        netns: ns.net,
+        mntns: ns.mnt,
+        ipcns: ns.ipc,
+        utsns: ns.uts,
+        capabilities,
+        rlimits: pending(),
+        no_new_privs: pending(),
+        not_dumpable: pending(),
+        proc_status,
+    };
+    if mode == Mode::Strict {
+        let early = [
+            ("userns", &status.userns),
+            ("netns", &status.netns),
+            ("mntns", &status.mntns),
+            ("ipcns", &status.ipcns),
+            ("utsns", &status.utsns),
+        ];
+        if let Some((layer, Layer::Off(reason))) = early.into_iter().find(|(_, l)| !l.is_on()) {
+            return Err(ConfineError::Strict {
+                layer,
+                reason: reason.clone(),
+            });
+        }
+    }
+    Ok(status)
+}
+
+/// Layers applied once the engine has booted and before the first call: no new privileges,
+/// not dumpable, resource limits, seccomp on every thread. Logs [`describe`] at info level.
+pub fn seal(mut status: Status) -> Result<Status, ConfineError> {
+    if status.mode == Mode::Off {
+        tracing::debug!("{}", describe(&status));
+        return Ok(status);
+    }
+    let mode = status.mode;
+    status.no_new_privs = settle(mode, "no_new_privs", limits::no_new_privs())?;
+    status.not_dumpable = settle(mode, "not_dumpable", limits::not_dumpable())?;
+    status.rlimits = settle(mode, "rlimits", limits::apply())?;
+    let threads = status.proc_status.take().as_deref().and_then(thread_count);
+    #[cfg(feature = "escape-test")]
+    if escape::without_seccomp() {
+        status.seccomp = Layer::Off("left out by the escape test".to_owned());
+        return Ok(status);
+    }
+    status.seccomp = settle(mode, "seccomp", filter::install(threads))?;
+    status.check_strict()?;
+    tracing::debug!("{}", describe(&status));
+    Ok(status)
+}
+
+/// Test-only (cargo feature `escape-test`): once the worker has sealed itself and said it is
+/// ready, tries what an exploit would (`escape.rs`) when the test asked for it, then exits.
+#[cfg(feature = "escape-test")]
+pub fn escape_test_if_requested() {
+    escape::run_if_requested();
+}
+
+/// The outcome of applying `layer`: its state, or under [`Mode::Strict`] the refusal.
+fn settle(
+    mode: Mode,
+    layer: &'static str,
+    applied: Result<Layer, ConfineError>,
+) -> Result<Layer, ConfineError> {
+    match applied {
+        Ok(state) => Ok(state),
+        Err(e) if mode == Mode::Strict => Err(ConfineError::Strict {
+            layer,
+            reason: error_chain(&e),
+        }),
+        Err(e) => Ok(Layer::Off(error_chain(&e))),
+    }
+}
+
+/// `e` and its sources, `: `-separated.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describe_lists_every_layer() {
+        let mut s = Status::all_off("x");
+        s.mode = Mode::Default;
+        s.landlock = Layer::On("abi 7".into());
+        let line = describe(&s);
+        assert!(line.starts_with("sandbox default: seccomp: off (x), landlock: on (abi 7)"));
+        assert!(line.contains("netns: off (x)"));
+    }
+
+    #[test]
+    fn strict_refuses_an_off_layer() {
+        let mut s = Status::all_off("EPERM");
+        s.mode = Mode::Strict;
+        let e = s.check_strict().unwrap_err();
+        assert!(e.to_string().contains("seccomp"), "{e}");
+    }
+}

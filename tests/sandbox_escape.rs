@@ -1,0 +1,266 @@
+//! The second wall, tried as native code that took over a worker would (issue 10): a real
+//! worker boots Pyodide, seals itself, then runs the probes of `src/sandbox/confine/escape.rs`
+//! (compiled only with the `escape-test` feature). Every attempt must fail: with an errno, or by
+//! the kernel killing the worker (seccomp), after which the next probe runs in a new worker.
+//!
+//! `cargo test --features escape-test --test sandbox_escape`
+#![cfg(all(target_os = "linux", feature = "escape-test"))]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const WORKER: &str = env!("CARGO_BIN_EXE_mcp-run-python");
+
+/// Writes one request frame: header length, JSON header, attachment count, attachments.
+fn write_frame(out: &mut impl Write, header: &str, attachments: &[&[u8]]) {
+    out.write_all(&(header.len() as u32).to_le_bytes()).unwrap();
+    out.write_all(header.as_bytes()).unwrap();
+    out.write_all(&(attachments.len() as u32).to_le_bytes())
+        .unwrap();
+    for a in attachments {
+        out.write_all(&(a.len() as u64).to_le_bytes()).unwrap();
+        out.write_all(a).unwrap();
+    }
+    out.flush().unwrap();
+}
+
+/// Reads one reply frame: its JSON header and attachments.
+fn read_frame(input: &mut impl Read) -> (serde_json::Value, Vec<Vec<u8>>) {
+    let mut n = [0u8; 4];
+    input.read_exact(&mut n).expect("a frame from the worker");
+    let mut header = vec![0u8; u32::from_le_bytes(n) as usize];
+    input.read_exact(&mut header).unwrap();
+    input.read_exact(&mut n).unwrap();
+    let mut attachments = Vec::new();
+    for _ in 0..u32::from_le_bytes(n) {
+        let mut len = [0u8; 8];
+        input.read_exact(&mut len).unwrap();
+        let mut bytes = vec![0u8; u64::from_le_bytes(len) as usize];
+        input.read_exact(&mut bytes).unwrap();
+        attachments.push(bytes);
+    }
+    (serde_json::from_slice(&header).unwrap(), attachments)
+}
+
+/// What one worker run reported: probe results by index, and how it ended.
+struct Run {
+    results: Vec<(usize, String, String)>,
+    last_trying: Option<(usize, String)>,
+    done: bool,
+    signal: Option<i32>,
+    log: String,
+}
+
+/// Starts a worker that boots (making a snapshot, or restoring `snapshot`), seals itself and
+/// runs the probes from `first`.
+fn run_worker(
+    port: u16,
+    first: usize,
+    snapshot: Option<&[u8]>,
+    without_seccomp: bool,
+) -> (Run, Option<Vec<u8>>) {
+    let hole = if without_seccomp {
+        ",without-seccomp"
+    } else {
+        ""
+    };
+    let mut child = Command::new(WORKER)
+        .arg("__worker")
+        .arg(format!("--escape-test={port},{first}{hole}"))
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mode = if snapshot.is_some() { "load" } else { "make" };
+    let attachments: Vec<&[u8]> = snapshot.into_iter().collect();
+    write_frame(
+        &mut stdin,
+        &format!(r#"{{"op":"boot","snapshot":"{mode}"}}"#),
+        &attachments,
+    );
+    let (ready, mut made) = read_frame(&mut stdout);
+    assert_eq!(ready["kind"], "ready", "{ready}");
+    let line = ready["sandbox"].as_str().unwrap_or_default().to_owned();
+    if without_seccomp {
+        assert!(line.contains("seccomp: off"), "{line}");
+        for layer in ["landlock", "userns", "netns", "capabilities", "rlimits"] {
+            assert!(
+                line.contains(&format!("{layer}: on")),
+                "{layer} is off: {line}"
+            );
+        }
+    } else {
+        assert_eq!(
+            ready["confined"], true,
+            "the worker did not seal itself fully: {line}"
+        );
+    }
+    let mut run = Run {
+        results: Vec::new(),
+        last_trying: None,
+        done: false,
+        signal: None,
+        log: String::new(),
+    };
+    for line in BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        run.log.push_str(&line);
+        run.log.push('\n');
+        let Some(rest) = line.strip_prefix("escape-probe ") else {
+            continue;
+        };
+        let mut words = rest.splitn(3, ' ');
+        let (Some(index), Some(name)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let outcome = words.next().unwrap_or_default().to_owned();
+        if index == "done" {
+            run.done = true;
+        } else if outcome == "trying" {
+            run.last_trying = Some((index.parse().unwrap(), name.to_owned()));
+        } else {
+            run.last_trying = None;
+            run.results
+                .push((index.parse().unwrap(), name.to_owned(), outcome));
+        }
+    }
+    drop(stdin);
+    let status = child.wait().unwrap();
+    run.signal = status.signal();
+    (run, made.pop())
+}
+
+/// What every probe came to, in order: `(name, outcome)`, where the outcome is `blocked errno
+/// N`, `ALLOWED …` or `killed by SIGSYS (seccomp)`.
+struct Outcomes {
+    results: Vec<(String, String)>,
+    connected: bool,
+    wrote: bool,
+}
+
+impl Outcomes {
+    fn allowed(&self) -> Vec<&str> {
+        self.results
+            .iter()
+            .filter(|(_, o)| o.starts_with("ALLOWED"))
+            .map(|(n, _)| n.as_str())
+            .collect()
+    }
+
+    fn report(&self) -> String {
+        let lines: Vec<String> = self
+            .results
+            .iter()
+            .enumerate()
+            .map(|(i, (n, o))| format!("{i:2} {n}: {o}"))
+            .collect();
+        lines.join("\n")
+    }
+}
+
+/// Runs every probe, in as many workers as the probes that kill one take.
+fn probe_all(without_seccomp: bool) -> Outcomes {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connected = Arc::new(AtomicBool::new(false));
+    let seen = connected.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = stop.clone();
+    listener.set_nonblocking(true).unwrap();
+    let watcher = std::thread::spawn(move || {
+        while !stopped.load(Ordering::SeqCst) {
+            if listener.accept().is_ok() {
+                seen.store(true, Ordering::SeqCst);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let written = "/tmp/mcp-run-python-escape-test";
+    let _ = std::fs::remove_file(written);
+
+    let mut snapshot: Option<Vec<u8>> = None;
+    let mut first = 0;
+    let mut results = Vec::new();
+    loop {
+        let (run, made) = run_worker(port, first, snapshot.as_deref(), without_seccomp);
+        if snapshot.is_none() {
+            snapshot = Some(made.expect("the first worker makes a snapshot"));
+        }
+        for (index, name, outcome) in &run.results {
+            assert_eq!(*index, results.len(), "{}", run.log);
+            results.push((name.clone(), outcome.clone()));
+        }
+        if run.done {
+            break;
+        }
+        let Some((index, name)) = run.last_trying else {
+            panic!("the worker stopped without a result:\n{}", run.log);
+        };
+        assert_eq!(
+            run.signal,
+            Some(libc::SIGSYS),
+            "{name} ended the worker, but not by seccomp:\n{}",
+            run.log
+        );
+        results.push((name, "killed by SIGSYS (seccomp)".to_owned()));
+        first = index + 1;
+    }
+    stop.store(true, Ordering::SeqCst);
+    watcher.join().unwrap();
+    let wrote = std::path::Path::new(written).exists();
+    let _ = std::fs::remove_file(written);
+    Outcomes {
+        results,
+        connected: connected.load(Ordering::SeqCst),
+        wrote,
+    }
+}
+
+#[test]
+fn a_sealed_worker_cannot_escape() {
+    let outcomes = probe_all(false);
+    eprintln!("{}", outcomes.report());
+    assert!(
+        outcomes.allowed().is_empty(),
+        "escapes:\n{}",
+        outcomes.report()
+    );
+    assert!(!outcomes.connected, "the worker reached the listener");
+    assert!(!outcomes.wrote, "the worker wrote a file");
+}
+
+/// The other layers alone, as if the seccomp filter had a hole: Landlock, the namespaces and
+/// the dropped capabilities still keep the host's files, network and processes out of reach.
+/// What only seccomp stops (new processes, new namespaces, io_uring) is listed, not hidden.
+#[test]
+fn without_seccomp_the_other_layers_still_hold() {
+    let outcomes = probe_all(true);
+    eprintln!("{}", outcomes.report());
+    /// Stopped by seccomp alone: each is harmless under the other layers (a child or a
+    /// namespace inherits every one of them), but none is needed, so the filter forbids it.
+    const SECCOMP_ONLY: [&str; 3] = ["fork", "unshare_user_namespace", "io_uring_setup"];
+    let escapes: Vec<&str> = outcomes
+        .allowed()
+        .into_iter()
+        .filter(|n| !SECCOMP_ONLY.contains(n))
+        .collect();
+    assert!(escapes.is_empty(), "escapes:\n{}", outcomes.report());
+    assert!(!outcomes.connected, "the worker reached the listener");
+    assert!(!outcomes.wrote, "the worker wrote a file");
+    for (name, outcome) in &outcomes.results {
+        assert!(
+            !outcome.starts_with("killed"),
+            "{name} killed a worker that has no seccomp filter: {outcome}"
+        );
+    }
+}
