@@ -6,7 +6,6 @@ Python loop. Reported as ratios on/off.
     python3 bench/sandbox.py [--binary target/release/mcp-run-python] [--runs 3]
 """
 
-import argparse
 import pathlib
 import statistics
 import sys
@@ -14,7 +13,7 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from startup import ROOT, Stdio  # noqa: E402
+from startup import Stdio, parse_args  # noqa: E402
 
 CPU_LOOP = "sum(i * i for i in range(2_000_000))"
 
@@ -42,10 +41,7 @@ def measure(binary, cache, mode):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", default=str(ROOT / "target" / "release" / "mcp-run-python"))
-    ap.add_argument("--runs", type=int, default=3)
-    args = ap.parse_args()
+    args = parse_args()
     cache = tempfile.mkdtemp()
     measure(args.binary, cache, "default")  # makes the memory snapshot
     runs = {mode: [] for mode in ("default", "off")}

@@ -15,6 +15,10 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+# Runs of each measurement by default; the tables report their median, which one outlying run
+# among three does not decide.
+DEFAULT_RUNS = 3
+
 
 class Stdio:
     """Raw JSON-RPC over the server's stdin/stdout (no client library in the measurement)."""
@@ -83,11 +87,16 @@ def node_baseline():
     return data["cold_ms"], data["warm_median_ms"]
 
 
-def main():
+def parse_args():
+    """`--binary` and `--runs`, shared with bench/sandbox.py so that both take the same options."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", default=str(ROOT / "target" / "release" / "mcp-run-python"))
-    ap.add_argument("--runs", type=int, default=3)
-    args = ap.parse_args()
+    ap.add_argument("--runs", type=int, default=DEFAULT_RUNS)
+    return ap.parse_args()
+
+
+def main():
+    args = parse_args()
     cache = tempfile.mkdtemp()
     plain_runs = [ours(args.binary, cache, "--no-snapshot") for _ in range(args.runs)]
     ours(args.binary, cache)  # makes the memory snapshot

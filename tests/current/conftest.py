@@ -1,23 +1,17 @@
 """Helpers for the current line of clients (mcp 2.x, PydanticAI 2.x, fastmcp): start the real
-binary over stdio or on a free loopback port. Self-contained: nothing is imported from
-tests/python, which runs in the other venv with the 1.x line."""
+binary over stdio or on a free loopback port. Nothing is imported from tests/python, which runs
+in the other venv with the 1.x line; starting the binary is shared with it through
+tests/shared/real_binary.py (standard library only)."""
 
-import contextlib
-import os
 import pathlib
-import socket
-import subprocess
-import time
+import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-BINARY = os.environ.get("MCP_RUN_PYTHON_BIN") or str(ROOT / "target" / "debug" / "mcp-run-python")
-# The same download cache (and Pyodide memory snapshot) as tests/python, so nothing is fetched twice.
-SHARED_CACHE = os.environ.get("MCP_RUN_PYTHON_TEST_CACHE") or str(ROOT / "target" / "test-cache")
-# Generous: the first worker boot of a debug build without a snapshot takes 10-15 s.
-INIT_TIMEOUT = 60
-CALL_TIMEOUT = 300
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "shared"))
+from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
+    BINARY, CALL_TIMEOUT, INIT_TIMEOUT, SHARED_CACHE, http_server, server_env,
+)
 
 STDIO_ARGS = ["stdio", "--workers", "1", "--cache-dir", SHARED_CACHE]
 
@@ -33,13 +27,6 @@ def anyio_backend():
     return "asyncio"
 
 
-def server_env():
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    if "RUST_LOG" in os.environ:
-        env["RUST_LOG"] = os.environ["RUST_LOG"]
-    return env
-
-
 def check_input_schema(schema):
     """What stays true of the tool's input schema: `python_code` required, `global_variables` offered."""
     assert schema["type"] == "object"
@@ -47,41 +34,6 @@ def check_input_schema(schema):
     assert schema["required"] == ["python_code"], schema
     assert schema["properties"]["python_code"]["type"] == "string"
     assert schema["properties"]["global_variables"]["type"] == "object"
-
-
-@contextlib.contextmanager
-def http_server(mode, *args, cache_dir=SHARED_CACHE):
-    """`mcp-run-python <mode>` on a free loopback port; yields its base URL. On exit it is sent
-    SIGTERM and must stop cleanly."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [BINARY, mode, "--host", "127.0.0.1", "--port", str(port), "--cache-dir", cache_dir, *args],
-        env=server_env(),
-    )
-    deadline = time.monotonic() + INIT_TIMEOUT
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                proc.wait()
-                raise RuntimeError(f"{mode} server did not start")
-            time.sleep(0.1)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            code = proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise
-        assert code == 0, f"{mode} server exited with {code} after SIGTERM"
 
 
 # One server per HTTP mode for the whole run, shared by every module (each client still gets its

@@ -11,24 +11,18 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-BINARY = os.environ.get("MCP_RUN_PYTHON_BIN") or str(ROOT / "target" / "debug" / "mcp-run-python")
+# Starting the binary is shared with tests/current (tests/shared/real_binary.py).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "shared"))
+from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
+    BINARY, CALL_TIMEOUT, ROOT, SHARED_CACHE, http_server, server_env,
+)
+
 LOCK = json.loads((ROOT / "pyodide-assets" / "pyodide-lock.json").read_text())
-# One download cache for the whole run, so each PyPI file is fetched once.
-SHARED_CACHE = os.environ.get("MCP_RUN_PYTHON_TEST_CACHE") or str(ROOT / "target" / "test-cache")
-CALL_TIMEOUT = 300
 
 
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-def server_env():
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    if "RUST_LOG" in os.environ:
-        env["RUST_LOG"] = os.environ["RUST_LOG"]
-    return env
 
 
 @contextlib.asynccontextmanager
@@ -54,51 +48,6 @@ async def run(session, code, **global_variables):
     assert not result.isError, result
     assert len(result.content) == 1
     return result.content[0].text
-
-
-@contextlib.contextmanager
-def http_server(mode, *args, cache_dir=SHARED_CACHE):
-    """`mcp-run-python <mode>` on a free local port; yields its base URL. On exit it is sent
-    SIGTERM and must stop cleanly."""
-    import socket
-    import subprocess
-    import time
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [BINARY, mode, "--port", str(port), "--cache-dir", cache_dir, *args],
-        env=server_env(),
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"{mode} server did not start")
-            time.sleep(0.1)
-    try:
-        url = ServerURL(f"http://127.0.0.1:{port}")
-        url.pid = proc.pid
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            code = proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
-        assert code == 0, f"server exited with {code} after SIGTERM"
-
-
-class ServerURL(str):
-    """A server's base URL that also knows the server's process id."""
-
-    pid: int
 
 
 def child_pids(pid, state_filter=lambda state: state != "Z"):

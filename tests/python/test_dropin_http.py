@@ -14,12 +14,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
 from conftest import BINARY, CALL_TIMEOUT, SHARED_CACHE, http_server, server_env
+from raw_http import ACCEPT, INIT, INITIALIZED, PROTOCOL, call_message, rpc_result
 
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-PROTOCOL = "2025-06-18"
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
-INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 # Bytes that are not JSON, and JSON that is not a JSON-RPC message (`method` must be a string).
 NOT_JSON = b"{not json"
 NOT_A_MESSAGE = b'{"jsonrpc":"2.0","id":7,"method":5}'
@@ -38,11 +34,6 @@ SESSIONS_FULL = {"code": -32000, "message": "the server has reached its limit of
                                             "close a session or try again later"}
 
 
-def call_message(id_, code):
-    return {"jsonrpc": "2.0", "id": id_, "method": "tools/call",
-            "params": {"name": "run_python_code", "arguments": {"python_code": code}}}
-
-
 def error_of(response, status, id_=None):
     """The JSON-RPC error of an HTTP refusal, after checking its status and envelope."""
     assert response.status_code == status, (response.status_code, response.text)
@@ -50,16 +41,6 @@ def error_of(response, status, id_=None):
     body = response.json()
     assert body["jsonrpc"] == "2.0" and body["id"] == id_, body
     return body["error"]
-
-
-def rpc_result(response):
-    """The JSON-RPC message of a JSON or SSE response."""
-    if response.headers["content-type"].startswith("application/json"):
-        return response.json()
-    for line in response.text.splitlines():
-        if line.startswith("data: {"):
-            return json.loads(line[6:])
-    raise AssertionError(response.text)
 
 
 async def start_session(client, base):

@@ -12,27 +12,9 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamablehttp_client
 
 from conftest import CALL_TIMEOUT, http_server, run
+from raw_http import ACCEPT, INIT, INITIALIZED, PROTOCOL, call_message, rpc_result
 
 pytestmark = pytest.mark.anyio
-
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
-
-
-def call_message(id_, code):
-    return {"jsonrpc": "2.0", "id": id_, "method": "tools/call",
-            "params": {"name": "run_python_code", "arguments": {"python_code": code}}}
-
-
-def rpc_result(response):
-    """The JSON-RPC message of a JSON or SSE response."""
-    if response.headers["content-type"].startswith("application/json"):
-        return response.json()
-    for line in response.text.splitlines():
-        if line.startswith("data: {"):
-            return json.loads(line[6:])
-    raise AssertionError(response.text)
 
 
 async def check_session(session):
@@ -78,8 +60,8 @@ async def test_session_lifecycle_and_bad_input():
             r = await client.post(f"{base}/mcp", json=INIT, headers=ACCEPT)
             assert r.status_code == 200
             sid = r.headers["mcp-session-id"]
-            headers = {**ACCEPT, "Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-06-18"}
-            r = await client.post(f"{base}/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+            headers = {**ACCEPT, "Mcp-Session-Id": sid, "Mcp-Protocol-Version": PROTOCOL}
+            r = await client.post(f"{base}/mcp", json=INITIALIZED, headers=headers)
             assert r.status_code == 202
 
             async def expect(response, status, code):

@@ -206,22 +206,47 @@ fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, seccompiler::B
     SeccompRule::new(conditions)
 }
 
+/// Whose process an argument-checked rule matches: the worker's own, or any other.
+#[derive(Clone, Copy)]
+enum Process {
+    /// A thread of this process, a signal to this process.
+    Own,
+    /// A new process, a signal to another process.
+    Other,
+}
+
+/// The rules on `clone`, `tgkill` and `kill` that match `process`: `clone` by its
+/// `CLONE_THREAD` flag, the signals by their target (argument 0: `pid` of kill(2), `tgid` of
+/// tgkill(2)). The allowlist takes [`Process::Own`] and the fatal filter [`Process::Other`],
+/// so that the two are exact complements.
+fn process_rules(
+    pid: u64,
+    process: Process,
+) -> Result<Vec<(libc::c_long, Vec<SeccompRule>)>, seccompiler::BackendError> {
+    // The `CLONE_THREAD` bit of `clone`'s flags (set: a thread; clear: a process) and how the
+    // signal's target compares with `pid`.
+    let (clone_thread, target) = match process {
+        Process::Own => (CLONE_THREAD, SeccompCmpOp::Eq),
+        Process::Other => (0, SeccompCmpOp::Ne),
+    };
+    let clone = condition(0, SeccompCmpOp::MaskedEq(CLONE_THREAD), clone_thread)?;
+    let signal = || -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+        Ok(vec![rule(vec![condition(0, target.clone(), pid)?])?])
+    };
+    Ok(vec![
+        (libc::SYS_clone, vec![rule(vec![clone])?]),
+        (libc::SYS_tgkill, signal()?),
+        (libc::SYS_kill, signal()?),
+    ])
+}
+
 /// Allowed only with checked arguments: threads (not processes), signals to this process,
 /// limits read (not set), thread names.
 fn allow_rules(
     pid: u64,
 ) -> Result<Vec<(libc::c_long, Vec<SeccompRule>)>, seccompiler::BackendError> {
-    let thread = condition(0, SeccompCmpOp::MaskedEq(CLONE_THREAD), CLONE_THREAD)?;
-    Ok(vec![
-        (libc::SYS_clone, vec![rule(vec![thread])?]),
-        (
-            libc::SYS_tgkill,
-            vec![rule(vec![condition(0, SeccompCmpOp::Eq, pid)?])?],
-        ),
-        (
-            libc::SYS_kill,
-            vec![rule(vec![condition(0, SeccompCmpOp::Eq, pid)?])?],
-        ),
+    let mut rules = process_rules(pid, Process::Own)?;
+    rules.extend([
         (
             libc::SYS_prlimit64,
             vec![rule(vec![condition(2, SeccompCmpOp::Eq, NULL_POINTER)?])?],
@@ -230,25 +255,15 @@ fn allow_rules(
             libc::SYS_prctl,
             vec![rule(vec![condition(0, SeccompCmpOp::Eq, PRCTL_SET_NAME)?])?],
         ),
-    ])
+    ]);
+    Ok(rules)
 }
 
 /// Killed when the arguments say escape: a new process, a signal to another process.
 fn fatal_rules(
     pid: u64,
 ) -> Result<Vec<(libc::c_long, Vec<SeccompRule>)>, seccompiler::BackendError> {
-    let process = condition(0, SeccompCmpOp::MaskedEq(CLONE_THREAD), 0)?;
-    Ok(vec![
-        (libc::SYS_clone, vec![rule(vec![process])?]),
-        (
-            libc::SYS_tgkill,
-            vec![rule(vec![condition(0, SeccompCmpOp::Ne, pid)?])?],
-        ),
-        (
-            libc::SYS_kill,
-            vec![rule(vec![condition(0, SeccompCmpOp::Ne, pid)?])?],
-        ),
-    ])
+    process_rules(pid, Process::Other)
 }
 
 fn program(
@@ -323,6 +338,11 @@ mod tests {
     fn the_filters_compile() {
         let [a, b, c] = programs(1).unwrap();
         assert!(!a.is_empty() && !b.is_empty() && !c.is_empty());
+    }
+
+    #[test]
+    fn argument_checked_counts_the_allow_rules() {
+        assert_eq!(allow_rules(1).unwrap().len(), ARGUMENT_CHECKED);
     }
 
     #[test]

@@ -178,16 +178,30 @@ impl Status {
         }
     }
 
-    /// The layers by name, in the order they are reported.
-    fn layers(&self) -> [(&'static str, &Layer); 11] {
+    /// The namespace layers by name, in the order they are reported. [`enter`] checks them on
+    /// their own under [`Mode::Strict`]: they are reported on or off rather than failing (so
+    /// [`settle`] never refuses them), and the later layers are still pending then.
+    fn namespaces(&self) -> [(&'static str, &Layer); 5] {
         [
-            ("seccomp", &self.seccomp),
-            ("landlock", &self.landlock),
             ("userns", &self.userns),
             ("netns", &self.netns),
             ("mntns", &self.mntns),
             ("ipcns", &self.ipcns),
             ("utsns", &self.utsns),
+        ]
+    }
+
+    /// The layers by name, in the order they are reported.
+    fn layers(&self) -> [(&'static str, &Layer); 11] {
+        let [userns, netns, mntns, ipcns, utsns] = self.namespaces();
+        [
+            ("seccomp", &self.seccomp),
+            ("landlock", &self.landlock),
+            userns,
+            netns,
+            mntns,
+            ipcns,
+            utsns,
             ("capabilities", &self.capabilities),
             ("rlimits", &self.rlimits),
             ("no_new_privs", &self.no_new_privs),
@@ -200,12 +214,17 @@ impl Status {
         self.layers().iter().all(|(_, l)| l.is_on())
     }
 
-    /// Under [`Mode::Strict`], the first layer that is off, as an error.
-    fn check_strict(&self) -> Result<(), ConfineError> {
+    /// Under [`Mode::Strict`], the first of `layers` (some of this status's, by name) that is
+    /// off, as an error. A chosen set, because [`enter`] checks the namespaces before the
+    /// later layers exist, and [`seal`] checks them all.
+    fn check_strict<'a>(
+        &self,
+        layers: impl IntoIterator<Item = (&'static str, &'a Layer)>,
+    ) -> Result<(), ConfineError> {
         if self.mode != Mode::Strict {
             return Ok(());
         }
-        match self.layers().into_iter().find(|(_, l)| !l.is_on()) {
+        match layers.into_iter().find(|(_, l)| !l.is_on()) {
             Some((layer, Layer::Off(reason))) => Err(ConfineError::Strict {
                 layer,
                 reason: reason.clone(),
@@ -304,21 +323,8 @@ pub fn enter(mode: Mode) -> Result<Status, ConfineError> {
         not_dumpable: pending(),
         proc_status,
     };
-    if mode == Mode::Strict {
-        let early = [
-            ("userns", &status.userns),
-            ("netns", &status.netns),
-            ("mntns", &status.mntns),
-            ("ipcns", &status.ipcns),
-            ("utsns", &status.utsns),
-        ];
-        if let Some((layer, Layer::Off(reason))) = early.into_iter().find(|(_, l)| !l.is_on()) {
-            return Err(ConfineError::Strict {
-                layer,
-                reason: reason.clone(),
-            });
-        }
-    }
+    // Capabilities and Landlock were settled above; the rest are still pending.
+    status.check_strict(status.namespaces())?;
     Ok(status)
 }
 
@@ -340,7 +346,7 @@ pub fn seal(mut status: Status) -> Result<Status, ConfineError> {
         return Ok(status);
     }
     status.seccomp = settle(mode, "seccomp", filter::install(threads))?;
-    status.check_strict()?;
+    status.check_strict(status.layers())?;
     tracing::debug!("{}", describe(&status));
     Ok(status)
 }
@@ -398,7 +404,26 @@ mod tests {
     fn strict_refuses_an_off_layer() {
         let mut s = Status::all_off("EPERM");
         s.mode = Mode::Strict;
-        let e = s.check_strict().unwrap_err();
+        let e = s.check_strict(s.layers()).unwrap_err();
         assert!(e.to_string().contains("seccomp"), "{e}");
+    }
+
+    #[test]
+    fn strict_checks_only_the_chosen_layers() {
+        let mut s = Status::all_off("pending");
+        s.mode = Mode::Strict;
+        for layer in [
+            &mut s.userns,
+            &mut s.netns,
+            &mut s.mntns,
+            &mut s.ipcns,
+            &mut s.utsns,
+        ] {
+            *layer = Layer::On(String::new());
+        }
+        assert!(s.check_strict(s.namespaces()).is_ok());
+        s.mntns = Layer::Off("EPERM".into());
+        let e = s.check_strict(s.namespaces()).unwrap_err();
+        assert!(e.to_string().contains("mntns"), "{e}");
     }
 }

@@ -1,0 +1,80 @@
+"""Starting the real binary, shared by both Python client suites: tests/python (the 1.x client
+line, in .venv) and tests/current (the current line, in .venv-current). Standard library only,
+so that it imports in either venv; each suite's conftest.py puts this directory on `sys.path`
+(the suites have different rootdirs, so neither can import the other's conftest) and re-exports
+what its tests use."""
+
+import contextlib
+import os
+import pathlib
+import socket
+import subprocess
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BINARY = os.environ.get("MCP_RUN_PYTHON_BIN") or str(ROOT / "target" / "debug" / "mcp-run-python")
+# One download cache (and Pyodide memory snapshot) for the whole run and both suites, so each
+# PyPI file is fetched once.
+SHARED_CACHE = os.environ.get("MCP_RUN_PYTHON_TEST_CACHE") or str(ROOT / "target" / "test-cache")
+# Generous: the first worker boot of a debug build without a snapshot takes 10-15 s.
+INIT_TIMEOUT = 60
+CALL_TIMEOUT = 300
+# Seconds a server has to stop after SIGTERM before the test fails.
+STOP_TIMEOUT = 30
+# Seconds one attempt to connect to a starting server may take.
+CONNECT_TIMEOUT = 1
+# Seconds between two attempts to connect to a server that is starting.
+POLL_INTERVAL = 0.1
+# The address the HTTP modes listen on and the tests connect to.
+LOOPBACK = "127.0.0.1"
+
+
+def server_env():
+    """The server's whole environment: `PATH`, and `RUST_LOG` when the run sets it."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if "RUST_LOG" in os.environ:
+        env["RUST_LOG"] = os.environ["RUST_LOG"]
+    return env
+
+
+class ServerURL(str):
+    """A server's base URL that also knows the server's process id."""
+
+    pid: int
+
+
+@contextlib.contextmanager
+def http_server(mode, *args, cache_dir=SHARED_CACHE):
+    """`mcp-run-python <mode>` on a free loopback port; yields its base URL (a `ServerURL`). On
+    exit it is sent SIGTERM and must stop cleanly."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [BINARY, mode, "--host", LOOPBACK, "--port", str(port), "--cache-dir", cache_dir, *args],
+        env=server_env(),
+    )
+    deadline = time.monotonic() + INIT_TIMEOUT
+    while True:
+        try:
+            socket.create_connection((LOOPBACK, port), timeout=CONNECT_TIMEOUT).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise RuntimeError(f"{mode} server did not start")
+            time.sleep(POLL_INTERVAL)
+    try:
+        url = ServerURL(f"http://{LOOPBACK}:{port}")
+        url.pid = proc.pid
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            code = proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        assert code == 0, f"{mode} server exited with {code} after SIGTERM"
