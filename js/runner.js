@@ -97,11 +97,19 @@
     install(id, itemsJson) {
       answer(id, (async () => {
         const errors = [];
-        await pyodide.loadPackage(JSON.parse(itemsJson), {
+        const options = {
           messageCallback: () => {},
           errorCallback: (msg) => errors.push(msg),
           checkIntegrity: false,
-        });
+        };
+        // Wheels by path first: a lock package loaded by name afterwards then finds a
+        // dependency the resolver took elsewhere already loaded, instead of fetching the
+        // lock's own build of it.
+        const items = JSON.parse(itemsJson);
+        const paths = items.filter((item) => item.startsWith("/"));
+        const names = items.filter((item) => !item.startsWith("/"));
+        if (paths.length) await pyodide.loadPackage(paths, options);
+        if (names.length) await pyodide.loadPackage(names, options);
         if (errors.length) throw new Error(errors.join("\n"));
         return "{}";
       })());

@@ -5,6 +5,7 @@ use crate::packages::cache::Cache;
 use crate::packages::index::Fetcher;
 use crate::packages::lock::Lockfile;
 use crate::packages::resolver::Resolver;
+use crate::packages::sources::Sources;
 use crate::sandbox::confine::Mode as SandboxMode;
 use crate::sandbox::net::NetPolicy;
 use crate::sandbox::snapshot::Launcher;
@@ -31,6 +32,22 @@ print("A file of", humanize.naturalsize(123_456_789))
 {"answer": 6 * 7, "seconds": humanize.precisedelta(3725)}
 "#;
 
+/// The lock file of a `file://` packages URL (a mirror made by `packages download`, or a copy
+/// of a Pyodide distribution), if it has one.
+fn mirror_lock(packages_url: &str) -> Result<Option<Lockfile>> {
+    let Some(dir) = crate::packages::index::file_url_path(packages_url) else {
+        return Ok(None);
+    };
+    let path = dir.join("pyodide-lock.json");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Lockfile::parse(&text)
+            .map(Some)
+            .with_context(|| format!("parsing {}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
 fn build(cli: &Cli) -> Result<RunPythonServer> {
     let lock_text = PYODIDE
         .get_file("pyodide-lock.json")
@@ -40,12 +57,14 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
     let cache_dir = cli.cache_dir.clone().unwrap_or_else(Cache::default_dir);
     let cache = Cache::new(cache_dir.clone());
     let fetcher = Fetcher::new(cache, cli.offline);
-    let resolver = Resolver::new(
+    let mirror = mirror_lock(&cli.packages_url)?;
+    let resolver = Resolver::new(Sources::new(
         Arc::new(lock),
+        mirror.map(Arc::new),
         fetcher,
         cli.index_url.clone(),
         cli.packages_url.clone(),
-    );
+    ));
     let exe = std::env::current_exe().context("locating our own executable")?;
     let workers = cli.workers.unwrap_or_else(|| {
         std::thread::available_parallelism()

@@ -1,6 +1,7 @@
 //! The download cache: files kept by content (SHA-256) and index answers kept for a while.
 //!
-//! Layout under the cache directory: `files/<sha256 hex>` for every downloaded file and
+//! Layout under the cache directory: `files/<sha256 hex>` for every downloaded file,
+//! `metadata/<sha256 hex of the wheel>` for the core metadata headers of wheels, and
 //! `index/<hash of index URL>/<project>.json` for PyPI JSON API answers.
 
 use sha2::{Digest, Sha256};
@@ -12,6 +13,14 @@ use std::time::{Duration, SystemTime};
 #[derive(Debug, Clone)]
 pub struct Cache {
     root: PathBuf,
+}
+
+/// Length of a SHA-256 digest in hex digits.
+const SHA256_HEX_LEN: usize = 64;
+
+/// Whether `text` is a hex SHA-256 digest (and so safe as a file name).
+pub fn is_sha256(text: &str) -> bool {
+    text.len() == SHA256_HEX_LEN && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Hex SHA-256 of `bytes`.
@@ -33,14 +42,16 @@ impl Cache {
             .join("mcp-run-python")
     }
 
-    fn file_path(&self, sha256: &str) -> PathBuf {
-        self.root.join("files").join(sha256.to_ascii_lowercase())
+    /// `files/<sha256>`; `None` unless `sha256` is 64 hex digits, since the digest comes from
+    /// an index and must not name any other path.
+    fn file_path(&self, sha256: &str) -> Option<PathBuf> {
+        is_sha256(sha256).then(|| self.root.join("files").join(sha256.to_ascii_lowercase()))
     }
 
     /// The file whose SHA-256 is `sha256`, if cached and intact (re-hashed on every read; a
     /// corrupt entry is removed and reported as absent).
     pub fn get(&self, sha256: &str) -> Option<Vec<u8>> {
-        let path = self.file_path(sha256);
+        let path = self.file_path(sha256)?;
         let bytes = std::fs::read(&path).ok()?;
         if sha256_hex(&bytes).eq_ignore_ascii_case(sha256) {
             Some(bytes)
@@ -53,8 +64,33 @@ impl Cache {
     /// Stores `bytes` under their SHA-256 (atomically: write then rename); returns the hash.
     pub fn put(&self, bytes: &[u8]) -> io::Result<String> {
         let sha = sha256_hex(bytes);
-        write_atomic(&self.file_path(&sha), bytes)?;
+        let path = self.root.join("files").join(&sha);
+        write_atomic(&path, bytes)?;
         Ok(sha)
+    }
+
+    /// Whether the file whose SHA-256 is `sha256` is cached (not re-hashed; [`Cache::get`]
+    /// checks it when it is read).
+    pub fn contains(&self, sha256: &str) -> bool {
+        self.file_path(sha256).is_some_and(|p| p.is_file())
+    }
+
+    /// `metadata/<sha256>`; `None` unless `sha256` is 64 hex digits (see `file_path`).
+    fn metadata_path(&self, sha256: &str) -> Option<PathBuf> {
+        is_sha256(sha256).then(|| self.root.join("metadata").join(sha256.to_ascii_lowercase()))
+    }
+
+    /// The core metadata headers remembered for the wheel whose SHA-256 is `sha256`.
+    pub fn get_metadata(&self, sha256: &str) -> Option<String> {
+        std::fs::read_to_string(self.metadata_path(sha256)?).ok()
+    }
+
+    /// Remembers the core metadata headers of the wheel whose SHA-256 is `sha256`.
+    pub fn put_metadata(&self, sha256: &str, headers: &str) -> io::Result<()> {
+        let path = self
+            .metadata_path(sha256)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a SHA-256 digest"))?;
+        write_atomic(&path, headers.as_bytes())
     }
 
     fn index_path(&self, index_url: &str, project: &str) -> PathBuf {
@@ -113,5 +149,9 @@ mod tests {
         assert_eq!(cache.get(&sha).as_deref(), Some(&b"hello"[..]));
         std::fs::write(dir.path().join("files").join(&sha), b"tampered").unwrap();
         assert_eq!(cache.get(&sha), None);
+        // A digest from an index never names another path.
+        assert!(!is_sha256("../../../etc/passwd"));
+        assert_eq!(cache.get("../files/x"), None);
+        assert!(cache.put_metadata("../x", "Name: x").is_err());
     }
 }

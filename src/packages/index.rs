@@ -1,8 +1,10 @@
 //! Downloads: the PyPI JSON API (`{index}/{project}/json`) and package files, through the cache.
 
 use super::cache::{sha256_hex, Cache};
+use super::metadata::{read_headers, wheel_headers, MAX_METADATA_HEADER_BYTES};
 use serde::Deserialize;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 
@@ -11,6 +13,16 @@ pub const DEFAULT_INDEX_URL: &str = "https://pypi.org/pypi";
 /// How long an index answer is reused before asking again.
 const INDEX_MAX_AGE: Duration = Duration::from_secs(3600);
 
+/// Largest package file downloaded (bytes); the largest Pyodide wheels are tens of MiB.
+pub const MAX_FILE_BYTES: u64 = 512 << 20;
+/// Largest JSON API answer read (bytes); projects with thousands of releases answer with a few
+/// MiB.
+pub const MAX_INDEX_ANSWER_BYTES: u64 = 64 << 20;
+/// How long connecting to an index or packages URL may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one request may take in all.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// Why a download failed.
 #[derive(Debug, Error, Clone)]
 pub enum FetchError {
@@ -18,6 +30,14 @@ pub enum FetchError {
     NotFound(String),
     #[error("network error fetching {url}: {reason}")]
     Network { url: String, reason: String },
+    #[error("cannot read {path}")]
+    File {
+        path: String,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("{url} is larger than {limit} bytes")]
+    TooLarge { url: String, limit: u64 },
     #[error("{url} does not match its SHA-256 (expected {expected}, got {actual})")]
     HashMismatch {
         url: String,
@@ -65,8 +85,8 @@ impl Fetcher {
     /// A fetcher that stores into `cache`; with `offline`, it never touches the network.
     pub fn new(cache: Cache, offline: bool) -> Self {
         let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(300))
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
             .user_agent(concat!("mcp-run-python/", env!("CARGO_PKG_VERSION")))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
@@ -82,7 +102,13 @@ impl Fetcher {
         &self.cache
     }
 
-    async fn get(&self, url: &str) -> Result<Vec<u8>, FetchError> {
+    /// The first `limit` bytes at most of `url` (`http(s)://` or `file://`); with `whole`, a
+    /// longer answer is [`FetchError::TooLarge`] instead of cut. `file://` URLs are read even
+    /// offline: they are local mirrors.
+    async fn get(&self, url: &str, limit: u64, whole: bool) -> Result<Vec<u8>, FetchError> {
+        if let Some(path) = file_url_path(url) {
+            return read_local(&path, url, limit, whole).await;
+        }
         if self.offline {
             return Err(FetchError::Offline(url.to_owned()));
         }
@@ -90,7 +116,7 @@ impl Fetcher {
             url: url.to_owned(),
             reason: e.to_string(),
         };
-        let resp = self.client.get(url).send().await.map_err(net)?;
+        let mut resp = self.client.get(url).send().await.map_err(net)?;
         if resp.status() == reqwest::StatusCode::NOT_FOUND {
             return Err(FetchError::NotFound(url.to_owned()));
         }
@@ -100,7 +126,110 @@ impl Fetcher {
                 reason: format!("HTTP status {}", resp.status()),
             });
         }
-        Ok(resp.bytes().await.map_err(net)?.to_vec())
+        let too_large = || FetchError::TooLarge {
+            url: url.to_owned(),
+            limit,
+        };
+        if whole && resp.content_length().is_some_and(|n| n > limit) {
+            return Err(too_large());
+        }
+        // Read chunk by chunk, so that a hostile server cannot make the front hold more than
+        // `limit` bytes whatever it announces.
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(net)? {
+            let room = (limit as usize).saturating_sub(body.len());
+            if chunk.len() > room {
+                if whole {
+                    return Err(too_large());
+                }
+                body.extend_from_slice(&chunk[..room]);
+                break;
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    /// Whether the file at `url` can be had: present in a `file://` directory, or answered
+    /// with success to a `HEAD` request. Errors: the network (offline: [`FetchError::Offline`]).
+    pub async fn exists(&self, url: &str) -> Result<bool, FetchError> {
+        if let Some(path) = file_url_path(url) {
+            return Ok(tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_file()));
+        }
+        if self.offline {
+            return Err(FetchError::Offline(url.to_owned()));
+        }
+        let resp = self
+            .client
+            .head(url)
+            .send()
+            .await
+            .map_err(|e| FetchError::Network {
+                url: url.to_owned(),
+                reason: e.to_string(),
+            })?;
+        Ok(resp.status().is_success())
+    }
+
+    /// The header section of the core metadata of the wheel at `wheel_url` (SHA-256
+    /// `sha256`): from the cache, else from the PEP 658 file `{wheel_url}.metadata` (only its
+    /// first [`MAX_METADATA_HEADER_BYTES`] + 1 bytes are read), else `Ok(None)` when the index
+    /// has no such file, so that the caller may read the wheel itself.
+    ///
+    /// The `.metadata` file is not checked against a hash (the JSON API gives none); it only
+    /// decides what to download, and every download is checked by its own SHA-256.
+    pub async fn metadata_headers(
+        &self,
+        wheel_url: &str,
+        sha256: &str,
+    ) -> Result<Option<String>, FetchError> {
+        if let Some(headers) = self.cache.get_metadata(sha256) {
+            return Ok(Some(headers));
+        }
+        if let Some(bytes) = self.cache.get(sha256) {
+            return Ok(self.headers_from_wheel(wheel_url, sha256, &bytes));
+        }
+        let url = format!("{wheel_url}.metadata");
+        let prefix = match self
+            .get(&url, MAX_METADATA_HEADER_BYTES as u64 + 1, false)
+            .await
+        {
+            Ok(prefix) => prefix,
+            Err(FetchError::NotFound(_)) => return Ok(None),
+            Err(FetchError::File { .. }) if file_url_path(&url).is_some() => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match read_headers(prefix.as_slice()) {
+            Ok(headers) => {
+                self.remember_metadata(sha256, &headers);
+                Ok(Some(headers))
+            }
+            Err(e) => {
+                tracing::warn!("{url}: {e}; reading the wheel instead");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The header section of a wheel's `METADATA`, remembered under the wheel's SHA-256;
+    /// `None` (logged) when the wheel has none that can be read.
+    pub fn headers_from_wheel(&self, url: &str, sha256: &str, wheel: &[u8]) -> Option<String> {
+        match wheel_headers(wheel) {
+            Ok(headers) => {
+                self.remember_metadata(sha256, &headers);
+                Some(headers)
+            }
+            Err(e) => {
+                tracing::warn!("{url}: {e}");
+                None
+            }
+        }
+    }
+
+    fn remember_metadata(&self, sha256: &str, headers: &str) {
+        if let Err(e) = self.cache.put_metadata(sha256, headers) {
+            tracing::warn!("cannot write the metadata cache: {e}");
+        }
     }
 
     /// The file at `url` whose SHA-256 must be `sha256`: from the cache when present (no
@@ -109,7 +238,7 @@ impl Fetcher {
         if let Some(bytes) = self.cache.get(sha256) {
             return Ok(bytes);
         }
-        let bytes = self.get(url).await?;
+        let bytes = self.get(url, MAX_FILE_BYTES, true).await?;
         let actual = sha256_hex(&bytes);
         if !actual.eq_ignore_ascii_case(sha256) {
             return Err(FetchError::HashMismatch {
@@ -136,7 +265,7 @@ impl Fetcher {
             Some(body) => body,
             None => {
                 let url = format!("{}/{project}/json", index_url.trim_end_matches('/'));
-                match self.get(&url).await {
+                match self.get(&url, MAX_INDEX_ANSWER_BYTES, true).await {
                     Ok(body) => {
                         if let Err(e) = self.cache.put_index(index_url, project, &body) {
                             tracing::warn!("cannot write the index cache: {e}");
@@ -166,4 +295,48 @@ impl Fetcher {
         }
         Ok(parsed)
     }
+}
+
+/// The local path of a `file://` URL, if `url` is one.
+pub fn file_url_path(url: &str) -> Option<std::path::PathBuf> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    (parsed.scheme() == "file")
+        .then(|| parsed.to_file_path().ok())
+        .flatten()
+}
+
+/// Reads a local mirror's file, at most `limit` bytes (see [`Fetcher::get`]).
+async fn read_local(
+    path: &std::path::Path,
+    url: &str,
+    limit: u64,
+    whole: bool,
+) -> Result<Vec<u8>, FetchError> {
+    use tokio::io::AsyncReadExt;
+    let file_error = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            FetchError::NotFound(url.to_owned())
+        } else {
+            FetchError::File {
+                path: path.display().to_string(),
+                source: Arc::new(e),
+            }
+        }
+    };
+    let file = tokio::fs::File::open(path).await.map_err(file_error)?;
+    let mut body = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut body)
+        .await
+        .map_err(file_error)?;
+    if body.len() as u64 > limit {
+        if whole {
+            return Err(FetchError::TooLarge {
+                url: url.to_owned(),
+                limit,
+            });
+        }
+        body.truncate(limit as usize);
+    }
+    Ok(body)
 }

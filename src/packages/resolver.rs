@@ -1,86 +1,65 @@
-//! The resolver policy (DESIGN §5): which files make up a call's requirements.
+//! The resolver policy (DESIGN §5): which files make up a call's requirements, in three
+//! separate steps as uv splits them: resolve (metadata only, with backtracking, on `pubgrub`
+//! over the sources of [`super::sources`]), then fetch (every chosen file at once, bounded,
+//! verified by SHA-256 into the cache), then install (the worker, given the files as they are).
 //!
-//! A requirement whose name is in the lock file and whose specifier accepts the lock's version
-//! is a Pyodide package: its file and its `depends` closure come from the packages URL, checked
-//! against the lock's SHA-256; when that URL cannot be reached, a pure-Python wheel of the same
-//! name and version comes from PyPI instead. Anything else comes from PyPI's JSON API: the
-//! newest release that satisfies the specifier and has a wheel Pyodide can install, with its
-//! `Requires-Dist` resolved the same way under Pyodide's markers.
+//! Every version's requirements come from its own core metadata (`Requires-Dist` under
+//! Pyodide's markers and the extras asked); the lock file's `depends` only adds what Pyodide
+//! loads with a lock package anyway. The lock file's version is tried first; when its file
+//! cannot be had, another version with a WebAssembly or pure-Python wheel may be taken from
+//! the index, and whatever depends on it is backtracked as needed.
 
 use super::bounds;
-use super::index::{FetchError, Fetcher, IndexFile};
-use super::lock::{LockPackage, Lockfile};
-use super::wheel::{requires_dist, target, WheelName};
-use pep508_rs::pep440_rs::{Version, VersionSpecifiers};
-use pep508_rs::{
-    ExtraName, MarkerEnvironment, MarkerEnvironmentBuilder, PackageName, Requirement, VersionOrUrl,
-};
-use std::collections::{HashMap, VecDeque};
+use super::provider::{root_version, Pkg, Provider, ProviderError, ROOT_NAME};
+use super::sources::{Dist, Origin, SourceError, Sources};
+use super::wheel::target;
+use futures::{StreamExt, TryStreamExt};
+use pep508_rs::pep440_rs::Version;
+use pep508_rs::{MarkerEnvironment, MarkerEnvironmentBuilder, Requirement, VersionOrUrl};
+use pubgrub::{DefaultStringReporter, External, PubGrubError, Ranges, Reporter, Term};
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use thiserror::Error;
 
-/// How long to stop trying the packages URL after it could not be reached.
-const PACKAGES_URL_RETRY: Duration = Duration::from_secs(300);
+/// Most package files downloaded at once (count).
+pub const MAX_CONCURRENT_DOWNLOADS: usize = 4;
 
-/// Why a requirement could not be installed; every variant names the package.
+/// Why a call's requirements could not be installed; every variant names the package.
 #[derive(Debug, Error)]
 pub enum ResolveError {
     #[error("{requirement}: invalid requirement: {reason}")]
     InvalidRequirement { requirement: String, reason: String },
-    #[error("{package}: no such package on the index")]
-    NotFound { package: String },
-    #[error("{package}: no release matching `{specifier}` has a wheel that runs on Pyodide (pure Python or {platform})")]
-    NoWheel {
-        package: String,
-        specifier: String,
-        platform: &'static str,
-    },
-    #[error("{package}: {source}")]
-    Fetch { package: String, source: FetchError },
-    #[error("{package}: {reason}")]
-    Unavailable { package: String, reason: String },
+    #[error("{requirement}: direct URL requirements are not supported")]
+    DirectUrl { requirement: String },
+    /// No set of versions meets every requirement: the notes on missing versions, then
+    /// pubgrub's derivation in words.
+    #[error("{0}")]
+    NoSolution(String),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error("resolving was stopped")]
+    Cancelled,
+    #[error("the resolver failed")]
+    Panicked(#[source] tokio::task::JoinError),
 }
 
-/// Where a planned package is installed from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Source {
-    /// A lock-file package, loaded by name with `pyodide.loadPackage`.
-    Lock,
-    /// A wheel from the index, loaded by path.
-    Wheel,
-}
-
-/// One package to install: its file name and bytes (already verified).
+/// One package to install: its file name and bytes (verified by SHA-256).
 #[derive(Debug, Clone)]
 pub struct Planned {
     /// Normalized name (PEP 503).
     pub name: String,
-    pub source: Source,
+    /// The version chosen (PEP 440 text).
+    pub version: String,
+    /// How the worker installs it: [`Origin::Lock`] by name, the others by path.
+    pub origin: Origin,
     pub file_name: String,
     pub bytes: Arc<Vec<u8>>,
 }
 
-/// The resolver: lock file, index, packages URL and the download cache.
-pub struct Resolver {
-    lock: Arc<Lockfile>,
-    fetcher: Fetcher,
-    index_url: String,
-    packages_url: String,
-    markers: MarkerEnvironment,
-    packages_url_down_since: Mutex<Option<Instant>>,
-}
-
-struct Pending {
-    requirement: Requirement,
-    /// Extras that were asked of the package that needs this one (for `extra == …` markers).
-    parent_extras: Vec<ExtraName>,
-}
-
 /// Why a requirement string was not parsed.
 #[derive(Debug, Error)]
-enum BadRequirement {
+pub enum BadRequirement {
     /// Over a bound of [`bounds::check_requirement`]; never handed to the parser.
     #[error(transparent)]
     Bounds(#[from] bounds::BoundsError),
@@ -94,342 +73,515 @@ enum BadRequirement {
 /// recursive parser never sees text that could exhaust the stack or its decision diagram.
 ///
 /// Errors: the bound broken, or the parser's message.
-fn parse_requirement(text: &str) -> Result<Requirement, BadRequirement> {
+pub fn parse_requirement(text: &str) -> Result<Requirement, BadRequirement> {
     bounds::check_requirement(text)?;
     Requirement::from_str(text).map_err(|e| BadRequirement::Syntax(e.message.to_string()))
 }
 
+/// The marker environment of the embedded Pyodide (PEP 508 markers).
+pub fn pyodide_markers() -> MarkerEnvironment {
+    MarkerEnvironment::try_from(MarkerEnvironmentBuilder {
+        implementation_name: "cpython",
+        implementation_version: target::PYTHON_FULL_VERSION,
+        os_name: "posix",
+        platform_machine: "wasm32",
+        platform_python_implementation: "CPython",
+        platform_release: target::EMSCRIPTEN_VERSION,
+        platform_system: "Emscripten",
+        platform_version: "#1",
+        python_full_version: target::PYTHON_FULL_VERSION,
+        python_version: target::PYTHON_VERSION,
+        sys_platform: "emscripten",
+    })
+    .expect("the Pyodide marker environment has valid versions")
+}
+
+/// Sets the flag when dropped: a resolution whose call went away (or whose install deadline
+/// passed) stops at the solver's next step instead of running on in its thread.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The resolver: the sources and Pyodide's markers.
+pub struct Resolver {
+    sources: Arc<Sources>,
+    markers: MarkerEnvironment,
+}
+
 impl Resolver {
-    /// A resolver for the given lock file, PyPI JSON API base (`index_url`) and Pyodide
-    /// packages URL (`packages_url`, ending in `/`).
-    pub fn new(
-        lock: Arc<Lockfile>,
-        fetcher: Fetcher,
-        index_url: String,
-        packages_url: String,
-    ) -> Self {
-        let markers = MarkerEnvironment::try_from(MarkerEnvironmentBuilder {
-            implementation_name: "cpython",
-            implementation_version: target::PYTHON_FULL_VERSION,
-            os_name: "posix",
-            platform_machine: "wasm32",
-            platform_python_implementation: "CPython",
-            platform_release: target::EMSCRIPTEN_VERSION,
-            platform_system: "Emscripten",
-            platform_version: "#1",
-            python_full_version: target::PYTHON_FULL_VERSION,
-            python_version: target::PYTHON_VERSION,
-            sys_platform: "emscripten",
-        })
-        .expect("the Pyodide marker environment has valid versions");
-        let mut packages_url = packages_url;
-        if !packages_url.ends_with('/') {
-            packages_url.push('/');
-        }
+    /// A resolver over `sources`.
+    pub fn new(sources: Sources) -> Self {
         Resolver {
-            lock,
-            fetcher,
-            index_url,
-            packages_url,
-            markers,
-            packages_url_down_since: Mutex::new(None),
+            sources: Arc::new(sources),
+            markers: pyodide_markers(),
         }
     }
 
-    /// The lock file.
-    pub fn lock(&self) -> &Lockfile {
-        &self.lock
+    /// The package that provides top-level module `import_name`: the lock files' mapping,
+    /// else the same name.
+    pub fn package_for_import(&self, import_name: &str) -> String {
+        self.sources
+            .package_for_import(import_name)
+            .unwrap_or_else(|| import_name.to_owned())
     }
 
-    /// Resolves `requirements` (PEP 508 strings) to the files to install, dependencies first
-    /// for lock packages. Errors name the package that failed and why.
-    pub async fn resolve(&self, requirements: &[String]) -> Result<Vec<Planned>, ResolveError> {
-        let mut queue: VecDeque<Pending> = VecDeque::new();
-        for text in requirements {
+    /// Resolves, then fetches: the files to install for `requirements` (PEP 508 strings) and
+    /// `pins` (`name==version` of what the interpreter already has).
+    ///
+    /// Errors: a requirement that does not parse, a conflict (in words), a failed download.
+    pub async fn plan(
+        &self,
+        requirements: &[String],
+        pins: &[String],
+    ) -> Result<Vec<Planned>, ResolveError> {
+        let chosen = self.resolve(requirements, pins).await?;
+        self.fetch(&chosen).await
+    }
+
+    /// The distributions that meet `requirements` and `pins` together, from metadata alone.
+    ///
+    /// Errors: see [`Resolver::plan`].
+    pub async fn resolve(
+        &self,
+        requirements: &[String],
+        pins: &[String],
+    ) -> Result<Vec<Dist>, ResolveError> {
+        let mut root = Vec::new();
+        for text in requirements.iter().chain(pins) {
             let requirement =
                 parse_requirement(text).map_err(|e| ResolveError::InvalidRequirement {
                     requirement: bounds::excerpt(text),
                     reason: e.to_string(),
                 })?;
-            queue.push_back(Pending {
-                requirement,
-                parent_extras: Vec::new(),
-            });
+            if matches!(requirement.version_or_url, Some(VersionOrUrl::Url(_))) {
+                return Err(ResolveError::DirectUrl {
+                    requirement: bounds::excerpt(text),
+                });
+            }
+            root.push(requirement);
         }
-        let mut planned: Vec<Planned> = Vec::new();
-        let mut seen: HashMap<String, String> = HashMap::new();
-        while let Some(Pending {
-            requirement,
-            parent_extras,
-        }) = queue.pop_front()
-        {
-            if !requirement.evaluate_markers(&self.markers, &parent_extras) {
-                continue;
-            }
-            let name = requirement.name.to_string();
-            let specifier = match &requirement.version_or_url {
-                None => VersionSpecifiers::empty(),
-                Some(VersionOrUrl::VersionSpecifier(s)) => s.clone(),
-                Some(VersionOrUrl::Url(_)) => {
-                    return Err(ResolveError::Unavailable {
-                        package: name,
-                        reason: "direct URL requirements are not supported".into(),
-                    })
-                }
-            };
-            if let Some(version) = seen.get(&name) {
-                if let Ok(v) = Version::from_str(version) {
-                    if !specifier.contains(&v) {
-                        tracing::warn!("{name} {version} is already chosen; `{requirement}` asks for another version");
-                    }
-                }
-                continue;
-            }
-            if let Some(pkg) = self.lock_match(&requirement.name, &specifier) {
-                for dep in self.lock_closure(pkg) {
-                    let dep_name = super::lock::normalize(&dep.name);
-                    if seen.contains_key(&dep_name) {
-                        continue;
-                    }
-                    let bytes = self.lock_file(dep).await?;
-                    seen.insert(dep_name.clone(), dep.version.clone());
-                    planned.push(Planned {
-                        name: dep_name,
-                        source: Source::Lock,
-                        file_name: dep.file_name.clone(),
-                        bytes: Arc::new(bytes),
-                    });
-                }
-                continue;
-            }
-            let (version, file) = self.choose_release(&name, &specifier).await?;
-            let bytes = self
-                .fetcher
-                .download(&file.url, &file.digests.sha256)
-                .await
-                .map_err(|source| ResolveError::Fetch {
-                    package: name.clone(),
-                    source,
-                })?;
-            let requires = requires_dist(&bytes).map_err(|reason| ResolveError::Unavailable {
-                package: name.clone(),
-                reason,
-            })?;
-            for text in requires {
-                // METADATA is as untrusted as user code: a requirement over the bounds fails the
-                // install (naming the package), while one that merely does not parse is skipped
-                // as before, since old wheels carry sloppy but harmless metadata.
-                match parse_requirement(&text) {
-                    Ok(dep) => queue.push_back(Pending {
-                        requirement: dep,
-                        parent_extras: requirement.extras.clone(),
-                    }),
-                    Err(e @ BadRequirement::Bounds(_)) => {
-                        return Err(ResolveError::InvalidRequirement {
-                            requirement: format!("{name} requires `{}`", bounds::excerpt(&text)),
-                            reason: e.to_string(),
+        if root.is_empty() {
+            return Ok(Vec::new());
+        }
+        check_root(&root, requirements.len(), &self.markers)?;
+        let cancel = Arc::new(AtomicBool::new(false));
+        let _cancel_on_drop = CancelOnDrop(cancel.clone());
+        let provider = Provider::new(
+            self.sources.clone(),
+            tokio::runtime::Handle::current(),
+            self.markers.clone(),
+            root,
+            cancel,
+        );
+        tokio::task::spawn_blocking(move || {
+            let outcome = pubgrub::resolve(&provider, Pkg::Root, root_version());
+            match outcome {
+                Ok(selected) => {
+                    let mut dists: Vec<Dist> = selected
+                        .into_iter()
+                        .filter_map(|(pkg, version)| match pkg {
+                            Pkg::Name(name) => {
+                                provider.versions(&name).dists.get(&version).cloned()
+                            }
+                            Pkg::Root | Pkg::Extra(..) => None,
                         })
+                        .collect();
+                    dists.sort_by(|a, b| a.name.cmp(&b.name));
+                    Ok(dists)
+                }
+                Err(PubGrubError::NoSolution(mut tree)) => {
+                    // The "no version in …" steps are the gaps between releases the solver
+                    // walked through; the notes say what matters about missing versions.
+                    tree.collapse_no_versions();
+                    let mut notes: Vec<String> = Vec::new();
+                    let mut packages: Vec<&Pkg> = tree.packages().into_iter().collect();
+                    packages.sort();
+                    for pkg in packages {
+                        if let Pkg::Name(name) = pkg {
+                            if let Some(v) = provider.known_versions(name) {
+                                notes.extend(v.notes.iter().cloned());
+                                if v.notes.is_empty() {
+                                    notes.extend(no_match_note(name, &v, provider.root()));
+                                }
+                            }
+                        }
                     }
-                    Err(BadRequirement::Syntax(reason)) => tracing::warn!(
-                        "{name}: ignoring unparsable Requires-Dist `{}`: {reason}",
-                        bounds::excerpt(&text)
-                    ),
+                    simplify(&mut tree, &provider);
+                    let report = plain_words(&DefaultStringReporter::report(&tree));
+                    // A report without a derivation is a bare requirement: say it fails.
+                    notes.push(if report.starts_with("Because") {
+                        report
+                    } else {
+                        format!("{report}, which cannot be installed")
+                    });
+                    Err(ResolveError::NoSolution(notes.join("\n")))
+                }
+                Err(PubGrubError::ErrorInShouldCancel(ProviderError::Cancelled))
+                | Err(PubGrubError::ErrorChoosingVersion { .. })
+                | Err(PubGrubError::ErrorRetrievingDependencies { .. }) => {
+                    Err(ResolveError::Cancelled)
                 }
             }
-            seen.insert(name.clone(), version.to_string());
-            planned.push(Planned {
-                name,
-                source: Source::Wheel,
-                file_name: file.filename.clone(),
-                bytes: Arc::new(bytes),
-            });
-        }
-        Ok(planned)
-    }
-
-    fn lock_match(
-        &self,
-        name: &PackageName,
-        specifier: &VersionSpecifiers,
-    ) -> Option<&LockPackage> {
-        let pkg = self.lock.get(name)?;
-        let version = Version::from_str(&pkg.version).ok()?;
-        specifier.contains(&version).then_some(pkg)
-    }
-
-    /// `pkg` and everything it depends on in the lock file, dependencies first.
-    fn lock_closure<'a>(&'a self, pkg: &'a LockPackage) -> Vec<&'a LockPackage> {
-        fn visit<'a>(lock: &'a Lockfile, pkg: &'a LockPackage, out: &mut Vec<&'a LockPackage>) {
-            if out.iter().any(|p| p.name == pkg.name) {
-                return;
-            }
-            out.push(pkg);
-            for dep in &pkg.depends {
-                match PackageName::from_str(dep).ok().and_then(|n| lock.get(&n)) {
-                    Some(d) => visit(lock, d, out),
-                    None => tracing::warn!("lock package {} depends on unknown {dep}", pkg.name),
-                }
-            }
-        }
-        let mut out = Vec::new();
-        visit(&self.lock, pkg, &mut out);
-        out.reverse();
-        out
-    }
-
-    /// The file of lock package `pkg`: cache, then the packages URL, then (pure Python only)
-    /// the same wheel from the index.
-    async fn lock_file(&self, pkg: &LockPackage) -> Result<Vec<u8>, ResolveError> {
-        if let Some(bytes) = self.fetcher.cache().get(&pkg.sha256) {
-            return Ok(bytes);
-        }
-        let why;
-        if !self.packages_url_down() {
-            let url = format!("{}{}", self.packages_url, pkg.file_name);
-            match self.fetcher.download(&url, &pkg.sha256).await {
-                Ok(bytes) => return Ok(bytes),
-                Err(e @ FetchError::Network { .. }) => {
-                    tracing::info!("packages URL unreachable, trying the index instead: {e}");
-                    *self
-                        .packages_url_down_since
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-                    why = e.to_string();
-                }
-                Err(e @ FetchError::Offline(_)) => why = e.to_string(),
-                Err(e) => why = e.to_string(),
-            }
-        } else {
-            why = format!(
-                "the packages URL {} could not be reached recently",
-                self.packages_url
-            );
-        }
-        if !pkg.is_pure_python() {
-            return Err(ResolveError::Unavailable {
-                package: pkg.name.clone(),
-                reason: format!(
-                    "Pyodide package {} {} is not pure Python and its file cannot be fetched: {why}",
-                    pkg.name, pkg.version
-                ),
-            });
-        }
-        let project = self.project(&pkg.name).await?;
-        let files = project
-            .releases
-            .get(&pkg.version)
-            .cloned()
-            .unwrap_or_default();
-        let Some(file) = files.iter().find(|f| f.filename == pkg.file_name) else {
-            return Err(ResolveError::Unavailable {
-                package: pkg.name.clone(),
-                reason: format!("{why}; and the index has no {}", pkg.file_name),
-            });
-        };
-        // Prefer the very file the lock names; a rebuilt lock wheel of the same pure-Python
-        // release differs only in its hash, so the index's own digest is checked instead.
-        if !file.digests.sha256.eq_ignore_ascii_case(&pkg.sha256) {
-            tracing::info!(
-                "{}: the index's {} differs from the lock's build; using the index's (verified by its SHA-256)",
-                pkg.name,
-                pkg.file_name
-            );
-        }
-        self.fetcher
-            .download(&file.url, &file.digests.sha256)
-            .await
-            .map_err(|source| ResolveError::Fetch {
-                package: pkg.name.clone(),
-                source,
-            })
-    }
-
-    fn packages_url_down(&self) -> bool {
-        let guard = self
-            .packages_url_down_since
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        guard.is_some_and(|t| t.elapsed() < PACKAGES_URL_RETRY)
-    }
-
-    async fn project(&self, name: &str) -> Result<super::index::Project, ResolveError> {
-        self.fetcher
-            .project(&self.index_url, &super::lock::normalize(name))
-            .await
-            .map_err(|source| match source {
-                FetchError::NotFound(_) => ResolveError::NotFound {
-                    package: name.to_owned(),
-                },
-                source => ResolveError::Fetch {
-                    package: name.to_owned(),
-                    source,
-                },
-            })
-    }
-
-    /// The newest release of `name` matching `specifier` that has an installable wheel.
-    async fn choose_release(
-        &self,
-        name: &str,
-        specifier: &VersionSpecifiers,
-    ) -> Result<(Version, IndexFile), ResolveError> {
-        let project = self.project(name).await?;
-        let python = Version::from_str(target::PYTHON_FULL_VERSION).expect("valid version");
-        let allow_pre = specifier.iter().any(|s| s.any_prerelease());
-        let mut releases: Vec<(Version, &Vec<IndexFile>)> = project
-            .releases
-            .iter()
-            .filter_map(|(v, files)| Some((Version::from_str(v).ok()?, files)))
-            .filter(|(v, _)| specifier.contains(v) && (allow_pre || !v.any_prerelease()))
-            .collect();
-        releases.sort_by(|a, b| b.0.cmp(&a.0));
-        let any_release = !releases.is_empty();
-        for (version, files) in releases {
-            let wheel = files.iter().find(|f| {
-                !f.yanked
-                    && WheelName::parse(&f.filename).is_some_and(|w| w.is_compatible())
-                    && f.requires_python.as_deref().is_none_or(|rp| {
-                        VersionSpecifiers::from_str(rp)
-                            .map(|s| s.contains(&python))
-                            .unwrap_or(true)
-                    })
-            });
-            if let Some(file) = wheel {
-                return Ok((version, file.clone()));
-            }
-        }
-        if !any_release && specifier.is_empty() {
-            return Err(ResolveError::NotFound {
-                package: name.to_owned(),
-            });
-        }
-        Err(ResolveError::NoWheel {
-            package: name.to_owned(),
-            specifier: if specifier.is_empty() {
-                "any version".into()
-            } else {
-                specifier.to_string()
-            },
-            platform: target::PLATFORM_TAG,
         })
+        .await
+        .map_err(ResolveError::Panicked)?
     }
+
+    /// Downloads the files of `dists` ([`MAX_CONCURRENT_DOWNLOADS`] at once; cached ones are
+    /// read from the cache), in the order given.
+    ///
+    /// Errors: the first download that failed, naming its package and version.
+    pub async fn fetch(&self, dists: &[Dist]) -> Result<Vec<Planned>, ResolveError> {
+        // Owned futures (an `Arc` and a clone each), so that the stream is `Send` for any
+        // caller's lifetime.
+        let sources = self.sources.clone();
+        futures::stream::iter(dists.iter().cloned().map(move |dist: Dist| {
+            let sources = sources.clone();
+            async move {
+                let bytes = sources.file(&dist).await?;
+                Ok::<_, ResolveError>(Planned {
+                    name: dist.name.to_string(),
+                    version: dist.version.to_string(),
+                    origin: dist.origin,
+                    file_name: dist.file_name.clone(),
+                    bytes,
+                })
+            }
+        }))
+        .buffered(MAX_CONCURRENT_DOWNLOADS)
+        .try_collect()
+        .await
+    }
+}
+
+/// Finds requirements of the root that contradict each other outright (the first
+/// `asked` are the call's, the rest pins of what the interpreter has), which `pubgrub` would
+/// only report as an empty range.
+fn check_root(
+    root: &[Requirement],
+    asked: usize,
+    markers: &MarkerEnvironment,
+) -> Result<(), ResolveError> {
+    let applies: Vec<(usize, &Requirement)> = root
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.evaluate_markers(markers, &[]))
+        .collect();
+    for (i, (at, req)) in applies.iter().enumerate() {
+        let mut range: Ranges<Version> = specifier_range(req);
+        for (other_at, other) in &applies[..i] {
+            if other.name != req.name {
+                continue;
+            }
+            range = range.intersection(&specifier_range(other));
+            if range.is_empty() {
+                let (pin, wanted) = match (*at >= asked, *other_at >= asked) {
+                    (true, false) => (Some(*req), *other),
+                    (false, true) => (Some(*other), *req),
+                    _ => (None, *req),
+                };
+                return Err(ResolveError::NoSolution(match pin {
+                    Some(pin) => format!(
+                        "`{wanted}` cannot be met: this session's interpreter already has `{pin}` installed (start a new session for another version)"
+                    ),
+                    None => format!("`{other}` and `{req}` cannot both be met"),
+                }));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// "`name`: no version matches …" when a root requirement of `name` allows none of its
+/// versions (the newest one is named).
+fn no_match_note(
+    name: &pep508_rs::PackageName,
+    versions: &super::sources::Versions,
+    root: &[Requirement],
+) -> Option<String> {
+    let req = root.iter().find(|r| &r.name == name)?;
+    let range = specifier_range(req);
+    if versions.dists.keys().any(|v| range.contains(v)) {
+        return None;
+    }
+    let newest = versions.dists.keys().next_back()?;
+    Some(format!(
+        "{name}: no version matches {range} (the newest is {newest})"
+    ))
+}
+
+/// The versions a requirement's specifier allows (all of them for no specifier).
+fn specifier_range(req: &Requirement) -> Ranges<Version> {
+    match &req.version_or_url {
+        Some(VersionOrUrl::VersionSpecifier(s)) => s.clone().into(),
+        _ => Ranges::full(),
+    }
+}
+
+type Tree = pubgrub::DerivationTree<Pkg, Ranges<Version>, String>;
+
+/// Rewrites every range in the report's tree over the versions that exist: `pubgrub` knows
+/// only those it tried, so "textual >=1, <6.3 | >6.3, <6.4 | …" becomes "textual >=1"
+/// (as uv does before reporting).
+fn simplify(tree: &mut Tree, provider: &Provider) {
+    let simpler = |pkg: &Pkg, range: &Ranges<Version>| -> Ranges<Version> {
+        match pkg {
+            Pkg::Name(name) | Pkg::Extra(name, _) => match provider.known_versions(name) {
+                Some(versions) => range.simplify(versions.dists.keys()),
+                None => range.clone(),
+            },
+            Pkg::Root => range.clone(),
+        }
+    };
+    match tree {
+        pubgrub::DerivationTree::External(external) => match external {
+            External::NotRoot(..) => {}
+            External::NoVersions(p, r) | External::Custom(p, r, _) => *r = simpler(p, r),
+            External::FromDependencyOf(p, r, dep, dep_range) => {
+                *r = simpler(p, r);
+                *dep_range = simpler(dep, dep_range);
+            }
+        },
+        pubgrub::DerivationTree::Derived(derived) => {
+            for (pkg, term) in derived.terms.iter_mut() {
+                *term = match term {
+                    Term::Positive(r) => Term::Positive(simpler(pkg, r)),
+                    Term::Negative(r) => Term::Negative(simpler(pkg, r)),
+                };
+            }
+            simplify(Arc::make_mut(&mut derived.cause1), provider);
+            simplify(Arc::make_mut(&mut derived.cause2), provider);
+        }
+    }
+}
+
+/// `pubgrub`'s report with the root put in words.
+fn plain_words(report: &str) -> String {
+    let root = format!("{ROOT_NAME} {}", root_version());
+    report
+        .replace(
+            &format!("{root} is forbidden"),
+            "the requirements cannot all be met",
+        )
+        .replace(&format!("{root} depends on"), "the call requires")
+        .replace(&root, "the call")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::packages::cache::Cache;
+    use crate::packages::index::Fetcher;
+    use crate::packages::lock::Lockfile;
 
     use crate::packages::bounds::tests::{nested, on_small_stack};
 
     /// Offline, with an empty lock and nothing cached: no network I/O whatever happens.
     fn offline_resolver(cache_root: std::path::PathBuf) -> Resolver {
-        Resolver::new(
+        Resolver::new(Sources::new(
             Arc::new(Lockfile::default()),
+            None,
             Fetcher::new(Cache::new(cache_root), true),
             "http://127.0.0.1:9/pypi".into(),
             "http://127.0.0.1:9/".into(),
-        )
+        ))
+    }
+
+    /// A wheel of `name` `version` whose METADATA requires `requires`.
+    fn wheel(name: &str, version: &str, requires: &[&str]) -> Vec<u8> {
+        let mut metadata = format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n");
+        for r in requires {
+            metadata.push_str(&format!("Requires-Dist: {r}\n"));
+        }
+        crate::packages::metadata::tests::wheel_with_metadata(metadata.as_bytes())
+    }
+
+    /// A local index (the JSON API as files under `dir/index`, read through `file://`) and a
+    /// packages directory, offline: the two sources of a real resolution without a network.
+    struct Fixture {
+        dir: tempfile::TempDir,
+        releases: std::collections::BTreeMap<String, serde_json::Map<String, serde_json::Value>>,
+        lock: serde_json::Map<String, serde_json::Value>,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            Fixture {
+                dir: tempfile::tempdir().expect("a temporary directory"),
+                releases: Default::default(),
+                lock: Default::default(),
+            }
+        }
+
+        fn url(&self, sub: &str) -> String {
+            format!("file://{}/{sub}", self.dir.path().display())
+        }
+
+        fn write(&self, sub: &str, bytes: &[u8]) {
+            let path = self.dir.path().join(sub);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+            std::fs::write(path, bytes).expect("write");
+        }
+
+        fn index(&mut self, file_name: &str, name: &str, version: &str, requires: &[&str]) {
+            let bytes = wheel(name, version, requires);
+            self.write(&format!("files/{file_name}"), &bytes);
+            let file = serde_json::json!({
+                "filename": file_name,
+                "url": self.url(&format!("files/{file_name}")),
+                "digests": {"sha256": crate::packages::cache::sha256_hex(&bytes)},
+            });
+            let releases = self.releases.entry(name.to_owned()).or_default();
+            releases
+                .entry(version.to_owned())
+                .or_insert_with(|| serde_json::json!([]))
+                .as_array_mut()
+                .expect("a list")
+                .push(file);
+        }
+
+        /// A Pyodide lock package; its file is put in the packages directory when `present`.
+        fn lock(
+            &mut self,
+            file_name: &str,
+            name: &str,
+            version: &str,
+            requires: &[&str],
+            present: bool,
+        ) {
+            let bytes = wheel(name, version, requires);
+            if present {
+                self.write(&format!("packages/{file_name}"), &bytes);
+            }
+            self.lock.insert(
+                name.to_owned(),
+                serde_json::json!({
+                    "name": name, "version": version, "file_name": file_name,
+                    "sha256": crate::packages::cache::sha256_hex(&bytes), "depends": [], "imports": [name],
+                }),
+            );
+        }
+
+        fn resolver(&self) -> Resolver {
+            for (name, releases) in &self.releases {
+                let body = serde_json::json!({ "releases": releases });
+                self.write(&format!("index/{name}/json"), body.to_string().as_bytes());
+            }
+            let lock = Lockfile::parse(&serde_json::json!({ "packages": self.lock }).to_string())
+                .expect("a lock file");
+            Resolver::new(Sources::new(
+                Arc::new(lock),
+                None,
+                Fetcher::new(Cache::new(self.dir.path().join("cache")), true),
+                self.url("index"),
+                self.url("packages"),
+            ))
+        }
+    }
+
+    fn chosen(resolver: &Resolver, requirements: &[&str]) -> Result<Vec<String>, ResolveError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let requirements: Vec<String> = requirements.iter().map(|r| r.to_string()).collect();
+        let dists = runtime.block_on(resolver.resolve(&requirements, &[]))?;
+        Ok(dists
+            .iter()
+            .map(|d| format!("{} {} {:?}", d.name, d.version, d.origin))
+            .collect())
+    }
+
+    /// The seed's pydantic case in miniature: the lock's `app` pins the lock's native `core`,
+    /// whose file cannot be had; the index's newer `app` needs a `core` with a WebAssembly
+    /// wheel. The resolver backtracks from the lock's versions to the index's.
+    fn two_sources(core_file_present: bool) -> Fixture {
+        let mut f = Fixture::new();
+        f.lock(
+            "app-1.0-py3-none-any.whl",
+            "app",
+            "1.0",
+            &["core==1.0"],
+            true,
+        );
+        f.lock(
+            "core-1.0-cp314-cp314-pyemscripten_2026_0_wasm32.whl",
+            "core",
+            "1.0",
+            &[],
+            core_file_present,
+        );
+        f.index("app-1.0-py3-none-any.whl", "app", "1.0", &["core==1.0"]);
+        f.index(
+            "app-2.0-py3-none-any.whl",
+            "app",
+            "2.0",
+            &["core==2.0", "extra-dep; extra == 'fast'"],
+        );
+        f.index(
+            "core-1.0-cp314-cp314-manylinux_2_17_x86_64.whl",
+            "core",
+            "1.0",
+            &[],
+        );
+        f.index(
+            "core-2.0-cp314-cp314-pyemscripten_2026_0_wasm32.whl",
+            "core",
+            "2.0",
+            &[],
+        );
+        f.index(
+            "core-2.0-cp314-cp314-manylinux_2_17_x86_64.whl",
+            "core",
+            "2.0",
+            &[],
+        );
+        f
+    }
+
+    #[test]
+    fn backtracks_from_the_lock_to_the_index() {
+        let f = two_sources(false);
+        assert_eq!(
+            chosen(&f.resolver(), &["app"]).expect("a resolution"),
+            ["app 2.0 Index", "core 2.0 Index"]
+        );
+        // With the lock's file at hand, the lock's versions are preferred.
+        let f = two_sources(true);
+        assert_eq!(
+            chosen(&f.resolver(), &["app"]).expect("a resolution"),
+            ["app 1.0 Lock", "core 1.0 Lock"]
+        );
+    }
+
+    #[test]
+    fn conflicts_are_reported_in_words() {
+        let f = two_sources(false);
+        let Err(ResolveError::NoSolution(text)) = chosen(&f.resolver(), &["app", "core<2"]) else {
+            panic!("expected a conflict");
+        };
+        assert!(
+            text.contains("core: Pyodide's build of core 1.0 (not pure Python) cannot be fetched"),
+            "{text}"
+        );
+        assert!(text.contains("the call requires core <2"), "{text}");
+        assert!(text.contains("which cannot be installed"), "{text}");
+        assert!(!text.contains(ROOT_NAME), "{text}");
+    }
+
+    #[test]
+    fn extras_bring_their_requirements() {
+        let mut f = two_sources(false);
+        f.index("extra_dep-0.1-py3-none-any.whl", "extra-dep", "0.1", &[]);
+        assert_eq!(
+            chosen(&f.resolver(), &["app[fast]"]).expect("a resolution"),
+            ["app 2.0 Index", "core 2.0 Index", "extra-dep 0.1 Index"]
+        );
     }
 
     #[test]
@@ -443,7 +595,9 @@ mod tests {
                 .build()
                 .expect("a runtime");
             let resolver = offline_resolver(root);
-            runtime.block_on(resolver.resolve(&[nested(3000)])).err()
+            runtime
+                .block_on(resolver.resolve(&[nested(3000)], &[]))
+                .err()
         });
         let Some(ResolveError::InvalidRequirement {
             requirement,

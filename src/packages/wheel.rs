@@ -1,6 +1,4 @@
-//! Wheel file names (PEP 427 / binary distribution format) and their `METADATA`.
-
-use std::io::{BufRead, BufReader, Cursor, Read};
+//! Wheel file names (PEP 427 / binary distribution format) and the tags Pyodide installs.
 
 /// Python and platform facts of the Pyodide runtime, for tags and markers.
 pub mod target {
@@ -47,6 +45,11 @@ impl WheelName {
         })
     }
 
+    /// Whether the wheel is pure Python (platform tag `any`).
+    pub fn is_pure(&self) -> bool {
+        self.platform_tags.iter().any(|p| p == "any")
+    }
+
     /// Whether Pyodide can install this wheel: pure Python for Python 3, or built for the
     /// Pyodide platform tag and CPython 3.14 ABI (or the stable ABI).
     pub fn is_compatible(&self) -> bool {
@@ -79,57 +82,6 @@ fn python_minor(tag: &str) -> Option<u32> {
     rest.parse().ok()
 }
 
-/// Largest header section of a wheel's `METADATA` read (bytes). The headers of real wheels are
-/// a few KiB (the long description comes after them and is not read); the file itself is
-/// compressed and could otherwise inflate to gigabytes in the front.
-pub const MAX_METADATA_HEADER_BYTES: usize = 1 << 20;
-
-/// The `Requires-Dist` lines of the wheel's `*.dist-info/METADATA`, read from its header
-/// section only (up to the first blank line), as untrusted text: each is bounded by
-/// [`super::bounds::check_requirement`] where it is parsed.
-///
-/// Errors: the wheel is not a readable zip, has no `METADATA`, its headers are not UTF-8, or
-/// they are longer than [`MAX_METADATA_HEADER_BYTES`].
-pub fn requires_dist(wheel: &[u8]) -> Result<Vec<String>, String> {
-    let mut archive =
-        zip::ZipArchive::new(Cursor::new(wheel)).map_err(|e| format!("not a valid wheel: {e}"))?;
-    let name = archive
-        .file_names()
-        .find(|n| n.ends_with(".dist-info/METADATA") && n.matches('/').count() == 1)
-        .map(str::to_owned)
-        .ok_or_else(|| "the wheel has no .dist-info/METADATA".to_owned())?;
-    let entry = archive.by_name(&name).map_err(|e| e.to_string())?;
-    // One byte past the limit, so that a header section that fills it is told from one that
-    // ends exactly there; no line read can be longer than that.
-    let mut reader = BufReader::new(entry.take(MAX_METADATA_HEADER_BYTES as u64 + 1));
-    let mut headers: Vec<u8> = Vec::new();
-    let mut line: Vec<u8> = Vec::new();
-    loop {
-        line.clear();
-        let read = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| format!("cannot read METADATA: {e}"))?;
-        // Headers end at the first blank line (or with the file); the body is the long
-        // description.
-        if read == 0 || line == b"\n" || line == b"\r\n" {
-            break;
-        }
-        if headers.len() + line.len() > MAX_METADATA_HEADER_BYTES {
-            return Err(format!(
-                "the METADATA headers are longer than {MAX_METADATA_HEADER_BYTES} bytes"
-            ));
-        }
-        headers.extend_from_slice(&line);
-    }
-    let text = String::from_utf8(headers)
-        .map_err(|e| format!("METADATA is not UTF-8 text: {}", e.utf8_error()))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| l.strip_prefix("Requires-Dist:"))
-        .map(|v| v.trim().to_owned())
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,46 +105,6 @@ mod tests {
         assert!(WheelName::parse(ok).unwrap().is_compatible());
         let linux = "numpy-2.4.6-cp314-cp314-manylinux_2_17_x86_64.whl";
         assert!(!WheelName::parse(linux).unwrap().is_compatible());
-    }
-
-    /// A wheel (zip) holding `pkg-1.0.dist-info/METADATA` with `metadata` as its text.
-    fn wheel_with_metadata(metadata: &[u8]) -> Vec<u8> {
-        use std::io::Write;
-        let mut zip = zip::ZipWriter::new(Cursor::new(Vec::new()));
-        let options = zip::write::SimpleFileOptions::default()
-            .compression_method(zip::CompressionMethod::Deflated);
-        zip.start_file("pkg-1.0.dist-info/METADATA", options)
-            .expect("start METADATA");
-        zip.write_all(metadata).expect("write METADATA");
-        zip.finish().expect("finish the zip").into_inner()
-    }
-
-    #[test]
-    fn requires_dist_reads_the_headers_only() {
-        let metadata = b"Metadata-Version: 2.1\r\nName: pkg\r\nRequires-Dist: attrs>=22\r\nRequires-Dist: tomli; python_version < \"3.11\"\r\n\r\nRequires-Dist: not-a-header\r\n\xff\xfe body need not be UTF-8\n";
-        assert_eq!(
-            requires_dist(&wheel_with_metadata(metadata)),
-            Ok(vec![
-                "attrs>=22".to_owned(),
-                "tomli; python_version < \"3.11\"".to_owned()
-            ])
-        );
-    }
-
-    #[test]
-    fn huge_metadata_headers_are_refused() {
-        // Compresses to a few KiB, inflates past the limit: the front reads no more than it.
-        let mut metadata = b"Name: pkg\n".to_vec();
-        let line =
-            b"X-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n";
-        while metadata.len() <= MAX_METADATA_HEADER_BYTES {
-            metadata.extend_from_slice(line);
-        }
-        let err = requires_dist(&wheel_with_metadata(&metadata)).unwrap_err();
-        assert_eq!(err, "the METADATA headers are longer than 1048576 bytes");
-        // One endless line is cut the same way.
-        let endless = vec![b'a'; 2 * MAX_METADATA_HEADER_BYTES];
-        assert!(requires_dist(&wheel_with_metadata(&endless)).is_err());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::protocol::{
     RunOutcome, SnapshotMode, Stream,
 };
 use super::worker_main::OUTPUT_SLACK;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 use std::process::Stdio;
@@ -102,8 +102,8 @@ pub struct Worker {
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     next_id: CallId,
-    /// Normalized names of the packages installed in this worker.
-    pub installed: HashSet<String>,
+    /// The packages installed in this worker: normalized name → version.
+    pub installed: HashMap<String, String>,
     /// What the worker reported of its confinement when it was ready.
     pub sandbox: SandboxReport,
 }
@@ -186,7 +186,7 @@ impl Worker {
             stdin,
             stdout: BufReader::new(stdout),
             next_id: 1,
-            installed: HashSet::new(),
+            installed: HashMap::new(),
             sandbox: SandboxReport::default(),
         };
         let (mode, attachment) = match (&snapshot, make_snapshot) {

@@ -10,7 +10,8 @@
 
 use super::format::{CallResult, Status};
 use crate::packages::pep723::script_dependencies;
-use crate::packages::resolver::{Planned, Resolver, Source};
+use crate::packages::resolver::{Planned, Resolver};
+use crate::packages::sources::Origin;
 use crate::sandbox::net::NetPolicy;
 use crate::sandbox::pool::{Lease, Pool};
 use crate::sandbox::protocol::{ReturnKind, RunStatus, Stream};
@@ -278,7 +279,7 @@ impl Executor {
                     return Ok(Vec::new());
                 }
                 self.resolver
-                    .resolve(&self.startup_deps)
+                    .plan(&self.startup_deps, &[])
                     .await
                     .map_err(|e| e.to_string())
             })
@@ -501,10 +502,7 @@ impl Executor {
 
     /// Package that provides `import_name`: the lock file's mapping, else the same name.
     fn package_for_import(&self, import_name: &str) -> String {
-        match self.resolver.lock().package_for_import(import_name) {
-            Some(pkg) => pkg.name.clone(),
-            None => import_name.to_owned(),
-        }
+        self.resolver.package_for_import(import_name)
     }
 
     async fn install(
@@ -513,21 +511,34 @@ impl Executor {
         requirements: &[String],
         deadline: Deadline,
     ) -> Result<(), InstallFailure> {
-        let mut plan = self
+        let startup = self
             .startup_plan()
             .await
             .map_err(|e| InstallFailure::Install(format!("error installing --deps: {e}")))?;
-        if !requirements.is_empty() {
-            let more = self
-                .resolver
-                .resolve(requirements)
+        // The call's requirements are resolved together with `--deps` and with what the
+        // interpreter already has, pinned: one consistent set, or a conflict in words.
+        let plan = if requirements.is_empty() {
+            startup
+        } else {
+            let wanted: Vec<String> = self
+                .startup_deps
+                .iter()
+                .chain(requirements)
+                .cloned()
+                .collect();
+            let pins: Vec<String> = worker
+                .installed
+                .iter()
+                .map(|(name, version)| format!("{name}=={version}"))
+                .collect();
+            self.resolver
+                .plan(&wanted, &pins)
                 .await
-                .map_err(|e| InstallFailure::Install(e.to_string()))?;
-            plan.extend(more);
-        }
+                .map_err(|e| InstallFailure::Install(e.to_string()))?
+        };
         let todo: Vec<&Planned> = plan
             .iter()
-            .filter(|p| !worker.installed.contains(&p.name))
+            .filter(|p| !worker.installed.contains_key(&p.name))
             .collect();
         if todo.is_empty() {
             return Ok(());
@@ -535,14 +546,14 @@ impl Executor {
         let mut files = Vec::new();
         let mut items = Vec::new();
         for p in &todo {
-            match p.source {
+            match p.origin {
                 // Lock packages load by name so Pyodide applies its own lock metadata; in its
                 // "shell" runtime it reads them by bare file name (no base URL is applied).
-                Source::Lock => {
+                Origin::Lock => {
                     files.push((p.file_name.clone(), p.bytes.clone()));
                     items.push(p.name.clone());
                 }
-                Source::Wheel => {
+                Origin::Index | Origin::Mirror => {
                     let path = format!("/packages/{}", p.file_name);
                     files.push((path.clone(), p.bytes.clone()));
                     items.push(path);
@@ -559,8 +570,13 @@ impl Executor {
                 for p in todo {
                     // One line per package (shown with --verbose); names are escaped, as they
                     // come from user code's requirements.
-                    tracing::debug!("install: {:?} from {:?}", p.name, p.file_name);
-                    worker.installed.insert(p.name.clone());
+                    tracing::debug!(
+                        "install: {:?} {:?} from {:?}",
+                        p.name,
+                        p.version,
+                        p.file_name
+                    );
+                    worker.installed.insert(p.name.clone(), p.version.clone());
                 }
                 Ok(())
             }

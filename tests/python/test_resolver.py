@@ -1,0 +1,65 @@
+"""The resolver (issue 11) through the real binary over stdio, with real PyPI and the Pyodide
+CDN unreachable (as in CI): backtracking from the lock file's versions to WebAssembly wheels
+on the index, every wheel's own requirements, conflicts in words."""
+
+import pytest
+
+from conftest import LOCK, mcp_session, run
+
+pytestmark = pytest.mark.anyio
+
+SEED_PYDANTIC = '''# /// script
+# dependencies = ["pydantic", "email-validator"]
+# ///
+import pydantic
+
+class Model(pydantic.BaseModel):
+    email: pydantic.EmailStr
+
+print(Model(email='hello@pydantic.dev'))
+'''
+
+
+async def test_seed_pydantic_example_backtracks_to_a_webassembly_pydantic_core():
+    # The lock's pydantic pins its own build of pydantic-core, whose file is on the CDN only;
+    # the resolver must fall back to a pydantic whose pydantic-core has a wheel on the index.
+    assert not LOCK["packages"]["pydantic-core"]["file_name"].endswith("-any.whl")
+    async with mcp_session("--workers", "1") as session:
+        text = await run(session, SEED_PYDANTIC)
+        assert text == (
+            '<status>success</status>\n<dependencies>["pydantic","email-validator"]</dependencies>\n'
+            "<output>\nemail='hello@pydantic.dev'\n</output>"
+        ), text
+        versions = await run(
+            session,
+            "import importlib.metadata as m\n[m.version('pydantic'), m.version('pydantic-core')]",
+        )
+        assert LOCK["packages"]["pydantic"]["version"] not in versions, versions
+
+
+async def test_requirements_come_from_the_wheels_metadata():
+    # The lock lists httpx with no dependencies; its wheel requires httpcore, anyio, idna, certifi.
+    assert LOCK["packages"]["httpx"]["depends"] == []
+    async with mcp_session("--workers", "1", "--deps", "httpx") as session:
+        text = await run(session, "import httpx, idna, httpcore, anyio, certifi\nhttpx.__version__")
+        assert text == (
+            f'<status>success</status>\n<dependencies>["anyio","certifi","httpcore","httpx","idna"]</dependencies>\n'
+            f"<return_value>\n{LOCK['packages']['httpx']['version']}\n</return_value>"
+        ), text
+
+
+async def test_conflicts_name_both_sides_and_installed_versions_are_pinned():
+    async with mcp_session("--workers", "1") as session:
+        text = await run(session, '# /// script\n# dependencies = ["rich<13", "textual>=1"]\n# ///\n1')
+        assert text.startswith("<status>install-error</status>\n"), text
+        assert "the call requires rich <13" in text and "the call requires textual >=1" in text, text
+        assert "textual >=1.0.0, <6.3.0 depends on rich >=13.3.3" in text, text
+        # Short: the ranges are simplified over the versions that exist.
+        assert len(text) < 1000, text
+
+        text = await run(session, "# /// script\n# dependencies = [\"rich<13\"]\n# ///\nimport rich\n1")
+        assert text.startswith("<status>success</status>"), text
+        # The interpreter has rich 12 now: a later call cannot get another rich in it.
+        text = await run(session, '# /// script\n# dependencies = ["rich>=13"]\n# ///\n1')
+        assert text.startswith("<status>install-error</status>"), text
+        assert "`rich>=13` cannot be met: this session's interpreter already has `rich==12." in text, text
