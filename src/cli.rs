@@ -11,7 +11,11 @@ pub const DEFAULT_PACKAGES_URL: &str = "https://cdn.jsdelivr.net/pyodide/v314.0.
 /// MCP server that runs Python code in a sandbox: Pyodide 314 (CPython 3.14 in WebAssembly)
 /// inside an embedded JavaScriptCore, one worker process per interpreter.
 #[derive(Debug, Parser)]
-#[command(name = "mcp-run-python", version)]
+#[command(
+    name = "mcp-run-python",
+    version,
+    after_help = "Filling a packages directory for a machine without a network: `mcp-run-python packages download --help`."
+)]
 pub struct Cli {
     /// What to run.
     #[arg(value_enum)]
@@ -127,11 +131,25 @@ pub struct Cli {
     #[arg(long, default_value_t = 1 << 20)]
     pub max_code_size: usize,
 
-    /// Where Pyodide's own packages (the lock file's wheels) are downloaded from.
+    #[command(flatten)]
+    pub packages: PackageSources,
+
+    /// Always boot workers plainly: no Pyodide memory snapshot is made or restored (by default
+    /// one is kept in the cache directory, which makes later boots several times faster).
+    #[arg(long)]
+    pub no_snapshot: bool,
+}
+
+/// Where packages come from; shared by the server and `packages download`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PackageSources {
+    /// Where Pyodide's own packages (the lock file's wheels) are downloaded from: an HTTP
+    /// mirror of a Pyodide distribution, or a `file://` directory (one made by `packages
+    /// download` also brings its own lock file).
     #[arg(long, default_value = DEFAULT_PACKAGES_URL)]
     pub packages_url: String,
 
-    /// PyPI JSON API base URL for packages that Pyodide does not ship.
+    /// PyPI JSON API base URL for packages that Pyodide does not ship (`{URL}/{project}/json`).
     #[arg(long, default_value = crate::packages::index::DEFAULT_INDEX_URL)]
     pub index_url: String,
 
@@ -139,14 +157,46 @@ pub struct Cli {
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
 
-    /// Always boot workers plainly: no Pyodide memory snapshot is made or restored (by default
-    /// one is kept in the cache directory, which makes later boots several times faster).
-    #[arg(long)]
-    pub no_snapshot: bool,
-
-    /// Never use the network for packages: install only what the cache holds.
+    /// Never use the network for packages: resolve and install from the cache and `file://`
+    /// mirrors alone.
     #[arg(long)]
     pub offline: bool,
+}
+
+/// `mcp-run-python packages …`: work on packages without serving.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mcp-run-python packages",
+    bin_name = "mcp-run-python packages",
+    version
+)]
+pub struct PackagesCli {
+    #[command(subcommand)]
+    pub command: PackagesCommand,
+}
+
+/// What to do with packages.
+#[derive(Debug, clap::Subcommand)]
+pub enum PackagesCommand {
+    /// Resolve REQUIREMENTS and put every file they need, with a `pyodide-lock.json` that
+    /// describes them, into DEST, for `--packages-url file://DEST --offline` on a machine
+    /// without a network.
+    Download {
+        /// PEP 508 requirements, e.g. `pydantic` `email-validator` `rich<13`.
+        #[arg(required = true)]
+        requirements: Vec<String>,
+
+        /// The directory to fill (created if missing; an earlier run's files are kept).
+        #[arg(long)]
+        dest: PathBuf,
+
+        #[command(flatten)]
+        packages: PackageSources,
+
+        /// Debug logs on stderr.
+        #[arg(long)]
+        verbose: bool,
+    },
 }
 
 /// Modes, named as in the Deno original.

@@ -35,6 +35,17 @@ fn main() -> Result<()> {
         init_logging(false);
         return sandbox::worker_main::main();
     }
+    if std::env::args().nth(1).as_deref() == Some("packages") {
+        let cli = cli::PackagesCli::parse_from(std::env::args().skip(1));
+        let verbose = matches!(
+            &cli.command,
+            cli::PackagesCommand::Download { verbose: true, .. }
+        );
+        init_logging(verbose);
+        let runtime = tokio::runtime::Runtime::new()?;
+        let code = runtime.block_on(modes::packages(cli))?;
+        std::process::exit(code);
+    }
     let cli = cli::Cli::parse();
     init_logging(cli.verbose);
     let runtime = tokio::runtime::Runtime::new()?;

@@ -1,7 +1,8 @@
 //! The modes of the command line: building the server from options and running it.
 
-use crate::cli::{Cli, Mode};
+use crate::cli::{Cli, Mode, PackageSources, PackagesCli, PackagesCommand};
 use crate::packages::cache::Cache;
+use crate::packages::download;
 use crate::packages::index::Fetcher;
 use crate::packages::lock::Lockfile;
 use crate::packages::resolver::Resolver;
@@ -32,6 +33,66 @@ print("A file of", humanize.naturalsize(123_456_789))
 {"answer": 6 * 7, "seconds": humanize.precisedelta(3725)}
 "#;
 
+/// The resolver for `sources`, and the embedded lock file's text.
+///
+/// Errors: the embedded lock file is missing or does not parse; a `file://` packages URL's
+/// lock file cannot be read.
+fn resolver(sources: &PackageSources) -> Result<(Resolver, &'static str)> {
+    let lock_text = PYODIDE
+        .get_file("pyodide-lock.json")
+        .and_then(|f| f.contents_utf8())
+        .ok_or_else(|| anyhow!("the embedded pyodide-lock.json is missing"))?;
+    let lock = Lockfile::parse(lock_text).context("parsing the embedded pyodide-lock.json")?;
+    let cache_dir = sources.cache_dir.clone().unwrap_or_else(Cache::default_dir);
+    let fetcher = Fetcher::new(Cache::new(cache_dir), sources.offline);
+    let mirror = mirror_lock(&sources.packages_url)?;
+    let resolver = Resolver::new(Sources::new(
+        Arc::new(lock),
+        mirror.map(Arc::new),
+        fetcher,
+        sources.index_url.clone(),
+        sources.packages_url.clone(),
+    ));
+    Ok((resolver, lock_text))
+}
+
+/// `mcp-run-python packages …`; the exit code.
+pub async fn packages(cli: PackagesCli) -> Result<i32> {
+    match cli.command {
+        PackagesCommand::Download {
+            requirements,
+            dest,
+            packages,
+            ..
+        } => {
+            let (resolver, lock_text) = resolver(&packages)?;
+            match download::download(&resolver, lock_text, &requirements, &dest).await {
+                Ok(planned) => {
+                    for p in &planned {
+                        println!("{} {} {}", p.name, p.version, p.file_name);
+                    }
+                    println!(
+                        "{} files and {} in {}",
+                        planned.len(),
+                        download::LOCK_FILE_NAME,
+                        dest.display()
+                    );
+                    Ok(0)
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    let mut source = std::error::Error::source(&e);
+                    while let Some(s) = source {
+                        eprintln!("  caused by: {s}");
+                        source = s.source();
+                    }
+                    Ok(1)
+                }
+            }
+        }
+    }
+}
+
 /// The lock file of a `file://` packages URL (a mirror made by `packages download`, or a copy
 /// of a Pyodide distribution), if it has one.
 fn mirror_lock(packages_url: &str) -> Result<Option<Lockfile>> {
@@ -49,22 +110,12 @@ fn mirror_lock(packages_url: &str) -> Result<Option<Lockfile>> {
 }
 
 fn build(cli: &Cli) -> Result<RunPythonServer> {
-    let lock_text = PYODIDE
-        .get_file("pyodide-lock.json")
-        .and_then(|f| f.contents_utf8())
-        .ok_or_else(|| anyhow!("the embedded pyodide-lock.json is missing"))?;
-    let lock = Lockfile::parse(lock_text).context("parsing the embedded pyodide-lock.json")?;
-    let cache_dir = cli.cache_dir.clone().unwrap_or_else(Cache::default_dir);
-    let cache = Cache::new(cache_dir.clone());
-    let fetcher = Fetcher::new(cache, cli.offline);
-    let mirror = mirror_lock(&cli.packages_url)?;
-    let resolver = Resolver::new(Sources::new(
-        Arc::new(lock),
-        mirror.map(Arc::new),
-        fetcher,
-        cli.index_url.clone(),
-        cli.packages_url.clone(),
-    ));
+    let (resolver, _) = resolver(&cli.packages)?;
+    let cache_dir = cli
+        .packages
+        .cache_dir
+        .clone()
+        .unwrap_or_else(Cache::default_dir);
     let exe = std::env::current_exe().context("locating our own executable")?;
     let workers = cli.workers.unwrap_or_else(|| {
         std::thread::available_parallelism()

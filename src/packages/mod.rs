@@ -3,6 +3,7 @@
 
 pub mod bounds;
 pub mod cache;
+pub mod download;
 pub mod index;
 pub mod lock;
 pub mod metadata;

@@ -2,9 +2,14 @@
 CDN unreachable (as in CI): backtracking from the lock file's versions to WebAssembly wheels
 on the index, every wheel's own requirements, conflicts in words."""
 
+import json
+import pathlib
+import shutil
+import subprocess
+
 import pytest
 
-from conftest import LOCK, mcp_session, run
+from conftest import BINARY, LOCK, SHARED_CACHE, mcp_session, run, server_env
 
 pytestmark = pytest.mark.anyio
 
@@ -63,3 +68,43 @@ async def test_conflicts_name_both_sides_and_installed_versions_are_pinned():
         text = await run(session, '# /// script\n# dependencies = ["rich>=13"]\n# ///\n1')
         assert text.startswith("<status>install-error</status>"), text
         assert "`rich>=13` cannot be met: this session's interpreter already has `rich==12." in text, text
+
+
+async def test_a_downloaded_directory_serves_an_offline_server(tmp_path):
+    mirror = tmp_path / "mirror"
+    proc = subprocess.run(
+        [BINARY, "packages", "download", "pydantic", "email-validator", "--dest", str(mirror),
+         "--cache-dir", str(SHARED_CACHE)],
+        capture_output=True, text=True, timeout=600, env=server_env(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "pyodide-lock.json" in proc.stdout, proc.stdout
+    lock = json.loads((mirror / "pyodide-lock.json").read_text())
+    assert lock["info"] == LOCK["info"]
+    for name in ("pydantic", "pydantic-core", "email-validator", "dnspython", "idna"):
+        assert (mirror / lock["packages"][name]["file_name"]).is_file(), name
+
+    # A second server with a new, empty download cache and no network use at all: the
+    # directory alone must do. (The memory snapshot is copied only to boot faster.)
+    cache = tmp_path / "cache"
+    snapshots = pathlib.Path(SHARED_CACHE) / "snapshots"
+    if snapshots.is_dir():
+        shutil.copytree(snapshots, cache / "snapshots")
+    args = ("--workers", "1", "--offline", "--packages-url", mirror.as_uri())
+    async with mcp_session(*args, cache_dir=str(cache)) as session:
+        assert await run(session, SEED_PYDANTIC) == (
+            '<status>success</status>\n<dependencies>["pydantic","email-validator"]</dependencies>\n'
+            "<output>\nemail='hello@pydantic.dev'\n</output>"
+        )
+        text = await run(session, "import humanize")
+        assert text.startswith("<status>install-error</status>") and "offline" in text, text
+
+
+def test_download_refuses_a_conflict(tmp_path):
+    proc = subprocess.run(
+        [BINARY, "packages", "download", "rich<13", "textual>=1", "--dest", str(tmp_path / "m"),
+         "--cache-dir", str(SHARED_CACHE)],
+        capture_output=True, text=True, timeout=600, env=server_env(),
+    )
+    assert proc.returncode == 1, proc.stdout
+    assert "the requirements cannot all be met" in proc.stderr, proc.stderr
