@@ -7,17 +7,20 @@ compare across machines), and warm against cold.
 """
 
 import statistics
+import subprocess
 import tempfile
 import time
 
 from startup import Stdio, parse_args
 
 WORKLOADS = {
-    "sympy": "import sympy\nsympy.__version__",
+    # name: (requirements, code)
+    "sympy": (["sympy"], "import sympy\nsympy.__version__"),
     "pydantic + email-validator (seed)": (
+        ["pydantic", "email-validator"],
         '# /// script\n# dependencies = ["pydantic", "email-validator"]\n# ///\n'
         "import pydantic\nclass M(pydantic.BaseModel):\n    email: pydantic.EmailStr\n"
-        "print(M(email='hello@pydantic.dev'))"
+        "print(M(email='hello@pydantic.dev'))",
     ),
 }
 
@@ -42,10 +45,30 @@ def one_run(binary, code, cache):
         server.close()
 
 
+def resolve_and_fetch(binary, requirements, cache):
+    """Milliseconds of `packages download` (resolve + fetch in the front, no interpreter)."""
+    dest = tempfile.mkdtemp()
+    started = time.perf_counter()
+    subprocess.run([binary, "packages", "download", *requirements, "--dest", dest,
+                    "--cache-dir", cache], check=True, capture_output=True)
+    return (time.perf_counter() - started) * 1000
+
+
 def main():
     args = parse_args()
+    print("resolve + fetch in the front (packages download):")
+    print(f"{'workload':<36}{'cold ms':>10}{'warm ms':>10}{'warm/cold':>11}")
+    for name, (requirements, _) in WORKLOADS.items():
+        cold, warm = [], []
+        for _ in range(args.runs):
+            cache = tempfile.mkdtemp()
+            cold.append(resolve_and_fetch(args.binary, requirements, cache))
+            warm.append(resolve_and_fetch(args.binary, requirements, cache))
+        c, w = statistics.median(cold), statistics.median(warm)
+        print(f"{name:<36}{c:>10.0f}{w:>10.0f}{w / c:>11.2f}")
+    print("the whole call (resolve + fetch + install + run) on a ready interpreter:")
     print(f"{'workload':<36}{'cold ms':>10}{'warm ms':>10}{'warm/cold':>11}{'cold/trivial':>14}")
-    for name, code in WORKLOADS.items():
+    for name, (_, code) in WORKLOADS.items():
         cold, warm, trivial = [], [], []
         for _ in range(args.runs):
             cache = tempfile.mkdtemp()
