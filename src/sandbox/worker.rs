@@ -288,15 +288,7 @@ impl Worker {
         limits: FrameLimits,
         deadline: Deadline,
     ) -> Result<Frame<Reply>, WorkerError> {
-        let frame = match tokio::time::timeout_at(deadline.at, self.next_frame(limits)).await {
-            Ok(frame) => frame?,
-            Err(_) => {
-                return Err(WorkerError::Deadline {
-                    phase: deadline.phase,
-                    seconds: deadline.limit,
-                })
-            }
-        };
+        let frame = deadline.bound(self.next_frame(limits)).await??;
         match (&frame.header, frame.header.call_id()) {
             (Reply::Fatal { error }, _) => Err(WorkerError::Died(format!(": {error}"))),
             (_, Some(got)) if got == id => Ok(frame),
@@ -348,13 +340,7 @@ impl Worker {
         attachments: &[&[u8]],
         deadline: Deadline,
     ) -> Result<(), WorkerError> {
-        match tokio::time::timeout_at(deadline.at, self.send(request, attachments)).await {
-            Ok(r) => r,
-            Err(_) => Err(WorkerError::Deadline {
-                phase: deadline.phase,
-                seconds: deadline.limit,
-            }),
-        }
+        deadline.bound(self.send(request, attachments)).await?
     }
 
     fn new_id(&mut self) -> CallId {
@@ -467,11 +453,7 @@ impl Worker {
             match frame.header {
                 Reply::Fetch { request, .. } => {
                     let body = frame.attachments.into_iter().next().unwrap_or_default();
-                    let fetched = tokio::time::timeout_at(deadline.at, net.fetch(&request, body));
-                    let (response, body) = fetched.await.map_err(|_| WorkerError::Deadline {
-                        phase: deadline.phase,
-                        seconds: deadline.limit,
-                    })?;
+                    let (response, body) = deadline.bound(net.fetch(&request, body)).await?;
                     self.send_before(&Request::FetchResult { id, response }, &[&body], deadline)
                         .await?;
                 }
@@ -537,6 +519,20 @@ impl Deadline {
             limit,
             phase,
         }
+    }
+
+    /// Runs `work` until this deadline; past it, [`WorkerError::Deadline`] for its phase (the
+    /// one place that error is made, so every phase reports its limit the same way).
+    pub async fn bound<T>(
+        self,
+        work: impl std::future::Future<Output = T>,
+    ) -> Result<T, WorkerError> {
+        tokio::time::timeout_at(self.at, work)
+            .await
+            .map_err(|_| WorkerError::Deadline {
+                phase: self.phase,
+                seconds: self.limit,
+            })
     }
 }
 

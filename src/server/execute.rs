@@ -413,27 +413,16 @@ impl Executor {
         result.dependencies = requirements.clone();
 
         let install_deadline = Deadline::after(self.limits.install_timeout, Phase::Installing);
-        let installed = tokio::time::timeout_at(
-            install_deadline.at,
-            self.install(worker, &requirements, install_deadline),
-        )
-        .await;
+        let installed = install_deadline
+            .bound(self.install(worker, &requirements, install_deadline))
+            .await;
         match installed {
             Ok(Ok(())) => {}
             Ok(Err(InstallFailure::Install(msg))) => {
                 *result = install_error(std::mem::take(result), msg);
                 return Verdict::Keep;
             }
-            Ok(Err(InstallFailure::Worker(e))) => return self.failed(result, e),
-            Err(_) => {
-                return self.failed(
-                    result,
-                    WorkerError::Deadline {
-                        phase: Phase::Installing,
-                        seconds: self.limits.install_timeout,
-                    },
-                )
-            }
+            Ok(Err(InstallFailure::Worker(e))) | Err(e) => return self.failed(result, e),
         }
 
         let mut output = Vec::new();

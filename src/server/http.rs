@@ -307,7 +307,17 @@ impl Access {
 async fn guard(req: Request, next: Next, access: Arc<Access>) -> Response {
     match access.check(req.uri(), req.headers()) {
         Ok(()) => next.run(req).await,
-        Err(refusal) => refusal.into_response(),
+        Err(refusal) => {
+            // The refused request's body is never read, so the connection is closed after this
+            // answer; saying so keeps a keep-alive client from sending its next request down a
+            // connection that is about to go away (seen as "server disconnected").
+            let mut response = refusal.into_response();
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            response
+        }
     }
 }
 

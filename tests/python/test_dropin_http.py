@@ -206,6 +206,8 @@ async def test_foreign_origins_and_hosts_get_403():
                 for bad, expected in ((evil_origin, FORBIDDEN_ORIGIN), (evil_host, FORBIDDEN_HOST)):
                     r = await client.request(method, f"{base}/mcp", json=call_message(2, "1"), headers={**headers, **bad})
                     assert error_of(r, 403) == expected, method
+                    # The refused body is never read: the connection is closed, and said so.
+                    assert r.headers.get("connection") == "close", method
             # Loopback origins pass: a page served by this machine may talk to it.
             for ok in ("http://localhost:5173", "http://127.0.0.1:8000", "https://[::1]"):
                 r = await client.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"},
