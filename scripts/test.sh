@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test: Rust unit and integration tests, then the real-client tests (Python `mcp`
-# and PydanticAI) against the real binary. Installs what it needs first (scripts/setup.sh,
-# a Python venv in .venv) and is quick when all is already there.
+# Runs every test: Rust unit and integration tests, then the real-client tests (Python `mcp`,
+# PydanticAI, the TypeScript SDK) against the real binary, then the wheel as users install it.
+# Installs what it needs first (scripts/setup.sh, Python venvs, node_modules, debootstrap) and
+# is quick when all is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -50,3 +51,14 @@ node tests/ts/client_test.mjs
 # itself, then tries what native code that took it over would. Last, because it rebuilds the
 # binary with that feature (the next `cargo build` puts the release-shaped one back).
 cargo test --features escape-test --test sandbox_escape
+
+# The Python distribution (issue 12): the wheel (the test build, packaged as a release is),
+# installed by pip into a fresh venv, by uvx and by uv, and on a bare Debian root made with
+# debootstrap (kept in target/clean-root/).
+if ! command -v debootstrap >/dev/null; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq debootstrap >/dev/null
+fi
+.venv/bin/python -m mypy --strict --cache-dir=/dev/null pysrc/mcp_run_python
+wheel=$(scripts/build-wheel.sh --dev | tail -n 1)
+MCP_RUN_PYTHON_WHEEL="$PWD/$wheel" .venv/bin/python -m pytest -q -p no:cacheprovider tests/wheel

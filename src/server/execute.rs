@@ -55,6 +55,12 @@ pub struct Limits {
 /// How often a running call's worker memory is checked.
 const MEMORY_POLL: Duration = Duration::from_millis(25);
 
+/// Bytes below `--memory` that a worker must stay under after a call to be kept (32 MiB).
+/// WebAssembly memory never shrinks, so a worker that ended a call near its limit (after a
+/// MemoryError, say) would pass it in a later, innocent call through the engine's own
+/// allocations, and be killed there.
+const MEMORY_HEADROOM: u64 = 32 << 20;
+
 /// What "no limit" means for a deadline (seconds): ten years.
 const NO_LIMIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
@@ -476,12 +482,13 @@ impl Executor {
                 result.error = outcome.error;
             }
         }
-        // WebAssembly memory never shrinks: a worker that grew past the limit, or one whose
-        // interpreter ended, is replaced before the next call.
-        let over = self
-            .limits
-            .memory_limit
-            .is_some_and(|max| worker.resident_bytes().is_some_and(|rss| rss > max));
+        // WebAssembly memory never shrinks: a worker that grew to within MEMORY_HEADROOM of the
+        // limit, or one whose interpreter ended, is replaced before the next call.
+        let over = self.limits.memory_limit.is_some_and(|max| {
+            worker
+                .resident_bytes()
+                .is_some_and(|rss| rss > max.saturating_sub(MEMORY_HEADROOM))
+        });
         if outcome.fatal || over {
             Verdict::Discard
         } else {

@@ -1,0 +1,138 @@
+"""`code_sandbox`: Python code run from Python, through the binary in stdio mode (JSON results).
+
+The API of the Deno original's `mcp_run_python.code_sandbox`, on this server.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union
+
+from ._binary import binary_path, server_args
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
+
+__all__ = 'CodeSandbox', 'RunSuccess', 'RunError', 'LogHandler', 'LoggingLevel', 'code_sandbox'
+
+JsonData = Union[str, bool, int, float, None, 'list[JsonData]', 'dict[str, JsonData]']
+"""A JSON value as Python sees it."""
+
+LoggingLevel = Literal['debug', 'info', 'notice', 'warning', 'error', 'critical', 'alert', 'emergency']
+"""MCP logging levels (MCP spec, server utilities, logging)."""
+
+LogHandler = Callable[[LoggingLevel, str], None]
+"""Called with each line the code writes while it runs: stdout at `info`, stderr at `warning`."""
+
+
+class RunSuccess(TypedDict):
+    """The code ran: `output` holds its printed lines, `return_value` its last expression
+    (JSON; `None` when there was none)."""
+
+    status: Literal['success']
+    output: list[str]
+    return_value: JsonData
+
+
+class RunError(TypedDict):
+    """The code did not run to the end: `install-error` (a requirement could not be
+    installed) or `run-error` (an exception, with its traceback, or a limit) in `error`."""
+
+    status: Literal['install-error', 'run-error']
+    output: list[str]
+    error: str
+
+
+@dataclass
+class CodeSandbox:
+    """A running server with one interpreter of its own; made by `code_sandbox`."""
+
+    _session: ClientSession
+
+    async def eval(self, code: str, globals: dict[str, Any] | None = None) -> RunSuccess | RunError:
+        """Runs `code` and returns its result.
+
+        Args:
+            code: Python source. Imports and a PEP 723 `# /// script` block name the
+                packages to install first.
+            globals: Variables the code sees as globals (JSON values).
+
+        Returns:
+            `{'status': 'success', 'output': [...], 'return_value': ...}` or
+            `{'status': 'run-error' | 'install-error', 'output': [...], 'error': '...'}`.
+
+        Raises:
+            ValueError: the server answered with something other than one text block.
+            mcp.McpError: the server refused the call (e.g. the code is over `--max-code-size`).
+        """
+        arguments: dict[str, Any] = {'python_code': code}
+        if globals is not None:
+            arguments['global_variables'] = globals
+        result = await self._session.call_tool('run_python_code', arguments)
+        block = result.content[0] if result.content else None
+        if block is None or block.type != 'text':
+            raise ValueError(f'unexpected tool result: {result.content!r}')
+        answer: RunSuccess | RunError = json.loads(block.text)
+        return answer
+
+
+@asynccontextmanager
+async def code_sandbox(
+    *,
+    dependencies: Sequence[str] | None = None,
+    log_handler: LogHandler | None = None,
+    allow_networking: bool | Sequence[str] = False,
+    extra_args: Sequence[str] = (),
+) -> AsyncIterator[CodeSandbox]:
+    """Starts the server over stdio and yields a `CodeSandbox` on it; stops it on exit.
+
+    Every `eval` of one sandbox runs in the same interpreter (its own process, one per
+    sandbox), each call with fresh globals.
+
+    Args:
+        dependencies: Requirements (PEP 508, e.g. `['numpy', 'rich<13']`) installed before
+            the first call (`--deps`).
+        log_handler: Receives each output line as the code writes it, with its level.
+        allow_networking: `False` (the default): the code has no network. A list of hosts
+            (`'host'` or `'host:port'`): the code may fetch from those (`--allow-net`).
+            `True` is refused: this server never opens the whole network to sandboxed code.
+        extra_args: More command-line options for the binary (e.g. `['--timeout=10']`).
+
+    Raises:
+        ValueError: `allow_networking=True`.
+        FileNotFoundError: the binary is not installed.
+    """
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(
+        command=binary_path(),
+        args=server_args(
+            'stdio',
+            dependencies=dependencies,
+            return_mode='json',
+            allow_networking=allow_networking,
+            extra_args=extra_args,
+        ),
+    )
+    logging_callback = None
+    if log_handler is not None:
+        handler = log_handler
+
+        async def logging_callback(params: Any) -> None:
+            handler(params.level, params.data)
+
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, logging_callback=logging_callback) as session:
+            await session.initialize()
+            if log_handler is not None:
+                with warnings.catch_warnings():
+                    # mcp 2.x deprecates MCP logging (SEP-2577); this server still sends the
+                    # output lines as log messages, and the level is what turns them on.
+                    warnings.simplefilter('ignore', DeprecationWarning)
+                    await session.set_logging_level('debug')
+            yield CodeSandbox(session)

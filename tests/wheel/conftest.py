@@ -1,0 +1,152 @@
+"""The wheel as a user gets it (issue 12): `scripts/build-wheel.sh --dev` builds it (test.sh
+passes its path in MCP_RUN_PYTHON_WHEEL), and these tests install it where nothing else of
+this project is: a fresh venv, uv's throw-away environments, a bare root file system.
+
+Runs in the test command's .venv (the seed's client line: mcp 1.x, PydanticAI 1.x, uv)."""
+
+import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+WHEEL = pathlib.Path(os.environ["MCP_RUN_PYTHON_WHEEL"]).resolve()
+# The seed's client line, installed beside the wheel in the fresh venv (the wheel asks only for
+# mcp>=1.13.1; the pin keeps runs repeatable).
+SEED_LINE = ["mcp==1.30.0"]
+# The current line, for uv's environments (tests/current/requirements.txt has the same pins).
+CURRENT_LINE = ["mcp==2.3.0", "pydantic-ai-slim[mcp]==2.68.0", "fastmcp-slim[client]==4.1.6"]
+# Seconds for anything that installs or boots (a first boot without a snapshot takes 10-15 s,
+# pip and uv fetch from the registry).
+SLOW = 600
+# The sonames glibc itself provides: the only libraries allowed to come from the host.
+GLIBC = frozenset(
+    {
+        "linux-vdso.so.1", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1", "libc.so.6",
+        "libm.so.6", "libmvec.so.1", "libpthread.so.0", "libdl.so.2", "librt.so.1",
+        "libresolv.so.2", "libutil.so.1", "libanl.so.1", "libnsl.so.1",
+    }
+)
+
+
+@dataclasses.dataclass
+class Venv:
+    """A fresh venv with the wheel installed by pip."""
+
+    root: pathlib.Path
+    home: pathlib.Path
+
+    @property
+    def bin(self) -> pathlib.Path:
+        return self.root / "bin"
+
+    @property
+    def python(self) -> str:
+        return str(self.bin / "python")
+
+    @property
+    def binary(self) -> pathlib.Path:
+        """The real binary (the command on PATH is a launcher that execs it)."""
+        (path,) = self.root.glob("lib/python*/site-packages/mcp_run_python/_bin/mcp-run-python")
+        return path
+
+    def env(self, **extra) -> dict:
+        """An environment as a user's shell with the venv activated has: its bin first on PATH,
+        a HOME of its own (the server's cache and snapshot start empty) and nothing of ours."""
+        env = {"PATH": f"{self.bin}:{os.environ['PATH']}", "HOME": str(self.home)}
+        env.update(extra)
+        return env
+
+    def run(self, *args, **kwargs) -> subprocess.CompletedProcess:
+        kwargs.setdefault("env", self.env())
+        return subprocess.run(args, capture_output=True, text=True, timeout=SLOW, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def venv(tmp_path_factory) -> Venv:
+    """`python3 -m venv` and `pip install <wheel>`, once for the session."""
+    base = tmp_path_factory.mktemp("wheel-venv")
+    root, home = base / "venv", base / "home"
+    home.mkdir()
+    subprocess.run(["python3", "-m", "venv", str(root)], check=True, timeout=SLOW)
+    subprocess.run(
+        [str(root / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(WHEEL), *SEED_LINE],
+        check=True,
+        timeout=SLOW,
+    )
+    return Venv(root, home)
+
+
+def libraries(ldd_output: str) -> dict[str, str]:
+    """soname → resolved path, from `ldd`'s output; fails on a library it cannot find."""
+    found = {}
+    for line in ldd_output.splitlines():
+        assert "not found" not in line, ldd_output
+        name, _, rest = line.strip().partition(" => ")
+        if rest:
+            found[name] = rest.split(" (")[0]
+    return found
+
+
+def foreign_libraries(ldd_output: str, wheel_libs: str) -> dict[str, str]:
+    """The libraries `ldd` resolves outside `wheel_libs` that are not glibc's."""
+    return {
+        name: path
+        for name, path in libraries(ldd_output).items()
+        if name not in GLIBC and not os.path.realpath(path).startswith(os.path.realpath(wheel_libs) + "/")
+    }
+
+
+class StdioSession:
+    """A raw JSON-RPC exchange with `mcp-run-python stdio` (standard library only, so the same
+    code can drive a server anywhere)."""
+
+    def __init__(self, argv, env):
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True
+        )
+        self.next_id = 1
+        self.request("initialize", {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "wheel-test", "version": "0"},
+        })
+        self.notify("notifications/initialized")
+
+    def notify(self, method, params=None):
+        self.proc.stdin.write(json.dumps({"jsonrpc": "2.0", "method": method, "params": params or {}}) + "\n")
+        self.proc.stdin.flush()
+
+    def request(self, method, params):
+        rid = self.next_id
+        self.next_id += 1
+        self.proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}) + "\n")
+        self.proc.stdin.flush()
+        while True:
+            line = self.proc.stdout.readline()
+            assert line, "the server closed stdout"
+            message = json.loads(line)
+            if message.get("id") == rid:
+                assert "error" not in message, message
+                return message["result"]
+
+    def call(self, code: str) -> str:
+        result = self.request("tools/call", {"name": "run_python_code", "arguments": {"python_code": code}})
+        return result["content"][0]["text"]
+
+    def close(self):
+        self.proc.stdin.close()
+        assert self.proc.wait(timeout=60) == 0
+
+
+def run_script(python: str, source: str, env: dict, tmp_path: pathlib.Path) -> str:
+    """Runs `source` as a script with `python`; returns its stdout, failing with its stderr."""
+    script = tmp_path / "script.py"
+    script.write_text(source)
+    done = subprocess.run([python, str(script)], capture_output=True, text=True, env=env, timeout=SLOW, cwd=tmp_path)
+    assert done.returncode == 0, f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    return done.stdout
+
