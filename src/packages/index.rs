@@ -172,9 +172,10 @@ impl Fetcher {
     }
 
     /// The header section of the core metadata of the wheel at `wheel_url` (SHA-256
-    /// `sha256`): from the cache, else from the PEP 658 file `{wheel_url}.metadata` (only its
-    /// first [`MAX_METADATA_HEADER_BYTES`] + 1 bytes are read), else `Ok(None)` when the index
-    /// has no such file, so that the caller may read the wheel itself.
+    /// `sha256`) from the PEP 658 file `{wheel_url}.metadata` (only its first
+    /// [`MAX_METADATA_HEADER_BYTES`] + 1 bytes are read), remembered in the cache under
+    /// `sha256`; `Ok(None)` when the index has no such file, so that the caller may read the
+    /// wheel itself. The caller looks in the cache first (`Sources::metadata`).
     ///
     /// The `.metadata` file is not checked against a hash (the JSON API gives none); it only
     /// decides what to download, and every download is checked by its own SHA-256.
@@ -183,12 +184,6 @@ impl Fetcher {
         wheel_url: &str,
         sha256: &str,
     ) -> Result<Option<String>, FetchError> {
-        if let Some(headers) = self.cache.get_metadata(sha256) {
-            return Ok(Some(headers));
-        }
-        if let Some(bytes) = self.cache.get(sha256) {
-            return Ok(self.headers_from_wheel(wheel_url, sha256, &bytes));
-        }
         let url = format!("{wheel_url}.metadata");
         let prefix = match self
             .get(&url, MAX_METADATA_HEADER_BYTES as u64 + 1, false)

@@ -225,15 +225,11 @@ impl Provider {
             if !req.evaluate_markers(&self.markers, extras) {
                 continue;
             }
-            let range: Ranges<Version> = match &req.version_or_url {
-                None => Ranges::full(),
-                Some(VersionOrUrl::VersionSpecifier(s)) => s.clone().into(),
-                Some(VersionOrUrl::Url(_)) => {
-                    return Err(format!(
-                        "(it requires {} from a direct URL, which is not supported)",
-                        req.name
-                    ))
-                }
+            let Some(range) = specifier_range(req) else {
+                return Err(format!(
+                    "(it requires {} from a direct URL, which is not supported)",
+                    req.name
+                ));
             };
             let mut add = |pkg: Pkg| {
                 let merged = match out.get(&pkg) {
@@ -358,5 +354,15 @@ impl DependencyProvider for Provider {
             return Err(ProviderError::Cancelled);
         }
         Ok(())
+    }
+}
+
+/// The versions a requirement's specifier allows (all of them for no specifier); `None` for a
+/// direct URL (PEP 508 `name @ url`), which resolution does not support.
+pub(super) fn specifier_range(req: &Requirement) -> Option<Ranges<Version>> {
+    match &req.version_or_url {
+        None => Some(Ranges::full()),
+        Some(VersionOrUrl::VersionSpecifier(s)) => Some(s.clone().into()),
+        Some(VersionOrUrl::Url(_)) => None,
     }
 }

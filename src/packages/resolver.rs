@@ -10,7 +10,7 @@
 //! the index, and whatever depends on it is backtracked as needed.
 
 use super::bounds;
-use super::provider::{root_version, Pkg, Provider, ProviderError, ROOT_NAME};
+use super::provider::{root_version, specifier_range, Pkg, Provider, ProviderError, ROOT_NAME};
 use super::sources::{Dist, Origin, SourceError, Sources};
 use super::wheel::target;
 use futures::{StreamExt, TryStreamExt};
@@ -272,12 +272,12 @@ fn check_root(
         .filter(|(_, r)| r.evaluate_markers(markers, &[]))
         .collect();
     for (i, (at, req)) in applies.iter().enumerate() {
-        let mut range: Ranges<Version> = specifier_range(req);
+        let mut range: Ranges<Version> = allowed(req);
         for (other_at, other) in &applies[..i] {
             if other.name != req.name {
                 continue;
             }
-            range = range.intersection(&specifier_range(other));
+            range = range.intersection(&allowed(other));
             if range.is_empty() {
                 let (pin, wanted) = match (*at >= asked, *other_at >= asked) {
                     (true, false) => (Some(*req), *other),
@@ -304,7 +304,7 @@ fn no_match_note(
     root: &[Requirement],
 ) -> Option<String> {
     let req = root.iter().find(|r| &r.name == name)?;
-    let range = specifier_range(req);
+    let range = allowed(req);
     if versions.dists.keys().any(|v| range.contains(v)) {
         return None;
     }
@@ -314,12 +314,10 @@ fn no_match_note(
     ))
 }
 
-/// The versions a requirement's specifier allows (all of them for no specifier).
-fn specifier_range(req: &Requirement) -> Ranges<Version> {
-    match &req.version_or_url {
-        Some(VersionOrUrl::VersionSpecifier(s)) => s.clone().into(),
-        _ => Ranges::full(),
-    }
+/// The versions a requirement's specifier allows; all of them for a direct URL, which
+/// resolution refuses later with its own message.
+fn allowed(req: &Requirement) -> Ranges<Version> {
+    specifier_range(req).unwrap_or_else(Ranges::full)
 }
 
 type Tree = pubgrub::DerivationTree<Pkg, Ranges<Version>, String>;

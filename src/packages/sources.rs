@@ -303,21 +303,36 @@ impl Sources {
     ///
     /// Errors: the wheel cannot be downloaded or has no readable metadata.
     pub async fn metadata(&self, dist: &Dist) -> Result<CoreMetadata, SourceError> {
-        let mut headers = self.fetcher.cache().get_metadata(&dist.sha256);
-        if headers.is_none() && !self.fetcher.cache().contains(&dist.sha256) {
+        // Each source once, cheapest first: headers remembered for this wheel, the wheel
+        // itself when it is cached, the PEP 658 `.metadata` file (for a lock package, that of
+        // the same version on the index), and last the wheel downloaded.
+        let cache = self.fetcher.cache();
+        let mut headers = cache.get_metadata(&dist.sha256);
+        if headers.is_none() {
+            if let Some(wheel) = cache.get(&dist.sha256) {
+                headers = self
+                    .fetcher
+                    .headers_from_wheel(&dist.url, &dist.sha256, &wheel);
+            }
+        }
+        if headers.is_none() {
             let (url, sha) = match (&dist.origin, &dist.index_twin) {
                 (Origin::Lock, Some((url, sha))) => (url.as_str(), sha.as_str()),
                 _ => (dist.url.as_str(), dist.sha256.as_str()),
             };
-            // A missing or unreachable `.metadata` file is not fatal: the wheel may still be had.
-            headers = self
-                .fetcher
-                .metadata_headers(url, sha)
-                .await
-                .unwrap_or_else(|e| {
-                    tracing::debug!("{}: {e}", dist.name);
-                    None
-                });
+            headers = match cache.get_metadata(sha) {
+                Some(remembered) => Some(remembered),
+                // A missing or unreachable `.metadata` file is not fatal: the wheel may still
+                // be had.
+                None => self
+                    .fetcher
+                    .metadata_headers(url, sha)
+                    .await
+                    .unwrap_or_else(|e| {
+                        tracing::debug!("{}: {e}", dist.name);
+                        None
+                    }),
+            };
         }
         if headers.is_none() {
             let wheel = self.file(dist).await?;

@@ -52,6 +52,9 @@ pub struct Limits {
     pub max_queue: usize,
 }
 
+/// The keyword of both import statements (`import x`, `from x import y`).
+const IMPORT_KEYWORD: &str = "import";
+
 /// How often a running call's worker memory is checked.
 const MEMORY_POLL: Duration = Duration::from_millis(25);
 
@@ -407,6 +410,9 @@ impl Executor {
         let scan_started = tokio::time::Instant::now();
         let requirements = match declared {
             Some(deps) => deps,
+            // Every import statement spells the keyword `import` (Python has no other way to
+            // write it), so code without the word has none: no round trip to scan it.
+            None if !code.contains(IMPORT_KEYWORD) => Vec::new(),
             None => match worker
                 .find_imports(code, Deadline::after(timeout, Phase::Scanning))
                 .await
