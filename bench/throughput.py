@@ -8,6 +8,7 @@ raw JSON-RPC (stdio pipes, httpx) so that client libraries do not dominate the f
 import argparse
 import asyncio
 import json
+import os
 import pathlib
 import socket
 import statistics
@@ -25,6 +26,40 @@ CALL = {"name": "run_python_code", "arguments": {"python_code": "1 + 1"}}
 def percentile(values, p):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+# The server is idle once its process tree used less than this much CPU (seconds) over one
+# settling interval (seconds); measuring earlier times spare interpreters booting, not calls.
+IDLE_CPU = 0.01
+SETTLE_INTERVAL = 0.5
+SETTLE_LIMIT = 60
+
+
+def tree_cpu(pid):
+    """CPU seconds used so far by `pid` and its live descendants (from /proc)."""
+    total, ticks = 0.0, os.sysconf("SC_CLK_TCK")
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / ticks
+        for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                total += tree_cpu(int(child))
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return total
+
+
+async def settle(pid):
+    """Waits until the server stops using CPU: a new session's first call takes a spare
+    interpreter and the server boots a replacement (about a second of CPU on both cores),
+    which would otherwise land in the measurement."""
+    before = tree_cpu(pid)
+    for _ in range(int(SETTLE_LIMIT / SETTLE_INTERVAL)):
+        await asyncio.sleep(SETTLE_INTERVAL)
+        now = tree_cpu(pid)
+        if now - before < IDLE_CPU:
+            return
+        before = now
 
 
 def report(label, latencies, elapsed):
@@ -57,6 +92,7 @@ async def stdio_bench(binary, cache, clients, calls, workers):
     proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
     for _ in range(workers * 3):  # warm: every worker booted
         await request("tools/call", CALL)
+    await settle(proc.pid)
     latencies = []
 
     async def client(n):
@@ -74,7 +110,7 @@ async def stdio_bench(binary, cache, clients, calls, workers):
     return latencies, elapsed
 
 
-async def http_bench(base, clients, calls):
+async def http_bench(base, pid, clients, calls):
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
     async def session(http):
@@ -89,6 +125,7 @@ async def http_bench(base, clients, calls):
         for h in sessions:
             for _ in range(3):
                 await http.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": CALL}, headers=h)
+        await settle(pid)
 
         async def client(h, n):
             for i in range(n):
@@ -131,7 +168,7 @@ async def main():
     proc, base = start_http(args.binary, cache, args.workers)
     try:
         for clients in (1, 8):
-            report(f"streamable HTTP, {clients} client(s)", *await http_bench(base, clients, args.calls))
+            report(f"streamable HTTP, {clients} client(s)", *await http_bench(base, proc.pid, clients, args.calls))
     finally:
         proc.terminate()
         proc.wait()
