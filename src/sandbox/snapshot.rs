@@ -2,8 +2,15 @@
 //! the cache directory and restored by later workers, which then skip Python's start-up.
 
 use super::worker::{SandboxReport, Worker, WorkerError};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// How long a stored snapshot may go unrestored before the next snapshot stored beside it
+/// removes it (seven days). A snapshot's name is the digest of the binary and Pyodide that made
+/// it, so after an upgrade the old one is never restored again: 30 MiB left for ever.
+/// Restoring one refreshes its modification time, so a binary still in use keeps its own.
+const STALE_SNAPSHOT_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Starts workers, from a snapshot when one is known to work.
 pub struct Launcher {
@@ -24,6 +31,16 @@ impl SnapshotStore {
         let mut bytes = self.bytes.lock().unwrap_or_else(|p| p.into_inner());
         if bytes.is_none() {
             *bytes = std::fs::read(&self.path).ok().map(Arc::new);
+            if bytes.is_some() {
+                // In use: keep it from being pruned as stale.
+                let touched = std::fs::File::options()
+                    .write(true)
+                    .open(&self.path)
+                    .and_then(|f| f.set_modified(SystemTime::now()));
+                if let Err(e) = touched {
+                    tracing::debug!("cannot refresh {}: {e}", self.path.display());
+                }
+            }
         }
         bytes.clone()
     }
@@ -37,11 +54,12 @@ impl SnapshotStore {
             let written = std::fs::create_dir_all(dir)
                 .and_then(|_| std::fs::write(&tmp, snapshot.as_slice()))
                 .and_then(|_| std::fs::rename(&tmp, &self.path));
-            if let Err(e) = written {
-                tracing::warn!(
+            match written {
+                Ok(()) => prune_stale(dir, &self.path),
+                Err(e) => tracing::warn!(
                     "cannot store the memory snapshot in {}: {e}",
                     self.path.display()
-                );
+                ),
             }
         }
         *self.bytes.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot);
@@ -50,6 +68,33 @@ impl SnapshotStore {
     fn discard(&self) {
         let _ = std::fs::remove_file(&self.path);
         *self.bytes.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// Removes the snapshots (and leftover temporary files) in `dir` other than `keep` that were
+/// not restored or written for [`STALE_SNAPSHOT_AGE`].
+fn prune_stale(dir: &Path, keep: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = SystemTime::now();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let ours = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("pyodide-"));
+        let age = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| now.duration_since(t).ok());
+        if ours && path != keep && age.is_some_and(|a| a > STALE_SNAPSHOT_AGE) {
+            match std::fs::remove_file(&path) {
+                Ok(()) => tracing::info!("removed a stale memory snapshot: {}", path.display()),
+                Err(e) => tracing::debug!("cannot remove {}: {e}", path.display()),
+            }
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 """The download cache, and the `warmup` and `example` modes."""
 
+import os
 import subprocess
+import time
 
 import pytest
 
@@ -77,6 +79,15 @@ async def test_memory_snapshot_is_made_once_and_restored(tmp_path):
     log = tmp_path / "server.log"
     code = "import random\nrandom.random()"
     values = []
+    # Snapshots of other binaries: one not restored for 30 days (an old version's, removed when
+    # this one is stored), one restored yesterday (kept).
+    snapshot_dir = tmp_path / "cache" / "snapshots"
+    snapshot_dir.mkdir(parents=True)
+    month_ago, day_ago = time.time() - 30 * 86400, time.time() - 86400
+    stale, recent = snapshot_dir / "pyodide-0000stale.bin", snapshot_dir / "pyodide-0000recent.bin"
+    for path, when in ((stale, month_ago), (recent, day_ago)):
+        path.write_bytes(b"another binary's snapshot")
+        os.utime(path, (when, when))
     with open(log, "w") as errlog:
         async with mcp_session("--workers", "1", "--fresh-worker", cache_dir=cache, errlog=errlog) as session:
             for _ in range(3):
@@ -85,10 +96,17 @@ async def test_memory_snapshot_is_made_once_and_restored(tmp_path):
     text = log.read_text()
     assert text.count("sandbox worker ready") >= 3
     assert text.count("booted from a memory snapshot") >= 2, text
-    snapshots = list((tmp_path / "cache" / "snapshots").iterdir())
+    assert not stale.exists() and recent.exists()
+    snapshots = [p for p in snapshot_dir.iterdir() if p != recent]
     assert len(snapshots) == 1
     # Workers restored from one snapshot still draw different random numbers.
     assert len(set(values)) == 3, values
+
+    # Restoring a snapshot marks it as in use, so that no other binary prunes it.
+    os.utime(snapshots[0], (month_ago, month_ago))
+    async with mcp_session("--workers", "1", cache_dir=cache) as session:
+        assert (await run(session, "1 + 1")).endswith("<return_value>\n2\n</return_value>")
+    assert snapshots[0].stat().st_mtime > time.time() - 3600
 
     # A damaged snapshot is dropped and the worker boots plainly.
     snapshots[0].write_bytes(b"not a snapshot")
