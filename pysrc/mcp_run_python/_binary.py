@@ -27,9 +27,9 @@ def binary_path() -> str:
     """The path of the `mcp-run-python` binary this package runs.
 
     In order: `$MCP_RUN_PYTHON_BIN` when set; the binary bundled in the wheel
-    (`mcp_run_python/_bin/mcp-run-python`); an `mcp-run-python` executable on PATH (a wheel
-    built without the bundling step, or `cargo install`), if it is a native program and not
-    this package's own launcher.
+    (`mcp_run_python/_bin/mcp-run-python`); the native `mcp-run-python` in this Python's
+    scripts directory (a wheel built from the sdist, which bundles nothing and puts the binary
+    there), then on PATH (`cargo install`). The package's own launcher is never chosen.
 
     Raises:
         FileNotFoundError: none of them exists.
@@ -39,9 +39,12 @@ def binary_path() -> str:
         return override
     if _BUNDLED.is_file():
         return str(_BUNDLED)
-    found = shutil.which('mcp-run-python')
-    if found is not None and _is_native(found):
-        return found
+    import sysconfig
+
+    beside = os.path.join(sysconfig.get_path('scripts'), 'mcp-run-python')
+    for found in (beside, shutil.which('mcp-run-python')):
+        if found is not None and _is_native(found):
+            return found
     raise FileNotFoundError(
         'the mcp-run-python binary is not installed: install the wheel '
         '(`pip install mcp-run-python`) or set MCP_RUN_PYTHON_BIN to a build of your own'
