@@ -320,7 +320,12 @@ impl Sources {
                 (Origin::Lock, Some((url, sha))) => (url.as_str(), sha.as_str()),
                 _ => (dist.url.as_str(), dist.sha256.as_str()),
             };
-            headers = match cache.get_metadata(sha) {
+            // Headers remembered under the index twin's digest (this wheel's own were looked
+            // up above).
+            let remembered = (sha != dist.sha256)
+                .then(|| cache.get_metadata(sha))
+                .flatten();
+            headers = match remembered {
                 Some(remembered) => Some(remembered),
                 // A missing or unreachable `.metadata` file is not fatal: the wheel may still
                 // be had.
