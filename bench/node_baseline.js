@@ -1,12 +1,26 @@
-// Baseline: plain Pyodide in Node, from the same embedded-asset files. Prints JSON timings in
+// Baseline: Pyodide in Node, from the same embedded-asset files. Prints JSON timings in
 // milliseconds: process start → first `print(1)` result, and the median of 50 tiny runs.
+//
+//   node node_baseline.js ASSETS START_MS                 plain boot
+//   node node_baseline.js ASSETS START_MS --make FILE     plain boot, then write a memory snapshot
+//   node node_baseline.js ASSETS START_MS --load FILE     boot from that snapshot (Pyodide's own
+//                                                         `_loadSnapshot`, the fastest Node start)
+const fs = require("fs");
 const path = require("path");
 const t0 = Number(process.argv[3]);
 const dir = path.resolve(process.argv[2]) + "/";
+const mode = process.argv[4];
+const file = process.argv[5];
 const { loadPyodide } = require(dir + "pyodide.js");
 (async () => {
   let out = [];
-  const py = await loadPyodide({ indexURL: dir, stdout: (l) => out.push(l) });
+  const options = { indexURL: dir, stdout: (l) => out.push(l) };
+  if (mode === "--make") options._makeSnapshot = true;
+  if (mode === "--load") options._loadSnapshot = fs.readFileSync(file);
+  const py = await loadPyodide(options);
+  if (mode === "--make") {
+    fs.writeFileSync(file, py.makeMemorySnapshot());
+  }
   py.runPython("print(1)");
   const cold = Date.now() - t0;
   const times = [];

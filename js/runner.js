@@ -11,6 +11,7 @@
   // The Python helper's functions, kept here; the helper module is in no `sys.modules`.
   let helperRun = null;
   let helperFindImports = null;
+  let helperReseed = null;
 
   const errorText = (e) => {
     if (e && typeof e === "object" && "message" in e) return `${e.name || "Error"}: ${e.message}\n${e.stack || ""}`;
@@ -82,6 +83,7 @@
         mod.setup(emit);
         helperRun = mod.run;
         helperFindImports = mod.find_imports;
+        helperReseed = mod.reseed_before_next_run;
         return JSON.stringify({ version: pyodide.version });
       })());
     },
@@ -113,6 +115,15 @@
         if (errors.length) throw new Error(errors.join("\n"));
         return "{}";
       })());
+    },
+
+    // Makes the next run reseed Python's random state from the OS before user code runs
+    // (called in the zygote before it forks). Answers `{}`.
+    reseed(id) {
+      answer(id, Promise.resolve().then(() => {
+        helperReseed();
+        return "{}";
+      }));
     },
 
     // Runs user code; answers with the helper's result object (one JSON text).

@@ -37,10 +37,26 @@ def _clean(text):
 def setup(emit):
     global _emit
     _emit = emit
-    # A worker restored from a memory snapshot starts with the snapshot's random state:
-    # reseed from the OS so that workers never share a sequence.
+    reseed()
+
+
+def reseed():
+    """Reseeds ``random`` from the OS if it is imported: an interpreter restored from a memory
+    snapshot or forked from the zygote starts with their random state, and interpreters must
+    never share a sequence."""
     if "random" in sys.modules:
         sys.modules["random"].seed()
+
+
+_reseed_pending = False
+
+
+def reseed_before_next_run():
+    """Called in the zygote before it forks: every forked interpreter reseeds at the start of
+    its first run, before any user code (in the same call, which is cheaper in a fresh fork
+    than a call of its own)."""
+    global _reseed_pending
+    _reseed_pending = True
 
 
 def find_imports(code):
@@ -219,6 +235,12 @@ async def run(code, globals_json, output_cap, result_cap):
     """Runs ``code`` with fresh globals; returns the result as one JSON object's text:
     ``{"status", "return_value": {"kind", "text"} | null, "error", "truncated"}``. A return
     value whose text is longer than ``result_cap`` bytes becomes an error."""
+    global _reseed_pending
+    if _reseed_pending:
+        # The first run of an interpreter forked from the zygote: a random state of its own
+        # before any user code runs.
+        _reseed_pending = False
+        reseed()
     capture = _Capture(int(output_cap))
     out = _Stream("stdout", capture)
     err = _Stream("stderr", capture)

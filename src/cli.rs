@@ -63,8 +63,9 @@ pub struct Cli {
     #[arg(long)]
     pub spares: Option<usize>,
 
-    /// Most live MCP sessions (each may hold an interpreter of ~230 MiB); beyond it a new
-    /// session is refused (HTTP 503) [default: sized from this machine's memory].
+    /// Most live MCP sessions (each may hold an interpreter: ~230 MiB booted, ~10-30 MiB of its
+    /// own when forked from the zygote); beyond it a new session is refused (HTTP 503)
+    /// [default: sized from this machine's memory].
     #[arg(long)]
     pub max_sessions: Option<usize>,
 
@@ -138,6 +139,13 @@ pub struct Cli {
     /// one is kept in the cache directory, which makes later boots several times faster).
     #[arg(long)]
     pub no_snapshot: bool,
+
+    /// Never fork interpreters from a zygote; boot each one (from the memory snapshot). By
+    /// default the HTTP modes and `--isolation call`, which need a new interpreter per session
+    /// or per call, keep one zygote that boots Pyodide once and forks a fresh, confined
+    /// interpreter in milliseconds (README, "Performance").
+    #[arg(long)]
+    pub no_zygote: bool,
 }
 
 /// Where packages come from; shared by the server and `packages download`.

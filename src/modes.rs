@@ -153,7 +153,13 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         Some(n) => (n, initial.max(n)),
         None => (spares, initial),
     };
-    let launcher = Arc::new(Launcher::new(exe, worker_args, snapshot_path));
+    // A zygote pays for itself where new interpreters are needed all the time: a session each
+    // (HTTP) or a call each. Over stdio one session keeps one interpreter for its whole life.
+    let zygote = !cli.no_zygote
+        && (isolation == Isolation::Call
+            || (isolation == Isolation::Session
+                && !matches!(cli.mode, Mode::Stdio | Mode::Warmup | Mode::Example)));
+    let launcher = Arc::new(Launcher::new(exe, worker_args, snapshot_path, zygote));
     let limits = Limits {
         timeout: seconds(cli.timeout, "--timeout")?,
         install_timeout: seconds(cli.install_timeout, "--install-timeout")?
@@ -184,7 +190,15 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         deps,
         net,
     );
-    let sessions = Sessions::new(cli.max_sessions.unwrap_or_else(default_max_sessions));
+    let interpreter_mib = if zygote {
+        FORKED_INTERPRETER_MIB
+    } else {
+        INTERPRETER_MIB
+    };
+    let sessions = Sessions::new(
+        cli.max_sessions
+            .unwrap_or_else(|| default_max_sessions(interpreter_mib)),
+    );
     Ok(RunPythonServer::new(
         Arc::new(executor),
         cli.return_mode,
@@ -203,6 +217,11 @@ const NO_INSTALL_LIMIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// after one trivial call). Used to size the default `--max-sessions`.
 const INTERPRETER_MIB: u64 = 256;
 
+/// Memory of one live, idle interpreter forked from the zygote, rounded up (MiB of PSS;
+/// measured by `bench/interpreters.py`: its own pages after one trivial call, plus its share of
+/// the zygote's). Used to size the default `--max-sessions` when a zygote is on.
+const FORKED_INTERPRETER_MIB: u64 = 32;
+
 /// Share of the machine's memory that live interpreters may take by default (percent).
 const SESSION_MEMORY_PERCENT: u64 = 75;
 
@@ -210,8 +229,9 @@ const SESSION_MEMORY_PERCENT: u64 = 75;
 const MIN_DEFAULT_SESSIONS: usize = 4;
 const MAX_DEFAULT_SESSIONS: usize = 1024;
 
-/// `--max-sessions` by default: as many idle interpreters as fit in 75% of the memory.
-fn default_max_sessions() -> usize {
+/// `--max-sessions` by default: as many idle interpreters of `interpreter_mib` MiB as fit in
+/// 75% of the memory.
+fn default_max_sessions(interpreter_mib: u64) -> usize {
     let total_kib = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
@@ -221,7 +241,7 @@ fn default_max_sessions() -> usize {
                 .and_then(|n| n.parse::<u64>().ok())
         })
         .unwrap_or(8 << 20);
-    let fit = total_kib / 1024 * SESSION_MEMORY_PERCENT / 100 / INTERPRETER_MIB;
+    let fit = total_kib / 1024 * SESSION_MEMORY_PERCENT / 100 / interpreter_mib;
     usize::try_from(fit)
         .unwrap_or(MAX_DEFAULT_SESSIONS)
         .clamp(MIN_DEFAULT_SESSIONS, MAX_DEFAULT_SESSIONS)

@@ -6,12 +6,19 @@
 //! `cargo test --features escape-test --test sandbox_escape`
 #![cfg(all(target_os = "linux", feature = "escape-test"))]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{
+    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
+    SockFlag, SockType,
+};
+use std::io::{BufRead, BufReader, IoSlice, IoSliceMut, Read, Write};
 use std::net::TcpListener;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_mcp-run-python");
@@ -89,6 +96,15 @@ fn run_worker(
         &attachments,
     );
     let (ready, mut made) = read_frame(&mut stdout);
+    let mut run = observe(&ready, stderr, without_seccomp);
+    drop(stdin);
+    let status = child.wait().unwrap();
+    run.signal = status.signal();
+    (run, made.pop())
+}
+
+/// Checks a worker's `ready` frame, then reads its probe lines from `stderr` until it ends.
+fn observe(ready: &serde_json::Value, stderr: impl Read, without_seccomp: bool) -> Run {
     assert_eq!(ready["kind"], "ready", "{ready}");
     let line = ready["sandbox"].as_str().unwrap_or_default().to_owned();
     if without_seccomp {
@@ -113,7 +129,7 @@ fn run_worker(
         log: String::new(),
     };
     for line in BufReader::new(stderr).lines() {
-        let line = line.unwrap();
+        let Ok(line) = line else { break };
         run.log.push_str(&line);
         run.log.push('\n');
         let Some(rest) = line.strip_prefix("escape-probe ") else {
@@ -134,10 +150,162 @@ fn run_worker(
                 .push((index.parse().unwrap(), name.to_owned(), outcome));
         }
     }
-    drop(stdin);
-    let status = child.wait().unwrap();
-    run.signal = status.signal();
-    (run, made.pop())
+    run
+}
+
+/// A zygote (`__worker --control-fd=N`) that forks workers for the probes: each forked
+/// interpreter must be as sealed as a booted one.
+struct ForkServer {
+    zygote: std::process::Child,
+    control: OwnedFd,
+    /// The zygote's stderr: it logs how each interpreter it reaped ended.
+    log: Arc<Mutex<String>>,
+}
+
+impl ForkServer {
+    fn start(port: u16, snapshot: &[u8], without_seccomp: bool) -> ForkServer {
+        let hole = if without_seccomp {
+            ",without-seccomp"
+        } else {
+            ""
+        };
+        // The zygote's end is inherited (no close-on-exec); ours is not.
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::empty(),
+        )
+        .unwrap();
+        nix::fcntl::fcntl(
+            &ours,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )
+        .unwrap();
+        let mut zygote = Command::new(WORKER)
+            .arg("__worker")
+            .arg(format!("--escape-test={port},stdin{hole}"))
+            .arg(format!("--control-fd={}", theirs.as_raw_fd()))
+            .env_clear()
+            .env("RUST_LOG", "mcp_run_python=debug")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(theirs);
+        let mut stdin = zygote.stdin.take().unwrap();
+        let mut stdout = zygote.stdout.take().unwrap();
+        write_frame(
+            &mut stdin,
+            r#"{"op":"boot","snapshot":"load"}"#,
+            &[snapshot],
+        );
+        let (ready, _) = read_frame(&mut stdout);
+        assert_eq!(ready["kind"], "ready", "{ready}");
+        let log = Arc::new(Mutex::new(String::new()));
+        let sink = log.clone();
+        let stderr = zygote.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        // Forkable once its engine's idle threads ended (about ten seconds).
+        let (bytes, _) = receive(&ours, Duration::from_secs(180));
+        assert_eq!(bytes, b"R", "{}", log.lock().unwrap());
+        // Kept open for the zygote's life: it boots once and is never asked anything else.
+        std::mem::forget((stdin, stdout));
+        ForkServer {
+            zygote,
+            control: ours,
+            log,
+        }
+    }
+
+    /// Forks one interpreter that runs the probes from `first`.
+    fn run(&self, first: usize, without_seccomp: bool) -> Run {
+        let (in_r, in_w) = nix::unistd::pipe().unwrap();
+        let (out_r, out_w) = nix::unistd::pipe().unwrap();
+        let (err_r, err_w) = nix::unistd::pipe().unwrap();
+        let fds = [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+        sendmsg::<()>(
+            self.control.as_raw_fd(),
+            &[IoSlice::new(b"F")],
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
+        drop((in_r, out_w, err_w));
+        let (bytes, _pidfd) = receive(&self.control, Duration::from_secs(30));
+        let pid = u32::from_le_bytes(bytes[..4].try_into().expect("a pid"));
+        let mut stdin = std::fs::File::from(in_w);
+        writeln!(stdin, "{first}").unwrap();
+        let mut stdout = std::fs::File::from(out_r);
+        let (ready, _) = read_frame(&mut stdout);
+        let mut run = observe(&ready, std::fs::File::from(err_r), without_seccomp);
+        drop(stdin);
+        // Only the zygote sees how its child ended: it logs it when it reaps it.
+        let ended = format!("interpreter {pid} ended: ");
+        for _ in 0..200 {
+            let log = self.log.lock().unwrap().clone();
+            if let Some(rest) = log.split(&ended).nth(1) {
+                let how = rest.lines().next().unwrap_or_default();
+                run.signal = how
+                    .strip_prefix("signal ")
+                    .and_then(|n| n.trim_end_matches('"').parse().ok());
+                return run;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "the zygote never reaped {pid}:\n{}",
+            self.log.lock().unwrap()
+        );
+    }
+}
+
+impl Drop for ForkServer {
+    fn drop(&mut self) {
+        let _ = self.zygote.kill();
+        let _ = self.zygote.wait();
+    }
+}
+
+/// One message from the control socket, waited for at most `timeout`.
+fn receive(control: &OwnedFd, timeout: Duration) -> (Vec<u8>, Vec<OwnedFd>) {
+    let mut fds = [PollFd::new(control.as_fd(), PollFlags::POLLIN)];
+    let millis = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+    let mut waited = Duration::ZERO;
+    while poll(&mut fds, PollTimeout::from(millis.min(1000))).unwrap() == 0 {
+        waited += Duration::from_millis(u64::from(millis.min(1000)));
+        assert!(waited < timeout, "no message from the zygote");
+    }
+    let mut buf = [0u8; 512];
+    let mut space = nix::cmsg_space!([RawFd; 3]);
+    let mut iov = [IoSliceMut::new(&mut buf)];
+    let msg = recvmsg::<()>(
+        control.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::empty(),
+    )
+    .unwrap();
+    let mut owned = Vec::new();
+    for cmsg in msg.cmsgs().unwrap() {
+        if let ControlMessageOwned::ScmRights(raw) = cmsg {
+            // SAFETY: just received; owned once, here.
+            owned.extend(
+                raw.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
+        }
+    }
+    let n = msg.bytes;
+    (buf[..n].to_vec(), owned)
 }
 
 /// What every probe came to, in order: `(name, outcome)`, where the outcome is `blocked errno
@@ -168,8 +336,9 @@ impl Outcomes {
     }
 }
 
-/// Runs every probe, in as many workers as the probes that kill one take.
-fn probe_all(without_seccomp: bool) -> Outcomes {
+/// Runs every probe, in as many workers as the probes that kill one take: booted workers, or
+/// with `forked`, interpreters forked from one zygote.
+fn probe_all(without_seccomp: bool, forked: bool) -> Outcomes {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let connected = Arc::new(AtomicBool::new(false));
@@ -189,13 +358,25 @@ fn probe_all(without_seccomp: bool) -> Outcomes {
     let _ = std::fs::remove_file(written);
 
     let mut snapshot: Option<Vec<u8>> = None;
+    let mut fork_server = None;
+    if forked {
+        // A snapshot for the zygote, from a worker that runs no probe past the last.
+        let (_, made) = run_worker(port, usize::MAX, None, without_seccomp);
+        let snapshot = made.expect("a worker makes a snapshot");
+        fork_server = Some(ForkServer::start(port, &snapshot, without_seccomp));
+    }
     let mut first = 0;
     let mut results = Vec::new();
     loop {
-        let (run, made) = run_worker(port, first, snapshot.as_deref(), without_seccomp);
-        if snapshot.is_none() {
-            snapshot = Some(made.expect("the first worker makes a snapshot"));
-        }
+        let run = if let Some(fork_server) = &fork_server {
+            fork_server.run(first, without_seccomp)
+        } else {
+            let (run, made) = run_worker(port, first, snapshot.as_deref(), without_seccomp);
+            if snapshot.is_none() {
+                snapshot = Some(made.expect("the first worker makes a snapshot"));
+            }
+            run
+        };
         for (index, name, outcome) in &run.results {
             assert_eq!(*index, results.len(), "{}", run.log);
             results.push((name.clone(), outcome.clone()));
@@ -228,7 +409,7 @@ fn probe_all(without_seccomp: bool) -> Outcomes {
 
 #[test]
 fn a_sealed_worker_cannot_escape() {
-    let outcomes = probe_all(false);
+    let outcomes = probe_all(false, false);
     eprintln!("{}", outcomes.report());
     assert!(
         outcomes.allowed().is_empty(),
@@ -244,7 +425,18 @@ fn a_sealed_worker_cannot_escape() {
 /// What only seccomp stops (new processes, new namespaces, io_uring) is listed, not hidden.
 #[test]
 fn without_seccomp_the_other_layers_still_hold() {
-    let outcomes = probe_all(true);
+    layers_without_seccomp_hold(false);
+}
+
+/// The same for an interpreter forked from the zygote: its own Landlock domain, and the
+/// zygote's namespaces and empty capability sets, keep the host and its siblings out of reach.
+#[test]
+fn without_seccomp_a_forked_interpreter_still_holds() {
+    layers_without_seccomp_hold(true);
+}
+
+fn layers_without_seccomp_hold(forked: bool) {
+    let outcomes = probe_all(true, forked);
     eprintln!("{}", outcomes.report());
     /// Stopped by seccomp alone: each is harmless under the other layers (a child or a
     /// namespace inherits every one of them), but none is needed, so the filter forbids it.
@@ -263,4 +455,18 @@ fn without_seccomp_the_other_layers_still_hold() {
             "{name} killed a worker that has no seccomp filter: {outcome}"
         );
     }
+}
+
+/// An interpreter forked from the zygote is sealed like a booted worker: every probe fails.
+#[test]
+fn a_forked_interpreter_cannot_escape() {
+    let outcomes = probe_all(false, true);
+    eprintln!("{}", outcomes.report());
+    assert!(
+        outcomes.allowed().is_empty(),
+        "escapes:\n{}",
+        outcomes.report()
+    );
+    assert!(!outcomes.connected, "the interpreter reached the listener");
+    assert!(!outcomes.wrote, "the interpreter wrote a file");
 }

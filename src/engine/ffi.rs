@@ -56,6 +56,9 @@ pub const K_JS_TYPE_STRING: u32 = 4;
 pub const K_JS_TYPE_OBJECT: u32 = 5;
 
 extern "C" {
+    /// A full, synchronous garbage collection (JavaScriptCore's `JSBasePrivate.h`, exported
+    /// by the GTK port); `JSGarbageCollect` only schedules one.
+    pub fn JSSynchronousGarbageCollectForDebugging(ctx: JSContextRef);
     pub fn JSGlobalContextCreate(global_object_class: JSClassRef) -> JSGlobalContextRef;
     pub fn JSGlobalContextRelease(ctx: JSGlobalContextRef);
     pub fn JSContextGetGlobalObject(ctx: JSContextRef) -> JSObjectRef;

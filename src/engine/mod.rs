@@ -97,6 +97,13 @@ impl Engine {
     }
 
     /// Forgets the owned virtual files (after they were installed), freeing their memory.
+    /// Collects every unreachable JavaScript object now (a full collection), so that a zygote
+    /// forks no garbage into its children.
+    pub fn collect_garbage(&mut self) {
+        // SAFETY: `ctx` is this engine's live context, used from its own thread.
+        unsafe { ffi::JSSynchronousGarbageCollectForDebugging(self.ctx) };
+    }
+
     pub fn clear_files(&mut self) {
         STATE.with(|s| s.borrow_mut().owned_files.clear());
     }

@@ -2,10 +2,13 @@
 //! (DESIGN §3).
 
 pub mod confine;
+pub mod fork_server;
 pub mod net;
 pub mod pool;
+pub mod process;
 pub mod protocol;
 pub mod snapshot;
 pub mod spares;
 pub mod worker;
 pub mod worker_main;
+pub mod zygote;

@@ -2,9 +2,10 @@
 //! the cache directory and restored by later workers, which then skip Python's start-up.
 
 use super::worker::{SandboxReport, Worker, WorkerError};
+use super::zygote::Zygote;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How long a stored snapshot may go unrestored before the next snapshot stored beside it
 /// removes it (seven days). A snapshot's name is the digest of the binary and Pyodide that made
@@ -12,13 +13,34 @@ use std::time::{Duration, SystemTime};
 /// Restoring one refreshes its modification time, so a binary still in use keeps its own.
 const STALE_SNAPSHOT_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// Starts workers, from a snapshot when one is known to work.
+/// How long after a zygote failed the next one is started (seconds); workers are restored from
+/// the snapshot meanwhile.
+const ZYGOTE_RETRY: Duration = Duration::from_secs(30);
+
+/// Starts workers: forked from the zygote once it is ready, else from a snapshot when one is
+/// known to work, else plainly.
 pub struct Launcher {
     exe: PathBuf,
     args: Vec<String>,
     store: Option<SnapshotStore>,
     /// The last confinement report of a worker, logged whenever it changes.
     sandbox: Mutex<Option<SandboxReport>>,
+    /// The fork server, when enabled (`--zygote`).
+    zygote: Option<Mutex<ZygoteState>>,
+}
+
+/// Where the fork server stands.
+enum ZygoteState {
+    /// Not started yet: started after the first worker booted (which made the snapshot).
+    Idle,
+    /// Booting and warming up in the background.
+    Starting,
+    /// Forks interpreters.
+    Ready(Arc<Zygote>),
+    /// Failed; not started again before this instant.
+    Failed(Instant),
+    /// Shut down.
+    Closed,
 }
 
 struct SnapshotStore {
@@ -100,7 +122,13 @@ fn prune_stale(dir: &Path, keep: &Path) {
 
 impl Launcher {
     /// Workers run `exe __worker <args>`; with `snapshot_path`, snapshots are kept there.
-    pub fn new(exe: PathBuf, args: Vec<String>, snapshot_path: Option<PathBuf>) -> Self {
+    /// With `zygote`, workers are forked from a zygote once it is ready (`zygote.rs`).
+    pub fn new(
+        exe: PathBuf,
+        args: Vec<String>,
+        snapshot_path: Option<PathBuf>,
+        zygote: bool,
+    ) -> Self {
         Launcher {
             exe,
             args,
@@ -109,6 +137,93 @@ impl Launcher {
                 bytes: Mutex::new(None),
             }),
             sandbox: Mutex::new(None),
+            zygote: zygote.then(|| Mutex::new(ZygoteState::Idle)),
+        }
+    }
+
+    /// The zygote, when it is ready to fork.
+    fn ready_zygote(&self) -> Option<Arc<Zygote>> {
+        let state = self
+            .zygote
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match &*state {
+            ZygoteState::Ready(zygote) => Some(zygote.clone()),
+            _ => None,
+        }
+    }
+
+    /// Starts the zygote in the background unless it runs, starts, or failed recently.
+    fn start_zygote(self: &Arc<Self>) {
+        let Some(slot) = &self.zygote else {
+            return;
+        };
+        {
+            let mut state = slot.lock().unwrap_or_else(|p| p.into_inner());
+            match &*state {
+                ZygoteState::Idle => {}
+                ZygoteState::Failed(until) if Instant::now() >= *until => {}
+                _ => return,
+            }
+            *state = ZygoteState::Starting;
+        }
+        let launcher = self.clone();
+        tokio::spawn(async move {
+            let snapshot = launcher.store.as_ref().and_then(SnapshotStore::load);
+            let started = Zygote::start(&launcher.exe, &launcher.args, snapshot).await;
+            let Some(slot) = &launcher.zygote else {
+                return;
+            };
+            let unwanted = {
+                let mut state = slot.lock().unwrap_or_else(|p| p.into_inner());
+                let closed = matches!(*state, ZygoteState::Closed);
+                match started {
+                    Ok(zygote) if !closed => {
+                        tracing::info!("the zygote is ready: new interpreters are forked from it");
+                        *state = ZygoteState::Ready(Arc::new(zygote));
+                        None
+                    }
+                    Ok(zygote) => Some(zygote),
+                    Err(e) => {
+                        tracing::warn!(
+                            "the zygote did not start (interpreters are booted meanwhile): {e}"
+                        );
+                        if !closed {
+                            *state = ZygoteState::Failed(Instant::now() + ZYGOTE_RETRY);
+                        }
+                        None
+                    }
+                }
+            };
+            if let Some(zygote) = unwanted {
+                zygote.kill().await;
+            }
+        });
+    }
+
+    /// Drops `zygote` after it failed, and lets a new one start after [`ZYGOTE_RETRY`].
+    async fn zygote_failed(&self, zygote: Arc<Zygote>) {
+        if let Some(slot) = &self.zygote {
+            let mut state = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if matches!(&*state, ZygoteState::Ready(z) if Arc::ptr_eq(z, &zygote)) {
+                *state = ZygoteState::Failed(Instant::now() + ZYGOTE_RETRY);
+            }
+        }
+        zygote.kill().await;
+    }
+
+    /// Kills the zygote and starts none again (at shutdown).
+    pub async fn shutdown(&self) {
+        let Some(slot) = &self.zygote else {
+            return;
+        };
+        let old = std::mem::replace(
+            &mut *slot.lock().unwrap_or_else(|p| p.into_inner()),
+            ZygoteState::Closed,
+        );
+        if let ZygoteState::Ready(zygote) = old {
+            zygote.kill().await;
         }
     }
 
@@ -135,13 +250,31 @@ impl Launcher {
         worker
     }
 
-    /// Boots one worker: from the snapshot if there is one (a snapshot that fails is deleted
-    /// and a plain boot follows), else plainly, making the snapshot for the next ones.
+    /// Starts one worker: forked from the zygote when it is ready (a zygote that fails is
+    /// replaced later), else booted from the snapshot if there is one (a snapshot that fails
+    /// is deleted and a plain boot follows), else plainly, making the snapshot for the next
+    /// ones. The first boot starts the zygote in the background.
     ///
     /// Errors: the worker could not be started or booted, or it refused to serve unconfined
     /// ([`WorkerError::Unconfined`], `--sandbox strict`).
-    pub async fn launch(&self) -> Result<Worker, WorkerError> {
-        self.boot().await.map(|worker| self.note(worker))
+    pub async fn launch(self: &Arc<Self>) -> Result<Worker, WorkerError> {
+        if let Some(zygote) = self.ready_zygote() {
+            match zygote.fork().await {
+                Ok(worker) => return Ok(self.note(worker)),
+                Err(super::zygote::ZygoteError::Ready(e @ WorkerError::Unconfined(_))) => {
+                    return Err(e)
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "the zygote failed, booting interpreters until it is replaced: {e}"
+                    );
+                    self.zygote_failed(zygote).await;
+                }
+            }
+        }
+        let worker = self.boot().await?;
+        self.start_zygote();
+        Ok(self.note(worker))
     }
 
     async fn boot(&self) -> Result<Worker, WorkerError> {

@@ -163,6 +163,7 @@ impl Spares {
     /// Kills every spare and stops booting new ones.
     pub async fn shutdown(&self) {
         self.closed.store(true, Ordering::SeqCst);
+        self.launcher.shutdown().await;
         let spares: Vec<Worker> = self
             .ready
             .lock()

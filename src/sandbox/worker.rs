@@ -5,6 +5,7 @@
 //! and output is counted against the call's cap as it arrives. Any breach ends the worker.
 
 use super::net::NetPolicy;
+use super::process::{Ended, Process};
 use super::protocol::{
     read_frame_async, write_frame_async, CallId, Frame, FrameError, FrameLimits, Reply, Request,
     RunOutcome, SnapshotMode, Stream,
@@ -12,13 +13,14 @@ use super::protocol::{
 use super::worker_main::OUTPUT_SLACK;
 use std::collections::HashMap;
 use std::fmt;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
+use tokio::process::Command;
 use tokio::time::Instant;
 
 /// How long a worker may take to boot Pyodide (seconds); a debug build on a busy machine
@@ -96,11 +98,16 @@ pub struct RunRequest<'a> {
     pub result_cap: usize,
 }
 
+/// The front's end of a worker's standard input: a pipe of a spawned or a forked process.
+type WorkerIn = Box<dyn AsyncWrite + Send + Unpin>;
+/// The front's end of a worker's standard output or error.
+type WorkerOut = Box<dyn AsyncRead + Send + Unpin>;
+
 /// A running worker that has booted Pyodide.
 pub struct Worker {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    process: Process,
+    stdin: WorkerIn,
+    stdout: BufReader<WorkerOut>,
     next_id: CallId,
     /// The packages installed in this worker: normalized name → version.
     pub installed: HashMap<String, String>,
@@ -119,7 +126,7 @@ pub struct SandboxReport {
 
 /// Logs a worker's stderr at debug level, escaped and bounded: its text may come from user
 /// code, and must never pass for the server's own log lines.
-fn drain_stderr(pid: Option<u32>, stderr: ChildStderr) {
+fn drain_stderr(pid: Option<u32>, stderr: WorkerOut) {
     tokio::spawn(async move {
         let mut reader = BufReader::new(stderr);
         let mut logged = 0usize;
@@ -157,11 +164,32 @@ impl Worker {
         snapshot: Option<Arc<Vec<u8>>>,
         make_snapshot: bool,
     ) -> Result<(Worker, Option<Vec<u8>>), WorkerError> {
+        let worker = Worker::start(exe, args, None)?;
+        let (mode, attachment) = match (&snapshot, make_snapshot) {
+            (Some(bytes), _) => (SnapshotMode::Load, Some(bytes.as_slice())),
+            (None, true) => (SnapshotMode::Make, None),
+            (None, false) => (SnapshotMode::None, None),
+        };
+        worker.boot(Some((mode, attachment))).await
+    }
+
+    /// Starts `exe __worker <args>` with piped stdin, stdout and stderr and no environment
+    /// but `RUST_LOG`; `control`, when given, becomes its descriptor 3 (the zygote's control
+    /// socket, `fork_server.rs`). Does not wait for it to boot.
+    ///
+    /// Errors: [`WorkerError::Spawn`], [`WorkerError::Protocol`] (pipes missing).
+    pub fn start(
+        exe: &Path,
+        args: &[String],
+        control: Option<&OwnedFd>,
+    ) -> Result<Worker, WorkerError> {
+        use std::os::fd::AsRawFd;
         let mut command = Command::new(exe);
+        let control = control.map(|fd| fd.as_raw_fd());
         // SAFETY: `pre_exec` runs in the forked child before `exec` and makes only
-        // an async-signal-safe system call (close_range): no allocation, no locks.
+        // async-signal-safe system calls (close_range, dup2, fcntl): no allocation, no locks.
         unsafe {
-            command.pre_exec(super::confine::spawn::pre_exec);
+            command.pre_exec(move || super::confine::spawn::pre_exec(control));
         }
         let mut child = command
             .arg("__worker")
@@ -180,30 +208,60 @@ impl Worker {
         else {
             return Err(WorkerError::Protocol("worker pipes missing".into()));
         };
-        drain_stderr(child.id(), stderr);
-        let mut worker = Worker {
-            child,
+        drain_stderr(child.id(), Box::new(stderr));
+        Ok(Worker::new(
+            Process::Spawned(child),
+            Box::new(stdin),
+            Box::new(stdout),
+        ))
+    }
+
+    /// A worker on a process forked by the zygote (`zygote.rs`), through the front's ends of
+    /// its pipes. Does not wait for it to be ready.
+    pub fn forked(
+        process: Process,
+        stdin: WorkerIn,
+        stdout: WorkerOut,
+        stderr: WorkerOut,
+    ) -> Worker {
+        drain_stderr(process.id(), stderr);
+        Worker::new(process, stdin, stdout)
+    }
+
+    fn new(process: Process, stdin: WorkerIn, stdout: WorkerOut) -> Worker {
+        Worker {
+            process,
             stdin,
             stdout: BufReader::new(stdout),
             next_id: 1,
             installed: HashMap::new(),
             sandbox: SandboxReport::default(),
-        };
-        let (mode, attachment) = match (&snapshot, make_snapshot) {
-            (Some(bytes), _) => (SnapshotMode::Load, Some(bytes.as_slice())),
-            (None, true) => (SnapshotMode::Make, None),
-            (None, false) => (SnapshotMode::None, None),
-        };
+        }
+    }
+
+    /// Sends `boot` (the snapshot mode and the snapshot), if given, and waits for the worker
+    /// to say it is ready (a forked interpreter says so by itself). Returns the worker and the
+    /// snapshot it made, if any.
+    ///
+    /// Errors: [`WorkerError::Boot`], [`WorkerError::BootTimeout`], [`WorkerError::Stopped`],
+    /// [`WorkerError::Protocol`], [`WorkerError::Unconfined`].
+    pub async fn boot(
+        self,
+        boot: Option<(SnapshotMode, Option<&[u8]>)>,
+    ) -> Result<(Worker, Option<Vec<u8>>), WorkerError> {
+        let mut worker = self;
         let limits = FrameLimits {
             attachments: 1,
             attachment: MAX_SNAPSHOT_BYTES,
             ..FrameLimits::CONTROL
         };
         let booted = async {
-            let attachments: Vec<&[u8]> = attachment.into_iter().collect();
-            worker
-                .send(&Request::Boot { snapshot: mode }, &attachments)
-                .await?;
+            if let Some((mode, attachment)) = boot {
+                let attachments: Vec<&[u8]> = attachment.into_iter().collect();
+                worker
+                    .send(&Request::Boot { snapshot: mode }, &attachments)
+                    .await?;
+            }
             worker.next_frame(limits).await
         };
         let ready = tokio::time::timeout(BOOT_TIMEOUT, booted).await;
@@ -232,13 +290,13 @@ impl Worker {
                     },
                 attachments,
             })) => {
-                let how = if restored {
-                    " from a memory snapshot"
-                } else {
-                    ""
+                let how = match (worker.process.is_forked(), restored) {
+                    (true, _) => "forked from the zygote",
+                    (false, true) => "booted from a memory snapshot",
+                    (false, false) => "booted",
                 };
                 tracing::info!(
-                    "sandbox worker ready: Pyodide {pyodide_version:?} booted{how} in {boot_ms} ms"
+                    "sandbox worker ready: Pyodide {pyodide_version:?} {how} in {boot_ms} ms"
                 );
                 worker.sandbox = SandboxReport {
                     line: sandbox,
@@ -303,20 +361,16 @@ impl Worker {
     /// Whether the process was ended by a signal that comes from outside (a shutdown or an
     /// operator), rather than failing by itself.
     fn stopped_from_outside(&mut self) -> bool {
-        use std::os::unix::process::ExitStatusExt;
         matches!(
-            self.child
-                .try_wait()
-                .ok()
-                .flatten()
-                .and_then(|s| s.signal()),
+            self.process.signal(),
             Some(libc::SIGTERM | libc::SIGKILL | libc::SIGINT | libc::SIGHUP)
         )
     }
 
     async fn exit_reason(&mut self) -> String {
-        match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await {
-            Ok(Ok(status)) => format!(" ({status})"),
+        match tokio::time::timeout(Duration::from_secs(2), self.process.wait()).await {
+            Ok(Some(Ended::Status(status))) => format!(" ({status})"),
+            // Only the zygote sees how a forked interpreter ended.
             _ => String::new(),
         }
     }
@@ -479,7 +533,7 @@ impl Worker {
 
     /// The worker's process id, if it is still running.
     pub fn pid(&self) -> Option<u32> {
-        self.child.id()
+        self.process.id()
     }
 
     /// Resident memory of the worker process (bytes), read from `/proc/<pid>/statm`.
@@ -487,10 +541,17 @@ impl Worker {
         resident_bytes(self.pid()?)
     }
 
+    /// Kills the process now and reaps it in the background: the caller (a call's answer)
+    /// does not wait for the kernel to tear down a large address space.
+    pub fn kill_soon(mut self) {
+        self.process.start_kill();
+        tokio::spawn(self.kill());
+    }
+
     /// Kills the process and reaps it.
     pub async fn kill(mut self) {
-        let _ = self.child.start_kill();
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        self.process.start_kill();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.process.wait()).await;
     }
 }
 

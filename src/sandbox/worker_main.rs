@@ -111,6 +111,7 @@ struct Runner {
     find_imports: JsFunction,
     install: JsFunction,
     run: JsFunction,
+    reseed: JsFunction,
 }
 
 /// An answer of the runner that is not the expected shape: why the operation failed
@@ -146,6 +147,11 @@ enum OperationError {
     #[error("the runner gave an answer of the wrong shape")]
     Shape(#[source] serde_json::Error),
 }
+
+/// The runner's `{}` answer (an error is any other shape).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Empty {}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -218,7 +224,7 @@ fn boot(
         .eval_functions(
             RUNNER_JS,
             "mcp:runner.js",
-            &["boot", "findImports", "install", "run"],
+            &["boot", "findImports", "install", "run", "reseed"],
         )?
         .into_iter();
     let mut next = || {
@@ -231,6 +237,7 @@ fn boot(
         find_imports: next()?,
         install: next()?,
         run: next()?,
+        reseed: next()?,
     };
     let env = r#"{"HOME":"/home/pyodide","USER":"pyodide","LANG":"C.UTF-8"}"#;
     let deadline = Some(Instant::now() + BOOT_TIMEOUT);
@@ -366,7 +373,111 @@ fn forward_output(running: &Running, text: &str) {
     }
 }
 
+/// Calls the zygote makes before it forks, so that its children inherit warm caches and
+/// compiled code: the first call of a forked interpreter then costs about what a later one does.
+const WARM_UP_CALLS: usize = 200;
+
+/// Code of the warm-up calls: a trivial expression, output, a standard-library import, a loop
+/// with a function call (tier-up of the interpreter's hot paths), an error with a traceback.
+const WARM_UP_CODE: [&str; 5] = [
+    "1 + 1",
+    "print('warm')",
+    "import json, re\njson.dumps({'a': re.sub('a', 'b', 'aaa')})",
+    "def f(n):\n    return sum(i * i for i in range(n))\nf(200)",
+    "undefined_name",
+];
+
+/// Runs [`WARM_UP_CALLS`] calls in the zygote through the same runner functions a real call
+/// uses (their output goes nowhere: no run is in progress for the front).
+fn warm_up(engine: &mut Engine, runner: &Runner) -> Result<()> {
+    for i in 0..WARM_UP_CALLS {
+        let code = WARM_UP_CODE[i % WARM_UP_CODE.len()];
+        call(
+            engine,
+            &runner.find_imports,
+            BOOT_CALL,
+            &[Arg::Str(code)],
+            None,
+        )
+        .context("warming up the zygote")?;
+        let answer = call(
+            engine,
+            &runner.run,
+            BOOT_CALL,
+            &[
+                Arg::Str(code),
+                Arg::Str("{}"),
+                Arg::Num(WARM_UP_CAP as f64),
+                Arg::Num(WARM_UP_CAP as f64),
+            ],
+            None,
+        )
+        .context("warming up the zygote")?;
+        parse_answer::<RunOutcome>(&answer).context("warming up the zygote")?;
+    }
+    let answer = call(
+        engine,
+        &runner.run,
+        BOOT_CALL,
+        &[
+            Arg::Str(FREEZE_CODE),
+            Arg::Str("{}"),
+            Arg::Num(WARM_UP_CAP as f64),
+            Arg::Num(WARM_UP_CAP as f64),
+        ],
+        None,
+    )
+    .context("freezing the zygote's objects")?;
+    parse_answer::<RunOutcome>(&answer).context("freezing the zygote's objects")?;
+    // The zygote's random state is every child's: each reseeds in its first run.
+    let answer = call(engine, &runner.reseed, BOOT_CALL, &[], None)
+        .context("preparing the reseed of forked interpreters")?;
+    parse_answer::<Empty>(&answer).context("preparing the reseed of forked interpreters")?;
+    engine.collect_garbage();
+    Ok(())
+}
+
+/// The zygote's last call: every object alive now moves to the garbage collector's permanent
+/// generation, which it never scans again (`gc.freeze`, meant for pre-fork servers), so that a
+/// forked interpreter's collections do not write to (and copy) every page of the zygote's heap.
+const FREEZE_CODE: &str = "import gc\ngc.collect()\ngc.freeze()";
+
+/// Output and result caps of a warm-up call (bytes).
+const WARM_UP_CAP: usize = 1 << 10;
+
+/// Seals the worker (seccomp, limits) and tells the front it is ready, with the memory
+/// snapshot it made, if any. Ready only once sealed: the front hands out no worker that is not
+/// yet confined.
+fn send_ready(
+    version: String,
+    boot_ms: u64,
+    restored: bool,
+    confined: super::confine::Status,
+    made: Option<Vec<u8>>,
+) -> Result<()> {
+    // The second wall, part two: seccomp and limits on every thread before the first call.
+    let confined = super::confine::seal(confined)?;
+    send_with(
+        &Reply::Ready {
+            pyodide_version: version,
+            boot_ms,
+            restored,
+            sandbox: super::confine::describe(&confined),
+            confined: confined.all_on(),
+        },
+        &made.as_deref().into_iter().collect::<Vec<_>>(),
+    )
+}
+
 fn serve() -> Result<()> {
+    let control = super::fork_server::control_socket()?;
+    // The zygote counts its threads before each fork; the file is opened before Landlock.
+    let proc_status = match control {
+        Some(_) => {
+            Some(std::fs::File::open("/proc/self/status").context("opening /proc/self/status")?)
+        }
+        None => None,
+    };
     let input = Rc::new(RefCell::new(BufReader::new(io::stdin().lock())));
     let (mode, snapshot) =
         match read_frame::<Request>(&mut *input.borrow_mut(), FrameLimits::REQUEST)? {
@@ -418,20 +529,33 @@ fn serve() -> Result<()> {
             Err(e) => Err(format!("the front did not answer the fetch: {e}")),
         }
     }));
-    // The second wall, part two: seccomp and limits on every thread before the first call.
-    let confined = super::confine::seal(confined)?;
-    // Ready only once sealed: the front hands out no worker that is not yet confined.
-    send_with(
-        &Reply::Ready {
-            pyodide_version: version,
-            boot_ms,
-            restored: mode == SnapshotMode::Load,
-            sandbox: super::confine::describe(&confined),
-            confined: confined.all_on(),
-        },
-        &made.as_deref().into_iter().collect::<Vec<_>>(),
-    )?;
-    drop(made);
+    let restored = mode == SnapshotMode::Load;
+    if let (Some(control), Some(proc_status)) = (control, proc_status) {
+        // The zygote: warm up, say it booted, then fork interpreters until the front is done.
+        // Only the forked children go on below, each with its own stdin, stdout and stderr.
+        warm_up(&mut engine, &runner)?;
+        send_with(
+            &Reply::Ready {
+                pyodide_version: version.clone(),
+                boot_ms,
+                restored,
+                sandbox: super::confine::describe(&confined),
+                confined: false,
+            },
+            &made.as_deref().into_iter().collect::<Vec<_>>(),
+        )?;
+        drop(made);
+        super::fork_server::check_drained(input.borrow().buffer().len())?;
+        let Some(forked) = super::fork_server::serve(control, &proc_status)? else {
+            return Ok(());
+        };
+        drop(proc_status);
+        let confined = super::confine::enter_forked(confined)?;
+        let fork_ms = forked.requested.elapsed().as_millis() as u64;
+        send_ready(version, fork_ms, true, confined, None)?;
+    } else {
+        send_ready(version, boot_ms, restored, confined, made)?;
+    }
     #[cfg(feature = "escape-test")]
     super::confine::escape_test_if_requested();
     loop {

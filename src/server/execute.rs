@@ -232,7 +232,7 @@ impl Held {
 
     async fn discard(&mut self) {
         if let Some(worker) = self.slot().take() {
-            worker.kill().await;
+            worker.kill_soon();
         }
     }
 }

@@ -50,8 +50,39 @@ async def run(session, code, **global_variables):
     return result.content[0].text
 
 
+def is_zygote(pid):
+    """Whether `pid` is a zygote (the fork server's process, which never runs user code)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"--control-fd=" in f.read()
+    except OSError:
+        return False
+
+
+def zygote_pids(pid):
+    """The zygotes among the children of `pid`."""
+    return [kid for kid in direct_child_pids(pid) if is_zygote(kid)]
+
+
 def child_pids(pid, state_filter=lambda state: state != "Z"):
+    """The worker processes of server `pid` (zombies excluded): its children but the zygote,
+    and the zygote's children (the interpreters it forked), from /proc."""
+    workers = []
+    for kid, state in _children(pid):
+        if is_zygote(kid):
+            workers.extend(k for k, s in _children(kid) if state_filter(s))
+        elif state_filter(state):
+            workers.append(kid)
+    return workers
+
+
+def direct_child_pids(pid, state_filter=lambda state: state != "Z"):
     """Live child processes of `pid` (zombies excluded), from /proc."""
+    return [kid for kid, state in _children(pid) if state_filter(state)]
+
+
+def _children(pid):
+    """(pid, state) of every child process of `pid`, from /proc."""
     children = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -62,8 +93,8 @@ def child_pids(pid, state_filter=lambda state: state != "Z"):
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        if fields[1] == str(pid) and state_filter(fields[0]):
-            children.append(int(entry))
+        if fields[1] == str(pid):
+            children.append((int(entry), fields[0]))
     return children
 
 

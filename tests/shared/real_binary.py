@@ -44,15 +44,17 @@ class ServerURL(str):
 
 
 @contextlib.contextmanager
-def http_server(mode, *args, cache_dir=SHARED_CACHE):
+def http_server(mode, *args, cache_dir=SHARED_CACHE, errlog=None):
     """`mcp-run-python <mode>` on a free loopback port; yields its base URL (a `ServerURL`). On
-    exit it is sent SIGTERM and must stop cleanly."""
+    exit it is sent SIGTERM and must stop cleanly. Its stderr goes to `errlog` (a file) when
+    given."""
     with socket.socket() as s:
         s.bind((LOOPBACK, 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [BINARY, mode, "--host", LOOPBACK, "--port", str(port), "--cache-dir", cache_dir, *args],
         env=server_env(),
+        stderr=errlog,
     )
     deadline = time.monotonic() + INIT_TIMEOUT
     while True:

@@ -171,6 +171,18 @@ fn fork() -> Result<String, i32> {
     }
 }
 
+/// One decimal line read from stdin byte by byte (no buffer that the worker's own reader of
+/// stdin could lose bytes to); 0 if there is none.
+fn first_from_stdin() -> usize {
+    let mut line = Vec::new();
+    let mut byte = 0u8;
+    // SAFETY: reads one byte into a live local.
+    while unsafe { libc::read(0, (&mut byte as *mut u8).cast(), 1) } == 1 && byte != b'\n' {
+        line.push(byte);
+    }
+    String::from_utf8_lossy(&line).trim().parse().unwrap_or(0)
+}
+
 /// Runs the probes when the worker was started with [`ARG`], then exits.
 pub fn run_if_requested() {
     let Some(spec) = std::env::args().find_map(|a| a.strip_prefix(ARG).map(str::to_owned)) else {
@@ -178,7 +190,13 @@ pub fn run_if_requested() {
     };
     let mut parts = spec.split(',');
     let port = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    let first: usize = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    // `stdin`: an interpreter forked from a zygote shares the zygote's arguments, so the test
+    // writes the first probe's index on its stdin instead (one decimal line).
+    let first: usize = match parts.next() {
+        Some("stdin") => first_from_stdin(),
+        Some(p) => p.parse().unwrap_or(0),
+        None => 0,
+    };
     // SAFETY: getppid has no preconditions.
     let target = Target {
         front: unsafe { libc::getppid() },

@@ -260,7 +260,7 @@ const PROC_STATUS_MAX_BYTES: usize = 8 << 10;
 /// Threads of this process now, from the `Threads:` line of an open `/proc/self/status`
 /// (proc(5)); `None` where unreadable. Read with `pread` at offset 0: procfs renders the file
 /// afresh, and no path is opened (Landlock and seccomp forbid that by then).
-fn thread_count(proc_status: &File) -> Option<usize> {
+pub(crate) fn thread_count(proc_status: &File) -> Option<usize> {
     let mut buf = vec![0u8; PROC_STATUS_MAX_BYTES];
     let n = proc_status.read_at(&mut buf, 0).ok()?;
     let text = std::str::from_utf8(buf.get(..n)?).ok()?;
@@ -348,6 +348,35 @@ pub fn seal(mut status: Status) -> Result<Status, ConfineError> {
     status.seccomp = settle(mode, "seccomp", filter::install(threads))?;
     status.check_strict(status.layers())?;
     tracing::debug!("{}", describe(&status));
+    Ok(status)
+}
+
+/// In an interpreter forked by the zygote (`fork_server.rs`), before [`seal`]: a Landlock
+/// domain of its own, nested in the zygote's, so that Landlock's scoping of signals and
+/// abstract UNIX sockets keeps it from its sibling interpreters as well as from the host. The
+/// namespaces and the empty capability sets are the zygote's (entered by [`enter`] before it
+/// booted), shared by its interpreters; the seccomp filter kills every system call that could
+/// reach a sibling through them (sockets, System V IPC, `ptrace`, other processes' signals).
+///
+/// Errors: under [`Mode::Strict`], Landlock cannot be applied.
+pub fn enter_forked(mut status: Status) -> Result<Status, ConfineError> {
+    // The open file names the zygote's /proc entry, not this process's.
+    status.proc_status = None;
+    if status.mode == Mode::Off {
+        return Ok(status);
+    }
+    status.landlock = settle(status.mode, "landlock", landlock::restrict(Some(1)))?;
+    for layer in [
+        &mut status.userns,
+        &mut status.netns,
+        &mut status.mntns,
+        &mut status.ipcns,
+        &mut status.utsns,
+    ] {
+        if layer.is_on() {
+            *layer = Layer::On("the zygote's".to_owned());
+        }
+    }
     Ok(status)
 }
 

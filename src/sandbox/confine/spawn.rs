@@ -4,7 +4,10 @@
 /// First descriptor that a worker must not inherit: everything past stdin, stdout, stderr.
 const FIRST_PRIVATE_FD: libc::c_uint = 3;
 
-/// Runs in the forked child before `exec`. Only async-signal-safe system calls: no
+/// Runs in the forked child before `exec`. `control`, when given, keeps its number and loses
+/// close-on-exec (the zygote's control socket, named to it by `--control-fd=`): it is the only
+/// descriptor past stderr that reaches the worker. Not moved with `dup2`, which could close a
+/// descriptor of the standard library's own. Only async-signal-safe system calls: no
 /// allocation, no locks (the front is multi-threaded; see `fork(2)`, signal-safety(7)).
 ///
 /// Marks every descriptor above stderr close-on-exec (`close_range(2)` with
@@ -15,8 +18,8 @@ const FIRST_PRIVATE_FD: libc::c_uint = 3;
 /// can tell what it got and report it.
 ///
 /// # Errors
-/// None today; the signature is `Command::pre_exec`'s.
-pub fn pre_exec() -> std::io::Result<()> {
+/// `fcntl` fails on the control socket.
+pub fn pre_exec(control: Option<std::os::fd::RawFd>) -> std::io::Result<()> {
     // SAFETY: close_range takes plain integers and touches no memory; marking descriptors
     // close-on-exec cannot invalidate anything this child still uses before `exec`. An old
     // kernel answers ENOSYS/EINVAL: then descriptors are not marked (std's own are CLOEXEC).
@@ -27,6 +30,12 @@ pub fn pre_exec() -> std::io::Result<()> {
             libc::c_uint::MAX,
             libc::CLOSE_RANGE_CLOEXEC,
         );
+    }
+    if let Some(fd) = control {
+        // SAFETY: integers only; clears close-on-exec on a descriptor this child holds.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
     }
     Ok(())
 }

@@ -1,0 +1,318 @@
+"""Benchmark (issue 13): what a new interpreter costs, in one run, as ratios to Node + Pyodide
+restoring Pyodide's own memory snapshot (the fastest way Node starts Pyodide).
+
+- cold start (process start -> first `print(1)` result): Node plain and from its snapshot; ours
+  plain, and from our snapshot;
+- a fresh interpreter per call (`--isolation call`), request -> result: restored from the
+  snapshot (`--no-zygote`), forked from the zygote with no spare ready (`--spares 0`), and
+  taken from a spare forked ahead (the default);
+- warm calls, p50 and p99: stdio, and streamable HTTP with one client;
+- throughput of a trivial call with 8 HTTP sessions: `--isolation session|call|shared`, 1 and 2
+  workers;
+- memory: 300 live HTTP sessions, each after one call: proportional set size (PSS) per
+  session, and of the whole server.
+
+    .venv/bin/python bench/interpreters.py [--binary target/release/mcp-run-python] [--quick]
+"""
+
+import argparse
+import asyncio
+import json
+import pathlib
+import shutil
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+
+import httpx
+
+from throughput import CALL, INIT, percentile, settle
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# The line the server logs once its zygote forks interpreters.
+ZYGOTE_READY = "the zygote is ready"
+# How long a zygote may take to become ready (seconds): boot, warm-up, ~10 s for its engine
+# threads to end.
+ZYGOTE_WAIT = 120
+
+
+def node(mode=None, snapshot=None):
+    """Node + Pyodide: start -> first print(1) result (ms), and runPython's warm median (ms)."""
+    args = [shutil.which("node") or "node", str(ROOT / "bench" / "node_baseline.js"), str(ROOT / "pyodide-assets"),
+            str(int(time.time() * 1000))]
+    if mode:
+        args += [mode, snapshot]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=300, check=True)
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    return data["cold_ms"], data["warm_median_ms"]
+
+
+class Stdio:
+    """Raw JSON-RPC over the server's pipes; stderr goes to a file that `wait_for` reads."""
+
+    @classmethod
+    async def start(cls, binary, cache, *args):
+        self = cls()
+        self.t0 = time.perf_counter()
+        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log")
+        self.proc = await asyncio.create_subprocess_exec(
+            binary, "stdio", "--cache-dir", cache, *args,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, limit=1 << 24)
+        self.next_id = 0
+        await self.request("initialize", INIT)
+        self.proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        return self
+
+    async def request(self, method, params):
+        self.next_id += 1
+        msg = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+        await self.proc.stdin.drain()
+        while True:
+            reply = json.loads(await self.proc.stdout.readline())
+            if reply.get("id") == self.next_id:
+                return reply
+
+    async def call(self, code="1 + 1"):
+        t = time.perf_counter()
+        reply = await self.request("tools/call", {"name": "run_python_code", "arguments": {"python_code": code}})
+        text = reply["result"]["content"][0]["text"]
+        assert "<status>success</status>" in text, text
+        return time.perf_counter() - t
+
+    async def wait_for(self, line, timeout=ZYGOTE_WAIT):
+        for _ in range(int(timeout * 10)):
+            if line in pathlib.Path(self.log.name).read_text():
+                return
+            await asyncio.sleep(0.1)
+        raise SystemExit(f"the server never logged {line!r}")
+
+    async def close(self):
+        self.proc.stdin.close()
+        await self.proc.wait()
+
+
+async def cold(binary, cache, *args):
+    """Ours: process start -> first print(1) result (ms)."""
+    s = await Stdio.start(binary, cache, *args)
+    await s.call("print(1)")
+    ms = (time.perf_counter() - s.t0) * 1000
+    await s.close()
+    return ms
+
+
+async def fresh(binary, cache, calls, *args, zygote=True):
+    """Latencies (s) of trivial calls over stdio with `--isolation call` and `args`."""
+    s = await Stdio.start(binary, cache, "--isolation", "call", *args)
+    await s.call()
+    if zygote:
+        await s.wait_for(ZYGOTE_READY)
+    await settle(s.proc.pid)
+    times = []
+    for _ in range(calls):
+        times.append(await s.call())
+        # Lets a spare be forked again between calls, as between the calls of real clients.
+        await asyncio.sleep(0.02)
+    await s.close()
+    return times
+
+
+async def warm_stdio(binary, cache, calls):
+    s = await Stdio.start(binary, cache)
+    for _ in range(3):
+        await s.call()
+    await settle(s.proc.pid)
+    times = [await s.call() for _ in range(calls)]
+    await s.close()
+    return times
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Http:
+    """A streamable-HTTP server and raw JSON-RPC sessions on it."""
+
+    HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+    def __init__(self, binary, cache, *args):
+        self.port = free_port()
+        self.log = tempfile.NamedTemporaryFile("w+", suffix=".log")
+        self.proc = subprocess.Popen([binary, "streamable-http", "--port", str(self.port), "--cache-dir", cache, *args],
+                                     stderr=self.log)
+        self.base = f"http://127.0.0.1:{self.port}/mcp"
+        for _ in range(600):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise SystemExit("the server did not start")
+
+    async def session(self, http):
+        r = await http.post(self.base, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": INIT},
+                            headers=self.HEADERS)
+        h = {**self.HEADERS, "Mcp-Session-Id": r.headers["mcp-session-id"], "Mcp-Protocol-Version": "2025-06-18"}
+        await http.post(self.base, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=h)
+        return h
+
+    async def call(self, http, h, code="1 + 1"):
+        t = time.perf_counter()
+        r = await http.post(self.base, json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                             "params": {**CALL, "arguments": {"python_code": code}}}, headers=h)
+        assert "<status>success</status>" in r.text, r.text
+        return time.perf_counter() - t
+
+    async def wait_for(self, line, timeout=ZYGOTE_WAIT):
+        for _ in range(int(timeout * 10)):
+            if line in pathlib.Path(self.log.name).read_text():
+                return
+            await asyncio.sleep(0.1)
+        raise SystemExit(f"the server never logged {line!r}")
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+async def warm_http(binary, cache, calls):
+    server = Http(binary, cache)
+    async with httpx.AsyncClient(timeout=300) as http:
+        h = await server.session(http)
+        for _ in range(3):
+            await server.call(http, h)
+        await settle(server.proc.pid)
+        times = [await server.call(http, h) for _ in range(calls)]
+    server.close()
+    return times
+
+
+async def throughput(binary, cache, isolation, workers, calls, clients=8):
+    """Trivial calls per second with `clients` HTTP sessions."""
+    server = Http(binary, cache, "--isolation", isolation, "--workers", str(workers))
+    async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=64)) as http:
+        sessions = [await server.session(http) for _ in range(clients)]
+        for h in sessions:
+            await server.call(http, h)
+        if isolation != "shared":
+            await server.wait_for(ZYGOTE_READY)
+        await settle(server.proc.pid)
+
+        async def client(h):
+            for _ in range(calls // clients):
+                await server.call(http, h)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client(h) for h in sessions))
+        elapsed = time.perf_counter() - start
+    server.close()
+    return calls // clients * clients / elapsed
+
+
+def pss_kib(pid):
+    """Proportional set size of `pid` (KiB), from /proc/PID/smaps_rollup."""
+    for line in pathlib.Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1])
+    return 0
+
+
+def descendants(pid):
+    kids = []
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        for kid in (task / "children").read_text().split():
+            kids.append(int(kid))
+            kids.extend(descendants(int(kid)))
+    return kids
+
+
+async def memory(binary, cache, sessions):
+    """PSS (MiB) per live session and of the whole server, with `sessions` sessions open."""
+    server = Http(binary, cache, "--max-sessions", str(sessions + 10))
+    async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=64)) as http:
+        first = await server.session(http)
+        await server.call(http, first)
+        await server.wait_for(ZYGOTE_READY)
+        open_ = [first]
+        for _ in range(sessions - 1):
+            h = await server.session(http)
+            await server.call(http, h)
+            open_.append(h)
+        await settle(server.proc.pid)
+        pids = [server.proc.pid, *descendants(server.proc.pid)]
+        total = sum(pss_kib(p) for p in pids) / 1024
+        # Every session is still alive: one more call on each of the first ones.
+        for h in open_[:5]:
+            await server.call(http, h)
+    server.close()
+    # The server's processes: the front, the zygote, one interpreter per session, spares.
+    return total / sessions, total, len(pids)
+
+
+def ms(seconds):
+    return seconds * 1000
+
+
+async def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", default=str(ROOT / "target" / "release" / "mcp-run-python"))
+    ap.add_argument("--quick", action="store_true", help="fewer runs and calls (a smoke test)")
+    args = ap.parse_args()
+    runs, calls, sessions = (1, 20, 20) if args.quick else (3, 100, 300)
+    cache = tempfile.mkdtemp()
+    snap = pathlib.Path(cache) / "node-snapshot.bin"
+
+    node_plain = statistics.median(node()[0] for _ in range(runs))
+    node(mode="--make", snapshot=str(snap))
+    node_snap_runs = [node("--load", str(snap)) for _ in range(runs)]
+    base = statistics.median(r[0] for r in node_snap_runs)
+    node_warm = statistics.median(r[1] for r in node_snap_runs)
+    plain = statistics.median([await cold(args.binary, cache, "--no-snapshot") for _ in range(runs)])
+    await cold(args.binary, cache)  # makes our snapshot
+    restored = statistics.median([await cold(args.binary, cache) for _ in range(runs)])
+
+    restore_call = await fresh(args.binary, cache, max(5, calls // 10), "--no-zygote", "--spares", "0", zygote=False)
+    forked = await fresh(args.binary, cache, calls, "--spares", "0")
+    spare = await fresh(args.binary, cache, calls)
+    stdio = await warm_stdio(args.binary, cache, calls * 2)
+    http = await warm_http(args.binary, cache, calls * 2)
+
+    def row(label, value, unit="ms"):
+        print(f"{label:<64}{value:>10.2f} {unit:<6}{value / base:>8.3f}")
+
+    print(f"{'measure':<64}{'value':>10} {'':<6}{'/ Node+snapshot start':>8}")
+    row("Node + Pyodide, plain boot: start -> print(1)", node_plain)
+    row("Node + Pyodide snapshot (_loadSnapshot): start -> print(1)", base)
+    row("ours, plain boot (--no-snapshot): start -> print(1)", plain)
+    row("ours, from our snapshot: start -> print(1)", restored)
+    row("fresh interpreter per call, restored (--no-zygote): p50", ms(statistics.median(restore_call)))
+    row("fresh interpreter per call, forked, no spare: p50", ms(statistics.median(forked)))
+    row("fresh interpreter per call, forked, no spare: p99", ms(percentile(forked, 99)))
+    row("fresh interpreter per call, from a forked spare: p50", ms(statistics.median(spare)))
+    row("warm call, stdio: p50", ms(statistics.median(stdio)))
+    row("warm call, stdio: p99", ms(percentile(stdio, 99)))
+    row("warm call, streamable HTTP, 1 client: p50", ms(statistics.median(http)))
+    row("warm call, streamable HTTP, 1 client: p99", ms(percentile(http, 99)))
+    row("Node runPython('print(1)'), warm median", node_warm)
+
+    print("\nthroughput, trivial call, 8 HTTP sessions (calls/s):")
+    rates = {}
+    for workers in (1, 2):
+        for isolation in ("session", "call", "shared"):
+            rates[isolation, workers] = await throughput(args.binary, cache, isolation, workers, calls * 4)
+            print(f"  --isolation {isolation:<8} --workers {workers}: {rates[isolation, workers]:8.1f}")
+    print(f"  call / shared with 2 workers: {rates['call', 2] / rates['shared', 2]:.2f}")
+
+    per, total, procs = await memory(args.binary, cache, sessions)
+    print(f"\nmemory: {sessions} live HTTP sessions after one call each: {per:.1f} MiB PSS per session, "
+          f"{total:.0f} MiB PSS for the whole server ({procs} processes)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

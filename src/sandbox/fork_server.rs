@@ -1,0 +1,334 @@
+//! The zygote's side of the fork server (issue 13; `docs/fork-server-research.md`): a worker
+//! started with [`ZYGOTE_ARG`] boots Pyodide once, warms it up, and then, instead of serving
+//! calls, forks a ready interpreter for every request of the front. It never runs user code.
+//!
+//! The control channel is a `SOCK_SEQPACKET` UNIX socket whose descriptor is named by
+//! [`CONTROL_FD_ARG`] (message boundaries are kept, and descriptors travel as `SCM_RIGHTS`):
+//! - zygote → front, once: [`FORKABLE`], when the zygote has one thread and may fork;
+//! - front → zygote: [`FORK`] with three descriptors, the new interpreter's stdin, stdout and
+//!   stderr;
+//! - zygote → front: the child's process id (4 bytes, little-endian) with its pidfd, by which
+//!   the front kills it and sees it end (the zygote reaps it), or [`FORK_FAILED`] and the
+//!   error text.
+//!
+//! Why one thread: JavaScriptCore's helper threads (JIT, wasm compilers, GC, the libpas
+//! scavenger) would be missing in the child while their state says they exist, and the child
+//! could wait for them for ever. Once idle for about ten seconds they exit; the scavenger is
+//! suspended by hand ([`pas_scavenger_suspend`]).
+
+use anyhow::{anyhow, bail, Context, Result};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{fork, ForkResult, Pid};
+use std::fs::File;
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// The worker argument that makes it a zygote and names its control socket's descriptor
+/// (`--control-fd=N`: the number it has in the front, kept across `exec`).
+pub const CONTROL_FD_ARG: &str = "--control-fd=";
+
+/// Zygote → front: the zygote is single-threaded and serves fork requests.
+pub const FORKABLE: u8 = b'R';
+/// Front → zygote: fork one interpreter (three descriptors attached).
+pub const FORK: u8 = b'F';
+/// Zygote → front: the fork failed; the rest of the message is the reason.
+pub const FORK_FAILED: u8 = b'E';
+
+/// Descriptors a fork request carries: the child's stdin, stdout and stderr.
+pub const FORK_FDS: usize = 3;
+
+/// Longest control message (bytes): a pid, or an error text.
+pub const CONTROL_MESSAGE_MAX: usize = 512;
+
+/// How long the zygote waits for its helper threads to end after warming up (seconds).
+/// JavaScriptCore's idle helper threads exit after 10 s (`AutomaticThread`); a busy machine
+/// may take longer.
+const SINGLE_THREAD_WAIT: Duration = Duration::from_secs(60);
+
+/// How often the zygote looks at its thread count while it waits for one thread.
+const THREAD_POLL: Duration = Duration::from_millis(100);
+
+/// How often the zygote reaps its ended children while no request comes (milliseconds): an
+/// ended interpreter stays a zombie at most this long. A wake-up costs one `poll` and one
+/// `waitpid` and touches no engine memory.
+const REAP_INTERVAL_MS: u16 = 100;
+
+extern "C" {
+    /// libpas (JavaScriptCore's allocator): stops the scavenger thread and waits until it has
+    /// exited; the suspension is inherited by a forked child. Exported by
+    /// libjavascriptcoregtk (`bmalloc/libpas/src/libpas/pas_scavenger.h`).
+    fn pas_scavenger_suspend();
+    /// Lets the scavenger run again (it starts its thread when there is work).
+    fn pas_scavenger_resume();
+    /// Returns libpas's free memory to the system now, on the calling thread.
+    fn pas_scavenger_run_synchronously_now();
+}
+
+/// Gives free memory back to the system before the zygote forks: fewer resident pages make
+/// a faster `fork` (page tables are copied) and less to share. Runs after the engine's last
+/// garbage collection.
+fn release_free_memory() {
+    // SAFETY: no arguments; both only return free memory (libpas's, glibc's) to the system.
+    unsafe {
+        pas_scavenger_run_synchronously_now();
+        libc::malloc_trim(0);
+    }
+}
+
+/// What a forked child needs to know.
+pub struct Forked {
+    /// When the fork request arrived.
+    pub requested: Instant,
+}
+
+/// Threads of this process, from an open `/proc/self/status`.
+fn threads(proc_status: &File) -> Option<usize> {
+    super::confine::thread_count(proc_status)
+}
+
+/// Waits until the process has one thread, with the scavenger suspended.
+fn wait_single_threaded(proc_status: &File) -> Result<()> {
+    release_free_memory();
+    // SAFETY: takes no arguments; waits for the scavenger thread to exit.
+    unsafe { pas_scavenger_suspend() };
+    let until = Instant::now() + SINGLE_THREAD_WAIT;
+    loop {
+        match threads(proc_status) {
+            Some(1) => return Ok(()),
+            Some(n) if Instant::now() > until => {
+                bail!(
+                    "the zygote still has {n} threads after {} s",
+                    SINGLE_THREAD_WAIT.as_secs()
+                )
+            }
+            None => bail!("the zygote cannot count its threads"),
+            Some(_) => std::thread::sleep(THREAD_POLL),
+        }
+    }
+}
+
+/// Reaps every ended child (their pidfds, held by the front, stay valid), and logs how each
+/// ended at debug level (the front sees only that it ended; tests read the signal here).
+fn reap() {
+    while let Ok(status) = waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+        match status {
+            WaitStatus::StillAlive => break,
+            WaitStatus::Exited(pid, code) => {
+                tracing::debug!("interpreter {pid} ended: exit status {code}")
+            }
+            WaitStatus::Signaled(pid, signal, _) => {
+                tracing::debug!("interpreter {pid} ended: signal {}", signal as i32)
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `pidfd_open(2)` (Linux 5.3): a descriptor that names `pid` for good.
+fn pidfd_open(pid: Pid) -> std::io::Result<OwnedFd> {
+    // SAFETY: plain integers in, a new descriptor (or -1) out.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let fd = RawFd::try_from(fd).map_err(|_| std::io::Error::other("pidfd out of range"))?;
+    // SAFETY: the kernel just gave us this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A control message: its bytes and the descriptors it carried.
+pub type Message = (Vec<u8>, Vec<OwnedFd>);
+
+/// Why a control message could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("the control socket failed")]
+    Io(#[source] nix::Error),
+    #[error("a control message carried more descriptors than expected")]
+    Truncated,
+}
+
+/// One message read from the control socket: its bytes and the descriptors it carried (at
+/// most [`FORK_FDS`]); `None` at end of file (the other side closed the socket).
+///
+/// Errors: [`ControlError`].
+pub fn receive(control: BorrowedFd<'_>) -> Result<Option<Message>, ControlError> {
+    let mut buf = vec![0u8; CONTROL_MESSAGE_MAX];
+    let mut space = nix::cmsg_space!([RawFd; FORK_FDS]);
+    let mut iov = [IoSliceMut::new(&mut buf)];
+    let msg = recvmsg::<()>(
+        control.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(ControlError::Io)?;
+    let mut fds = Vec::new();
+    for cmsg in msg.cmsgs().map_err(ControlError::Io)? {
+        if let ControlMessageOwned::ScmRights(raw) = cmsg {
+            // SAFETY: SCM_RIGHTS installed these descriptors in this process just now; each
+            // is owned once, here.
+            fds.extend(
+                raw.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
+        }
+    }
+    let (len, truncated) = (msg.bytes, msg.flags.contains(MsgFlags::MSG_CTRUNC));
+    if truncated {
+        return Err(ControlError::Truncated);
+    }
+    if len == 0 && fds.is_empty() {
+        return Ok(None);
+    }
+    buf.truncate(len);
+    Ok(Some((buf, fds)))
+}
+
+/// Sends `bytes` with `fds` attached (`SCM_RIGHTS`) on the control socket.
+///
+/// Errors: [`ControlError::Io`].
+pub fn send(control: BorrowedFd<'_>, bytes: &[u8], fds: &[RawFd]) -> Result<(), ControlError> {
+    let cmsgs: Vec<ControlMessage<'_>> = if fds.is_empty() {
+        Vec::new()
+    } else {
+        vec![ControlMessage::ScmRights(fds)]
+    };
+    sendmsg::<()>(
+        control.as_raw_fd(),
+        &[IoSlice::new(bytes)],
+        &cmsgs,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map_err(ControlError::Io)?;
+    Ok(())
+}
+
+/// Serves fork requests on `control` until the front closes it. Returns `Ok(None)` in the
+/// zygote when done, and `Ok(Some(_))` in each forked child, whose stdin, stdout and stderr are
+/// then the descriptors the front sent.
+///
+/// Errors: the zygote cannot become single-threaded, or its control socket fails.
+pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
+    wait_single_threaded(proc_status)?;
+    send(control.as_fd(), &[FORKABLE], &[])?;
+    loop {
+        let mut fds = [PollFd::new(control.as_fd(), PollFlags::POLLIN)];
+        let ready = poll(&mut fds, PollTimeout::from(REAP_INTERVAL_MS));
+        reap();
+        match ready {
+            Ok(0) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e).context("waiting for the front"),
+            Ok(_) => {}
+        }
+        let Some((bytes, fds)) = receive(control.as_fd())? else {
+            return Ok(None);
+        };
+        let requested = Instant::now();
+        if bytes != [FORK] || fds.len() != FORK_FDS {
+            bail!(
+                "a malformed fork request ({} bytes, {} fds)",
+                bytes.len(),
+                fds.len()
+            );
+        }
+        if threads(proc_status) != Some(1) {
+            // Something started a thread (it must not: the zygote runs no JavaScript now).
+            let why = format!("the zygote has {:?} threads", threads(proc_status));
+            send(
+                control.as_fd(),
+                &[&[FORK_FAILED], why.as_bytes()].concat(),
+                &[],
+            )?;
+            continue;
+        }
+        // SAFETY: the process has one thread (checked just above), so no lock can be held by
+        // a thread the child would not have; the child only calls async-signal-safe functions
+        // until it has its own descriptors, and is a whole copy of this process afterwards.
+        match unsafe { fork() } {
+            Ok(ForkResult::Child) => {
+                drop(control);
+                for (fd, target) in fds.iter().zip(0..) {
+                    // SAFETY: both are descriptors of this process; dup2 replaces `target`
+                    // (stdin, stdout, stderr) atomically and leaves it without close-on-exec.
+                    if unsafe { libc::dup2(fd.as_raw_fd(), target) } < 0 {
+                        return Err(std::io::Error::last_os_error())
+                            .context("installing the child's descriptors");
+                    }
+                }
+                drop(fds);
+                // Die with the zygote, which dies with the front.
+                // SAFETY: prctl with PR_SET_PDEATHSIG only sets a flag on this process.
+                unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+                // SAFETY: takes no arguments; undoes the zygote's suspension in this child.
+                unsafe { pas_scavenger_resume() };
+                return Ok(Some(Forked { requested }));
+            }
+            Ok(ForkResult::Parent { child }) => {
+                drop(fds);
+                match pidfd_open(child) {
+                    Ok(pidfd) => {
+                        let pid = u32::try_from(child.as_raw()).unwrap_or_default();
+                        send(control.as_fd(), &pid.to_le_bytes(), &[pidfd.as_raw_fd()])?;
+                    }
+                    Err(e) => {
+                        // SAFETY: kill takes plain integers; `child` is our own child, not yet
+                        // reaped, so its pid cannot name another process.
+                        unsafe { libc::kill(child.as_raw(), libc::SIGKILL) };
+                        let why = format!("pidfd_open failed: {e}");
+                        send(
+                            control.as_fd(),
+                            &[&[FORK_FAILED], why.as_bytes()].concat(),
+                            &[],
+                        )?;
+                    }
+                }
+            }
+            Err(e) => {
+                let why = format!("fork failed: {e}");
+                send(
+                    control.as_fd(),
+                    &[&[FORK_FAILED], why.as_bytes()].concat(),
+                    &[],
+                )?;
+            }
+        }
+    }
+}
+
+/// The control socket, when this worker was started as a zygote ([`CONTROL_FD_ARG`]).
+///
+/// Errors: the argument is not a descriptor number, or names a descriptor that is not open.
+pub fn control_socket() -> Result<Option<OwnedFd>> {
+    let Some(arg) =
+        std::env::args().find_map(|a| a.strip_prefix(CONTROL_FD_ARG).map(str::to_owned))
+    else {
+        return Ok(None);
+    };
+    let fd: RawFd = arg
+        .parse()
+        .map_err(|_| anyhow!("{CONTROL_FD_ARG}{arg} is not a descriptor"))?;
+    // SAFETY: F_GETFD only reads the descriptor's flags; it fails with EBADF if it is not open.
+    if fd <= 2 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        bail!("{CONTROL_FD_ARG}{arg} is not an open descriptor");
+    }
+    // SAFETY: the front passed this descriptor for this use only (`zygote.rs`); it is open
+    // (checked above) and nothing else in this process owns it.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// Fails unless `e` is empty: the zygote's standard input must hold no unread bytes when it
+/// forks, or the child would read the zygote's instead of its own.
+pub fn check_drained(buffered: usize) -> Result<()> {
+    if buffered != 0 {
+        return Err(anyhow!(
+            "the zygote has {buffered} unread bytes of standard input"
+        ));
+    }
+    Ok(())
+}

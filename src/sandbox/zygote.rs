@@ -1,0 +1,192 @@
+//! The front's side of the fork server (issue 13): one zygote process boots Pyodide once and
+//! forks a fresh, confined interpreter for every worker the front asks for, in milliseconds
+//! instead of the ~0.9 s of a snapshot restore. The protocol and the zygote's side are in
+//! `fork_server.rs`; the reasons and measurements in `docs/fork-server-research.md`.
+//!
+//! The zygote is trusted no more than any worker for what it sends: the only thing the front
+//! takes from it is a pid and a pidfd per fork, and the forked interpreter is then a worker
+//! like any other (its `Ready` frame, its pipes, its deadlines). It never runs user code.
+
+use super::fork_server::{
+    self, ControlError, Message, CONTROL_FD_ARG, FORK, FORKABLE, FORK_FAILED,
+};
+use super::process::Process;
+use super::protocol::SnapshotMode;
+use super::worker::{Worker, WorkerError};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use thiserror::Error;
+
+/// How long a zygote may take from booted to forkable (seconds): its idle engine threads end
+/// after about 10 s (`fork_server.rs` waits up to 60 s for them).
+const FORKABLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// How long the zygote may take to answer one fork request (seconds); a fork takes about a
+/// millisecond.
+const FORK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the zygote could not be started or could not fork.
+#[derive(Debug, Error)]
+pub enum ZygoteError {
+    #[error("creating the zygote's control socket or a worker's pipes failed")]
+    Io(#[source] nix::Error),
+    #[error("the zygote did not boot")]
+    Boot(#[source] WorkerError),
+    #[error("the zygote's control socket failed")]
+    Control(#[source] ControlError),
+    #[error("the zygote did not answer within {} s", .0.as_secs())]
+    Timeout(Duration),
+    #[error("the zygote closed its control socket")]
+    Closed,
+    #[error("the zygote refused to fork: {0}")]
+    Refused(String),
+    #[error("the zygote sent a malformed answer ({0} bytes, {1} descriptors)")]
+    Malformed(usize, usize),
+    #[error("a forked interpreter could not be set up")]
+    Setup(#[source] std::io::Error),
+    #[error("a forked interpreter did not get ready")]
+    Ready(#[source] WorkerError),
+}
+
+/// A running zygote that serves fork requests.
+pub struct Zygote {
+    /// The zygote process (killed when this is dropped; its children die with it).
+    process: Mutex<Option<Worker>>,
+    /// The front's end of the control socket; one fork request at a time.
+    control: Arc<Mutex<OwnedFd>>,
+}
+
+/// Longest single wait of [`receive_within`] (milliseconds): `poll` takes at most a `u16`.
+const POLL_SLICE_MS: u16 = 1000;
+
+/// Waits until `control` has a message, for at most `timeout`, then reads it.
+fn receive_within(control: &OwnedFd, timeout: Duration) -> Result<Message, ZygoteError> {
+    let until = std::time::Instant::now() + timeout;
+    loop {
+        let mut fds = [PollFd::new(control.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(POLL_SLICE_MS)) {
+            Ok(0) if std::time::Instant::now() < until => continue,
+            Ok(0) => return Err(ZygoteError::Timeout(timeout)),
+            Ok(_) => break,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(ZygoteError::Io(e)),
+        }
+    }
+    fork_server::receive(control.as_fd())
+        .map_err(ZygoteError::Control)?
+        .ok_or(ZygoteError::Closed)
+}
+
+impl Zygote {
+    /// Starts `exe __worker <args> --control-fd=N`, boots it (from `snapshot` when given) and
+    /// waits until it can fork: about the boot, plus ten seconds for its engine threads to end.
+    ///
+    /// Errors: [`ZygoteError::Io`], [`ZygoteError::Boot`], then anything its first message
+    /// can fail with ([`ZygoteError::Timeout`] past [`FORKABLE_TIMEOUT`]).
+    pub async fn start(
+        exe: &Path,
+        args: &[String],
+        snapshot: Option<Arc<Vec<u8>>>,
+    ) -> Result<Zygote, ZygoteError> {
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(ZygoteError::Io)?;
+        let mut args = args.to_vec();
+        args.push(format!("{CONTROL_FD_ARG}{}", theirs.as_raw_fd()));
+        let worker = Worker::start(exe, &args, Some(&theirs)).map_err(ZygoteError::Boot)?;
+        // The zygote has its copy (spawn returns once it has run `exec`).
+        drop(theirs);
+        let mode = match snapshot {
+            Some(_) => SnapshotMode::Load,
+            None => SnapshotMode::None,
+        };
+        let attachment = snapshot.as_deref().map(|bytes| bytes.as_slice());
+        let (worker, _) = worker
+            .boot(Some((mode, attachment)))
+            .await
+            .map_err(ZygoteError::Boot)?;
+        let control = Arc::new(Mutex::new(ours));
+        let waiting = control.clone();
+        let first = tokio::task::spawn_blocking(move || {
+            let control = waiting.lock().unwrap_or_else(|p| p.into_inner());
+            receive_within(&control, FORKABLE_TIMEOUT)
+        })
+        .await
+        .map_err(|e| ZygoteError::Setup(std::io::Error::other(e)))??;
+        match first {
+            (bytes, fds) if bytes == [FORKABLE] && fds.is_empty() => Ok(Zygote {
+                process: Mutex::new(Some(worker)),
+                control,
+            }),
+            (bytes, fds) => Err(ZygoteError::Malformed(bytes.len(), fds.len())),
+        }
+    }
+
+    /// Forks a fresh interpreter and waits until it is ready (confined, reseeded).
+    ///
+    /// Errors: [`ZygoteError`]; after any, this zygote should be replaced.
+    pub async fn fork(&self) -> Result<Worker, ZygoteError> {
+        let control = self.control.clone();
+        let (pid, pidfd, stdin, stdout, stderr) = tokio::task::spawn_blocking(move || {
+            let (in_r, in_w) =
+                nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(ZygoteError::Io)?;
+            let (out_r, out_w) =
+                nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(ZygoteError::Io)?;
+            let (err_r, err_w) =
+                nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(ZygoteError::Io)?;
+            let control = control.lock().unwrap_or_else(|p| p.into_inner());
+            fork_server::send(
+                control.as_fd(),
+                &[FORK],
+                &[in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
+            )
+            .map_err(ZygoteError::Control)?;
+            // The child has them now; the front keeps only its own ends.
+            drop((in_r, out_w, err_w));
+            let (bytes, mut fds) = receive_within(&control, FORK_TIMEOUT)?;
+            match (bytes.as_slice(), fds.len()) {
+                ([FORK_FAILED, why @ ..], 0) => Err(ZygoteError::Refused(
+                    String::from_utf8_lossy(why).into_owned(),
+                )),
+                (&[a, b, c, d], 1) => {
+                    let pid = u32::from_le_bytes([a, b, c, d]);
+                    let pidfd = fds.remove(0);
+                    Ok((pid, pidfd, in_w, out_r, err_r))
+                }
+                (bytes, n) => Err(ZygoteError::Malformed(bytes.len(), n)),
+            }
+        })
+        .await
+        .map_err(|e| ZygoteError::Setup(std::io::Error::other(e)))??;
+        let process = Process::forked(pid, pidfd).map_err(ZygoteError::Setup)?;
+        let stdin =
+            tokio::net::unix::pipe::Sender::from_owned_fd(stdin).map_err(ZygoteError::Setup)?;
+        let stdout =
+            tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).map_err(ZygoteError::Setup)?;
+        let stderr =
+            tokio::net::unix::pipe::Receiver::from_owned_fd(stderr).map_err(ZygoteError::Setup)?;
+        let worker = Worker::forked(process, Box::new(stdin), Box::new(stdout), Box::new(stderr));
+        let (worker, _) = worker.boot(None).await.map_err(ZygoteError::Ready)?;
+        Ok(worker)
+    }
+
+    /// Kills the zygote (its interpreters die with it: `PR_SET_PDEATHSIG`).
+    pub async fn kill(&self) {
+        let process = self
+            .process
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(worker) = process {
+            worker.kill().await;
+        }
+    }
+}
