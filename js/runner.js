@@ -66,6 +66,9 @@
           _loadSnapshot: snapshotMode === "load" ? new Uint8Array(globalThis.readbuffer("/snapshot.bin")) : undefined,
         });
         delete globalThis.__createPyodideModule;
+        // Pyodide keeps its options for ever, the restored snapshot's bytes among them: 30 MiB
+        // that every worker (and the zygote, and so every interpreter it forks) would carry.
+        if (pyodide._api && pyodide._api.config) pyodide._api.config._loadSnapshot = undefined;
         if (snapshotMode === "make") {
           // Taken before any of our JavaScript objects reach Python, as Pyodide requires.
           const snapshot = new Uint8Array(pyodide.makeMemorySnapshot());

@@ -84,6 +84,16 @@ pub struct Forked {
     pub requested: Instant,
 }
 
+/// Lets the allocator's scavenger run again in a forked child (the zygote's suspension is
+/// inherited). Called after the child's first call, not at once: while the child has a single
+/// thread, a copy-on-write fault flushes only the local TLB; with the scavenger's thread alive
+/// on the other core, each of the first call's thousand or so faults also costs an
+/// inter-processor interrupt, which made that call several times slower.
+pub fn resume_scavenger() {
+    // SAFETY: takes no arguments; undoes the zygote's suspension in this child.
+    unsafe { pas_scavenger_resume() };
+}
+
 /// Threads of this process, from an open `/proc/self/status`.
 fn threads(proc_status: &File) -> Option<usize> {
     super::confine::thread_count(proc_status)
@@ -108,6 +118,66 @@ fn wait_single_threaded(proc_status: &File) -> Result<()> {
             Some(_) => std::thread::sleep(THREAD_POLL),
         }
     }
+}
+
+/// Highest descriptor number looked at for event descriptors (the engine opens a handful).
+const FD_SCAN_MAX: RawFd = 256;
+
+/// An event descriptor of the zygote (`eventfd(2)`; GLib's main-context wake-up, opened by the
+/// engine): its number, file status flags and descriptor flags.
+struct EventFd {
+    fd: RawFd,
+    status_flags: libc::c_int,
+    fd_flags: libc::c_int,
+}
+
+/// The zygote's event descriptors. A forked child would share each with the zygote and with
+/// every sibling (one kernel object behind inherited descriptors): a channel between sessions.
+/// Each child replaces them with new ones of its own ([`replace_event_fds`]).
+fn event_fds() -> Vec<EventFd> {
+    (0..FD_SCAN_MAX)
+        .filter_map(|fd| {
+            // SAFETY: fcntl on a number that may not be open only reads flags or fails.
+            let fd_flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+            if fd_flags < 0 {
+                return None;
+            }
+            let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+            (link.as_os_str() == "anon_inode:[eventfd]").then(|| EventFd {
+                fd,
+                // SAFETY: as above, on an open descriptor.
+                status_flags: unsafe { libc::fcntl(fd, libc::F_GETFL) },
+                fd_flags,
+            })
+        })
+        .collect()
+}
+
+/// In a forked child: a new, empty event descriptor in place of each of the zygote's, with the
+/// same flags, so that nothing the child signals reaches another process.
+fn replace_event_fds(shared: &[EventFd]) -> Result<()> {
+    for event in shared {
+        let mut flags = 0;
+        if event.status_flags & libc::O_NONBLOCK != 0 {
+            flags |= libc::EFD_NONBLOCK;
+        }
+        let cloexec = if event.fd_flags & libc::FD_CLOEXEC != 0 {
+            libc::O_CLOEXEC
+        } else {
+            0
+        };
+        // SAFETY: eventfd, dup3 and close take integers; `fresh` is ours until closed, and
+        // dup3 atomically replaces the shared descriptor's number with the new object.
+        unsafe {
+            let fresh = libc::eventfd(0, flags | libc::EFD_CLOEXEC);
+            if fresh < 0 || libc::dup3(fresh, event.fd, cloexec) < 0 {
+                return Err(std::io::Error::last_os_error())
+                    .context("replacing the zygote's event descriptor");
+            }
+            libc::close(fresh);
+        }
+    }
+    Ok(())
 }
 
 /// Reaps every ended child (their pidfds, held by the front, stay valid), and logs how each
@@ -215,6 +285,7 @@ pub fn send(control: BorrowedFd<'_>, bytes: &[u8], fds: &[RawFd]) -> Result<(), 
 /// Errors: the zygote cannot become single-threaded, or its control socket fails.
 pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
     wait_single_threaded(proc_status)?;
+    let shared = event_fds();
     send(control.as_fd(), &[FORKABLE], &[])?;
     loop {
         let mut fds = [PollFd::new(control.as_fd(), PollFlags::POLLIN)];
@@ -262,11 +333,10 @@ pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
                     }
                 }
                 drop(fds);
+                replace_event_fds(&shared)?;
                 // Die with the zygote, which dies with the front.
                 // SAFETY: prctl with PR_SET_PDEATHSIG only sets a flag on this process.
                 unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-                // SAFETY: takes no arguments; undoes the zygote's suspension in this child.
-                unsafe { pas_scavenger_resume() };
                 return Ok(Some(Forked { requested }));
             }
             Ok(ForkResult::Parent { child }) => {

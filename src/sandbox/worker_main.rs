@@ -530,6 +530,7 @@ fn serve() -> Result<()> {
         }
     }));
     let restored = mode == SnapshotMode::Load;
+    let mut scavenger_suspended = false;
     if let (Some(control), Some(proc_status)) = (control, proc_status) {
         // The zygote: warm up, say it booted, then fork interpreters until the front is done.
         // Only the forked children go on below, each with its own stdin, stdout and stderr.
@@ -553,6 +554,7 @@ fn serve() -> Result<()> {
         let confined = super::confine::enter_forked(confined)?;
         let fork_ms = forked.requested.elapsed().as_millis() as u64;
         send_ready(version, fork_ms, true, confined, None)?;
+        scavenger_suspended = true;
     } else {
         send_ready(version, boot_ms, restored, confined, made)?;
     }
@@ -638,6 +640,10 @@ fn serve() -> Result<()> {
             }
         };
         send(&reply)?;
+        if scavenger_suspended && matches!(reply, Reply::Ran { .. }) {
+            super::fork_server::resume_scavenger();
+            scavenger_suspended = false;
+        }
     }
     Ok(())
 }

@@ -47,6 +47,18 @@ async def wait_until(predicate, timeout, interval=0.1):
     return predicate()
 
 
+def eventfd_ids(pid):
+    """The kernel ids of the event descriptors `pid` holds (from /proc/PID/fdinfo)."""
+    ids = set()
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                ids.update(line.split()[1] for line in f if line.startswith("eventfd-id:"))
+        except OSError:
+            pass
+    return ids
+
+
 def threads(pid):
     with open(f"/proc/{pid}/status") as f:
         return int(next(line.split()[1] for line in f if line.startswith("Threads:")))
@@ -125,6 +137,12 @@ async def test_forked_sessions_are_confined_apart_and_reaped(tmp_path):
             assert status_field(pid, "CapEff") == "0000000000000000"
             for ns in ("user", "net", "mnt", "ipc", "uts"):
                 assert os.readlink(f"/proc/{pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}"), ns
+        # No kernel object is shared between the zygote and its children, or between siblings:
+        # the engine's event descriptor is replaced in every child.
+        owners = [zygote, *forked]
+        ids = [eventfd_ids(pid) for pid in owners]
+        assert all(ids), ids
+        assert len(set().union(*ids)) == sum(len(i) for i in ids), ids
         # Each session's random state is its own.
         draws = {await run(s, "import random\nrandom.getrandbits(60)") for s in (a, b)}
         assert len(draws) == 2, draws
