@@ -17,11 +17,6 @@ const STALE_SNAPSHOT_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// the snapshot meanwhile.
 const ZYGOTE_RETRY: Duration = Duration::from_secs(30);
 
-/// How long after the first worker booted the zygote is started (seconds): a short-lived
-/// server (a one-off `--isolation call` run, a test) then never pays for a zygote it would not
-/// use, and the first sessions are served by the spares booted at start meanwhile.
-const ZYGOTE_START_DELAY: Duration = Duration::from_secs(10);
-
 /// Starts workers: forked from the zygote once it is ready, else from a snapshot when one is
 /// known to work, else plainly.
 pub struct Launcher {
@@ -175,18 +170,6 @@ impl Launcher {
         }
         let launcher = self.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(ZYGOTE_START_DELAY).await;
-            let closed = |launcher: &Launcher| {
-                launcher.zygote.as_ref().is_some_and(|slot| {
-                    matches!(
-                        *slot.lock().unwrap_or_else(|p| p.into_inner()),
-                        ZygoteState::Closed
-                    )
-                })
-            };
-            if closed(&launcher) {
-                return;
-            }
             let snapshot = launcher.store.as_ref().and_then(SnapshotStore::load);
             let started = Zygote::start(&launcher.exe, &launcher.args, snapshot).await;
             let Some(slot) = &launcher.zygote else {

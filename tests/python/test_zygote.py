@@ -113,7 +113,7 @@ async def sessions_on(stack, url, n):
 FORK_ON_DEMAND = ("--workers", "1", "--spares", "0")
 
 
-async def test_forked_sessions_are_confined_apart_and_reaped(tmp_path):
+async def test_forked_sessions_are_confined_apart_and_reaped_and_die_with_the_zygote(tmp_path):
     log = tmp_path / "server.log"
     with open(log, "w") as errlog, http_server("streamable-http", *FORK_ON_DEMAND, errlog=errlog) as url:
         stack = contextlib.AsyncExitStack()
@@ -146,31 +146,24 @@ async def test_forked_sessions_are_confined_apart_and_reaped(tmp_path):
         # Each session's random state is its own.
         draws = {await run(s, "import random\nrandom.getrandbits(60)") for s in (a, b)}
         assert len(draws) == 2, draws
-        await stack.aclose()
         # Ended sessions' interpreters are killed and reaped (by the zygote).
+        await stack.aclose()
         assert await wait_until(lambda: not (set(forked) & set(child_pids(url.pid))), 15)
         assert await wait_until(lambda: zombie_pids(url.pid) == [], 15), zombie_pids(url.pid)
 
-
-async def test_losing_the_zygote_costs_only_its_interpreters(tmp_path):
-    log = tmp_path / "server.log"
-    with open(log, "w") as errlog, http_server("streamable-http", *FORK_ON_DEMAND, errlog=errlog) as url:
+        # Losing the zygote costs only the interpreters it forked: they die with it, their
+        # sessions are told, and a session's next call starts in a clean interpreter, as after
+        # any lost interpreter. New sessions are served by booted interpreters until a new
+        # zygote is ready.
         stack = contextlib.AsyncExitStack()
-        (first,) = await sessions_on(stack, url, 1)
-        await run(first, "1")
-        zygote = await zygote_ready(url.pid, log)
         (doomed,) = await sessions_on(stack, url, 1)
         await run(doomed, "x = 1")
         doomed_pid = next(pid for pid in child_pids(url.pid) if int(status_field(pid, "PPid")) == zygote)
         os.kill(zygote, signal.SIGKILL)
-        # Its interpreters die with it: their sessions are told, and their next call starts in
-        # a clean interpreter, as after any lost interpreter. New sessions are served by booted
-        # interpreters until a new zygote is ready.
         assert await wait_until(lambda: not os.path.exists(f"/proc/{doomed_pid}"), 15)
         text = await run(doomed, "x")
         assert text.startswith("<status>run-error</status>") and "the sandbox worker stopped unexpectedly" in text, text
         assert "NameError: name 'x' is not defined" in await run(doomed, "x")
-        assert await run(first, "1 + 1") == "<status>success</status>\n<return_value>\n2\n</return_value>"
         (fresh,) = await sessions_on(stack, url, 1)
         assert await run(fresh, "1 + 1") == "<status>success</status>\n<return_value>\n2\n</return_value>"
         await stack.aclose()
