@@ -39,6 +39,15 @@ ZYGOTE_READY = "the zygote is ready"
 ZYGOTE_WAIT = 120
 
 
+async def wait_for_log(path, line, timeout):
+    """Waits until the server's log at `path` holds `line` (checked every 0.1 s)."""
+    for _ in range(int(timeout * 10)):
+        if line in pathlib.Path(path).read_text():
+            return
+        await asyncio.sleep(0.1)
+    raise SystemExit(f"the server never logged {line!r}")
+
+
 def node(mode=None, snapshot=None):
     """Node + Pyodide: start -> first print(1) result (ms), and runPython's warm median (ms)."""
     args = [shutil.which("node") or "node", str(ROOT / "bench" / "node_baseline.js"), str(ROOT / "pyodide-assets"),
@@ -84,11 +93,7 @@ class Stdio:
         return time.perf_counter() - t
 
     async def wait_for(self, line, timeout=ZYGOTE_WAIT):
-        for _ in range(int(timeout * 10)):
-            if line in pathlib.Path(self.log.name).read_text():
-                return
-            await asyncio.sleep(0.1)
-        raise SystemExit(f"the server never logged {line!r}")
+        await wait_for_log(self.log.name, line, timeout)
 
     async def close(self):
         self.proc.stdin.close()
@@ -170,11 +175,7 @@ class Http:
         return time.perf_counter() - t
 
     async def wait_for(self, line, timeout=ZYGOTE_WAIT):
-        for _ in range(int(timeout * 10)):
-            if line in pathlib.Path(self.log.name).read_text():
-                return
-            await asyncio.sleep(0.1)
-        raise SystemExit(f"the server never logged {line!r}")
+        await wait_for_log(self.log.name, line, timeout)
 
     def close(self):
         self.proc.terminate()

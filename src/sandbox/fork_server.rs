@@ -94,11 +94,6 @@ pub fn resume_scavenger() {
     unsafe { pas_scavenger_resume() };
 }
 
-/// Threads of this process, from an open `/proc/self/status`.
-fn threads(proc_status: &File) -> Option<usize> {
-    super::confine::thread_count(proc_status)
-}
-
 /// Waits until the process has one thread, with the scavenger suspended.
 fn wait_single_threaded(proc_status: &File) -> Result<()> {
     release_free_memory();
@@ -106,7 +101,7 @@ fn wait_single_threaded(proc_status: &File) -> Result<()> {
     unsafe { pas_scavenger_suspend() };
     let until = Instant::now() + SINGLE_THREAD_WAIT;
     loop {
-        match threads(proc_status) {
+        match super::confine::thread_count(proc_status) {
             Some(1) => return Ok(()),
             Some(n) if Instant::now() > until => {
                 bail!(
@@ -278,6 +273,11 @@ pub fn send(control: BorrowedFd<'_>, bytes: &[u8], fds: &[RawFd]) -> Result<(), 
     Ok(())
 }
 
+/// Answers a fork request with [`FORK_FAILED`] and the reason.
+fn refuse(control: BorrowedFd<'_>, why: &str) -> Result<(), ControlError> {
+    send(control, &[&[FORK_FAILED], why.as_bytes()].concat(), &[])
+}
+
 /// Serves fork requests on `control` until the front closes it. Returns `Ok(None)` in the
 /// zygote when done, and `Ok(Some(_))` in each forked child, whose stdin, stdout and stderr are
 /// then the descriptors the front sent.
@@ -308,14 +308,11 @@ pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
                 fds.len()
             );
         }
-        if threads(proc_status) != Some(1) {
+        let threads = super::confine::thread_count(proc_status);
+        if threads != Some(1) {
             // Something started a thread (it must not: the zygote runs no JavaScript now).
-            let why = format!("the zygote has {:?} threads", threads(proc_status));
-            send(
-                control.as_fd(),
-                &[&[FORK_FAILED], why.as_bytes()].concat(),
-                &[],
-            )?;
+            let why = format!("the zygote has {threads:?} threads");
+            refuse(control.as_fd(), &why)?;
             continue;
         }
         // SAFETY: the process has one thread (checked just above), so no lock can be held by
@@ -351,21 +348,13 @@ pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
                         // reaped, so its pid cannot name another process.
                         unsafe { libc::kill(child.as_raw(), libc::SIGKILL) };
                         let why = format!("pidfd_open failed: {e}");
-                        send(
-                            control.as_fd(),
-                            &[&[FORK_FAILED], why.as_bytes()].concat(),
-                            &[],
-                        )?;
+                        refuse(control.as_fd(), &why)?;
                     }
                 }
             }
             Err(e) => {
                 let why = format!("fork failed: {e}");
-                send(
-                    control.as_fd(),
-                    &[&[FORK_FAILED], why.as_bytes()].concat(),
-                    &[],
-                )?;
+                refuse(control.as_fd(), &why)?;
             }
         }
     }
@@ -392,8 +381,9 @@ pub fn control_socket() -> Result<Option<OwnedFd>> {
     Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
-/// Fails unless `e` is empty: the zygote's standard input must hold no unread bytes when it
-/// forks, or the child would read the zygote's instead of its own.
+/// Fails unless `buffered` (bytes of standard input read but not consumed) is 0: the zygote's
+/// standard input must hold no unread bytes when it forks, or the child would read the
+/// zygote's instead of its own.
 pub fn check_drained(buffered: usize) -> Result<()> {
     if buffered != 0 {
         return Err(anyhow!(

@@ -400,35 +400,9 @@ fn warm_up(engine: &mut Engine, runner: &Runner) -> Result<()> {
             None,
         )
         .context("warming up the zygote")?;
-        let answer = call(
-            engine,
-            &runner.run,
-            BOOT_CALL,
-            &[
-                Arg::Str(code),
-                Arg::Str("{}"),
-                Arg::Num(WARM_UP_CAP as f64),
-                Arg::Num(WARM_UP_CAP as f64),
-            ],
-            None,
-        )
-        .context("warming up the zygote")?;
-        parse_answer::<RunOutcome>(&answer).context("warming up the zygote")?;
+        zygote_run(engine, runner, code).context("warming up the zygote")?;
     }
-    let answer = call(
-        engine,
-        &runner.run,
-        BOOT_CALL,
-        &[
-            Arg::Str(FREEZE_CODE),
-            Arg::Str("{}"),
-            Arg::Num(WARM_UP_CAP as f64),
-            Arg::Num(WARM_UP_CAP as f64),
-        ],
-        None,
-    )
-    .context("freezing the zygote's objects")?;
-    parse_answer::<RunOutcome>(&answer).context("freezing the zygote's objects")?;
+    zygote_run(engine, runner, FREEZE_CODE).context("freezing the zygote's objects")?;
     // The zygote's random state is every child's: each reseeds in its first run.
     let answer = call(engine, &runner.reseed, BOOT_CALL, &[], None)
         .context("preparing the reseed of forked interpreters")?;
@@ -441,6 +415,25 @@ fn warm_up(engine: &mut Engine, runner: &Runner) -> Result<()> {
 /// generation, which it never scans again (`gc.freeze`, meant for pre-fork servers), so that a
 /// forked interpreter's collections do not write to (and copy) every page of the zygote's heap.
 const FREEZE_CODE: &str = "import gc\ngc.collect()\ngc.freeze()";
+
+/// Runs `code` in the zygote through the runner's `run`, as a call would, with fresh globals and
+/// the warm-up caps; its output goes nowhere (no run is in progress for the front).
+fn zygote_run(engine: &mut Engine, runner: &Runner, code: &str) -> Result<()> {
+    let answer = call(
+        engine,
+        &runner.run,
+        BOOT_CALL,
+        &[
+            Arg::Str(code),
+            Arg::Str("{}"),
+            Arg::Num(WARM_UP_CAP as f64),
+            Arg::Num(WARM_UP_CAP as f64),
+        ],
+        None,
+    )?;
+    parse_answer::<RunOutcome>(&answer)?;
+    Ok(())
+}
 
 /// Output and result caps of a warm-up call (bytes).
 const WARM_UP_CAP: usize = 1 << 10;

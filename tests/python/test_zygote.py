@@ -6,17 +6,16 @@ killed and reaped with its session; the zygote itself never runs user code, and 
 costs only the interpreters it forked.
 """
 
-import asyncio
 import contextlib
 import json
 import os
 import signal
-import time
 
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
+from adversary import wait_until
 from conftest import child_pids, http_server, mcp_session, run, zombie_pids, zygote_pids
 
 pytestmark = pytest.mark.anyio
@@ -36,15 +35,6 @@ seen = getattr(builtins, "_probe_mark", None)
 builtins._probe_mark = {i}
 [seen, random.getrandbits(52), {i} * 3]
 """
-
-
-async def wait_until(predicate, timeout, interval=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(interval)
-    return predicate()
 
 
 def eventfd_ids(pid):
