@@ -6,7 +6,8 @@ restoring Pyodide's own memory snapshot (the fastest way Node starts Pyodide).
 - a fresh interpreter per call (`--isolation call`), request -> result: restored from the
   snapshot (`--no-zygote`), forked from the zygote with no spare ready (`--spares 0`), and
   taken from a spare forked ahead (the default);
-- warm calls, p50 and p99: stdio, and streamable HTTP with one client;
+- warm calls, p50 and p99: stdio, and streamable HTTP with one client (through a bare
+  HTTP/1.1 connection, and through httpx, which adds its own ~2.5 ms per request);
 - throughput of a trivial call with 8 HTTP sessions: `--isolation session|call|shared`, 1 and 2
   workers;
 - memory: 300 live HTTP sessions, each after one call: proportional set size (PSS) per
@@ -141,6 +142,44 @@ def free_port():
         return sock.getsockname()[1]
 
 
+class Connection:
+    """One keep-alive HTTP/1.1 connection, requests written and responses read here: httpx
+    spends about 2.5 ms of client time per request on the 2-core machine (a 404 takes 2.6 ms
+    through it and 0.12 ms through curl), which would hide the server's own latency."""
+
+    @classmethod
+    async def open(cls, port):
+        self = cls()
+        self.port = port
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 24)
+        return self
+
+    async def post(self, path, message, headers):
+        """(status, body text) of a POST of `message` as JSON; the body is read whole (a JSON
+        body, or an event stream until the server ends it)."""
+        body = json.dumps(message).encode()
+        head = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{self.port}", f"Content-Length: {len(body)}",
+                *(f"{k}: {v}" for k, v in headers.items())]
+        self.writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        status = int((await self.reader.readline()).split()[1])
+        fields = {}
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            fields[name.strip().lower()] = value.strip()
+        if fields.get("transfer-encoding") == "chunked":
+            chunks = []
+            while size := int((await self.reader.readline()).split(b";")[0], 16):
+                chunks.append((await self.reader.readexactly(size + 2))[:-2])
+            await self.reader.readexactly(2)
+            data = b"".join(chunks)
+        else:
+            data = await self.reader.readexactly(int(fields.get("content-length", 0)))
+        return status, data.decode()
+
+    def close(self):
+        self.writer.close()
+
+
 class Http:
     """A streamable-HTTP server and raw JSON-RPC sessions on it."""
 
@@ -174,6 +213,14 @@ class Http:
         assert "<status>success</status>" in r.text, r.text
         return time.perf_counter() - t
 
+    async def raw_call(self, conn, h, code="1 + 1"):
+        """`call` through a bare [`Connection`]."""
+        t = time.perf_counter()
+        status, text = await conn.post("/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                                "params": {**CALL, "arguments": {"python_code": code}}}, h)
+        assert status == 200 and "<status>success</status>" in text, text
+        return time.perf_counter() - t
+
     async def wait_for(self, line, timeout=ZYGOTE_WAIT):
         await wait_for_log(self.log.name, line, timeout)
 
@@ -183,19 +230,23 @@ class Http:
 
 
 async def warm_http(binary, cache, calls):
+    """Latencies (s) of warm calls of one session: through a bare connection, and through httpx."""
     server = Http(binary, cache)
     async with httpx.AsyncClient(timeout=300) as http:
         h = await server.session(http)
         for _ in range(3):
             await server.call(http, h)
         await settle(server.proc.pid)
-        times = [await server.call(http, h) for _ in range(calls)]
+        conn = await Connection.open(server.port)
+        bare = [await server.raw_call(conn, h) for _ in range(calls)]
+        conn.close()
+        through_httpx = [await server.call(http, h) for _ in range(calls)]
     server.close()
-    return times
+    return bare, through_httpx
 
 
 async def throughput(binary, cache, isolation, workers, calls, clients=8):
-    """Trivial calls per second with `clients` HTTP sessions."""
+    """Trivial calls per second with `clients` HTTP sessions, each on its own bare connection."""
     server = Http(binary, cache, "--isolation", isolation, "--workers", str(workers))
     async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=64)) as http:
         sessions = [await server.session(http) for _ in range(clients)]
@@ -205,13 +256,17 @@ async def throughput(binary, cache, isolation, workers, calls, clients=8):
             await server.wait_for(ZYGOTE_READY)
         await settle(server.proc.pid)
 
-        async def client(h):
+        connections = [await Connection.open(server.port) for _ in sessions]
+
+        async def client(conn, h):
             for _ in range(calls // clients):
-                await server.call(http, h)
+                await server.raw_call(conn, h)
 
         start = time.perf_counter()
-        await asyncio.gather(*(client(h) for h in sessions))
+        await asyncio.gather(*(client(c, h) for c, h in zip(connections, sessions)))
         elapsed = time.perf_counter() - start
+        for conn in connections:
+            conn.close()
     server.close()
     return calls // clients * clients / elapsed
 
@@ -282,7 +337,7 @@ async def main():
     forked = await fresh(args.binary, cache, calls, "--spares", "0")
     spare = await fresh(args.binary, cache, calls)
     stdio = await warm_stdio(args.binary, cache, calls * 2)
-    http = await warm_http(args.binary, cache, calls * 2)
+    http, http_httpx = await warm_http(args.binary, cache, calls * 2)
 
     def row(label, value, unit="ms"):
         print(f"{label:<64}{value:>10.2f} {unit:<6}{value / base:>8.3f}")
@@ -300,6 +355,7 @@ async def main():
     row("warm call, stdio: p99", ms(percentile(stdio, 99)))
     row("warm call, streamable HTTP, 1 client: p50", ms(statistics.median(http)))
     row("warm call, streamable HTTP, 1 client: p99", ms(percentile(http, 99)))
+    row("warm call, streamable HTTP, 1 client through httpx: p50", ms(statistics.median(http_httpx)))
     row("Node runPython('print(1)'), warm median", node_warm)
 
     print("\nthroughput, trivial call, 8 HTTP sessions (calls/s):")

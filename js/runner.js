@@ -18,10 +18,11 @@
     return String(e);
   };
   // Why an operation failed, typed: the interpreter ended (`os._exit`: Emscripten's ExitStatus
-  // with its status; an abort or a fatal runtime error: Pyodide marks the error
+  // with its status, which Pyodide renames `Exit` when it ends a synchronous call; an abort or
+  // a fatal runtime error: Pyodide marks the error
   // `pyodide_fatal_error`, and traps are WebAssembly.RuntimeError), or an ordinary error.
   const failure = (e) => {
-    if (e && typeof e === "object" && e.name === "ExitStatus" && Number.isInteger(e.status)) {
+    if (e && typeof e === "object" && (e.name === "ExitStatus" || e.name === "Exit") && Number.isInteger(e.status)) {
       return { ended: { exit: e.status } };
     }
     if (e && typeof e === "object" && (e.pyodide_fatal_error === true || e instanceof WebAssembly.RuntimeError)) {
@@ -129,9 +130,24 @@
       }));
     },
 
-    // Runs user code; answers with the helper's result object (one JSON text).
+    // Runs user code; answers with the helper's result object (one JSON text). The helper
+    // answers at once, or with an awaitable when the code uses top-level `await`.
     run(id, code, globalsJson, outputCap, resultCap) {
-      answer(id, Promise.resolve().then(() => helperRun(code, globalsJson, outputCap, resultCap)));
+      let result;
+      try {
+        result = helperRun(code, globalsJson, outputCap, resultCap);
+      } catch (e) {
+        done(id, JSON.stringify(failure(e)));
+        return;
+      }
+      if (typeof result === "string") {
+        // Callbacks the code scheduled and did not await (the first step of a task it
+        // started) run before the answer, as they did when the code itself ran in a task:
+        // their output is still this call's.
+        setTimeout(() => done(id, result), 0);
+        return;
+      }
+      answer(id, Promise.resolve(result));
     },
   };
 })();

@@ -640,7 +640,8 @@ async fn watch_memory(pid: Option<u32>, limit: Option<u64>) -> u64 {
     let (Some(pid), Some(limit)) = (pid, limit) else {
         return std::future::pending().await;
     };
-    let mut tick = tokio::time::interval(MEMORY_POLL);
+    // The first check is one period in: a call that ends sooner costs no read of `/proc`.
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + MEMORY_POLL, MEMORY_POLL);
     loop {
         tick.tick().await;
         if let Some(rss) = crate::sandbox::worker::resident_bytes(pid) {

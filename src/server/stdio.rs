@@ -180,10 +180,12 @@ pub async fn serve(server: RunPythonServer) -> Result<()> {
 
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
-        while let Some(line) = out_rx.recv().await {
+        while let Some(mut line) = out_rx.recv().await {
+            // One write per message: each write of tokio's stdout is a trip to a blocking
+            // thread, and the client waits for the newline.
+            line.push('\n');
             let written = async {
                 stdout.write_all(line.as_bytes()).await?;
-                stdout.write_all(b"\n").await?;
                 stdout.flush().await
             };
             if written.await.is_err() {

@@ -201,7 +201,9 @@ async def _meddle():
     while True:
         print('A WAS HERE')
         for o in gc.get_objects():
-            if isinstance(o, dict) and 'b_value' in o:
+            # Skips CPython's table of interned strings (every name maps to itself there):
+            # rewriting it corrupts A's own interpreter, which is not what this attack is for.
+            if isinstance(o, dict) and o.get('b_value', 'b_value') != 'b_value':
                 o['b_value'] = 'ALTERED-BY-A'
         await asyncio.sleep(0.05)
 
