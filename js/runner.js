@@ -30,6 +30,17 @@
     }
     return { error: errorText(e) };
   };
+  // Python that makes the helper module from `_mcp_source` (a str the JavaScript side put in
+  // __main__, removed here) and leaves it in sys.modules, only until TAKE_HELPER.
+  const MAKE_HELPER =
+    "import sys as _sys, types as _types\n" +
+    "_m = _types.ModuleType('_mcp_runner')\n" +
+    "_m.__file__ = '/lib/_mcp_runner.py'\n" +
+    "exec(compile(_mcp_source, _m.__file__, 'exec'), _m.__dict__)\n" +
+    "_sys.modules['_mcp_runner'] = _m\n" +
+    "del _sys, _types, _m, _mcp_source\n";
+  // Takes the helper module out of sys.modules; its value is the module.
+  const TAKE_HELPER = "__import__('sys').modules.pop('_mcp_runner')";
   // `text` is sent as is (the helper already made it one JSON object); failures are wrapped.
   const answer = (id, promise) =>
     promise.then(
@@ -70,20 +81,19 @@
         // Pyodide keeps its options for ever, the restored snapshot's bytes among them: 30 MiB
         // that every worker (and the zygote, and so every interpreter it forks) would carry.
         if (pyodide._api && pyodide._api.config) pyodide._api.config._loadSnapshot = undefined;
+        // The helper module is made once, before the snapshot when one is made: interpreters
+        // restored from it start with the helper compiled and its imports done (a tenth of a
+        // second of a restore). Only Python objects exist then, as Pyodide's snapshot requires.
+        if (snapshotMode !== "load") {
+          pyodide.globals.set("_mcp_source", helperSource);
+          pyodide.runPython(MAKE_HELPER);
+        }
         if (snapshotMode === "make") {
-          // Taken before any of our JavaScript objects reach Python, as Pyodide requires.
           const snapshot = new Uint8Array(pyodide.makeMemorySnapshot());
           globalThis.__mcpHostCall("snapshot", "{}", snapshot.slice());
         }
-        // The helper runs in a module object of its own that is never put in sys.modules.
-        const mod = pyodide.runPython(
-          "import types\n" +
-          "_m = types.ModuleType('_mcp_runner')\n" +
-          "_m.__file__ = '/lib/_mcp_runner.py'\n" +
-          "_m",
-        );
-        pyodide.runPython(helperSource, { globals: mod.__dict__, filename: "/lib/_mcp_runner.py" });
-        pyodide.runPython("del _m");
+        // Out of sys.modules before any user code runs; from now on only this closure holds it.
+        const mod = pyodide.runPython(TAKE_HELPER);
         mod.setup(emit);
         helperRun = mod.run;
         helperFindImports = mod.find_imports;
@@ -130,12 +140,13 @@
       }));
     },
 
-    // Runs user code; answers with the helper's result object (one JSON text). The helper
+    // Runs user code (in the globals earlier runs left when keepGlobals is 1: --stateful);
+    // answers with the helper's result object (one JSON text). The helper
     // answers at once, or with an awaitable when the code uses top-level `await`.
-    run(id, code, globalsJson, outputCap, resultCap) {
+    run(id, code, globalsJson, outputCap, resultCap, keepGlobals) {
       let result;
       try {
-        result = helperRun(code, globalsJson, outputCap, resultCap);
+        result = helperRun(code, globalsJson, outputCap, resultCap, keepGlobals === 1);
       } catch (e) {
         done(id, JSON.stringify(failure(e)));
         return;

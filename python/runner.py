@@ -1,7 +1,8 @@
 """Runs inside Pyodide: executes one call's code and shapes its result (DESIGN §4).
 
-Loaded once per worker into a module object named ``_mcp_runner`` that is never put in
-``sys.modules``; the JavaScript runner keeps ``run`` and ``find_imports`` in closures. Every call
+Loaded into a module object named ``_mcp_runner`` (before the memory snapshot is taken, so
+that restored interpreters start with it), which is out of ``sys.modules`` before any user code
+runs; the JavaScript runner keeps ``run`` and ``find_imports`` in closures. Every call
 gets fresh globals; stdout and stderr lines go to the host as they are written, in the order
 written, up to the output cap. Text that crosses to the host never holds lone surrogates: they
 are escaped ``\\udcxx`` style (``backslashreplace``), never dropped.
@@ -237,7 +238,7 @@ def _chain(te):
     return seen
 
 
-def _compile(code):
+def _compile(code, filename):
     """``(body, last)``: the code objects Pyodide's ``eval_code_async`` would run for ``code``
     (the Deno original's semantics): the source dedented, the value of a last expression
     statement returned unless the source ends with a semicolon. ``body`` is every statement
@@ -247,14 +248,14 @@ def _compile(code):
     ``raise`` of a deep-copied AST template and compiles one module: the same result, at about
     four times the cost of a trivial call."""
     source = textwrap.dedent(code)
-    tree = compile(source, USER_FILENAME, "exec", _COMPILE_FLAGS | ast.PyCF_ONLY_AST)
+    tree = compile(source, filename, "exec", _COMPILE_FLAGS | ast.PyCF_ONLY_AST)
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         # The tokenizer only runs when a semicolon could end the source.
         if ";" not in source or not should_quiet(source):
             expression = ast.Expression(tree.body.pop().value)
-            last = compile(expression, USER_FILENAME, "eval", _COMPILE_FLAGS)
-    body = compile(tree, USER_FILENAME, "exec", _COMPILE_FLAGS) if tree.body else None
+            last = compile(expression, filename, "eval", _COMPILE_FLAGS)
+    body = compile(tree, filename, "exec", _COMPILE_FLAGS) if tree.body else None
     return body, last
 
 
@@ -264,11 +265,23 @@ def _awaits(code):
     return code is not None and bool(code.co_flags & _CO_COROUTINE)
 
 
+# The globals that runs with ``keep_globals`` share (``--stateful``: one MCP session's state),
+# and how many such runs there were: each is ``call_N.py`` in tracebacks, so that a function
+# defined by an earlier call is quoted from that call's source.
+_kept_globals = None
+_kept_runs = 0
+
+
+def _fresh_globals():
+    return {"__name__": "__main__", "__builtins__": builtins}
+
+
 class _Call:
     """One run's state: its output capture (installed as ``sys.stdout``/``sys.stderr`` from
-    creation to ``close``), its fresh globals and its caps."""
+    creation to ``close``), its globals (fresh, or the kept ones) and its caps."""
 
-    def __init__(self, code, globals_json, output_cap, result_cap):
+    def __init__(self, code, globals_json, output_cap, result_cap, keep_globals):
+        global _kept_globals, _kept_runs
         global _reseed_pending
         if _reseed_pending:
             # The first run of an interpreter forked from the zygote: a random state of its
@@ -279,10 +292,18 @@ class _Call:
         self.capture = _Capture(int(output_cap))
         self.out = _Stream("stdout", self.capture)
         self.err = _Stream("stderr", self.capture)
-        self.globals = {"__name__": "__main__", "__builtins__": builtins}
+        if keep_globals:
+            if _kept_globals is None:
+                _kept_globals = _fresh_globals()
+            self.globals = _kept_globals
+            _kept_runs += 1
+            self.filename = f"call_{_kept_runs}.py"
+        else:
+            self.globals = _fresh_globals()
+            self.filename = USER_FILENAME
         self.globals.update(json.loads(globals_json))
         # Let tracebacks quote the user's source lines.
-        linecache.cache[USER_FILENAME] = (len(code), None, code.splitlines(True), USER_FILENAME)
+        linecache.cache[self.filename] = (len(code), None, code.splitlines(True), self.filename)
         self.saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = self.out, self.err
 
@@ -320,17 +341,18 @@ class _Call:
         return json.dumps(result)
 
 
-def run(code, globals_json, output_cap, result_cap):
-    """Runs ``code`` with fresh globals; returns the result as one JSON object's text:
+def run(code, globals_json, output_cap, result_cap, keep_globals=False):
+    """Runs ``code`` with fresh globals (or, with ``keep_globals``, in the globals earlier such
+    runs left); returns the result as one JSON object's text:
     ``{"status", "return_value": {"kind", "text"} | null, "error", "truncated"}``, or, when
     the code uses top-level ``await``, a coroutine that returns that text. A return value
     whose text is longer than ``result_cap`` bytes becomes an error.
 
     Code without top-level ``await`` runs here and now rather than in an asyncio task: the
     task, its future and the promise around it cost more than the rest of a trivial call."""
-    call = _Call(code, globals_json, output_cap, result_cap)
+    call = _Call(code, globals_json, output_cap, result_cap, keep_globals)
     try:
-        body, last = _compile(code)
+        body, last = _compile(code, call.filename)
         if _awaits(body) or _awaits(last):
             # The coroutine closes the call when it ends.
             return _run_async(call, body, last)

@@ -57,6 +57,12 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = Isolation::Session)]
     pub isolation: Isolation,
 
+    /// Keep each MCP session's globals from one call to the next (variables, functions,
+    /// imports), as a notebook does; the tool description says so. Needs `--isolation
+    /// session` and a transport with sessions (not `streamable-http-stateless`).
+    #[arg(long)]
+    pub stateful: bool,
+
     /// Clean interpreters kept booted ahead, so that a new session rarely waits for a boot
     /// [default: 2 for HTTP, `--workers` with `--isolation call`; 0 for stdio and `shared`, which
     /// still boot theirs at start and one after losing an interpreter].

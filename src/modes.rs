@@ -137,6 +137,16 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
     } else {
         cli.isolation
     };
+    if cli.stateful && isolation != Isolation::Session {
+        anyhow::bail!(
+            "--stateful keeps a session's globals in the session's own interpreter: it needs --isolation session"
+        );
+    }
+    if cli.stateful && cli.mode == Mode::StreamableHttpStateless {
+        anyhow::bail!(
+            "--stateful needs sessions, and streamable-http-stateless has none: use streamable-http"
+        );
+    }
     // Spares kept ready, and booted at start-up.
     let (spares, initial) = match (isolation, cli.mode) {
         (Isolation::Call, _) => (workers, workers),
@@ -181,7 +191,7 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         cli.allow_net.clone()
     };
     let net = NetPolicy::new(allowed_hosts, cli.max_fetch_bytes);
-    let executor = Executor::new(
+    let mut executor = Executor::new(
         Spares::new(launcher, spares, initial),
         Arc::new(resolver),
         limits,
@@ -190,6 +200,7 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         deps,
         net,
     );
+    executor.stateful = cli.stateful;
     let interpreter_mib = if zygote {
         FORKED_INTERPRETER_MIB
     } else {

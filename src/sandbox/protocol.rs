@@ -75,14 +75,18 @@ pub enum Request {
     },
     /// Answer to [`Reply::Fetch`]; the body is attachment 0.
     FetchResult { id: CallId, response: FetchResponse },
-    /// Runs `code` with fresh globals plus `globals`. Output beyond `output_cap` bytes is cut;
-    /// a return value whose text is longer than `result_cap` bytes is replaced by an error.
+    /// Runs `code` with fresh globals plus `globals` (with `keep_globals`, in the globals the
+    /// interpreter's earlier `keep_globals` runs left, plus `globals`: `--stateful`). Output
+    /// beyond `output_cap` bytes is cut; a return value whose text is longer than
+    /// `result_cap` bytes is replaced by an error.
     Run {
         id: CallId,
         code: String,
         globals: serde_json::Map<String, serde_json::Value>,
         output_cap: usize,
         result_cap: usize,
+        #[serde(default)]
+        keep_globals: bool,
     },
 }
 

@@ -96,6 +96,8 @@ pub struct RunRequest<'a> {
     pub output_cap: usize,
     /// Longest return value text, in bytes (`--result-cap`).
     pub result_cap: usize,
+    /// Run in the globals earlier calls left (`--stateful`).
+    pub keep_globals: bool,
 }
 
 /// The front's end of a worker's standard input: a pipe of a spawned or a forked process.
@@ -497,6 +499,7 @@ impl Worker {
             globals: request.globals,
             output_cap,
             result_cap: request.result_cap,
+            keep_globals: request.keep_globals,
         };
         self.send_before(&message, &[], deadline).await?;
         let flood_limit = output_cap.saturating_add(OUTPUT_SLACK);
@@ -722,6 +725,7 @@ while True:
             globals: Default::default(),
             output_cap: 10_000,
             result_cap: 1000,
+            keep_globals: false,
         };
         let net = NetPolicy::new(Vec::new(), 1 << 20);
         let deadline = Deadline::after(Duration::from_secs(20), Phase::Running);

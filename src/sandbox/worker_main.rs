@@ -428,6 +428,7 @@ fn zygote_run(engine: &mut Engine, runner: &Runner, code: &str) -> Result<()> {
             Arg::Str("{}"),
             Arg::Num(WARM_UP_CAP as f64),
             Arg::Num(WARM_UP_CAP as f64),
+            Arg::Num(0.0),
         ],
         None,
     )?;
@@ -600,6 +601,7 @@ fn serve() -> Result<()> {
                 globals,
                 output_cap,
                 result_cap,
+                keep_globals,
             } => {
                 let globals = serde_json::to_string(&globals)?;
                 *running.borrow_mut() = Running {
@@ -615,6 +617,7 @@ fn serve() -> Result<()> {
                         Arg::Str(&globals),
                         Arg::Num(output_cap as f64),
                         Arg::Num(result_cap as f64),
+                        Arg::Num(if keep_globals { 1.0 } else { 0.0 }),
                     ],
                     None,
                 );

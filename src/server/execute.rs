@@ -64,6 +64,13 @@ const MEMORY_POLL: Duration = Duration::from_millis(25);
 /// allocations, and be killed there.
 const MEMORY_HEADROOM: u64 = 32 << 20;
 
+/// The `state` note of a `--stateful` call whose interpreter was stopped (issue 14: the result
+/// says when state was lost, so that an agent knows to run its setup again).
+const STATE_LOST: &str = "lost: this session's interpreter was stopped after this call, and the variables, functions and imports of its earlier calls are gone; the next call starts in a new interpreter";
+
+/// The `state` note of the first call in a `--stateful` session's new interpreter.
+const STATE_RESTARTED: &str = "new: this call ran in a new interpreter (the previous one was stopped); the variables, functions and imports of earlier calls are gone";
+
 /// What "no limit" means for a deadline (seconds): ten years.
 const NO_LIMIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
@@ -90,6 +97,8 @@ struct Arrivals {
 /// [`Tenant::end`] kills the interpreter.
 pub struct Tenant {
     worker: Arc<tokio::sync::Mutex<Option<Worker>>>,
+    /// Whether the session has had an interpreter (so a new one means its state was lost).
+    had_interpreter: std::sync::atomic::AtomicBool,
     ended: CancellationToken,
     arrivals: std::sync::Mutex<Arrivals>,
     /// Woken when a call leaves `arrivals`.
@@ -101,6 +110,7 @@ impl Tenant {
     pub fn new() -> Arc<Tenant> {
         Arc::new(Tenant {
             worker: Arc::default(),
+            had_interpreter: Default::default(),
             ended: CancellationToken::new(),
             arrivals: Default::default(),
             queued: tokio::sync::Notify::new(),
@@ -202,6 +212,8 @@ pub struct Executor {
     pub startup_deps: Vec<String>,
     /// Which hosts user code may reach (`--allow-net`).
     pub net: NetPolicy,
+    /// `--stateful`: a session's globals last from one call to the next (`Isolation::Session`).
+    pub stateful: bool,
     /// The interpreters of `--isolation shared`.
     shared: Option<Arc<Pool>>,
     /// Bounds the calls running at once (`--workers`); FIFO.
@@ -273,6 +285,7 @@ impl Executor {
             isolation,
             startup_deps,
             net,
+            stateful: false,
             shared: (isolation == Isolation::Shared).then(|| Pool::new(workers)),
             running: Arc::new(Semaphore::new(workers)),
             waiting: AtomicUsize::new(0),
@@ -363,7 +376,11 @@ impl Executor {
             _ = &mut stop => return None,
         };
         drop(waiting);
+        let stateful = self.stateful && self.isolation == Isolation::Session;
         if held.slot().is_none() {
+            if stateful && tenant.had_interpreter.swap(true, Ordering::SeqCst) {
+                result.state = Some(STATE_RESTARTED.to_owned());
+            }
             let fresh = tokio::select! {
                 w = self.spares.take() => w,
                 _ = &mut stop => return None,
@@ -386,6 +403,9 @@ impl Executor {
             .as_ref()
             .is_some_and(|v| *v == Verdict::Keep && self.isolation != Isolation::Call);
         if !keep {
+            if stateful && verdict.is_some() {
+                result.state = Some(STATE_LOST.to_owned());
+            }
             held.discard().await;
             if self.isolation != Isolation::Call && !tenant.ended.is_cancelled() {
                 // The session's (or the shared slot's) next call will want a clean interpreter.
@@ -453,6 +473,7 @@ impl Executor {
             globals,
             output_cap: self.limits.output_cap,
             result_cap: self.limits.result_cap,
+            keep_globals: self.stateful && self.isolation == Isolation::Session,
         };
         let run = worker.run(request, run_deadline, &self.net, &mut collect);
         let watch = watch_memory(pid, self.limits.memory_limit);

@@ -37,6 +37,9 @@ pub struct CallResult {
     pub return_is_json: bool,
     /// Traceback and message, or the install failure.
     pub error: Option<String>,
+    /// `--stateful` only: why the session's state is gone (its interpreter was stopped by this
+    /// call, or this call ran in a new one). `None` otherwise, and always without the flag.
+    pub state: Option<String>,
 }
 
 impl CallResult {
@@ -99,6 +102,9 @@ pub fn render(result: &CallResult, mode: ReturnMode) -> String {
 
 fn render_xml(r: &CallResult) -> String {
     let mut lines = vec![format!("<status>{}</status>", r.status.as_str())];
+    if let Some(state) = &r.state {
+        lines.push(format!("<state>{}</state>", escape_tag(state, "state")));
+    }
     if !r.dependencies.is_empty() {
         let deps = serde_json::to_string(&r.dependencies).unwrap_or_default();
         lines.push(format!(
@@ -126,7 +132,8 @@ fn render_xml(r: &CallResult) -> String {
 }
 
 /// The Deno original's JSON, keys in its order: `status`, `output`, then `return_value` (on
-/// success, `null` when there is none) or `error`.
+/// success, `null` when there is none) or `error`; then `state` with `--stateful`, only when
+/// the session's state was lost.
 #[derive(serde::Serialize)]
 #[serde(untagged)]
 enum JsonResult<'a> {
@@ -134,11 +141,15 @@ enum JsonResult<'a> {
         status: &'static str,
         output: &'a [String],
         return_value: serde_json::Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        state: Option<&'a str>,
     },
     Failure {
         status: &'static str,
         output: &'a [String],
         error: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        state: Option<&'a str>,
     },
 }
 
@@ -157,12 +168,14 @@ fn render_json(r: &CallResult) -> String {
             status,
             output,
             return_value,
+            state: r.state.as_deref(),
         }
     } else {
         JsonResult::Failure {
             status,
             output,
             error: r.error.as_deref().unwrap_or(""),
+            state: r.state.as_deref(),
         }
     };
     serde_json::to_string(&result).unwrap_or_default()
@@ -180,6 +193,7 @@ mod tests {
             return_value: Some("[\n  1,\n  2,\n  3\n]".into()),
             return_is_json: true,
             error: None,
+            state: None,
         }
     }
 
@@ -212,6 +226,18 @@ mod tests {
             render(&r, ReturnMode::Xml),
             "<status>run-error</status>\n<error>\nZeroDivisionError: division by zero\n</error>"
         );
+    }
+
+    #[test]
+    fn a_lost_state_is_said_after_the_status() {
+        let mut r = result();
+        r.state = Some("lost: gone".into());
+        assert!(render(&r, ReturnMode::Xml)
+            .starts_with("<status>success</status>\n<state>lost: gone</state>\n<output>"));
+        let v: serde_json::Value = serde_json::from_str(&render(&r, ReturnMode::Json)).unwrap();
+        assert_eq!(v["state"], json!("lost: gone"));
+        assert!(!render(&result(), ReturnMode::Json).contains("state"));
+        assert!(!render(&result(), ReturnMode::Xml).contains("state"));
     }
 
     #[test]

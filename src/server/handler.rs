@@ -301,7 +301,9 @@ impl ServerHandler for RunPythonServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(vec![tool()]))
+        Ok(ListToolsResult::with_all_items(vec![tool(
+            self.executor.stateful,
+        )]))
     }
 
     async fn call_tool(

@@ -10,10 +10,16 @@ pub const TOOL_NAME: &str = "run_python_code";
 /// The tool's title, as in the Deno original.
 pub const TITLE: &str = "Run Python code";
 
+/// What the description adds with `--stateful`, so that a model knows it may rely on state.
+const STATEFUL_NOTE: &str = "
+
+State persists between calls in this session, as in a notebook: variables, functions and imports defined by one call are there in the next. A result with a <state> section says when that state was lost (the interpreter was stopped, for example after a timeout), so that the setup can be run again.";
+
 /// The tool description shown to models: the original's first sentences, then the real
-/// Python version (the one the embedded Pyodide runs) and what this server adds.
-pub fn description() -> String {
-    format!(
+/// Python version (the one the embedded Pyodide runs) and what this server adds; with
+/// `stateful` (`--stateful`), that state persists within a session.
+pub fn description(stateful: bool) -> String {
+    let base = format!(
         "Tool to execute Python code and return stdout, stderr, and return value.
 
 The code may be async, and the value on the last line will be returned as the return value.
@@ -23,7 +29,12 @@ The code will be executed with Python {python} (Pyodide {pyodide}, in a WebAssem
 Dependencies are installed automatically: either from the imports in the code, or from PEP 723 inline script metadata (`# /// script` … `dependencies = [...]` … `# ///`).",
         python = target::PYTHON_VERSION,
         pyodide = target::PYODIDE_VERSION,
-    )
+    );
+    if stateful {
+        base + STATEFUL_NOTE
+    } else {
+        base
+    }
 }
 
 /// JSON Schema (draft-07) of the arguments: `python_code` (required string) and
@@ -50,7 +61,7 @@ pub fn input_schema() -> JsonObject {
     }
 }
 
-/// The tool definition for `tools/list`.
-pub fn tool() -> Tool {
-    Tool::new(TOOL_NAME, description(), input_schema()).with_title(TITLE)
+/// The tool definition for `tools/list` (`stateful`: `--stateful`).
+pub fn tool(stateful: bool) -> Tool {
+    Tool::new(TOOL_NAME, description(stateful), input_schema()).with_title(TITLE)
 }

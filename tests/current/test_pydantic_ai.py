@@ -75,3 +75,26 @@ async def test_output_reaches_the_log_handler(mode, request):
         await agent.run("go")
     assert ("info", "line one") in received, received
     assert ("warning", "line two") in received, received
+
+
+def model_that_runs_in_turn(codes):
+    """A FunctionModel that calls run_python_code with each of `codes` in turn, then answers with
+    the last result."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if len(returns) < len(codes):
+            return ModelResponse(parts=[ToolCallPart(TOOL, {"python_code": codes[len(returns)]})])
+        return ModelResponse(parts=[TextPart(f"tool said: {returns[-1].content}")])
+
+    return FunctionModel(respond)
+
+
+async def test_stateful_state_lasts_across_an_agents_calls():
+    """`--stateful` (issue 14) over stdio: the second call sees the first one's variable."""
+    transport = StdioTransport(BINARY, [*STDIO_ARGS, "--stateful"], env=server_env(), keep_alive=False)
+    toolset = MCPToolset(transport, init_timeout=INIT_TIMEOUT, read_timeout=CALL_TIMEOUT)
+    agent = Agent(model_that_runs_in_turn(["x = 21", "x * 2"]), toolsets=[toolset])
+    async with agent:
+        result = await agent.run("Double a number in two steps.")
+    assert result.output == "tool said: <status>success</status>\n<return_value>\n42\n</return_value>"

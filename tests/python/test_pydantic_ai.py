@@ -99,3 +99,23 @@ async def test_log_messages_over_streamable_http():
         async with server:
             await server.direct_call_tool("run_python_code", {"python_code": "print('a')\nprint('b')"})
     assert received == ["a", "b"]
+
+
+async def test_mcp_server_stdio_stateful():
+    """`--stateful` (issue 14): an agent's second call sees its first call's variable."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        codes = ["x = 21", "x * 2"]
+        if len(returns) < len(codes):
+            return ModelResponse(parts=[ToolCallPart("run_python_code", {"python_code": codes[len(returns)]})])
+        return ModelResponse(parts=[TextPart(f"tool said: {returns[-1].content}")])
+
+    server = MCPServerStdio(
+        BINARY, args=["stdio", "--workers", "1", "--stateful", "--cache-dir", SHARED_CACHE],
+        env=server_env(), timeout=30, read_timeout=CALL_TIMEOUT,
+    )
+    agent = Agent(FunctionModel(respond), toolsets=[server])
+    async with agent:
+        result = await agent.run("Double a number in two steps.")
+    assert result.output == "tool said: <status>success</status>\n<return_value>\n42\n</return_value>"
