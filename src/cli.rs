@@ -43,6 +43,11 @@ pub struct Cli {
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
 
+    /// A streamable-HTTP session with no request for this many seconds ends (0 = never): its
+    /// interpreter and state are dropped, and a later request with its id gets HTTP 404.
+    #[arg(long, default_value_t = 1800.0)]
+    pub session_idle_timeout: f64,
+
     /// Time limit for resolving, downloading and installing one call's packages, in seconds.
     #[arg(long, default_value_t = 300.0)]
     pub install_timeout: f64,

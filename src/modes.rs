@@ -210,12 +210,14 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         cli.max_sessions
             .unwrap_or_else(|| default_max_sessions(interpreter_mib)),
     );
-    Ok(RunPythonServer::new(
+    let mut server = RunPythonServer::new(
         Arc::new(executor),
         cli.return_mode,
         cli.max_code_size,
         sessions,
-    ))
+    );
+    server.session_idle = seconds(cli.session_idle_timeout, "--session-idle-timeout")?;
+    Ok(server)
 }
 
 /// Spares kept ready in the HTTP modes with `--isolation session`.

@@ -151,7 +151,7 @@ pub fn unknown_session() -> Refusal {
         StatusCode::NOT_FOUND,
         ErrorData::new(
             SESSION_NOT_FOUND,
-            "Session not found: it has ended or never existed; start a new session",
+            "Session not found: it has ended (closed, or idle longer than the server's --session-idle-timeout; its interpreter and any state are gone) or never existed; start a new session",
             None,
         ),
     )

@@ -309,6 +309,18 @@ impl Executor {
             .clone()
     }
 
+    /// `reset_session` (`--stateful`): once the session's calls that arrived before it are
+    /// done, stops its interpreter, so that its next call starts in a new one with fresh
+    /// globals. That call has no `<state>` note: the client asked for the loss.
+    pub async fn reset(&self, tenant: &Tenant, arrival: Option<Arrival>) {
+        let mut slot = tenant.queue(arrival).await;
+        if let Some(worker) = slot.take() {
+            worker.kill_soon();
+            self.spares.replenish();
+        }
+        tenant.had_interpreter.store(false, Ordering::SeqCst);
+    }
+
     /// Kills every interpreter (at shutdown).
     pub async fn shutdown(&self) {
         self.spares.shutdown().await;

@@ -10,7 +10,7 @@
 
 use super::execute::{Arrival, Executor, Tenant};
 use super::format::{render, ReturnMode};
-use super::tool::{tool, TOOL_NAME};
+use super::tool::{reset_tool, tool, RESET_DONE, RESET_TOOL_NAME, TOOL_NAME};
 use crate::sandbox::protocol::Stream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ClientRequest,
@@ -103,6 +103,9 @@ pub struct RunPythonServer {
     pub log_level: Arc<Mutex<Option<LoggingLevel>>>,
     /// This session; `None` in the template that sessions are made from.
     session: Option<Arc<SessionGuard>>,
+    /// How long a streamable-HTTP session may go without a request before it ends
+    /// (`--session-idle-timeout`); `None`: never.
+    pub session_idle: Option<std::time::Duration>,
 }
 
 /// Severity order of MCP logging levels (RFC 5424 order, as in the MCP spec's logging section).
@@ -177,6 +180,7 @@ impl RunPythonServer {
             sessions,
             log_level: Arc::default(),
             session: None,
+            session_idle: None,
         }
     }
 
@@ -202,6 +206,27 @@ impl RunPythonServer {
     ///
     /// Errors: an MCP `invalid_params` error that says which argument is wrong and how.
     #[allow(clippy::result_large_err)]
+    /// `reset_session` (`--stateful`): after the session's earlier calls, drops its interpreter.
+    /// It takes no arguments; any is an `invalid_params` error.
+    async fn reset(
+        &self,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        if let Some(name) = request.arguments.as_ref().and_then(|a| a.keys().next()) {
+            return Err(McpError::invalid_params(
+                format!("`{RESET_TOOL_NAME}` takes no arguments, and got `{name}`"),
+                None,
+            ));
+        }
+        let Some(session) = &self.session else {
+            return Err(McpError::internal_error("no session for this call", None));
+        };
+        let arrival = context.extensions.get::<Arrival>().copied();
+        self.executor.reset(&session.tenant, arrival).await;
+        Ok(CallToolResult::success(vec![ContentBlock::text(RESET_DONE)]).into())
+    }
+
     fn parse_arguments(
         &self,
         args: Option<serde_json::Map<String, serde_json::Value>>,
@@ -301,9 +326,11 @@ impl ServerHandler for RunPythonServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(vec![tool(
-            self.executor.stateful,
-        )]))
+        let mut tools = vec![tool(self.executor.stateful)];
+        if self.executor.stateful {
+            tools.push(reset_tool());
+        }
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -311,12 +338,18 @@ impl ServerHandler for RunPythonServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let stateful = self.executor.stateful;
+        if stateful && request.name == RESET_TOOL_NAME {
+            return self.reset(request, &context).await;
+        }
         if request.name != TOOL_NAME {
+            let tools = if stateful {
+                format!("`{TOOL_NAME}` and `{RESET_TOOL_NAME}`")
+            } else {
+                format!("only `{TOOL_NAME}`")
+            };
             return Err(McpError::invalid_params(
-                format!(
-                    "unknown tool `{}`: this server has only `{TOOL_NAME}`",
-                    request.name
-                ),
+                format!("unknown tool `{}`: this server has {tools}", request.name),
                 None,
             ));
         }

@@ -456,7 +456,11 @@ pub async fn serve(
             // list turns rmcp's own `Host` check off.
             config.allowed_hosts = Vec::new();
             let factory = server.clone();
-            let manager = Arc::new(LocalSessionManager::default());
+            let mut manager = LocalSessionManager::default();
+            // rmcp ends a session after this long without a message (its own default is 300 s);
+            // the session's interpreter, and with `--stateful` its state, go with it.
+            manager.session_config.keep_alive = server.session_idle;
+            let manager = Arc::new(manager);
             let service = StreamableHttpService::new(
                 move || factory.for_new_session().map_err(std::io::Error::other),
                 manager.clone(),

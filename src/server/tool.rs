@@ -1,7 +1,7 @@
 //! The `run_python_code` tool: its name, description and input schema (DESIGN §4, seed 000).
 
 use crate::packages::wheel::target;
-use rmcp::model::{JsonObject, Tool};
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::json;
 
 /// The tool's name, as in the Deno original.
@@ -64,4 +64,39 @@ pub fn input_schema() -> JsonObject {
 /// The tool definition for `tools/list` (`stateful`: `--stateful`).
 pub fn tool(stateful: bool) -> Tool {
     Tool::new(TOOL_NAME, description(stateful), input_schema()).with_title(TITLE)
+}
+
+/// The second tool with `--stateful`: clears the session's state (issue 14). A tool of its own
+/// rather than an argument of `run_python_code`: it does one destructive thing, which MCP's tool
+/// annotations can say (`destructiveHint`), so that a client may ask before it runs, and the
+/// drop-in's input schema stays as it is.
+pub const RESET_TOOL_NAME: &str = "reset_session";
+
+/// What `reset_session` answers.
+pub const RESET_DONE: &str = "The session's state was cleared: its interpreter was stopped, and the next call of run_python_code starts in a new one with fresh globals.";
+
+/// The `reset_session` tool: no arguments; destructive, idempotent, closed world.
+pub fn reset_tool() -> Tool {
+    let schema = json!({
+        "type": "object",
+        "properties": {},
+        "additionalProperties": false,
+        "$schema": "http://json-schema.org/draft-07/schema#",
+    });
+    let serde_json::Value::Object(schema) = schema else {
+        unreachable!("the schema literal is an object")
+    };
+    Tool::new(
+        RESET_TOOL_NAME,
+        "Clear this session's Python state: variables, functions, imports and installed packages are dropped, and the next run_python_code call starts in a new interpreter.",
+        schema,
+    )
+    .with_title("Reset the Python session")
+    .with_annotations(
+        ToolAnnotations::new()
+            .read_only(false)
+            .destructive(true)
+            .idempotent(true)
+            .open_world(false),
+    )
 }

@@ -23,7 +23,7 @@ NOT_A_MESSAGE = b'{"jsonrpc":"2.0","id":7,"method":5}'
 # The exact errors of src/server/errors.rs.
 PARSE_ERROR = {"code": -32700, "message": "Parse error: key must be a string at line 1 column 2"}
 SESSION_REQUIRED = {"code": -32600, "message": "Bad Request: a session id is required"}
-UNKNOWN_SESSION = {"code": -32001, "message": "Session not found: it has ended or never existed; start a new session"}
+UNKNOWN_SESSION = {"code": -32001, "message": "Session not found: it has ended (closed, or idle longer than the server's --session-idle-timeout; its interpreter and any state are gone) or never existed; start a new session"}
 FORBIDDEN_ORIGIN = {"code": -32000, "message": "Forbidden: the Origin header is not allowed (DNS-rebinding protection; see --allow-origin)"}
 FORBIDDEN_HOST = {"code": -32000, "message": "Forbidden: the Host header is not allowed (DNS-rebinding protection; see --allow-host)"}
 MAX_CODE_SIZE = 1000

@@ -2,13 +2,17 @@
 sessions, and a result says when they were lost. Real binary, real `mcp` client, stdio and
 streamable HTTP."""
 
+import asyncio
 import re
 import subprocess
 
+import httpx
 import pytest
+from mcp.shared.exceptions import McpError
 
 from adversary import http_server, http_session, return_value, status_of
 from conftest import BINARY, SHARED_CACHE, mcp_session, run, server_env
+from raw_http import ACCEPT, INIT, INITIALIZED, PROTOCOL, call_message, rpc_result
 
 pytestmark = pytest.mark.anyio
 
@@ -44,9 +48,24 @@ async def test_state_lasts_within_a_session_and_says_when_it_was_lost():
         assert return_value(text) == "1" and "<state>" not in text, text
 
 
+async def test_reset_session_clears_the_state():
+    async with mcp_session("--stateful") as session:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        assert set(tools) == {"run_python_code", "reset_session"}
+        assert tools["reset_session"].annotations.destructiveHint is True
+        await run(session, "x = 42")
+        done = await session.call_tool("reset_session", {})
+        assert not done.isError and "state was cleared" in done.content[0].text, done
+        text = await run(session, "x")
+        assert "NameError" in text and "<state>" not in text, text
+        with pytest.raises(McpError, match="takes no arguments"):
+            await session.call_tool("reset_session", {"hard": True})
+
+
 async def test_without_the_flag_every_call_starts_from_fresh_globals():
     async with mcp_session() as session:
         tools = await session.list_tools()
+        assert [t.name for t in tools.tools] == ["run_python_code"]
         assert "State persists" not in tools.tools[0].description
         await run(session, "x = 42")
         text = await run(session, "x")
@@ -63,6 +82,22 @@ async def test_state_is_the_sessions_own(tmp_path):
         async with http_session(base) as c:
             text = await run(c, "secret")
             assert "NameError" in text, text
+
+
+async def test_an_idle_session_expires_with_its_state(tmp_path):
+    with http_server("streamable_http", "--stateful", "--session-idle-timeout", "2",
+                     stderr_path=tmp_path / "server.log") as base:
+        async with httpx.AsyncClient(timeout=120) as http:
+            r = await http.post(f"{base}/mcp", json=INIT, headers=ACCEPT)
+            h = {**ACCEPT, "Mcp-Session-Id": r.headers["mcp-session-id"], "Mcp-Protocol-Version": PROTOCOL}
+            await http.post(f"{base}/mcp", json=INITIALIZED, headers=h)
+            r = await http.post(f"{base}/mcp", json=call_message(2, "x = 1\nx"), headers=h)
+            assert "<return_value>\n1\n</return_value>" in rpc_result(r)["result"]["content"][0]["text"]
+            await asyncio.sleep(5)
+            r = await http.post(f"{base}/mcp", json=call_message(3, "x"), headers=h)
+            assert r.status_code == 404, r.text
+            message = r.json()["error"]["message"]
+            assert "--session-idle-timeout" in message and "state are gone" in message, message
 
 
 @pytest.mark.parametrize("args", [
