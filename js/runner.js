@@ -7,6 +7,10 @@
   "use strict";
   const { emit, done, emitLines } = globalThis.__mcpHost;
   delete globalThis.__mcpHost;
+  // The host's synchronous call, kept here before fetch.js takes it off the global.
+  const hostCall = globalThis.__mcpHostCall;
+  // The session's working directory (python/runner.py's WORKDIR).
+  const WORKDIR = "/home/pyodide/";
   let pyodide = null;
   // The Python helper's functions, kept here; the helper module is in no `sys.modules`.
   let helperRun = null;
@@ -90,7 +94,7 @@
         }
         if (snapshotMode === "make") {
           const snapshot = new Uint8Array(pyodide.makeMemorySnapshot());
-          globalThis.__mcpHostCall("snapshot", "{}", snapshot.slice());
+          hostCall("snapshot", "{}", snapshot.slice());
         }
         // Out of sys.modules before any user code runs; from now on only this closure holds it.
         const mod = pyodide.runPython(TAKE_HELPER);
@@ -136,6 +140,17 @@
     reseed(id) {
       answer(id, Promise.resolve().then(() => {
         helperReseed();
+        return "{}";
+      }));
+    },
+
+    // Hands the host the bytes of file `path` (under the working directory) when it has at
+    // most `cap` bytes: an image the run just made. Answers `{}`, or `{"error": …}`.
+    readFile(id, path, cap) {
+      answer(id, Promise.resolve().then(() => {
+        const bytes = pyodide.FS.readFile(WORKDIR + path);
+        if (bytes.length > cap) throw new Error(`${path} has more than ${cap} bytes`);
+        hostCall("image", "{}", bytes.slice());
         return "{}";
       }));
     },

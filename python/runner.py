@@ -14,6 +14,7 @@ import dataclasses
 import io
 import json
 import linecache
+import os
 import sys
 import textwrap
 import time
@@ -265,6 +266,36 @@ def _awaits(code):
     return code is not None and bool(code.co_flags & _CO_COROUTINE)
 
 
+# Images a ``keep_globals`` run created or changed in the working directory are handed to the
+# front (``image`` content): these file name endings, at most this many per call, and of the
+# files under the working directory at most this many are looked at.
+_IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".svg")
+_MAX_IMAGES = 8
+_MAX_SCANNED = 1000
+# The session's working directory: the code's current directory when the interpreter starts
+# (Pyodide's home), wherever the code moves to later.
+WORKDIR = "/home/pyodide"
+
+
+def _scan():
+    """``{path relative to WORKDIR: (size, mtime_ns)}`` of the regular files under it (symbolic
+    links not followed), at most ``_MAX_SCANNED`` of them."""
+    found = {}
+    root = WORKDIR
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if (st.st_mode & 0o170000) == 0o100000:
+                found[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
+                if len(found) >= _MAX_SCANNED:
+                    return found
+    return found
+
+
 # The globals that runs with ``keep_globals`` share (``--stateful``: one MCP session's state),
 # and how many such runs there were: each is ``call_N.py`` in tracebacks, so that a function
 # defined by an earlier call is quoted from that call's source.
@@ -292,6 +323,8 @@ class _Call:
         self.capture = _Capture(int(output_cap))
         self.out = _Stream("stdout", self.capture)
         self.err = _Stream("stderr", self.capture)
+        # The working directory's files before the run, to find the images it makes.
+        self.files_before = _scan() if keep_globals else None
         if keep_globals:
             if _kept_globals is None:
                 _kept_globals = _fresh_globals()
@@ -338,6 +371,15 @@ class _Call:
         finally:
             sys.stdout, sys.stderr = self.saved
         result["truncated"] = self.capture.truncated
+        if self.files_before is not None:
+            try:
+                after = _scan()
+            except OSError:  # the code removed its own working directory
+                after = {}
+            result["images"] = [
+                path for path, seen in sorted(after.items())
+                if self.files_before.get(path) != seen and path.lower().endswith(_IMAGE_SUFFIXES)
+            ][:_MAX_IMAGES]
         return json.dumps(result)
 
 

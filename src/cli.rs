@@ -139,6 +139,11 @@ pub struct Cli {
     #[arg(long, default_value_t = 8 << 20)]
     pub result_cap: usize,
 
+    /// With `--stateful`: largest image (PNG, JPEG, GIF, WebP, SVG) a call writes to its working
+    /// directory that is also returned as `image` content, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_image_bytes: usize,
+
     /// Largest `python_code` accepted, in bytes; larger calls get an MCP error.
     #[arg(long, default_value_t = 1 << 20)]
     pub max_code_size: usize,

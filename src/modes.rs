@@ -178,6 +178,7 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         result_cap: cli.result_cap,
         memory_limit: (cli.memory > 0).then_some(cli.memory << 20),
         max_queue: cli.max_queue,
+        max_image_bytes: cli.max_image_bytes,
     };
     let deps: Vec<String> = cli
         .deps

@@ -20,6 +20,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// Identifies one request of the front and the replies that belong to it.
 pub type CallId = u64;
 
+/// Most images one run hands to the front (`--stateful`: files the call made in its working
+/// directory, shown to the model as `image` content).
+pub const MAX_IMAGES: usize = 8;
+
 /// Largest header a worker accepts from the front (bytes); code is capped well below this.
 pub const MAX_REQUEST_HEADER: usize = 256 << 20;
 /// Largest single attachment a worker accepts from the front (bytes): a package file.
@@ -87,6 +91,10 @@ pub enum Request {
         result_cap: usize,
         #[serde(default)]
         keep_globals: bool,
+        /// With `keep_globals`: the largest image (bytes) the run's [`RunOutcome::images`] may
+        /// carry; 0 for none.
+        #[serde(default)]
+        image_cap: usize,
     },
 }
 
@@ -224,6 +232,13 @@ pub struct RunOutcome {
     /// The interpreter cannot be used again (it exited or aborted); the worker is ending.
     #[serde(default)]
     pub fatal: bool,
+    /// Image files the run created or changed (paths under the working directory), at most
+    /// [`MAX_IMAGES`]; in [`Reply::Ran`], attachment `i` holds the bytes of `images[i]`.
+    #[serde(default)]
+    pub images: Vec<String>,
+    /// The bytes of `images`, taken from the frame's attachments by the front (never encoded).
+    #[serde(skip)]
+    pub image_bytes: Vec<Vec<u8>>,
 }
 
 /// A decoded frame: its header and attachments.

@@ -8,7 +8,7 @@ use super::net::NetPolicy;
 use super::process::{Ended, Process};
 use super::protocol::{
     read_frame_async, write_frame_async, CallId, Frame, FrameError, FrameLimits, Reply, Request,
-    RunOutcome, SnapshotMode, Stream,
+    RunOutcome, SnapshotMode, Stream, MAX_IMAGES,
 };
 use super::worker_main::OUTPUT_SLACK;
 use std::collections::HashMap;
@@ -98,6 +98,9 @@ pub struct RunRequest<'a> {
     pub result_cap: usize,
     /// Run in the globals earlier calls left (`--stateful`).
     pub keep_globals: bool,
+    /// Largest image (bytes) handed back from the run (`--max-image-bytes` with
+    /// `--stateful`); 0 for none.
+    pub image_cap: usize,
 }
 
 /// The front's end of a worker's standard input: a pipe of a spawned or a forked process.
@@ -490,8 +493,9 @@ impl Worker {
                         .max(request.result_cap),
                 )
                 .saturating_add(RUN_FRAME_OVERHEAD),
-            attachments: 1,
-            attachment: net.max_request_bytes(),
+            // A fetch's body, or the images of the answer.
+            attachments: MAX_IMAGES.max(1),
+            attachment: net.max_request_bytes().max(request.image_cap),
         };
         let message = Request::Run {
             id,
@@ -500,6 +504,7 @@ impl Worker {
             output_cap,
             result_cap: request.result_cap,
             keep_globals: request.keep_globals,
+            image_cap: request.image_cap,
         };
         self.send_before(&message, &[], deadline).await?;
         let flood_limit = output_cap.saturating_add(OUTPUT_SLACK);
@@ -528,7 +533,23 @@ impl Worker {
                         return Err(WorkerError::OutputFlood { limit: flood_limit });
                     }
                 }
-                Reply::Ran { outcome, .. } => return Ok(outcome),
+                Reply::Ran { mut outcome, .. } => {
+                    // Exactly one attachment per image named, each within the cap asked for.
+                    let images = frame.attachments;
+                    if images.len() != outcome.images.len()
+                        || images.len() > MAX_IMAGES
+                        || images.iter().any(|b| b.len() > request.image_cap)
+                    {
+                        return Err(WorkerError::Protocol(format!(
+                            "an answer with {} images for {} names (at most {MAX_IMAGES} of {} bytes each)",
+                            images.len(),
+                            outcome.images.len(),
+                            request.image_cap
+                        )));
+                    }
+                    outcome.image_bytes = images;
+                    return Ok(outcome);
+                }
                 other => return Err(unexpected(&other)),
             }
         }
@@ -726,6 +747,7 @@ while True:
             output_cap: 10_000,
             result_cap: 1000,
             keep_globals: false,
+            image_cap: 0,
         };
         let net = NetPolicy::new(Vec::new(), 1 << 20);
         let deadline = Deadline::after(Duration::from_secs(20), Phase::Running);

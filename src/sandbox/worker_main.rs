@@ -112,6 +112,7 @@ struct Runner {
     install: JsFunction,
     run: JsFunction,
     reseed: JsFunction,
+    read_file: JsFunction,
 }
 
 /// An answer of the runner that is not the expected shape: why the operation failed
@@ -224,7 +225,14 @@ fn boot(
         .eval_functions(
             RUNNER_JS,
             "mcp:runner.js",
-            &["boot", "findImports", "install", "run", "reseed"],
+            &[
+                "boot",
+                "findImports",
+                "install",
+                "run",
+                "reseed",
+                "readFile",
+            ],
         )?
         .into_iter();
     let mut next = || {
@@ -238,6 +246,7 @@ fn boot(
         install: next()?,
         run: next()?,
         reseed: next()?,
+        read_file: next()?,
     };
     let env = r#"{"HOME":"/home/pyodide","USER":"pyodide","LANG":"C.UTF-8"}"#;
     let deadline = Some(Instant::now() + BOOT_TIMEOUT);
@@ -276,6 +285,8 @@ fn ended_outcome(ended: Ended) -> RunOutcome {
         error: Some(error),
         truncated: false,
         fatal: true,
+        images: Vec::new(),
+        image_bytes: Vec::new(),
     }
 }
 
@@ -290,6 +301,8 @@ fn failed_outcome(e: OperationError) -> RunOutcome {
             error: Some(text),
             truncated: false,
             fatal: false,
+            images: Vec::new(),
+            image_bytes: Vec::new(),
         },
         e @ OperationError::Shape(_) => RunOutcome {
             status: RunStatus::RunError,
@@ -297,6 +310,8 @@ fn failed_outcome(e: OperationError) -> RunOutcome {
             error: Some(format!("RuntimeError: {e}")),
             truncated: false,
             fatal: false,
+            images: Vec::new(),
+            image_bytes: Vec::new(),
         },
     }
 }
@@ -316,6 +331,8 @@ fn engine_outcome(e: &EngineError) -> RunOutcome {
         error: Some(format!("RuntimeError: the JavaScript runtime failed: {first}; the next call runs in a new interpreter")),
         truncated: false,
         fatal: true,
+        images: Vec::new(),
+        image_bytes: Vec::new(),
     }
 }
 
@@ -371,6 +388,33 @@ fn forward_output(running: &Running, text: &str) {
     if !batch.is_empty() {
         let _ = send(&Reply::Output { id, lines: batch });
     }
+}
+
+/// Reads the images `outcome` names (files the run made in its working directory), each of at
+/// most `cap` bytes, through the runner's `readFile`; keeps in `outcome.images` only those read,
+/// in the order of the returned bytes. None when `cap` is 0 (no `--stateful`).
+fn read_images(
+    engine: &mut Engine,
+    runner: &Runner,
+    image_in: &RefCell<Option<Vec<u8>>>,
+    id: CallId,
+    outcome: &mut RunOutcome,
+    cap: usize,
+) -> Vec<Vec<u8>> {
+    let mut read = Vec::new();
+    let mut kept = Vec::new();
+    if cap > 0 {
+        for path in outcome.images.iter().take(super::protocol::MAX_IMAGES) {
+            let args = [Arg::Str(path), Arg::Num(cap as f64)];
+            let answered = call(engine, &runner.read_file, id, &args, None);
+            if let (Ok(_), Some(bytes)) = (answered, image_in.borrow_mut().take()) {
+                kept.push(path.clone());
+                read.push(bytes);
+            }
+        }
+    }
+    outcome.images = kept;
+    read
 }
 
 /// Calls the zygote makes before it forks, so that its children inherit warm caches and
@@ -494,11 +538,19 @@ fn serve() -> Result<()> {
         forward_output(&sink_running.borrow(), text)
     }));
     engine.eval(FETCH_JS, "mcp:fetch.js")?;
+    // An image the runner read for the run that just ended (`read_images`).
+    let image_in: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
+    let image_slot = image_in.clone();
     // `fetch` from user code: the front performs it (or refuses it) and answers on stdin.
     let fetch_input = input.clone();
     let fetch_running = running.clone();
     let fetch_id = Rc::new(Cell::new(None::<CallId>));
     engine.set_call_handler(Box::new(move |name: &str, json: &str, body: Vec<u8>| {
+        if name == "image" {
+            // Only the runner's closure holds the host call (fetch.js took it off the global).
+            *image_slot.borrow_mut() = Some(body);
+            return Ok(("{}".to_owned(), Vec::new()));
+        }
         if name != "fetch" {
             return Err(format!("unknown host call {name}"));
         }
@@ -602,6 +654,7 @@ fn serve() -> Result<()> {
                 output_cap,
                 result_cap,
                 keep_globals,
+                image_cap,
             } => {
                 let globals = serde_json::to_string(&globals)?;
                 *running.borrow_mut() = Running {
@@ -622,7 +675,7 @@ fn serve() -> Result<()> {
                     None,
                 );
                 running.borrow_mut().id = None;
-                let outcome = match answer {
+                let mut outcome = match answer {
                     Ok(text) => parse_answer::<RunOutcome>(&text).unwrap_or_else(failed_outcome),
                     Err(e) => engine_outcome(&e),
                 };
@@ -632,7 +685,15 @@ fn serve() -> Result<()> {
                     send(&Reply::Ran { id, outcome })?;
                     return Ok(());
                 }
-                Reply::Ran { id, outcome }
+                let images =
+                    read_images(&mut engine, &runner, &image_in, id, &mut outcome, image_cap);
+                let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+                send_with(&Reply::Ran { id, outcome }, &attachments)?;
+                if scavenger_suspended {
+                    super::fork_server::resume_scavenger();
+                    scavenger_suspended = false;
+                }
+                continue;
             }
         };
         send(&reply)?;

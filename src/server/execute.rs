@@ -8,7 +8,7 @@
 //! session (a [`Tenant`]) for its whole life and dies with it; [`Isolation::Call`] gives every
 //! call a clean interpreter; [`Isolation::Shared`] reuses interpreters across sessions.
 
-use super::format::{CallResult, Status};
+use super::format::{CallResult, Image, Status};
 use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, Resolver};
 use crate::packages::sources::Origin;
@@ -50,6 +50,8 @@ pub struct Limits {
     pub memory_limit: Option<u64>,
     /// Calls that may wait for an interpreter at once; more are refused.
     pub max_queue: usize,
+    /// Largest image returned as content (`--max-image-bytes`; with `--stateful` only).
+    pub max_image_bytes: usize,
 }
 
 /// The keyword of both import statements (`import x`, `from x import y`).
@@ -486,6 +488,11 @@ impl Executor {
             output_cap: self.limits.output_cap,
             result_cap: self.limits.result_cap,
             keep_globals: self.stateful && self.isolation == Isolation::Session,
+            image_cap: if self.stateful && self.isolation == Isolation::Session {
+                self.limits.max_image_bytes
+            } else {
+                0
+            },
         };
         let run = worker.run(request, run_deadline, &self.net, &mut collect);
         let watch = watch_memory(pid, self.limits.memory_limit);
@@ -494,7 +501,7 @@ impl Executor {
             used = watch => Err(used),
         };
         result.output = output;
-        let outcome = match outcome {
+        let mut outcome = match outcome {
             Ok(Ok(o)) => o,
             Ok(Err(e)) => return self.failed(result, e),
             Err(used) => {
@@ -509,6 +516,12 @@ impl Executor {
                 return Verdict::Discard;
             }
         };
+        for (name, bytes) in outcome.images.iter().zip(outcome.image_bytes.drain(..)) {
+            // The type comes from the bytes, never from the worker's word (or a file name).
+            if let Some(mime) = image_type(name, &bytes) {
+                result.images.push(Image { mime, bytes });
+            }
+        }
         match outcome.status {
             RunStatus::Success => {
                 if let Some(value) = outcome.return_value {
@@ -682,5 +695,52 @@ async fn watch_memory(pid: Option<u32>, limit: Option<u64>) -> u64 {
                 return rss;
             }
         }
+    }
+}
+
+/// The MIME type of an image file a call made, from its first bytes (PNG, JPEG, GIF and WebP
+/// signatures; SVG: a `.svg` name and UTF-8 text with an `<svg` element); `None` for anything
+/// else, which is then not returned as an image.
+fn image_type(name: &str, bytes: &[u8]) -> Option<&'static str> {
+    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n";
+    if bytes.starts_with(PNG) {
+        return Some("image/png");
+    }
+    if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
+        return Some("image/jpeg");
+    }
+    if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        return Some("image/gif");
+    }
+    if bytes.len() >= 12 && bytes.starts_with(b"RIFF") && &bytes[8..12] == b"WEBP" {
+        return Some("image/webp");
+    }
+    let svg = name.to_ascii_lowercase().ends_with(".svg")
+        && std::str::from_utf8(bytes).is_ok_and(|text| text.contains("<svg"));
+    svg.then_some("image/svg+xml")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::image_type;
+
+    #[test]
+    fn image_types_come_from_the_bytes() {
+        assert_eq!(
+            image_type("a.png", b"\x89PNG\r\n\x1a\nrest"),
+            Some("image/png")
+        );
+        assert_eq!(image_type("a.txt", b"\xff\xd8\xff\xe0"), Some("image/jpeg"));
+        assert_eq!(image_type("a.gif", b"GIF89a.."), Some("image/gif"));
+        assert_eq!(
+            image_type("a.webp", b"RIFF\0\0\0\0WEBPVP8 "),
+            Some("image/webp")
+        );
+        assert_eq!(
+            image_type("a.svg", b"<?xml?><svg xmlns='x'/>"),
+            Some("image/svg+xml")
+        );
+        assert_eq!(image_type("a.png", b"not a png"), None);
+        assert_eq!(image_type("a.html", b"<svg/>"), None);
     }
 }

@@ -37,6 +37,9 @@ pub struct CallResult {
     pub return_is_json: bool,
     /// Traceback and message, or the install failure.
     pub error: Option<String>,
+    /// `--stateful` only: images the call made in its working directory, returned as `image`
+    /// content after the text (which does not change).
+    pub images: Vec<Image>,
     /// `--stateful` only: why the session's state is gone (its interpreter was stopped by this
     /// call, or this call ran in a new one). `None` otherwise, and always without the flag.
     pub state: Option<String>,
@@ -47,6 +50,13 @@ impl CallResult {
     pub fn new() -> CallResult {
         CallResult::default()
     }
+}
+
+/// An image file a call made: its MIME type (from its bytes) and its bytes.
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub mime: &'static str,
+    pub bytes: Vec<u8>,
 }
 
 /// The result format chosen with `--return-mode`.
@@ -193,6 +203,7 @@ mod tests {
             return_value: Some("[\n  1,\n  2,\n  3\n]".into()),
             return_is_json: true,
             error: None,
+            images: Vec::new(),
             state: None,
         }
     }

@@ -425,7 +425,13 @@ impl ServerHandler for RunPythonServer {
             ));
         };
         let text = render(&result, self.return_mode);
-        Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
+        let mut content = vec![ContentBlock::text(text)];
+        for image in &result.images {
+            use base64::Engine as _;
+            let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
+            content.push(ContentBlock::image(data, image.mime));
+        }
+        Ok(CallToolResult::success(content).into())
     }
 
     async fn set_level(

@@ -3,6 +3,7 @@ sessions, and a result says when they were lost. Real binary, real `mcp` client,
 streamable HTTP."""
 
 import asyncio
+import base64
 import re
 import subprocess
 
@@ -110,3 +111,40 @@ def test_stateful_needs_sessions_with_interpreters_of_their_own(args):
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "--stateful" in done.stderr, done.stderr
+
+
+# A 2x2 PNG made with zlib and struct only (no native package), written to the working
+# directory, and its bytes returned as the call's value for comparison.
+PNG_CODE = r'''
+import struct, zlib
+def chunk(kind, data):
+    body = kind + data
+    return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+raw = b"".join(b"\x00" + bytes([255, 0, 0] * 2) for _ in range(2))
+png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
+       + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+with open("plot.png", "wb") as f:
+    f.write(png)
+with open("notes.txt", "w") as f:
+    f.write("not an image")
+png.hex()
+'''
+
+
+async def test_an_image_the_code_writes_comes_back_as_image_content():
+    async with mcp_session("--stateful") as session:
+        result = await session.call_tool("run_python_code", {"python_code": PNG_CODE})
+        text, *images = result.content
+        png = bytes.fromhex(return_value(text.text))
+        assert [(i.type, i.mimeType) for i in images] == [("image", "image/png")], result.content
+        assert base64.b64decode(images[0].data) == png
+        # The text is the drop-in's; an unchanged image is not sent again; a rewritten one is.
+        assert text.text.startswith("<status>success</status>\n<return_value>\n")
+        again = await session.call_tool("run_python_code", {"python_code": "1"})
+        assert len(again.content) == 1, again.content
+        # Over the cap, or a file whose bytes are not an image: text only.
+        fake = await session.call_tool("run_python_code", {"python_code": "open('fake.png', 'w').write('hello')"})
+        assert len(fake.content) == 1, fake.content
+    async with mcp_session("--stateful", "--max-image-bytes", "10") as session:
+        result = await session.call_tool("run_python_code", {"python_code": PNG_CODE})
+        assert len(result.content) == 1, result.content
