@@ -145,12 +145,13 @@
     },
 
     // Hands the host the bytes of file `path` (under the working directory) when it has at
-    // most `cap` bytes: an image the run just made. Answers `{}`, or `{"error": …}`.
+    // most `cap` bytes: an image the run just made, or a resource read. Answers `{}`, or
+    // `{"error": …}`.
     readFile(id, path, cap) {
       answer(id, Promise.resolve().then(() => {
         const bytes = pyodide.FS.readFile(WORKDIR + path);
         if (bytes.length > cap) throw new Error(`${path} has more than ${cap} bytes`);
-        hostCall("image", "{}", bytes.slice());
+        hostCall("file", "{}", bytes.slice());
         return "{}";
       }));
     },

@@ -376,6 +376,7 @@ class _Call:
                 after = _scan()
             except OSError:  # the code removed its own working directory
                 after = {}
+            result["files"] = [[path, size] for path, (size, _) in sorted(after.items())]
             result["images"] = [
                 path for path, seen in sorted(after.items())
                 if self.files_before.get(path) != seen and path.lower().endswith(_IMAGE_SUFFIXES)

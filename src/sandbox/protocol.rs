@@ -77,6 +77,13 @@ pub enum Request {
         files: Vec<String>,
         items: Vec<String>,
     },
+    /// The bytes of file `path` under the working directory (`--stateful`: a session's files
+    /// are its MCP resources), if it has at most `cap` bytes.
+    ReadFile {
+        id: CallId,
+        path: String,
+        cap: usize,
+    },
     /// Answer to [`Reply::Fetch`]; the body is attachment 0.
     FetchResult { id: CallId, response: FetchResponse },
     /// Runs `code` with fresh globals plus `globals` (with `keep_globals`, in the globals the
@@ -117,6 +124,8 @@ pub enum Reply {
     Pong { id: CallId },
     /// Answer to [`Request::FindImports`].
     Imports { id: CallId, names: Vec<String> },
+    /// Answer to [`Request::ReadFile`]: the bytes are attachment 0, or `error` says why not.
+    File { id: CallId, error: Option<String> },
     /// Answer to [`Request::Install`]: `error` is `None` on success.
     Installed { id: CallId, error: Option<String> },
     /// Lines written by user code (in order), sent while call `id` runs.
@@ -141,6 +150,7 @@ impl Reply {
             Reply::Pong { id }
             | Reply::Imports { id, .. }
             | Reply::Installed { id, .. }
+            | Reply::File { id, .. }
             | Reply::Output { id, .. }
             | Reply::Ran { id, .. }
             | Reply::Fetch { id, .. } => Some(*id),
@@ -154,6 +164,7 @@ impl Reply {
             Reply::Pong { .. } => "pong",
             Reply::Imports { .. } => "imports",
             Reply::Installed { .. } => "installed",
+            Reply::File { .. } => "file",
             Reply::Output { .. } => "output",
             Reply::Ran { .. } => "ran",
             Reply::Fetch { .. } => "fetch",
@@ -236,6 +247,10 @@ pub struct RunOutcome {
     /// [`MAX_IMAGES`]; in [`Reply::Ran`], attachment `i` holds the bytes of `images[i]`.
     #[serde(default)]
     pub images: Vec<String>,
+    /// `--stateful`: the regular files under the working directory after the run (path, size
+    /// in bytes), at most 1,000: the session's MCP resources.
+    #[serde(default)]
+    pub files: Vec<(String, u64)>,
     /// The bytes of `images`, taken from the frame's attachments by the front (never encoded).
     #[serde(skip)]
     pub image_bytes: Vec<Vec<u8>>,

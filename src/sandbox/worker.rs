@@ -49,6 +49,7 @@ pub enum Phase {
     Scanning,
     Installing,
     Running,
+    Reading,
 }
 
 impl fmt::Display for Phase {
@@ -58,6 +59,7 @@ impl fmt::Display for Phase {
             Phase::Scanning => "scanning the code's imports",
             Phase::Installing => "installing packages",
             Phase::Running => "running the code",
+            Phase::Reading => "reading a file",
         })
     }
 }
@@ -441,6 +443,40 @@ impl Worker {
             .header
         {
             Reply::Imports { names, .. } => Ok(names),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The bytes of file `path` under the interpreter's working directory, if it has at most
+    /// `cap` bytes: `Ok(Err(reason))` when the worker could not read it (no such file, too
+    /// large, a directory).
+    pub async fn read_file(
+        &mut self,
+        path: &str,
+        cap: usize,
+        deadline: Deadline,
+    ) -> Result<Result<Vec<u8>, String>, WorkerError> {
+        let id = self.new_id();
+        let request = Request::ReadFile {
+            id,
+            path: path.to_owned(),
+            cap,
+        };
+        self.send_before(&request, &[], deadline).await?;
+        let limits = FrameLimits {
+            attachments: 1,
+            attachment: cap,
+            ..FrameLimits::CONTROL
+        };
+        let frame = self.expect(id, limits, deadline).await?;
+        match frame.header {
+            Reply::File { error: Some(e), .. } => Ok(Err(e)),
+            Reply::File { error: None, .. } => match frame.attachments.into_iter().next() {
+                Some(bytes) => Ok(Ok(bytes)),
+                None => Err(WorkerError::Protocol(
+                    "a file answer without its bytes".into(),
+                )),
+            },
             other => Err(unexpected(&other)),
         }
     }

@@ -286,6 +286,7 @@ fn ended_outcome(ended: Ended) -> RunOutcome {
         truncated: false,
         fatal: true,
         images: Vec::new(),
+        files: Vec::new(),
         image_bytes: Vec::new(),
     }
 }
@@ -302,6 +303,7 @@ fn failed_outcome(e: OperationError) -> RunOutcome {
             truncated: false,
             fatal: false,
             images: Vec::new(),
+            files: Vec::new(),
             image_bytes: Vec::new(),
         },
         e @ OperationError::Shape(_) => RunOutcome {
@@ -311,6 +313,7 @@ fn failed_outcome(e: OperationError) -> RunOutcome {
             truncated: false,
             fatal: false,
             images: Vec::new(),
+            files: Vec::new(),
             image_bytes: Vec::new(),
         },
     }
@@ -332,6 +335,7 @@ fn engine_outcome(e: &EngineError) -> RunOutcome {
         truncated: false,
         fatal: true,
         images: Vec::new(),
+        files: Vec::new(),
         image_bytes: Vec::new(),
     }
 }
@@ -396,7 +400,7 @@ fn forward_output(running: &Running, text: &str) {
 fn read_images(
     engine: &mut Engine,
     runner: &Runner,
-    image_in: &RefCell<Option<Vec<u8>>>,
+    file_in: &RefCell<Option<Vec<u8>>>,
     id: CallId,
     outcome: &mut RunOutcome,
     cap: usize,
@@ -407,7 +411,7 @@ fn read_images(
         for path in outcome.images.iter().take(super::protocol::MAX_IMAGES) {
             let args = [Arg::Str(path), Arg::Num(cap as f64)];
             let answered = call(engine, &runner.read_file, id, &args, None);
-            if let (Ok(_), Some(bytes)) = (answered, image_in.borrow_mut().take()) {
+            if let (Ok(_), Some(bytes)) = (answered, file_in.borrow_mut().take()) {
                 kept.push(path.clone());
                 read.push(bytes);
             }
@@ -538,17 +542,17 @@ fn serve() -> Result<()> {
         forward_output(&sink_running.borrow(), text)
     }));
     engine.eval(FETCH_JS, "mcp:fetch.js")?;
-    // An image the runner read for the run that just ended (`read_images`).
-    let image_in: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
-    let image_slot = image_in.clone();
+    // The bytes of a file the runner just read (an image of a run, or a resource).
+    let file_in: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
+    let file_slot = file_in.clone();
     // `fetch` from user code: the front performs it (or refuses it) and answers on stdin.
     let fetch_input = input.clone();
     let fetch_running = running.clone();
     let fetch_id = Rc::new(Cell::new(None::<CallId>));
     engine.set_call_handler(Box::new(move |name: &str, json: &str, body: Vec<u8>| {
-        if name == "image" {
+        if name == "file" {
             // Only the runner's closure holds the host call (fetch.js took it off the global).
-            *image_slot.borrow_mut() = Some(body);
+            *file_slot.borrow_mut() = Some(body);
             return Ok(("{}".to_owned(), Vec::new()));
         }
         if name != "fetch" {
@@ -632,6 +636,34 @@ fn serve() -> Result<()> {
                     .unwrap_or_default();
                 Reply::Imports { id, names }
             }
+            Request::ReadFile { id, path, cap } => {
+                let answered = call(
+                    &mut engine,
+                    &runner.read_file,
+                    id,
+                    &[Arg::Str(&path), Arg::Num(cap as f64)],
+                    None,
+                );
+                let bytes = file_in.borrow_mut().take();
+                match (answered.map(|text| parse_answer::<Empty>(&text)), bytes) {
+                    (Ok(Ok(_)), Some(bytes)) => {
+                        send_with(&Reply::File { id, error: None }, &[&bytes])?;
+                        continue;
+                    }
+                    (Ok(Err(e)), _) => Reply::File {
+                        id,
+                        error: Some(e.to_string()),
+                    },
+                    (Err(e), _) => Reply::File {
+                        id,
+                        error: Some(e.to_string()),
+                    },
+                    (Ok(Ok(_)), None) => Reply::File {
+                        id,
+                        error: Some("the runner read no bytes".into()),
+                    },
+                }
+            }
             Request::Install { id, files, items } => {
                 for (path, bytes) in files.iter().zip(frame.attachments) {
                     engine.add_file(path, bytes);
@@ -686,7 +718,7 @@ fn serve() -> Result<()> {
                     return Ok(());
                 }
                 let images =
-                    read_images(&mut engine, &runner, &image_in, id, &mut outcome, image_cap);
+                    read_images(&mut engine, &runner, &file_in, id, &mut outcome, image_cap);
                 let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
                 send_with(&Reply::Ran { id, outcome }, &attachments)?;
                 if scavenger_suspended {

@@ -73,6 +73,9 @@ const STATE_LOST: &str = "lost: this session's interpreter was stopped after thi
 /// The `state` note of the first call in a `--stateful` session's new interpreter.
 const STATE_RESTARTED: &str = "new: this call ran in a new interpreter (the previous one was stopped); the variables, functions and imports of earlier calls are gone";
 
+/// How long reading one resource from an interpreter may take (seconds).
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// What "no limit" means for a deadline (seconds): ten years.
 const NO_LIMIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
@@ -101,6 +104,11 @@ pub struct Tenant {
     worker: Arc<tokio::sync::Mutex<Option<Worker>>>,
     /// Whether the session has had an interpreter (so a new one means its state was lost).
     had_interpreter: std::sync::atomic::AtomicBool,
+    /// A random name for the session in its resources' URIs (`session://{id}/{path}`).
+    pub id: String,
+    /// `--stateful`: the files in the interpreter's working directory after the last call
+    /// (path, size in bytes): the session's MCP resources.
+    files: std::sync::Mutex<Vec<(String, u64)>>,
     ended: CancellationToken,
     arrivals: std::sync::Mutex<Arrivals>,
     /// Woken when a call leaves `arrivals`.
@@ -113,6 +121,8 @@ impl Tenant {
         Arc::new(Tenant {
             worker: Arc::default(),
             had_interpreter: Default::default(),
+            id: uuid::Uuid::new_v4().simple().to_string(),
+            files: Default::default(),
             ended: CancellationToken::new(),
             arrivals: Default::default(),
             queued: tokio::sync::Notify::new(),
@@ -182,6 +192,19 @@ impl Tenant {
         }
         drop(leave);
         lock.await
+    }
+
+    /// The session's files as the last call left them (path, size in bytes).
+    pub fn files(&self) -> Vec<(String, u64)> {
+        self.files.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records the session's files; whether the set of names or sizes changed.
+    fn set_files(&self, files: Vec<(String, u64)>) -> bool {
+        let mut held = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = *held != files;
+        *held = files;
+        changed
     }
 
     /// Ends the session: its interpreter is killed now if idle, or by the running call, which
@@ -313,14 +336,40 @@ impl Executor {
 
     /// `reset_session` (`--stateful`): once the session's calls that arrived before it are
     /// done, stops its interpreter, so that its next call starts in a new one with fresh
-    /// globals. That call has no `<state>` note: the client asked for the loss.
-    pub async fn reset(&self, tenant: &Tenant, arrival: Option<Arrival>) {
+    /// globals. That call has no `<state>` note: the client asked for the loss. Whether the
+    /// session's files (its resources) changed: they went with the interpreter.
+    pub async fn reset(&self, tenant: &Tenant, arrival: Option<Arrival>) -> bool {
         let mut slot = tenant.queue(arrival).await;
         if let Some(worker) = slot.take() {
             worker.kill_soon();
             self.spares.replenish();
         }
         tenant.had_interpreter.store(false, Ordering::SeqCst);
+        tenant.set_files(Vec::new())
+    }
+
+    /// The bytes of file `path` in the session's interpreter (a resource of `--stateful`), at
+    /// most `--result-cap` of them, once the session's running call is done. Errors say why
+    /// in words: no interpreter (and so no files), no such file, too large; a worker that
+    /// fails to answer is stopped.
+    pub async fn read_file(&self, tenant: &Tenant, path: &str) -> Result<Vec<u8>, String> {
+        let mut slot = tenant.queue(None).await;
+        let Some(worker) = slot.as_mut() else {
+            return Err("the session has no interpreter now, and so no files".into());
+        };
+        let deadline = Deadline::after(READ_TIMEOUT, Phase::Reading);
+        match worker
+            .read_file(path, self.limits.result_cap, deadline)
+            .await
+        {
+            Ok(read) => read,
+            Err(e) => {
+                if let Some(worker) = slot.take() {
+                    worker.kill_soon();
+                }
+                Err(e.to_string())
+            }
+        }
     }
 
     /// Kills every interpreter (at shutdown).
@@ -416,6 +465,11 @@ impl Executor {
         let keep = verdict
             .as_ref()
             .is_some_and(|v| *v == Verdict::Keep && self.isolation != Isolation::Call);
+        if stateful {
+            // A stopped interpreter takes its files with it.
+            let files = if keep { result.files.take() } else { None };
+            result.files_changed = tenant.set_files(files.unwrap_or_default());
+        }
         if !keep {
             if stateful && verdict.is_some() {
                 result.state = Some(STATE_LOST.to_owned());
@@ -516,6 +570,7 @@ impl Executor {
                 return Verdict::Discard;
             }
         };
+        result.files = Some(std::mem::take(&mut outcome.files));
         for (name, bytes) in outcome.images.iter().zip(outcome.image_bytes.drain(..)) {
             // The type comes from the bytes, never from the worker's word (or a file name).
             if let Some(mime) = image_type(name, &bytes) {

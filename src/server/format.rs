@@ -37,6 +37,10 @@ pub struct CallResult {
     pub return_is_json: bool,
     /// Traceback and message, or the install failure.
     pub error: Option<String>,
+    /// `--stateful` only: the files in the working directory after the call (path, size).
+    pub files: Option<Vec<(String, u64)>>,
+    /// `--stateful` only: the session's files (its resources) changed with this call.
+    pub files_changed: bool,
     /// `--stateful` only: images the call made in its working directory, returned as `image`
     /// content after the text (which does not change).
     pub images: Vec<Image>,
@@ -204,6 +208,8 @@ mod tests {
             return_is_json: true,
             error: None,
             images: Vec::new(),
+            files: None,
+            files_changed: false,
             state: None,
         }
     }

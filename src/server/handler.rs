@@ -14,9 +14,10 @@ use super::tool::{reset_tool, tool, RESET_DONE, RESET_TOOL_NAME, TOOL_NAME};
 use crate::sandbox::protocol::Stream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ClientRequest,
-    ContentBlock, GetExtensions, Implementation, ListToolsResult, LoggingLevel,
-    LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
-    ProgressToken, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    ContentBlock, GetExtensions, Implementation, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ServerCapabilities, ServerConfig, SetLevelRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -223,7 +224,9 @@ impl RunPythonServer {
             return Err(McpError::internal_error("no session for this call", None));
         };
         let arrival = context.extensions.get::<Arrival>().copied();
-        self.executor.reset(&session.tenant, arrival).await;
+        if self.executor.reset(&session.tenant, arrival).await {
+            let _ = context.peer.notify_resource_list_changed().await;
+        }
         Ok(CallToolResult::success(vec![ContentBlock::text(RESET_DONE)]).into())
     }
 
@@ -308,17 +311,26 @@ fn is_identifier(s: &str) -> bool {
 
 impl ServerHandler for RunPythonServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
+        // A session's files are resources only with `--stateful`: the drop-in offers tools only.
+        let capabilities = if self.executor.stateful {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_logging()
-                .build(),
-        )
-        .with_server_info(Implementation::new(
-            "mcp-run-python",
-            env!("CARGO_PKG_VERSION"),
-        ))
-        .with_instructions("Call run_python_code to run Python 3.14 code in a sandbox.")
+                .enable_resources()
+                .enable_resources_list_changed()
+                .build()
+        } else {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .build()
+        };
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new(
+                "mcp-run-python",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions("Call run_python_code to run Python 3.14 code in a sandbox.")
     }
 
     async fn list_tools(
@@ -424,6 +436,10 @@ impl ServerHandler for RunPythonServer {
                 None,
             ));
         };
+        if result.files_changed {
+            // The session's resources changed (MCP spec, resources: list_changed).
+            let _ = context.peer.notify_resource_list_changed().await;
+        }
         let text = render(&result, self.return_mode);
         let mut content = vec![ContentBlock::text(text)];
         for image in &result.images {
@@ -432,6 +448,62 @@ impl ServerHandler for RunPythonServer {
             content.push(ContentBlock::image(data, image.mime));
         }
         Ok(CallToolResult::success(content).into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let Some(session) = self.session.as_ref().filter(|_| self.executor.stateful) else {
+            return Ok(ListResourcesResult::default());
+        };
+        let tenant = &session.tenant;
+        let resources = tenant
+            .files()
+            .into_iter()
+            .map(|(path, size)| super::resources::describe(&tenant.id, &path, size))
+            .collect();
+        Ok(ListResourcesResult::with_all_items(resources))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let templates = if self.executor.stateful {
+            vec![super::resources::template()]
+        } else {
+            Vec::new()
+        };
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let not_found = |why: &str| {
+            McpError::resource_not_found(
+                format!("resource {:?} not found: {why}", request.uri),
+                None,
+            )
+        };
+        let Some(session) = self.session.as_ref().filter(|_| self.executor.stateful) else {
+            return Err(not_found("this server has resources only with --stateful"));
+        };
+        let tenant = &session.tenant;
+        let path = super::resources::path_of(&request.uri, &tenant.id)
+            .ok_or_else(|| not_found("it is not a file of this session"))?;
+        let bytes = self
+            .executor
+            .read_file(tenant, &path)
+            .await
+            .map_err(|why| not_found(&why))?;
+        let contents = super::resources::contents(&request.uri, &path, bytes);
+        Ok(ReadResourceResult::new(vec![contents]).into())
     }
 
     async fn set_level(

@@ -5,6 +5,7 @@ pub mod execute;
 pub mod format;
 pub mod handler;
 pub mod http;
+pub mod resources;
 pub mod sse;
 pub mod stdio;
 pub mod tool;

@@ -9,9 +9,11 @@ import subprocess
 
 import httpx
 import pytest
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import McpError
 
-from adversary import http_server, http_session, return_value, status_of
+from adversary import http_server, http_session, return_value, status_of, wait_until
 from conftest import BINARY, SHARED_CACHE, mcp_session, run, server_env
 from raw_http import ACCEPT, INIT, INITIALIZED, PROTOCOL, call_message, rpc_result
 
@@ -148,3 +150,59 @@ async def test_an_image_the_code_writes_comes_back_as_image_content():
     async with mcp_session("--stateful", "--max-image-bytes", "10") as session:
         result = await session.call_tool("run_python_code", {"python_code": PNG_CODE})
         assert len(result.content) == 1, result.content
+
+
+CSV = "city,temp\nOslo,3\nRome,17\n"
+
+
+async def test_files_are_the_sessions_resources():
+    """A written CSV is listed and read back byte for byte; a binary file comes back as a blob;
+    the list's changes are notified; the template describes the URIs; a path out of the
+    working directory names nothing."""
+    changed = []
+
+    async def on_message(message):
+        if isinstance(message, types.ServerNotification) and isinstance(
+                message.root, types.ResourceListChangedNotification):
+            changed.append(message.root)
+
+    params = StdioServerParameters(command=BINARY, args=["stdio", "--stateful", "--cache-dir", SHARED_CACHE],
+                                   env=server_env())
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, message_handler=on_message) as session:
+            init = await session.initialize()
+            assert init.capabilities.resources is not None and init.capabilities.resources.listChanged
+            assert (await session.list_resources()).resources == []
+            await run(session, f"open('data.csv', 'w').write({CSV!r})\nimport os\nos.makedirs('out', exist_ok=True)\n"
+                               "open('out/raw.bin', 'wb').write(bytes(range(256)))")
+            assert await wait_until(lambda: changed, 10), "no resources/list_changed notification"
+            listed = {r.name: r for r in (await session.list_resources()).resources}
+            assert set(listed) == {"data.csv", "out/raw.bin"}, listed
+            assert listed["data.csv"].mimeType == "text/csv" and listed["data.csv"].size == len(CSV)
+            got = await session.read_resource(listed["data.csv"].uri)
+            assert got.contents[0].text == CSV
+            got = await session.read_resource(listed["out/raw.bin"].uri)
+            assert base64.b64decode(got.contents[0].blob) == bytes(range(256))
+            templates = (await session.list_resource_templates()).resourceTemplates
+            assert [t.uriTemplate for t in templates] == ["session://{session}/{+path}"]
+            session_name = str(listed["data.csv"].uri).split("/")[2]
+            for bad in (f"session://{session_name}/../etc/passwd", f"session://{session_name}/nope.txt",
+                        "session://someone-else/data.csv"):
+                with pytest.raises(McpError, match="not found"):
+                    await session.read_resource(bad)
+            # Reading waits for nothing and changes nothing; a call that changes no file
+            # notifies nothing.
+            count = len(changed)
+            await run(session, "1")
+            assert len(changed) == count
+
+
+async def test_one_session_cannot_read_anothers_files(tmp_path):
+    with http_server("streamable_http", "--stateful", stderr_path=tmp_path / "server.log") as base:
+        async with http_session(base) as a, http_session(base) as b:
+            await run(a, "open('secret.txt', 'w').write('A only')")
+            (resource,) = (await a.list_resources()).resources
+            assert (await a.read_resource(resource.uri)).contents[0].text == "A only"
+            with pytest.raises(McpError, match="not found"):
+                await b.read_resource(resource.uri)
+            assert (await b.list_resources()).resources == []

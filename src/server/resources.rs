@@ -1,0 +1,130 @@
+//! A `--stateful` session's files as MCP resources (issue 14; MCP spec 2025-11-25, server
+//! features, resources): the regular files under its interpreter's working directory, named
+//! `session://{session}/{path}`, where `session` is a random name of the session's own and
+//! `path` is relative to the working directory, percent-encoded per segment (RFC 3986). A URI
+//! of another session, or a path that leaves the directory, names nothing.
+
+use base64::Engine as _;
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use rmcp::model::{Resource, ResourceContents, ResourceTemplate};
+
+/// The URI scheme of a session's files.
+const SCHEME: &str = "session://";
+
+/// What stays unescaped in a path: RFC 3986's unreserved characters, and `/` between segments.
+const PATH: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
+
+/// Longest file path a URI may name (bytes).
+const MAX_PATH_BYTES: usize = 1024;
+
+/// The URI of file `path` of session `session`.
+pub fn uri(session: &str, path: &str) -> String {
+    format!("{SCHEME}{session}/{}", utf8_percent_encode(path, PATH))
+}
+
+/// The resource for file `path` (`size` bytes) of session `session`, its MIME type guessed from
+/// its name.
+pub fn describe(session: &str, path: &str, size: u64) -> Resource {
+    Resource::new(uri(session, path), path)
+        .with_mime_type(mime_type(path))
+        .with_size(size)
+}
+
+/// The template that describes the URIs (RFC 6570: `{+path}` keeps its slashes).
+pub fn template() -> ResourceTemplate {
+    ResourceTemplate::new(format!("{SCHEME}{{session}}/{{+path}}"), "session-file")
+        .with_title("A file in this session's working directory")
+        .with_description(
+            "Files that this session's code wrote to its working directory (its current \
+             directory, /home/pyodide); `session` is this session's name, as in the listed \
+             resources. Other sessions' files are not found.",
+        )
+}
+
+/// The path that `uri` names in session `session`, or `None`: another session, not this
+/// scheme, not UTF-8 once decoded, empty, absolute, with `.`/`..` segments or NUL, too long.
+pub fn path_of(uri: &str, session: &str) -> Option<String> {
+    let rest = uri
+        .strip_prefix(SCHEME)?
+        .strip_prefix(session)?
+        .strip_prefix('/')?;
+    let path = percent_decode_str(rest).decode_utf8().ok()?.into_owned();
+    let bad = path.is_empty()
+        || path.len() > MAX_PATH_BYTES
+        || path.starts_with('/')
+        || path.contains('\0')
+        || path
+            .split('/')
+            .any(|s| s.is_empty() || s == "." || s == "..");
+    (!bad).then_some(path)
+}
+
+/// The MIME type of `path`, from its name (`application/octet-stream` when unknown).
+fn mime_type(path: &str) -> String {
+    mime_guess::from_path(path)
+        .first_or_octet_stream()
+        .essence_str()
+        .to_owned()
+}
+
+/// A file's contents for `resources/read`: text when the type is textual and the bytes are
+/// UTF-8, otherwise a base64 blob.
+pub fn contents(uri: &str, path: &str, bytes: Vec<u8>) -> ResourceContents {
+    let mime = mime_type(path);
+    let textual = mime.starts_with("text/")
+        || matches!(
+            mime.as_str(),
+            "application/json" | "application/xml" | "application/javascript" | "image/svg+xml"
+        );
+    if textual {
+        if let Ok(text) = String::from_utf8(bytes.clone()) {
+            return ResourceContents::text(text, uri).with_mime_type(mime);
+        }
+    }
+    let blob = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    ResourceContents::blob(blob, uri).with_mime_type(mime)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_name_a_path_of_this_session_only() {
+        let u = uri("abc", "data/my file.csv");
+        assert_eq!(u, "session://abc/data/my%20file.csv");
+        assert_eq!(path_of(&u, "abc").as_deref(), Some("data/my file.csv"));
+        assert_eq!(path_of(&u, "xyz"), None);
+        assert_eq!(path_of("session://abc/../etc/passwd", "abc"), None);
+        assert_eq!(path_of("session://abc/%2e%2e/x", "abc"), None);
+        assert_eq!(path_of("session://abc//etc", "abc"), None);
+        assert_eq!(path_of("session://abc/a%00b", "abc"), None);
+        assert_eq!(path_of("file:///abc/x", "abc"), None);
+        assert_eq!(path_of("session://abcd/x", "abc"), None);
+    }
+
+    #[test]
+    fn text_is_text_and_the_rest_is_a_blob() {
+        let ResourceContents::TextResourceContents {
+            text, mime_type, ..
+        } = contents("u", "a.csv", b"x,y\n1,2\n".to_vec())
+        else {
+            panic!("a CSV is text");
+        };
+        assert_eq!(text, "x,y\n1,2\n");
+        assert_eq!(mime_type.as_deref(), Some("text/csv"));
+        assert!(matches!(
+            contents("u", "a.png", vec![0x89, b'P']),
+            ResourceContents::BlobResourceContents { .. }
+        ));
+        assert!(matches!(
+            contents("u", "a.txt", vec![0xff, 0xfe]),
+            ResourceContents::BlobResourceContents { .. }
+        ));
+    }
+}
