@@ -11,6 +11,12 @@
   const hostCall = globalThis.__mcpHostCall;
   // The session's working directory (python/runner.py's WORKDIR).
   const WORKDIR = "/home/pyodide/";
+  // Words for Emscripten's file system errors (its errno numbers: ENOENT 44, EISDIR 31,
+  // ENOTDIR 54, EEXIST 20).
+  const FS_REASONS = { 44: "no such file", 31: "a folder is in the way", 54: "a file is in the way", 20: "a file is in the way" };
+  const fsReason = (e) => (e && FS_REASONS[e.errno]) || (e && e.message) || String(e);
+  // The virtual file that holds an upload's bytes while writeFile copies them.
+  const UPLOAD = "/upload";
   let pyodide = null;
   // The Python helper's functions, kept here; the helper module is in no `sys.modules`.
   let helperRun = null;
@@ -152,6 +158,26 @@
         const bytes = pyodide.FS.readFile(WORKDIR + path);
         if (bytes.length > cap) throw new Error(`${path} has more than ${cap} bytes`);
         hostCall("file", "{}", bytes.slice());
+        return "{}";
+      }));
+    },
+
+    // Writes the virtual file /upload to `path` under the working directory (its folders made
+    // first), or removes `path` when `remove` is 1. Answers `{}`, or `{"error": …}`.
+    writeFile(id, path, remove) {
+      answer(id, Promise.resolve().then(() => {
+        const target = WORKDIR + path;
+        try {
+          if (remove === 1) {
+            pyodide.FS.unlink(target);
+          } else {
+            const folder = target.slice(0, target.lastIndexOf("/"));
+            pyodide.FS.mkdirTree(folder);
+            pyodide.FS.writeFile(target, new Uint8Array(globalThis.readbuffer(UPLOAD)));
+          }
+        } catch (e) {
+          return JSON.stringify({ error: fsReason(e) });
+        }
         return "{}";
       }));
     },

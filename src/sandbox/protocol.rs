@@ -84,6 +84,15 @@ pub enum Request {
         path: String,
         cap: usize,
     },
+    /// Writes attachment 0 to file `path` under the working directory (making its folders),
+    /// or, with `delete`, removes that file (`--stateful`: `upload_file`, `delete_file`).
+    /// Answered by [`Reply::File`] without bytes.
+    WriteFile {
+        id: CallId,
+        path: String,
+        #[serde(default)]
+        delete: bool,
+    },
     /// Answer to [`Reply::Fetch`]; the body is attachment 0.
     FetchResult { id: CallId, response: FetchResponse },
     /// Runs `code` with fresh globals plus `globals` (with `keep_globals`, in the globals the
@@ -124,7 +133,8 @@ pub enum Reply {
     Pong { id: CallId },
     /// Answer to [`Request::FindImports`].
     Imports { id: CallId, names: Vec<String> },
-    /// Answer to [`Request::ReadFile`]: the bytes are attachment 0, or `error` says why not.
+    /// Answer to [`Request::ReadFile`] (the bytes are attachment 0) and [`Request::WriteFile`]
+    /// (no bytes), or `error` says why not.
     File { id: CallId, error: Option<String> },
     /// Answer to [`Request::Install`]: `error` is `None` on success.
     Installed { id: CallId, error: Option<String> },

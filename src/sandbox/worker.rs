@@ -481,6 +481,34 @@ impl Worker {
         }
     }
 
+    /// Writes `bytes` to file `path` under the working directory, or removes it when `bytes`
+    /// is `None`: `Ok(Err(reason))` when the worker could not (no such file, no memory left,
+    /// a folder in the way).
+    pub async fn write_file(
+        &mut self,
+        path: &str,
+        bytes: Option<&[u8]>,
+        deadline: Deadline,
+    ) -> Result<Result<(), String>, WorkerError> {
+        let id = self.new_id();
+        let request = Request::WriteFile {
+            id,
+            path: path.to_owned(),
+            delete: bytes.is_none(),
+        };
+        let attachments: Vec<&[u8]> = bytes.into_iter().collect();
+        self.send_before(&request, &attachments, deadline).await?;
+        match self
+            .expect(id, FrameLimits::CONTROL, deadline)
+            .await?
+            .header
+        {
+            Reply::File { error: Some(e), .. } => Ok(Err(e)),
+            Reply::File { error: None, .. } => Ok(Ok(())),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Hands `files` (virtual path, bytes) to the worker and loads `items` with
     /// `pyodide.loadPackage`. `Ok(Some(reason))` when Pyodide reported a failure.
     pub async fn install(

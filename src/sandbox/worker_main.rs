@@ -30,6 +30,9 @@ const RUNNER_JS: &str = include_str!("../../js/runner.js");
 const FETCH_JS: &str = include_str!("../../js/fetch.js");
 const RUNNER_PY: &str = include_str!("../../python/runner.py");
 
+/// The virtual file an upload's bytes wait in (`js/runner.js`, `UPLOAD`).
+const UPLOAD_PATH: &str = "/upload";
+
 /// The call id of the boot, which comes before any call of the front.
 const BOOT_CALL: CallId = 0;
 
@@ -113,6 +116,7 @@ struct Runner {
     run: JsFunction,
     reseed: JsFunction,
     read_file: JsFunction,
+    write_file: JsFunction,
 }
 
 /// An answer of the runner that is not the expected shape: why the operation failed
@@ -232,6 +236,7 @@ fn boot(
                 "run",
                 "reseed",
                 "readFile",
+                "writeFile",
             ],
         )?
         .into_iter();
@@ -247,6 +252,7 @@ fn boot(
         run: next()?,
         reseed: next()?,
         read_file: next()?,
+        write_file: next()?,
     };
     let env = r#"{"HOME":"/home/pyodide","USER":"pyodide","LANG":"C.UTF-8"}"#;
     let deadline = Some(Instant::now() + BOOT_TIMEOUT);
@@ -663,6 +669,19 @@ fn serve() -> Result<()> {
                         error: Some("the runner read no bytes".into()),
                     },
                 }
+            }
+            Request::WriteFile { id, path, delete } => {
+                if let Some(bytes) = frame.attachments.into_iter().next() {
+                    engine.add_file(UPLOAD_PATH, bytes);
+                }
+                let args = [Arg::Str(&path), Arg::Num(if delete { 1.0 } else { 0.0 })];
+                let answered = call(&mut engine, &runner.write_file, id, &args, None);
+                engine.clear_files();
+                let error = match answered {
+                    Ok(text) => parse_answer::<Empty>(&text).err().map(|e| e.to_string()),
+                    Err(e) => Some(e.to_string()),
+                };
+                Reply::File { id, error }
             }
             Request::Install { id, files, items } => {
                 for (path, bytes) in files.iter().zip(frame.attachments) {

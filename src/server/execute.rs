@@ -73,7 +73,7 @@ const STATE_LOST: &str = "lost: this session's interpreter was stopped after thi
 /// The `state` note of the first call in a `--stateful` session's new interpreter.
 const STATE_RESTARTED: &str = "new: this call ran in a new interpreter (the previous one was stopped); the variables, functions and imports of earlier calls are gone";
 
-/// How long reading one resource from an interpreter may take (seconds).
+/// How long reading, writing or removing one file in an interpreter may take (seconds).
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What "no limit" means for a deadline (seconds): ten years.
@@ -367,6 +367,53 @@ impl Executor {
                 if let Some(worker) = slot.take() {
                     worker.kill_soon();
                 }
+                Err(e.to_string())
+            }
+        }
+    }
+
+    /// `upload_file` / `delete_file` (`--stateful`): once the session's earlier calls are done,
+    /// writes `bytes` to file `path` of its working directory (taking an interpreter when it
+    /// has none yet), or removes that file when `bytes` is `None`. `Ok(changed)`: whether the
+    /// session's file list (its resources) changed. Errors say why in words; a worker that
+    /// fails to answer is stopped, and its files with it.
+    pub async fn write_file(
+        &self,
+        tenant: &Tenant,
+        arrival: Option<Arrival>,
+        path: &str,
+        bytes: Option<&[u8]>,
+    ) -> Result<bool, String> {
+        let mut slot = tenant.queue(arrival).await;
+        if slot.is_none() {
+            if bytes.is_none() {
+                return Err(format!(
+                    "there is no file {path:?}: the session has no files"
+                ));
+            }
+            *slot = Some(self.spares.take().await.map_err(|e| e.to_string())?);
+            tenant.had_interpreter.store(true, Ordering::SeqCst);
+        }
+        let Some(worker) = slot.as_mut() else {
+            return Err(WorkerError::Closed.to_string());
+        };
+        let deadline = Deadline::after(READ_TIMEOUT, Phase::Reading);
+        match worker.write_file(path, bytes, deadline).await {
+            Ok(Ok(())) => {
+                let mut files = tenant.files();
+                files.retain(|(p, _)| p != path);
+                if let Some(bytes) = bytes {
+                    files.push((path.to_owned(), bytes.len() as u64));
+                    files.sort();
+                }
+                Ok(tenant.set_files(files))
+            }
+            Ok(Err(why)) => Err(why),
+            Err(e) => {
+                if let Some(worker) = slot.take() {
+                    worker.kill_soon();
+                }
+                tenant.set_files(Vec::new());
                 Err(e.to_string())
             }
         }

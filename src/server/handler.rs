@@ -10,7 +10,10 @@
 
 use super::execute::{Arrival, Executor, Tenant};
 use super::format::{render, ReturnMode};
-use super::tool::{reset_tool, tool, RESET_DONE, RESET_TOOL_NAME, TOOL_NAME};
+use super::tool::{
+    delete_tool, reset_tool, tool, upload_tool, DELETE_TOOL_NAME, RESET_DONE, RESET_TOOL_NAME,
+    TOOL_NAME, UPLOAD_TOOL_NAME,
+};
 use crate::sandbox::protocol::Stream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ClientRequest,
@@ -230,6 +233,84 @@ impl RunPythonServer {
         Ok(CallToolResult::success(vec![ContentBlock::text(RESET_DONE)]).into())
     }
 
+    /// `upload_file` and `delete_file` (`--stateful`). Arguments of the wrong shape are an
+    /// `invalid_params` error; a name that leaves the working directory, or a file the
+    /// interpreter cannot write or remove, is a tool error (`isError`) that says why, so that
+    /// the model can correct it.
+    async fn write_file(
+        &self,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct FileArguments {
+            name: String,
+            #[serde(default)]
+            text: Option<String>,
+            #[serde(default)]
+            base64: Option<String>,
+        }
+        let upload = request.name == UPLOAD_TOOL_NAME;
+        let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let args: FileArguments = serde_json::from_value(arguments)
+            .map_err(|e| McpError::invalid_params(format!("`{}`: {e}", request.name), None))?;
+        let content = match (upload, args.text, args.base64) {
+            (false, None, None) => None,
+            (true, Some(text), None) => Some(text.into_bytes()),
+            (true, None, Some(encoded)) => {
+                use base64::Engine as _;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(encoded.trim())
+                    .map_err(|e| {
+                        McpError::invalid_params(format!("`base64` is not base64: {e}"), None)
+                    })?;
+                Some(bytes)
+            }
+            (true, _, _) => {
+                return Err(McpError::invalid_params(
+                    "`upload_file` takes the content as exactly one of `text` and `base64`",
+                    None,
+                ))
+            }
+            (false, _, _) => {
+                return Err(McpError::invalid_params(
+                    "`delete_file` takes only `name`",
+                    None,
+                ))
+            }
+        };
+        let refused = |why: String| Ok(CallToolResult::error(vec![ContentBlock::text(why)]).into());
+        let path = match super::resources::checked_name(&args.name) {
+            Ok(path) => path,
+            Err(bad) => return refused(format!("{:?}: {bad}", args.name)),
+        };
+        let Some(session) = &self.session else {
+            return Err(McpError::internal_error("no session for this call", None));
+        };
+        let arrival = context.extensions.get::<Arrival>().copied();
+        let written = self
+            .executor
+            .write_file(&session.tenant, arrival, path, content.as_deref())
+            .await;
+        match written {
+            Ok(changed) => {
+                if changed {
+                    let _ = context.peer.notify_resource_list_changed().await;
+                }
+                let done = match &content {
+                    Some(bytes) => format!("wrote {path} ({} bytes)", bytes.len()),
+                    None => format!("deleted {path}"),
+                };
+                Ok(CallToolResult::success(vec![ContentBlock::text(done)]).into())
+            }
+            Err(why) => refused(format!(
+                "could not {} {path}: {why}",
+                if upload { "write" } else { "delete" }
+            )),
+        }
+    }
+
     fn parse_arguments(
         &self,
         args: Option<serde_json::Map<String, serde_json::Value>>,
@@ -340,7 +421,7 @@ impl ServerHandler for RunPythonServer {
     ) -> Result<ListToolsResult, McpError> {
         let mut tools = vec![tool(self.executor.stateful)];
         if self.executor.stateful {
-            tools.push(reset_tool());
+            tools.extend([upload_tool(), delete_tool(), reset_tool()]);
         }
         Ok(ListToolsResult::with_all_items(tools))
     }
@@ -354,9 +435,12 @@ impl ServerHandler for RunPythonServer {
         if stateful && request.name == RESET_TOOL_NAME {
             return self.reset(request, &context).await;
         }
+        if stateful && (request.name == UPLOAD_TOOL_NAME || request.name == DELETE_TOOL_NAME) {
+            return self.write_file(request, &context).await;
+        }
         if request.name != TOOL_NAME {
             let tools = if stateful {
-                format!("`{TOOL_NAME}` and `{RESET_TOOL_NAME}`")
+                format!("`{TOOL_NAME}`, `{UPLOAD_TOOL_NAME}`, `{DELETE_TOOL_NAME}` and `{RESET_TOOL_NAME}`")
             } else {
                 format!("only `{TOOL_NAME}`")
             };

@@ -100,3 +100,74 @@ pub fn reset_tool() -> Tool {
             .open_world(false),
     )
 }
+
+/// `--stateful`: puts a file into the session's working directory (a CSV to analyse), as the
+/// original's development line's `upload_file` does.
+pub const UPLOAD_TOOL_NAME: &str = "upload_file";
+
+/// `--stateful`: removes a file from the session's working directory.
+pub const DELETE_TOOL_NAME: &str = "delete_file";
+
+/// The object schema (draft-07) with `properties`, `required` and nothing else allowed.
+fn object_schema(properties: serde_json::Value, required: &[&str]) -> JsonObject {
+    let schema = json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false,
+        "$schema": "http://json-schema.org/draft-07/schema#",
+    });
+    let serde_json::Value::Object(schema) = schema else {
+        unreachable!("the schema literal is an object")
+    };
+    schema
+}
+
+/// The description of the `name` argument of both file tools.
+const NAME_DESCRIPTION: &str = "Path of the file relative to the working directory (the code's current directory), e.g. `data.csv` or `in/data.csv`; no `..`, no absolute path";
+
+/// The `upload_file` tool: `name`, and the content as `text` (UTF-8) or `base64` (any bytes).
+pub fn upload_tool() -> Tool {
+    let schema = object_schema(
+        json!({
+            "name": {"type": "string", "description": NAME_DESCRIPTION},
+            "text": {"type": "string", "description": "The file's content as text (written as UTF-8); give this or `base64`"},
+            "base64": {"type": "string", "description": "The file's content as base64 (any bytes); give this or `text`"},
+        }),
+        &["name"],
+    );
+    Tool::new(
+        UPLOAD_TOOL_NAME,
+        "Write a file into this session's working directory (replacing one of the same name), so that run_python_code can open it by its name.",
+        schema,
+    )
+    .with_title("Upload a file to the Python session")
+    .with_annotations(
+        ToolAnnotations::new()
+            .read_only(false)
+            .destructive(true)
+            .idempotent(true)
+            .open_world(false),
+    )
+}
+
+/// The `delete_file` tool: `name`.
+pub fn delete_tool() -> Tool {
+    let schema = object_schema(
+        json!({"name": {"type": "string", "description": NAME_DESCRIPTION}}),
+        &["name"],
+    );
+    Tool::new(
+        DELETE_TOOL_NAME,
+        "Remove a file from this session's working directory.",
+        schema,
+    )
+    .with_title("Delete a file of the Python session")
+    .with_annotations(
+        ToolAnnotations::new()
+            .read_only(false)
+            .destructive(true)
+            .idempotent(true)
+            .open_world(false),
+    )
+}

@@ -54,7 +54,7 @@ async def test_state_lasts_within_a_session_and_says_when_it_was_lost():
 async def test_reset_session_clears_the_state():
     async with mcp_session("--stateful") as session:
         tools = {t.name: t for t in (await session.list_tools()).tools}
-        assert set(tools) == {"run_python_code", "reset_session"}
+        assert set(tools) == {"run_python_code", "upload_file", "delete_file", "reset_session"}
         assert tools["reset_session"].annotations.destructiveHint is True
         await run(session, "x = 42")
         done = await session.call_tool("reset_session", {})
@@ -206,3 +206,29 @@ async def test_one_session_cannot_read_anothers_files(tmp_path):
             with pytest.raises(McpError, match="not found"):
                 await b.read_resource(resource.uri)
             assert (await b.list_resources()).resources == []
+
+
+async def test_uploaded_files_are_read_by_the_code_and_names_stay_inside():
+    async with mcp_session("--stateful") as session:
+        names = [t.name for t in (await session.list_tools()).tools]
+        assert names == ["run_python_code", "upload_file", "delete_file", "reset_session"]
+        done = await session.call_tool("upload_file", {"name": "in/data.csv", "text": CSV})
+        assert not done.isError and "wrote in/data.csv" in done.content[0].text, done
+        done = await session.call_tool("upload_file", {"name": "raw.bin", "base64": base64.b64encode(b"\0\1\2").decode()})
+        assert not done.isError, done
+        text = await run(session, "import csv\nrows = list(csv.DictReader(open('in/data.csv')))\n"
+                                  "[r['city'] for r in rows if int(r['temp']) > 10], open('raw.bin', 'rb').read().hex()")
+        assert return_value(text) == '[\n  [\n    "Rome"\n  ],\n  "000102"\n]', text
+        assert {r.name for r in (await session.list_resources()).resources} == {"in/data.csv", "raw.bin"}
+        for bad in ("../escape.txt", "/etc/passwd", "a/../../b", "nul\0name", "x" * 300, ""):
+            refused = await session.call_tool("upload_file", {"name": bad, "text": "no"})
+            assert refused.isError, (bad, refused)
+        with pytest.raises(McpError, match="exactly one"):
+            await session.call_tool("upload_file", {"name": "both.txt", "text": "a", "base64": "YQ=="})
+        done = await session.call_tool("delete_file", {"name": "raw.bin"})
+        assert not done.isError and "deleted raw.bin" in done.content[0].text, done
+        missing = await session.call_tool("delete_file", {"name": "raw.bin"})
+        assert missing.isError and "no such file" in missing.content[0].text, missing
+        assert [r.name for r in (await session.list_resources()).resources] == ["in/data.csv"]
+        text = await run(session, "import os\nos.path.exists('raw.bin')")
+        assert return_value(text) == "false", text
