@@ -155,8 +155,13 @@
     // `{"error": …}`.
     readFile(id, path, cap) {
       answer(id, Promise.resolve().then(() => {
-        const bytes = pyodide.FS.readFile(WORKDIR + path);
-        if (bytes.length > cap) throw new Error(`${path} has more than ${cap} bytes`);
+        let bytes;
+        try {
+          bytes = pyodide.FS.readFile(WORKDIR + path);
+        } catch (e) {
+          return JSON.stringify({ error: fsReason(e) });
+        }
+        if (bytes.length > cap) return JSON.stringify({ error: `it has more than ${cap} bytes` });
         hostCall("file", "{}", bytes.slice());
         return "{}";
       }));

@@ -50,6 +50,7 @@ pub enum Phase {
     Installing,
     Running,
     Reading,
+    Writing,
 }
 
 impl fmt::Display for Phase {
@@ -60,6 +61,7 @@ impl fmt::Display for Phase {
             Phase::Installing => "installing packages",
             Phase::Running => "running the code",
             Phase::Reading => "reading a file",
+            Phase::Writing => "writing or removing a file",
         })
     }
 }

@@ -74,7 +74,7 @@ const STATE_LOST: &str = "lost: this session's interpreter was stopped after thi
 const STATE_RESTARTED: &str = "new: this call ran in a new interpreter (the previous one was stopped); the variables, functions and imports of earlier calls are gone";
 
 /// How long reading, writing or removing one file in an interpreter may take (seconds).
-const READ_TIMEOUT: Duration = Duration::from_secs(30);
+const FILE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What "no limit" means for a deadline (seconds): ten years.
 const NO_LIMIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -357,7 +357,7 @@ impl Executor {
         let Some(worker) = slot.as_mut() else {
             return Err("the session has no interpreter now, and so no files".into());
         };
-        let deadline = Deadline::after(READ_TIMEOUT, Phase::Reading);
+        let deadline = Deadline::after(FILE_TIMEOUT, Phase::Reading);
         match worker
             .read_file(path, self.limits.result_cap, deadline)
             .await
@@ -397,7 +397,7 @@ impl Executor {
         let Some(worker) = slot.as_mut() else {
             return Err(WorkerError::Closed.to_string());
         };
-        let deadline = Deadline::after(READ_TIMEOUT, Phase::Reading);
+        let deadline = Deadline::after(FILE_TIMEOUT, Phase::Writing);
         match worker.write_file(path, bytes, deadline).await {
             Ok(Ok(())) => {
                 let mut files = tenant.files();

@@ -190,6 +190,8 @@ async def test_files_are_the_sessions_resources():
                         "session://someone-else/data.csv"):
                 with pytest.raises(McpError, match="not found"):
                     await session.read_resource(bad)
+            with pytest.raises(McpError, match="no such file"):
+                await session.read_resource(f"session://{session_name}/nope.txt")
             # Reading waits for nothing and changes nothing; a call that changes no file
             # notifies nothing.
             count = len(changed)
