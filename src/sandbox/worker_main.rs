@@ -415,9 +415,7 @@ fn read_images(
     let mut kept = Vec::new();
     if cap > 0 {
         for path in outcome.images.iter().take(super::protocol::MAX_IMAGES) {
-            let args = [Arg::Str(path), Arg::Num(cap as f64)];
-            let answered = call(engine, &runner.read_file, id, &args, None);
-            if let (Ok(_), Some(bytes)) = (answered, file_in.borrow_mut().take()) {
+            if let Ok(bytes) = read_file(engine, runner, file_in, id, path, cap) {
                 kept.push(path.clone());
                 read.push(bytes);
             }
@@ -425,6 +423,28 @@ fn read_images(
     }
     outcome.images = kept;
     read
+}
+
+/// The bytes of file `path` under the working directory, read through the runner's
+/// `readFile` (which hands them to the host into `file_in`) if it has at most `cap` bytes;
+/// otherwise why not, in words.
+fn read_file(
+    engine: &mut Engine,
+    runner: &Runner,
+    file_in: &RefCell<Option<Vec<u8>>>,
+    id: CallId,
+    path: &str,
+    cap: usize,
+) -> Result<Vec<u8>, String> {
+    let args = [Arg::Str(path), Arg::Num(cap as f64)];
+    let answered = call(engine, &runner.read_file, id, &args, None);
+    let bytes = file_in.borrow_mut().take();
+    match (answered.map(|text| parse_answer::<Empty>(&text)), bytes) {
+        (Ok(Ok(_)), Some(bytes)) => Ok(bytes),
+        (Ok(Err(e)), _) => Err(e.to_string()),
+        (Err(e), _) => Err(e.to_string()),
+        (Ok(Ok(_)), None) => Err("the runner read no bytes".into()),
+    }
 }
 
 /// Calls the zygote makes before it forks, so that its children inherit warm caches and
@@ -643,30 +663,14 @@ fn serve() -> Result<()> {
                 Reply::Imports { id, names }
             }
             Request::ReadFile { id, path, cap } => {
-                let answered = call(
-                    &mut engine,
-                    &runner.read_file,
-                    id,
-                    &[Arg::Str(&path), Arg::Num(cap as f64)],
-                    None,
-                );
-                let bytes = file_in.borrow_mut().take();
-                match (answered.map(|text| parse_answer::<Empty>(&text)), bytes) {
-                    (Ok(Ok(_)), Some(bytes)) => {
+                match read_file(&mut engine, &runner, &file_in, id, &path, cap) {
+                    Ok(bytes) => {
                         send_with(&Reply::File { id, error: None }, &[&bytes])?;
                         continue;
                     }
-                    (Ok(Err(e)), _) => Reply::File {
+                    Err(error) => Reply::File {
                         id,
-                        error: Some(e.to_string()),
-                    },
-                    (Err(e), _) => Reply::File {
-                        id,
-                        error: Some(e.to_string()),
-                    },
-                    (Ok(Ok(_)), None) => Reply::File {
-                        id,
-                        error: Some("the runner read no bytes".into()),
+                        error: Some(error),
                     },
                 }
             }

@@ -318,6 +318,12 @@ impl Executor {
         }
     }
 
+    /// Whether calls keep their session's state (`--stateful`, which needs
+    /// `Isolation::Session`).
+    fn keeps_state(&self) -> bool {
+        self.stateful && self.isolation == Isolation::Session
+    }
+
     /// Resolves `--deps` once (downloads them into the cache); errors name the package.
     pub async fn startup_plan(&self) -> Result<Vec<Planned>, String> {
         self.startup_plan
@@ -486,7 +492,7 @@ impl Executor {
             _ = &mut stop => return None,
         };
         drop(waiting);
-        let stateful = self.stateful && self.isolation == Isolation::Session;
+        let stateful = self.keeps_state();
         if held.slot().is_none() {
             if stateful && tenant.had_interpreter.swap(true, Ordering::SeqCst) {
                 result.state = Some(STATE_RESTARTED.to_owned());
@@ -588,8 +594,8 @@ impl Executor {
             globals,
             output_cap: self.limits.output_cap,
             result_cap: self.limits.result_cap,
-            keep_globals: self.stateful && self.isolation == Isolation::Session,
-            image_cap: if self.stateful && self.isolation == Isolation::Session {
+            keep_globals: self.keeps_state(),
+            image_cap: if self.keeps_state() {
                 self.limits.max_image_bytes
             } else {
                 0

@@ -206,10 +206,6 @@ impl RunPythonServer {
         self.session.as_ref().map(|s| s.tenant.clone())
     }
 
-    /// Checks the arguments of a `run_python_code` call against the input schema.
-    ///
-    /// Errors: an MCP `invalid_params` error that says which argument is wrong and how.
-    #[allow(clippy::result_large_err)]
     /// `reset_session` (`--stateful`): after the session's earlier calls, drops its interpreter.
     /// It takes no arguments; any is an `invalid_params` error.
     async fn reset(
@@ -311,6 +307,10 @@ impl RunPythonServer {
         }
     }
 
+    /// Checks the arguments of a `run_python_code` call against the input schema.
+    ///
+    /// Errors: an MCP `invalid_params` error that says which argument is wrong and how.
+    #[allow(clippy::result_large_err)]
     fn parse_arguments(
         &self,
         args: Option<serde_json::Map<String, serde_json::Value>>,

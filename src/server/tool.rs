@@ -40,9 +40,8 @@ Dependencies are installed automatically: either from the imports in the code, o
 /// JSON Schema (draft-07) of the arguments: `python_code` (required string) and
 /// `global_variables` (optional object, default `{}`), nothing else — exactly the original's.
 pub fn input_schema() -> JsonObject {
-    let schema = json!({
-        "type": "object",
-        "properties": {
+    object_schema(
+        json!({
             "python_code": {"type": "string", "description": "Python code to run"},
             "global_variables": {
                 "type": "object",
@@ -50,15 +49,9 @@ pub fn input_schema() -> JsonObject {
                 "default": {},
                 "description": "Map of global variables in context when the code is executed",
             },
-        },
-        "required": ["python_code"],
-        "additionalProperties": false,
-        "$schema": "http://json-schema.org/draft-07/schema#",
-    });
-    match schema {
-        serde_json::Value::Object(map) => map,
-        _ => unreachable!("the schema literal is an object"),
-    }
+        }),
+        &["python_code"],
+    )
 }
 
 /// The tool definition for `tools/list` (`stateful`: `--stateful`).
@@ -77,27 +70,11 @@ pub const RESET_DONE: &str = "The session's state was cleared: its interpreter w
 
 /// The `reset_session` tool: no arguments; destructive, idempotent, closed world.
 pub fn reset_tool() -> Tool {
-    let schema = json!({
-        "type": "object",
-        "properties": {},
-        "additionalProperties": false,
-        "$schema": "http://json-schema.org/draft-07/schema#",
-    });
-    let serde_json::Value::Object(schema) = schema else {
-        unreachable!("the schema literal is an object")
-    };
-    Tool::new(
+    session_tool(
         RESET_TOOL_NAME,
+        "Reset the Python session",
         "Clear this session's Python state: variables, functions, imports and installed packages are dropped, and the next run_python_code call starts in a new interpreter.",
-        schema,
-    )
-    .with_title("Reset the Python session")
-    .with_annotations(
-        ToolAnnotations::new()
-            .read_only(false)
-            .destructive(true)
-            .idempotent(true)
-            .open_world(false),
+        object_schema(json!({}), &[]),
     )
 }
 
@@ -108,19 +85,40 @@ pub const UPLOAD_TOOL_NAME: &str = "upload_file";
 /// `--stateful`: removes a file from the session's working directory.
 pub const DELETE_TOOL_NAME: &str = "delete_file";
 
-/// The object schema (draft-07) with `properties`, `required` and nothing else allowed.
+/// The object schema (draft-07) of a tool's arguments: `properties`, `required` (left out when
+/// empty) and nothing else allowed.
 fn object_schema(properties: serde_json::Value, required: &[&str]) -> JsonObject {
-    let schema = json!({
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": false,
-        "$schema": "http://json-schema.org/draft-07/schema#",
-    });
-    let serde_json::Value::Object(schema) = schema else {
-        unreachable!("the schema literal is an object")
-    };
+    let mut schema = JsonObject::new();
+    schema.insert("type".into(), json!("object"));
+    schema.insert("properties".into(), properties);
+    if !required.is_empty() {
+        schema.insert("required".into(), json!(required));
+    }
+    schema.insert("additionalProperties".into(), json!(false));
+    schema.insert(
+        "$schema".into(),
+        json!("http://json-schema.org/draft-07/schema#"),
+    );
     schema
+}
+
+/// A tool of `--stateful` sessions: it changes the session's state and nothing outside it,
+/// the same way each time (MCP tool annotations: destructive, idempotent, closed world).
+fn session_tool(
+    name: &'static str,
+    title: &str,
+    description: &'static str,
+    schema: JsonObject,
+) -> Tool {
+    Tool::new(name, description, schema)
+        .with_title(title)
+        .with_annotations(
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(true)
+                .idempotent(true)
+                .open_world(false),
+        )
 }
 
 /// The description of the `name` argument of both file tools.
@@ -136,18 +134,11 @@ pub fn upload_tool() -> Tool {
         }),
         &["name"],
     );
-    Tool::new(
+    session_tool(
         UPLOAD_TOOL_NAME,
+        "Upload a file to the Python session",
         "Write a file into this session's working directory (replacing one of the same name), so that run_python_code can open it by its name.",
         schema,
-    )
-    .with_title("Upload a file to the Python session")
-    .with_annotations(
-        ToolAnnotations::new()
-            .read_only(false)
-            .destructive(true)
-            .idempotent(true)
-            .open_world(false),
     )
 }
 
@@ -157,17 +148,10 @@ pub fn delete_tool() -> Tool {
         json!({"name": {"type": "string", "description": NAME_DESCRIPTION}}),
         &["name"],
     );
-    Tool::new(
+    session_tool(
         DELETE_TOOL_NAME,
+        "Delete a file of the Python session",
         "Remove a file from this session's working directory.",
         schema,
-    )
-    .with_title("Delete a file of the Python session")
-    .with_annotations(
-        ToolAnnotations::new()
-            .read_only(false)
-            .destructive(true)
-            .idempotent(true)
-            .open_world(false),
     )
 }
