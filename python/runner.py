@@ -301,6 +301,10 @@ def _scan():
 # defined by an earlier call is quoted from that call's source.
 _kept_globals = None
 _kept_runs = 0
+# The working directory as the last ``keep_globals`` run left it (``_scan``'s shape), to tell
+# the front which files changed since it last looked, even between runs (an upload, a task the
+# code left running): it keeps a copy of each to restore them into a new interpreter.
+_last_scan = None
 
 
 def _fresh_globals():
@@ -372,15 +376,19 @@ class _Call:
             sys.stdout, sys.stderr = self.saved
         result["truncated"] = self.capture.truncated
         if self.files_before is not None:
+            global _last_scan
             try:
                 after = _scan()
             except OSError:  # the code removed its own working directory
                 after = {}
+            # A new interpreter's first run: its files (restored by the front) are current.
+            last = self.files_before if _last_scan is None else _last_scan
+            _last_scan = after
             result["files"] = [[path, size] for path, (size, _) in sorted(after.items())]
-            result["images"] = [
-                path for path, seen in sorted(after.items())
-                if self.files_before.get(path) != seen and path.lower().endswith(_IMAGE_SUFFIXES)
-            ][:_MAX_IMAGES]
+            written = [path for path, seen in sorted(after.items()) if self.files_before.get(path) != seen]
+            result["written"] = written
+            result["refresh"] = [path for path, seen in sorted(after.items()) if last.get(path) != seen]
+            result["images"] = [path for path in written if path.lower().endswith(_IMAGE_SUFFIXES)][:_MAX_IMAGES]
         return json.dumps(result)
 
 
@@ -389,7 +397,10 @@ def run(code, globals_json, output_cap, result_cap, keep_globals=False):
     runs left); returns the result as one JSON object's text:
     ``{"status", "return_value": {"kind", "text"} | null, "error", "truncated"}``, or, when
     the code uses top-level ``await``, a coroutine that returns that text. A return value
-    whose text is longer than ``result_cap`` bytes becomes an error.
+    whose text is longer than ``result_cap`` bytes becomes an error. With ``keep_globals`` it
+    also has the working directory's ``files`` (``[path, size]``), those the run ``written``
+    (created or changed), those changed since the last such run (``refresh``) and the
+    ``images`` among the written.
 
     Code without top-level ``await`` runs here and now rather than in an asyncio task: the
     task, its future and the promise around it cost more than the rest of a trivial call."""

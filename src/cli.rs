@@ -8,8 +8,12 @@ use std::path::PathBuf;
 /// The default Pyodide packages URL: the Pyodide CDN for the pinned version.
 pub const DEFAULT_PACKAGES_URL: &str = "https://cdn.jsdelivr.net/pyodide/v314.0.7/full/";
 
+/// `--max-session-file-bytes` unless given: 64 MiB.
+pub const DEFAULT_MAX_SESSION_FILE_BYTES: u64 = 64 << 20;
+
 /// MCP server that runs Python code in a sandbox: Pyodide 314 (CPython 3.14 in WebAssembly)
 /// inside an embedded JavaScriptCore, one worker process per interpreter.
+
 #[derive(Debug, Parser)]
 #[command(
     name = "mcp-run-python",
@@ -143,6 +147,13 @@ pub struct Cli {
     /// directory that is also returned as `image` content, in bytes.
     #[arg(long, default_value_t = 1 << 20)]
     pub max_image_bytes: usize,
+
+    /// With `--stateful`: most bytes of one session's files the server keeps copies of, so
+    /// that they outlive an interpreter stopped by a timeout, the memory limit or a crash and
+    /// are written into the session's next one. Files beyond it are lost with the interpreter
+    /// (the call's `state` note names them).
+    #[arg(long, default_value_t = DEFAULT_MAX_SESSION_FILE_BYTES)]
+    pub max_session_file_bytes: u64,
 
     /// Largest `python_code` accepted, in bytes; larger calls get an MCP error.
     #[arg(long, default_value_t = 1 << 20)]

@@ -179,6 +179,7 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         memory_limit: (cli.memory > 0).then_some(cli.memory << 20),
         max_queue: cli.max_queue,
         max_image_bytes: cli.max_image_bytes,
+        max_session_file_bytes: cli.max_session_file_bytes,
     };
     let deps: Vec<String> = cli
         .deps

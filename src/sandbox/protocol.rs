@@ -24,6 +24,10 @@ pub type CallId = u64;
 /// directory, shown to the model as `image` content).
 pub const MAX_IMAGES: usize = 8;
 
+/// Most files a run lists in its working directory (python/runner.py's `_MAX_SCANNED`); a
+/// longer list is a protocol violation.
+pub const MAX_LISTED_FILES: usize = 1000;
+
 /// Largest header a worker accepts from the front (bytes); code is capped well below this.
 pub const MAX_REQUEST_HEADER: usize = 256 << 20;
 /// Largest single attachment a worker accepts from the front (bytes): a package file.
@@ -261,6 +265,14 @@ pub struct RunOutcome {
     /// in bytes), at most 1,000: the session's MCP resources.
     #[serde(default)]
     pub files: Vec<(String, u64)>,
+    /// `--stateful`: the paths of `files` the run created or changed (`resource_link` content
+    /// after the text).
+    #[serde(default)]
+    pub written: Vec<String>,
+    /// `--stateful`: the paths of `files` that changed since the interpreter's previous such
+    /// run, between runs too: the front reads them again for the copy it restores from.
+    #[serde(default)]
+    pub refresh: Vec<String>,
     /// The bytes of `images`, taken from the frame's attachments by the front (never encoded).
     #[serde(skip)]
     pub image_bytes: Vec<Vec<u8>>,

@@ -8,7 +8,7 @@ use super::net::NetPolicy;
 use super::process::{Ended, Process};
 use super::protocol::{
     read_frame_async, write_frame_async, CallId, Frame, FrameError, FrameLimits, Reply, Request,
-    RunOutcome, SnapshotMode, Stream, MAX_IMAGES,
+    RunOutcome, SnapshotMode, Stream, MAX_IMAGES, MAX_LISTED_FILES,
 };
 use super::worker_main::OUTPUT_SLACK;
 use std::collections::HashMap;
@@ -611,6 +611,17 @@ impl Worker {
                             images.len(),
                             outcome.images.len(),
                             request.image_cap
+                        )));
+                    }
+                    let listed = [&outcome.written, &outcome.refresh]
+                        .iter()
+                        .map(|l| l.len())
+                        .chain([outcome.files.len()])
+                        .max()
+                        .unwrap_or_default();
+                    if listed > MAX_LISTED_FILES {
+                        return Err(WorkerError::Protocol(format!(
+                            "an answer that lists {listed} files (at most {MAX_LISTED_FILES})"
                         )));
                     }
                     outcome.image_bytes = images;

@@ -293,6 +293,8 @@ fn ended_outcome(ended: Ended) -> RunOutcome {
         fatal: true,
         images: Vec::new(),
         files: Vec::new(),
+        written: Vec::new(),
+        refresh: Vec::new(),
         image_bytes: Vec::new(),
     }
 }
@@ -310,6 +312,8 @@ fn failed_outcome(e: OperationError) -> RunOutcome {
             fatal: false,
             images: Vec::new(),
             files: Vec::new(),
+            written: Vec::new(),
+            refresh: Vec::new(),
             image_bytes: Vec::new(),
         },
         e @ OperationError::Shape(_) => RunOutcome {
@@ -320,6 +324,8 @@ fn failed_outcome(e: OperationError) -> RunOutcome {
             fatal: false,
             images: Vec::new(),
             files: Vec::new(),
+            written: Vec::new(),
+            refresh: Vec::new(),
             image_bytes: Vec::new(),
         },
     }
@@ -342,6 +348,8 @@ fn engine_outcome(e: &EngineError) -> RunOutcome {
         fatal: true,
         images: Vec::new(),
         files: Vec::new(),
+        written: Vec::new(),
+        refresh: Vec::new(),
         image_bytes: Vec::new(),
     }
 }

@@ -9,6 +9,7 @@
 //! call a clean interpreter; [`Isolation::Shared`] reuses interpreters across sessions.
 
 use super::format::{CallResult, Image, Status};
+use super::session_files::{SessionFiles, Survivors};
 use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, Resolver};
 use crate::packages::sources::Origin;
@@ -52,6 +53,9 @@ pub struct Limits {
     pub max_queue: usize,
     /// Largest image returned as content (`--max-image-bytes`; with `--stateful` only).
     pub max_image_bytes: usize,
+    /// Most bytes of a session's files the front keeps copies of, to restore them into its
+    /// next interpreter (`--max-session-file-bytes`; with `--stateful` only).
+    pub max_session_file_bytes: u64,
 }
 
 /// The keyword of both import statements (`import x`, `from x import y`).
@@ -72,6 +76,38 @@ const STATE_LOST: &str = "lost: this session's interpreter was stopped after thi
 
 /// The `state` note of the first call in a `--stateful` session's new interpreter.
 const STATE_RESTARTED: &str = "new: this call ran in a new interpreter (the previous one was stopped); the variables, functions and imports of earlier calls are gone";
+
+/// How many file names a `state` note spells out before it says how many more there are.
+const NOTE_NAMES: usize = 10;
+
+/// `names` as a short list for a `state` note.
+fn name_list(names: &[String]) -> String {
+    let mut text = names
+        .iter()
+        .take(NOTE_NAMES)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > NOTE_NAMES {
+        text.push_str(&format!(" and {} more", names.len() - NOTE_NAMES));
+    }
+    text
+}
+
+/// The `state` note of a call that stopped its session's interpreter: what is lost, which
+/// files the next interpreter will have again, which are gone.
+fn lost_note(survivors: &Survivors) -> String {
+    let mut note = STATE_LOST.to_owned();
+    if !survivors.kept.is_empty() {
+        note.push_str("; the session's files as its last completed call left them are kept and will be in the new interpreter: ");
+        note.push_str(&name_list(&survivors.kept));
+    }
+    if !survivors.lost.is_empty() {
+        note.push_str("; these files are gone (over --max-session-file-bytes, or changed by this call before they could be copied): ");
+        note.push_str(&name_list(&survivors.lost));
+    }
+    note
+}
 
 /// How long reading, writing or removing one file in an interpreter may take (seconds).
 const FILE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -104,11 +140,14 @@ pub struct Tenant {
     worker: Arc<tokio::sync::Mutex<Option<Worker>>>,
     /// Whether the session has had an interpreter (so a new one means its state was lost).
     had_interpreter: std::sync::atomic::AtomicBool,
+    /// `--stateful`: the `state` note for the session's next call, when its interpreter was
+    /// replaced since its last one (what was lost, which files were restored).
+    new_interpreter_note: std::sync::Mutex<Option<String>>,
     /// A random name for the session in its resources' URIs (`session://{id}/{path}`).
     pub id: String,
     /// `--stateful`: the files in the interpreter's working directory after the last call
-    /// (path, size in bytes): the session's MCP resources.
-    files: std::sync::Mutex<Vec<(String, u64)>>,
+    /// (the session's MCP resources), with the copies that outlive a stopped interpreter.
+    files: std::sync::Mutex<SessionFiles>,
     ended: CancellationToken,
     arrivals: std::sync::Mutex<Arrivals>,
     /// Woken when a call leaves `arrivals`.
@@ -121,6 +160,7 @@ impl Tenant {
         Arc::new(Tenant {
             worker: Arc::default(),
             had_interpreter: Default::default(),
+            new_interpreter_note: Default::default(),
             id: uuid::Uuid::new_v4().simple().to_string(),
             files: Default::default(),
             ended: CancellationToken::new(),
@@ -196,15 +236,12 @@ impl Tenant {
 
     /// The session's files as the last call left them (path, size in bytes).
     pub fn files(&self) -> Vec<(String, u64)> {
-        self.files.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.with_files(|f| f.listing())
     }
 
-    /// Records the session's files; whether the set of names or sizes changed.
-    fn set_files(&self, files: Vec<(String, u64)>) -> bool {
-        let mut held = self.files.lock().unwrap_or_else(|p| p.into_inner());
-        let changed = *held != files;
-        *held = files;
-        changed
+    /// Runs `f` on the session's files (never across an `await`).
+    fn with_files<T>(&self, f: impl FnOnce(&mut SessionFiles) -> T) -> T {
+        f(&mut self.files.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Ends the session: its interpreter is killed now if idle, or by the running call, which
@@ -343,7 +380,7 @@ impl Executor {
     /// `reset_session` (`--stateful`): once the session's calls that arrived before it are
     /// done, stops its interpreter, so that its next call starts in a new one with fresh
     /// globals. That call has no `<state>` note: the client asked for the loss. Whether the
-    /// session's files (its resources) changed: they went with the interpreter.
+    /// session's files (its resources) changed: they go too, copies included.
     pub async fn reset(&self, tenant: &Tenant, arrival: Option<Arrival>) -> bool {
         let mut slot = tenant.queue(arrival).await;
         if let Some(worker) = slot.take() {
@@ -351,17 +388,20 @@ impl Executor {
             self.spares.replenish();
         }
         tenant.had_interpreter.store(false, Ordering::SeqCst);
-        tenant.set_files(Vec::new())
+        tenant.with_files(SessionFiles::clear)
     }
 
     /// The bytes of file `path` in the session's interpreter (a resource of `--stateful`), at
-    /// most `--result-cap` of them, once the session's running call is done. Errors say why
-    /// in words: no interpreter (and so no files), no such file, too large; a worker that
-    /// fails to answer is stopped.
+    /// most `--result-cap` of them, once the session's running call is done; between
+    /// interpreters, the front's copy. Errors say why in words: no such file, too large; a
+    /// worker that fails to answer is stopped (its files' copies are kept).
     pub async fn read_file(&self, tenant: &Tenant, path: &str) -> Result<Vec<u8>, String> {
         let mut slot = tenant.queue(None).await;
         let Some(worker) = slot.as_mut() else {
-            return Err("the session has no interpreter now, and so no files".into());
+            return match tenant.with_files(|f| f.copy_of(path)) {
+                Some(bytes) => Ok(bytes.as_ref().clone()),
+                None => Err(format!("the session has no file {path:?}")),
+            };
         };
         let deadline = Deadline::after(FILE_TIMEOUT, Phase::Reading);
         match worker
@@ -373,6 +413,7 @@ impl Executor {
                 if let Some(worker) = slot.take() {
                     worker.kill_soon();
                 }
+                tenant.with_files(SessionFiles::survive);
                 Err(e.to_string())
             }
         }
@@ -380,9 +421,10 @@ impl Executor {
 
     /// `upload_file` / `delete_file` (`--stateful`): once the session's earlier calls are done,
     /// writes `bytes` to file `path` of its working directory (taking an interpreter when it
-    /// has none yet), or removes that file when `bytes` is `None`. `Ok(changed)`: whether the
-    /// session's file list (its resources) changed. Errors say why in words; a worker that
-    /// fails to answer is stopped, and its files with it.
+    /// has none yet, with the session's kept files), or removes that file when `bytes` is
+    /// `None`. `Ok(changed)`: whether the session's file list (its resources) changed. Errors
+    /// say why in words; a worker that fails to answer is stopped (the copies the front holds
+    /// of its files are kept).
     pub async fn write_file(
         &self,
         tenant: &Tenant,
@@ -392,37 +434,93 @@ impl Executor {
     ) -> Result<bool, String> {
         let mut slot = tenant.queue(arrival).await;
         if slot.is_none() {
-            if bytes.is_none() {
-                return Err(format!(
-                    "there is no file {path:?}: the session has no files"
-                ));
+            if bytes.is_none() && tenant.with_files(|f| f.copy_of(path)).is_none() {
+                return Err(format!("there is no file {path:?}"));
             }
-            *slot = Some(self.spares.take().await.map_err(|e| e.to_string())?);
-            tenant.had_interpreter.store(true, Ordering::SeqCst);
+            let mut worker = self.spares.take().await.map_err(|e| e.to_string())?;
+            self.adopt(tenant, &mut worker).await;
+            *slot = Some(worker);
         }
         let Some(worker) = slot.as_mut() else {
             return Err(WorkerError::Closed.to_string());
         };
         let deadline = Deadline::after(FILE_TIMEOUT, Phase::Writing);
         match worker.write_file(path, bytes, deadline).await {
-            Ok(Ok(())) => {
-                let mut files = tenant.files();
-                files.retain(|(p, _)| p != path);
-                if let Some(bytes) = bytes {
-                    files.push((path.to_owned(), bytes.len() as u64));
-                    files.sort();
-                }
-                Ok(tenant.set_files(files))
-            }
+            Ok(Ok(())) => Ok(tenant.with_files(|f| match bytes {
+                Some(bytes) => f.keep(path, bytes.to_vec(), self.limits.max_session_file_bytes),
+                None => f.remove(path),
+            })),
             Ok(Err(why)) => Err(why),
             Err(e) => {
                 if let Some(worker) = slot.take() {
                     worker.kill_soon();
                 }
-                tenant.set_files(Vec::new());
+                tenant.with_files(SessionFiles::survive);
                 Err(e.to_string())
             }
         }
+    }
+
+    /// A new interpreter for `tenant` (`--stateful`): when the session had one before, its kept
+    /// files are written into it and its next call gets a `state` note that says so.
+    async fn adopt(&self, tenant: &Tenant, worker: &mut Worker) {
+        if !tenant.had_interpreter.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let mut restored = Vec::new();
+        let mut lost = Vec::new();
+        for (path, bytes) in tenant.with_files(|f| f.copies()) {
+            let deadline = Deadline::after(FILE_TIMEOUT, Phase::Writing);
+            match worker.write_file(&path, Some(&bytes), deadline).await {
+                Ok(Ok(())) => restored.push(path),
+                _ => {
+                    tenant.with_files(|f| f.remove(&path));
+                    lost.push(path);
+                }
+            }
+        }
+        let mut note = STATE_RESTARTED.to_owned();
+        if !restored.is_empty() {
+            note.push_str("; the session's files were restored: ");
+            note.push_str(&name_list(&restored));
+        }
+        if !lost.is_empty() {
+            note.push_str("; these files could not be restored: ");
+            note.push_str(&name_list(&lost));
+        }
+        *tenant
+            .new_interpreter_note
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(note);
+    }
+
+    /// After a call that kept its interpreter (`--stateful`): takes its listing of the working
+    /// directory, reads again the files that changed for the copies the front keeps (within
+    /// `--max-session-file-bytes`), and notes which files the call wrote (`resource_link`).
+    async fn copy_files(&self, tenant: &Tenant, worker: &mut Worker, result: &mut CallResult) {
+        let Some(files) = result.files.take() else {
+            return;
+        };
+        let cap = self.limits.max_session_file_bytes;
+        result.files_changed = tenant.with_files(|f| f.observe(&files));
+        let listed: std::collections::HashMap<&str, u64> =
+            files.iter().map(|(p, n)| (p.as_str(), *n)).collect();
+        for path in std::mem::take(&mut result.refresh) {
+            let Some(&size) = listed.get(path.as_str()) else {
+                continue;
+            };
+            let room = tenant.with_files(|f| f.room_for(&path, cap));
+            if size > room {
+                continue;
+            }
+            let deadline = Deadline::after(FILE_TIMEOUT, Phase::Reading);
+            // A file the code changes again between the listing and this read is copied as
+            // it is now; the next call's listing sees the change and reads it again.
+            if let Ok(Ok(bytes)) = worker.read_file(&path, room as usize, deadline).await {
+                tenant.with_files(|f| f.keep(&path, bytes, cap));
+            }
+        }
+        result.written.retain(|(p, size)| listed.get(p.as_str()) == Some(size));
     }
 
     /// Kills every interpreter (at shutdown).
@@ -494,38 +592,50 @@ impl Executor {
         drop(waiting);
         let stateful = self.keeps_state();
         if held.slot().is_none() {
-            if stateful && tenant.had_interpreter.swap(true, Ordering::SeqCst) {
-                result.state = Some(STATE_RESTARTED.to_owned());
-            }
             let fresh = tokio::select! {
                 w = self.spares.take() => w,
                 _ = &mut stop => return None,
             };
             match fresh {
-                Ok(w) => *held.slot() = Some(w),
+                Ok(mut w) => {
+                    if stateful {
+                        self.adopt(tenant, &mut w).await;
+                    }
+                    *held.slot() = Some(w)
+                }
                 Err(e) => return Some(run_error(result, e.to_string())),
             }
+        }
+        if stateful {
+            result.state = tenant.new_interpreter_note.lock().unwrap_or_else(|p| p.into_inner()).take();
         }
         let verdict = {
             let Some(worker) = held.slot().as_mut() else {
                 return Some(run_error(result, WorkerError::Closed.to_string()));
             };
             tokio::select! {
-                v = self.phases(worker, code, declared, globals, on_output, &mut result) => Some(v),
+                v = async {
+                    let verdict = self.phases(worker, code, declared, globals, on_output, &mut result).await;
+                    if stateful && verdict == Verdict::Keep {
+                        self.copy_files(tenant, worker, &mut result).await;
+                    }
+                    verdict
+                } => Some(v),
                 _ = &mut stop => None,
             }
         };
         let keep = verdict
             .as_ref()
             .is_some_and(|v| *v == Verdict::Keep && self.isolation != Isolation::Call);
-        if stateful {
-            // A stopped interpreter takes its files with it.
-            let files = if keep { result.files.take() } else { None };
-            result.files_changed = tenant.set_files(files.unwrap_or_default());
-        }
         if !keep {
-            if stateful && verdict.is_some() {
-                result.state = Some(STATE_LOST.to_owned());
+            if stateful {
+                // Files the front holds copies of outlive the interpreter; the rest go.
+                let survivors = tenant.with_files(SessionFiles::survive);
+                result.files_changed = !survivors.lost.is_empty();
+                result.written.clear();
+                if verdict.is_some() {
+                    result.state = Some(lost_note(&survivors));
+                }
             }
             held.discard().await;
             if self.isolation != Isolation::Call && !tenant.ended.is_cancelled() {
@@ -624,6 +734,14 @@ impl Executor {
             }
         };
         result.files = Some(std::mem::take(&mut outcome.files));
+        result.refresh = std::mem::take(&mut outcome.refresh);
+        let sizes: std::collections::HashMap<&String, u64> =
+            result.files.iter().flatten().map(|(p, n)| (p, *n)).collect();
+        result.written = outcome
+            .written
+            .iter()
+            .filter_map(|p| sizes.get(p).map(|n| (p.clone(), *n)))
+            .collect();
         for (name, bytes) in outcome.images.iter().zip(outcome.image_bytes.drain(..)) {
             // The type comes from the bytes, never from the worker's word (or a file name).
             if let Some(mime) = image_type(name, &bytes) {

@@ -41,6 +41,12 @@ pub struct CallResult {
     pub files: Option<Vec<(String, u64)>>,
     /// `--stateful` only: the session's files (its resources) changed with this call.
     pub files_changed: bool,
+    /// `--stateful` only: the files this call created or changed (path, size in bytes),
+    /// returned as `resource_link` content after the text.
+    pub written: Vec<(String, u64)>,
+    /// `--stateful` only, for the executor: the files changed since the interpreter's
+    /// previous call, whose copies the front reads again. Never rendered.
+    pub refresh: Vec<String>,
     /// `--stateful` only: images the call made in its working directory, returned as `image`
     /// content after the text (which does not change).
     pub images: Vec<Image>,
@@ -210,6 +216,8 @@ mod tests {
             images: Vec::new(),
             files: None,
             files_changed: false,
+            written: Vec::new(),
+            refresh: Vec::new(),
             state: None,
         }
     }

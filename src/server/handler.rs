@@ -531,6 +531,11 @@ impl ServerHandler for RunPythonServer {
             let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
             content.push(ContentBlock::image(data, image.mime));
         }
+        // Files the call created or changed, as links to the session's resources.
+        for (path, size) in &result.written {
+            let link = super::resources::describe(&session.tenant.id, path, *size);
+            content.push(ContentBlock::resource_link(link));
+        }
         Ok(CallToolResult::success(content).into())
     }
 

@@ -6,6 +6,7 @@ pub mod format;
 pub mod handler;
 pub mod http;
 pub mod resources;
+pub mod session_files;
 pub mod sse;
 pub mod stdio;
 pub mod tool;

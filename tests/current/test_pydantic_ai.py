@@ -2,6 +2,8 @@
 real `Agent` whose `FunctionModel` (no LLM) calls `run_python_code` once and answers with the
 tool's text."""
 
+import re
+
 import pytest
 from fastmcp.client.transports import SSETransport, StdioTransport, StreamableHttpTransport
 from pydantic_ai import Agent
@@ -94,7 +96,13 @@ async def test_stateful_state_lasts_across_an_agents_calls():
     """`--stateful` (issue 14) over stdio: the second call sees the first one's variable."""
     transport = StdioTransport(BINARY, [*STDIO_ARGS, "--stateful"], env=server_env(), keep_alive=False)
     toolset = MCPToolset(transport, init_timeout=INIT_TIMEOUT, read_timeout=CALL_TIMEOUT)
-    agent = Agent(model_that_runs_in_turn(["x = 21", "x * 2"]), toolsets=[toolset])
+    codes = ["x = 21", "x * 2", "open('out.csv', 'w').write(f'x\\n{x * 2}\\n')"]
+    agent = Agent(model_that_runs_in_turn(codes), toolsets=[toolset])
     async with agent:
-        result = await agent.run("Double a number in two steps.")
-    assert result.output == "tool said: <status>success</status>\n<return_value>\n42\n</return_value>"
+        result = await agent.run("Double a number in two steps, then save it.")
+    returns = [p.content for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert returns[1] == "<status>success</status>\n<return_value>\n42\n</return_value>"
+    # The written file is linked after the text; MCPToolset hands the model its URI.
+    text, link = returns[2]
+    assert text.startswith("<status>success</status>") and re.fullmatch(r"session://\w+/out\.csv", link), returns
+

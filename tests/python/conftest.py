@@ -40,13 +40,14 @@ async def mcp_session(*args, errlog=None, cache_dir=SHARED_CACHE):
 
 
 async def run(session, code, **global_variables):
-    """Calls run_python_code and returns the one text content."""
+    """Calls run_python_code and returns its text content (the first item; with --stateful,
+    images and links to written files may follow it)."""
     arguments = {"python_code": code}
     if global_variables:
         arguments["global_variables"] = global_variables
     result = await session.call_tool("run_python_code", arguments, read_timeout_seconds=datetime.timedelta(seconds=CALL_TIMEOUT))
     assert not result.isError, result
-    assert len(result.content) == 1
+    assert result.content[0].type == "text" and all(c.type != "text" for c in result.content[1:]), result
     return result.content[0].text
 
 

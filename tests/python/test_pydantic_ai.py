@@ -106,7 +106,7 @@ async def test_mcp_server_stdio_stateful():
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
-        codes = ["x = 21", "x * 2"]
+        codes = ["x = 21", "x * 2", "open('out.csv', 'w').write(f'x\\n{x * 2}\\n')"]
         if len(returns) < len(codes):
             return ModelResponse(parts=[ToolCallPart("run_python_code", {"python_code": codes[len(returns)]})])
         return ModelResponse(parts=[TextPart(f"tool said: {returns[-1].content}")])
@@ -117,5 +117,8 @@ async def test_mcp_server_stdio_stateful():
     )
     agent = Agent(FunctionModel(respond), toolsets=[server])
     async with agent:
-        result = await agent.run("Double a number in two steps.")
-    assert result.output == "tool said: <status>success</status>\n<return_value>\n42\n</return_value>"
+        result = await agent.run("Double a number in two steps, then save it.")
+    returns = [p.content for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert returns[1] == "<status>success</status>\n<return_value>\n42\n</return_value>"
+    # The written file is linked after the text; MCPServer reads the link for the model.
+    assert returns[2] == ["<status>success</status>\n<return_value>\n5\n</return_value>", "x\n42\n"], returns

@@ -4,6 +4,7 @@ streamable HTTP."""
 
 import asyncio
 import base64
+import json
 import re
 import subprocess
 
@@ -133,23 +134,50 @@ png.hex()
 '''
 
 
+def split_content(result):
+    """A result's text, its `image` items and its `resource_link` items (in that order)."""
+    text, *rest = result.content
+    assert text.type == "text", result.content
+    images = [c for c in rest if c.type == "image"]
+    links = [c for c in rest if c.type == "resource_link"]
+    assert rest == images + links, result.content
+    return text.text, images, links
+
+
 async def test_an_image_the_code_writes_comes_back_as_image_content():
     async with mcp_session("--stateful") as session:
         result = await session.call_tool("run_python_code", {"python_code": PNG_CODE})
-        text, *images = result.content
-        png = bytes.fromhex(return_value(text.text))
+        text, images, links = split_content(result)
+        png = bytes.fromhex(return_value(text))
         assert [(i.type, i.mimeType) for i in images] == [("image", "image/png")], result.content
         assert base64.b64decode(images[0].data) == png
         # The text is the drop-in's; an unchanged image is not sent again; a rewritten one is.
-        assert text.text.startswith("<status>success</status>\n<return_value>\n")
+        assert text.startswith("<status>success</status>\n<return_value>\n")
         again = await session.call_tool("run_python_code", {"python_code": "1"})
         assert len(again.content) == 1, again.content
-        # Over the cap, or a file whose bytes are not an image: text only.
+        # Over the cap, or a file whose bytes are not an image: no image (a link only).
         fake = await session.call_tool("run_python_code", {"python_code": "open('fake.png', 'w').write('hello')"})
-        assert len(fake.content) == 1, fake.content
+        assert split_content(fake)[1] == [], fake.content
     async with mcp_session("--stateful", "--max-image-bytes", "10") as session:
         result = await session.call_tool("run_python_code", {"python_code": PNG_CODE})
-        assert len(result.content) == 1, result.content
+        assert split_content(result)[1] == [], result.content
+
+
+async def test_files_a_call_writes_are_linked_in_its_result():
+    async with mcp_session("--stateful") as session:
+        result = await session.call_tool("run_python_code", {"python_code": PNG_CODE})
+        text, images, links = split_content(result)
+        assert [(l.name, l.mimeType, l.size) for l in links] == [
+            ("notes.txt", "text/plain", len("not an image")),
+            ("plot.png", "image/png", len(bytes.fromhex(return_value(text)))),
+        ], links
+        got = await session.read_resource(links[0].uri)
+        assert got.contents[0].text == "not an image"
+        # Only what the call itself created or changed is linked.
+        result = await session.call_tool("run_python_code", {"python_code": "open('notes.txt', 'a').write('!')\n"
+                                                                            "open('new.csv', 'w').write('a,b')"})
+        assert [l.name for l in split_content(result)[2]] == ["new.csv", "notes.txt"], result.content
+        assert len((await session.call_tool("run_python_code", {"python_code": "open('notes.txt').read()"})).content) == 1
 
 
 CSV = "city,temp\nOslo,3\nRome,17\n"
@@ -234,3 +262,47 @@ async def test_uploaded_files_are_read_by_the_code_and_names_stay_inside():
         assert [r.name for r in (await session.list_resources()).resources] == ["in/data.csv"]
         text = await run(session, "import os\nos.path.exists('raw.bin')")
         assert return_value(text) == "false", text
+
+
+async def test_files_outlive_a_stopped_interpreter():
+    """Files (up to --max-session-file-bytes) are kept by the server when the interpreter is
+    stopped, and written into the next one; Python objects are not; the notes say which."""
+    async with mcp_session("--stateful", "--timeout", "5", "--max-session-file-bytes", "100000") as session:
+        await run(session, f"open('data.csv', 'w').write({CSV!r})\nopen('big.bin', 'wb').write(bytes(200000))\nx = 1")
+        done = await session.call_tool("upload_file", {"name": "up.txt", "text": "uploaded"})
+        assert not done.isError, done
+        text = await run(session, "open('data.csv', 'a').write('late,0\\n')\nwhile True:\n    pass")
+        state = state_of(text)
+        assert state.startswith("lost:") and "will be in the new interpreter: data.csv, up.txt" in state, text
+        assert state.endswith("before they could be copied): big.bin"), text
+        # Between interpreters, the resources are the kept copies.
+        listed = {r.name: r for r in (await session.list_resources()).resources}
+        assert set(listed) == {"data.csv", "up.txt"}, listed
+        assert (await session.read_resource(listed["data.csv"].uri)).contents[0].text == CSV
+        # The file as the last completed call left it; the globals are gone.
+        text = await run(session, "open('data.csv').read(), open('up.txt').read(), 'x' in globals()")
+        assert state_of(text).startswith("new:") and state_of(text).endswith("restored: data.csv, up.txt"), text
+        assert json.loads(return_value(text)) == [CSV, "uploaded", False], text
+        # An upload into a stopped session's new interpreter restores the files too, and its
+        # next call still hears that the interpreter is new.
+        await run(session, "while True:\n    pass")
+        done = await session.call_tool("upload_file", {"name": "more.txt", "text": "more"})
+        assert not done.isError, done
+        text = await run(session, "sorted(__import__('os').listdir('.'))")
+        assert state_of(text).startswith("new:"), text
+        assert json.loads(return_value(text)) == ["data.csv", "more.txt", "up.txt"], text
+
+
+async def test_files_count_against_the_memory_limit(tmp_path):
+    """Files live in the interpreter's memory: a session that writes past --memory gets a
+    MemoryError and loses its interpreter; another session's state and files are untouched."""
+    with http_server("streamable_http", "--stateful", "--memory", "600", "--timeout", "60",
+                     stderr_path=tmp_path / "server.log") as base:
+        async with http_session(base) as a, http_session(base) as b:
+            await run(b, "kept = 'B'\nopen('b.txt', 'w').write('B only')")
+            text = await run(a, "for i in range(100):\n    open(f'f{i}.bin', 'wb').write(bytes(20 << 20))")
+            assert status_of(text) == "run-error" and "MemoryError" in text and "memory limit" in text, text
+            assert state_of(text).startswith("lost:"), text
+            assert return_value(await run(a, "1 + 1")) == "2"
+            assert return_value(await run(b, "kept, open('b.txt').read()")) == '[\n  "B",\n  "B only"\n]'
+            assert [r.name for r in (await b.list_resources()).resources] == ["b.txt"]

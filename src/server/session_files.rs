@@ -1,0 +1,161 @@
+//! A `--stateful` session's files as the front knows them (issue 14): the listing its
+//! interpreter reported after the last call (its MCP resources), and a copy of their bytes, up
+//! to `--max-session-file-bytes` in all, so that they outlive an interpreter that is stopped (a
+//! timeout, the memory limit, a crash) and are written into the session's next one. Python
+//! objects cannot be copied that way; files can.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// One file of the working directory: its size (bytes) and, when the front holds a copy, its
+/// bytes as the interpreter last reported them.
+#[derive(Debug, Clone)]
+struct Entry {
+    size: u64,
+    bytes: Option<Arc<Vec<u8>>>,
+}
+
+/// The files of a session's working directory (paths relative to it).
+#[derive(Debug, Default)]
+pub struct SessionFiles {
+    entries: BTreeMap<String, Entry>,
+    /// Bytes held in copies (the sum of the held `bytes` lengths).
+    held: u64,
+}
+
+/// What survived an interpreter that was stopped: the files whose copy the front holds (they
+/// go into the next interpreter), and those it had none of (too large to keep, or changed by
+/// the call that stopped it before the front could copy them).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Survivors {
+    pub kept: Vec<String>,
+    pub lost: Vec<String>,
+}
+
+impl SessionFiles {
+    /// The files (path, size in bytes), in path order.
+    pub fn listing(&self) -> Vec<(String, u64)> {
+        self.entries
+            .iter()
+            .map(|(path, entry)| (path.clone(), entry.size))
+            .collect()
+    }
+
+    /// Takes the interpreter's listing after a call: files no longer there are forgotten, and a
+    /// file whose size changed loses its copy (until [`SessionFiles::keep`] gives a new one).
+    /// Whether the set of names or sizes changed.
+    pub fn observe(&mut self, files: &[(String, u64)]) -> bool {
+        let before = self.listing();
+        let mut entries = BTreeMap::new();
+        for (path, size) in files {
+            let bytes = match self.entries.remove(path) {
+                Some(Entry { size: old, bytes }) if old == *size => bytes,
+                _ => None,
+            };
+            entries.insert(path.clone(), Entry { size: *size, bytes });
+        }
+        self.entries = entries;
+        self.recount();
+        before != self.listing()
+    }
+
+    /// Room left for copies under `cap` (bytes), once the copy of `path`, if any, is dropped.
+    pub fn room_for(&mut self, path: &str, cap: u64) -> u64 {
+        if let Some(entry) = self.entries.get_mut(path) {
+            entry.bytes = None;
+        }
+        self.recount();
+        cap.saturating_sub(self.held)
+    }
+
+    /// Records file `path` with `bytes` (an upload, or a copy read after a call), keeping the
+    /// copy only while all copies stay within `cap` bytes. Whether the listing changed.
+    pub fn keep(&mut self, path: &str, bytes: Vec<u8>, cap: u64) -> bool {
+        let size = bytes.len() as u64;
+        let changed = self.entries.get(path).map(|e| e.size) != Some(size);
+        let room = self.room_for(path, cap);
+        let bytes = (size <= room).then(|| Arc::new(bytes));
+        self.entries.insert(path.to_owned(), Entry { size, bytes });
+        self.recount();
+        changed
+    }
+
+    /// Forgets file `path`; whether it was there.
+    pub fn remove(&mut self, path: &str) -> bool {
+        let was = self.entries.remove(path).is_some();
+        self.recount();
+        was
+    }
+
+    /// Forgets every file (`reset_session`); whether there were any.
+    pub fn clear(&mut self) -> bool {
+        let had = !self.entries.is_empty();
+        *self = SessionFiles::default();
+        had
+    }
+
+    /// The interpreter was stopped: files without a copy are gone with it. Returns which files
+    /// survive and which were lost (in path order).
+    pub fn survive(&mut self) -> Survivors {
+        let mut survivors = Survivors::default();
+        self.entries.retain(|path, entry| {
+            let kept = entry.bytes.is_some();
+            if kept {
+                survivors.kept.push(path.clone());
+            } else {
+                survivors.lost.push(path.clone());
+            }
+            kept
+        });
+        survivors
+    }
+
+    /// The held copies (path, bytes), to write into a new interpreter.
+    pub fn copies(&self) -> Vec<(String, Arc<Vec<u8>>)> {
+        self.entries
+            .iter()
+            .filter_map(|(path, e)| e.bytes.clone().map(|b| (path.clone(), b)))
+            .collect()
+    }
+
+    /// The held copy of `path`, if any.
+    pub fn copy_of(&self, path: &str) -> Option<Arc<Vec<u8>>> {
+        self.entries.get(path).and_then(|e| e.bytes.clone())
+    }
+
+    fn recount(&mut self) {
+        self.held = self
+            .entries
+            .values()
+            .filter_map(|e| e.bytes.as_ref())
+            .map(|b| b.len() as u64)
+            .sum();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_stay_within_the_cap_and_survive_a_stopped_interpreter() {
+        let mut files = SessionFiles::default();
+        assert!(files.keep("a.csv", vec![1; 6], 10));
+        assert!(files.keep("b.bin", vec![2; 6], 10)); // over the cap: listed, not copied
+        assert_eq!(files.copies().len(), 1);
+        // The interpreter reports a changed size for a.csv: its copy is stale.
+        assert!(files.observe(&[("a.csv".into(), 7), ("b.bin".into(), 6)]));
+        assert!(files.copy_of("a.csv").is_none());
+        assert!(!files.keep("a.csv", vec![3; 7], 10));
+        assert_eq!(
+            files.survive(),
+            Survivors {
+                kept: vec!["a.csv".into()],
+                lost: vec!["b.bin".into()],
+            }
+        );
+        assert_eq!(files.listing(), vec![("a.csv".to_owned(), 7)]);
+        assert!(files.clear());
+        assert!(files.copies().is_empty());
+    }
+}
