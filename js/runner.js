@@ -17,6 +17,8 @@
   const fsReason = (e) => (e && FS_REASONS[e.errno]) || (e && e.message) || String(e);
   // The virtual file that holds an upload's bytes while writeFile copies them.
   const UPLOAD = "/upload";
+  // The virtual file that holds the `--mount` files' bytes while mount copies them.
+  const MOUNT = "/mount";
   let pyodide = null;
   // The Python helper's functions, kept here; the helper module is in no `sys.modules`.
   let helperRun = null;
@@ -182,6 +184,41 @@
           }
         } catch (e) {
           return JSON.stringify({ error: fsReason(e) });
+        }
+        return "{}";
+      }));
+    },
+
+    // Makes the operator's `--mount` folders and files (a JSON MountPlan: `folders`, then
+    // `files` as [path, length], whose bytes follow each other in the virtual file /mount),
+    // then makes them read-only: files 0444, folders 0555, and neither can be chmod-ed or
+    // touched (their node's setattr refuses), so code cannot make its copy writable again.
+    // Answers `{}`, or `{"error": …}`.
+    mount(id, planJson) {
+      answer(id, Promise.resolve().then(() => {
+        const FS = pyodide.FS;
+        const plan = JSON.parse(planJson);
+        const bytes = new Uint8Array(globalThis.readbuffer(MOUNT));
+        for (const folder of plan.folders) FS.mkdirTree(folder);
+        let at = 0;
+        const frozen = [];
+        for (const [path, length] of plan.files) {
+          FS.writeFile(path, bytes.subarray(at, at + length));
+          at += length;
+          FS.chmod(path, 0o444);
+          frozen.push(path);
+        }
+        // Deepest folders first, so that each is still writable while its contents are done.
+        for (const folder of [...plan.folders].reverse()) {
+          FS.chmod(folder, 0o555);
+          frozen.push(folder);
+        }
+        const refuse = () => {
+          throw new FS.ErrnoError(63); // EPERM
+        };
+        for (const path of frozen) {
+          const node = FS.lookupPath(path).node;
+          node.node_ops = Object.assign({}, node.node_ops, { setattr: refuse });
         }
         return "{}";
       }));

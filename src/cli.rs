@@ -155,6 +155,18 @@ pub struct Cli {
     #[arg(long, default_value_t = DEFAULT_MAX_SESSION_FILE_BYTES)]
     pub max_session_file_bytes: u64,
 
+    /// Operator data for every interpreter, read-only: the host directory HOST_DIR (its regular
+    /// files and folders; symbolic links are skipped) is read once at start and appears at
+    /// SANDBOX_DIR (absolute, e.g. /data) in every sandbox. Repeatable. Nothing written in a
+    /// sandbox reaches the host.
+    #[arg(long, value_name = "HOST_DIR:SANDBOX_DIR")]
+    pub mount: Vec<crate::sandbox::mount::MountSpec>,
+
+    /// Most bytes all `--mount` directories may hold together; a larger one stops the server
+    /// at start.
+    #[arg(long, default_value_t = crate::sandbox::mount::DEFAULT_MAX_MOUNT_BYTES)]
+    pub max_mount_bytes: u64,
+
     /// Largest `python_code` accepted, in bytes; larger calls get an MCP error.
     #[arg(long, default_value_t = 1 << 20)]
     pub max_code_size: usize,

@@ -8,6 +8,7 @@ use crate::packages::lock::Lockfile;
 use crate::packages::resolver::Resolver;
 use crate::packages::sources::Sources;
 use crate::sandbox::confine::Mode as SandboxMode;
+use crate::sandbox::mount::Mounts;
 use crate::sandbox::net::NetPolicy;
 use crate::sandbox::snapshot::Launcher;
 use crate::sandbox::spares::Spares;
@@ -169,7 +170,14 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         && (isolation == Isolation::Call
             || (isolation == Isolation::Session
                 && !matches!(cli.mode, Mode::Stdio | Mode::Warmup | Mode::Example)));
-    let launcher = Arc::new(Launcher::new(exe, worker_args, snapshot_path, zygote));
+    let mounts = Mounts::load(&cli.mount, cli.max_mount_bytes).context("--mount")?;
+    let launcher = Arc::new(Launcher::new(
+        exe,
+        worker_args,
+        snapshot_path,
+        zygote,
+        mounts,
+    ));
     let limits = Limits {
         timeout: seconds(cli.timeout, "--timeout")?,
         install_timeout: seconds(cli.install_timeout, "--install-timeout")?

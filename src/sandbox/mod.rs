@@ -3,6 +3,7 @@
 
 pub mod confine;
 pub mod fork_server;
+pub mod mount;
 pub mod net;
 pub mod pool;
 pub mod process;

@@ -69,7 +69,13 @@ pub enum Request {
     /// The first frame a worker reads: how to boot. With `snapshot` `load`, attachment 0 is
     /// a Pyodide memory snapshot to restore; with `make`, the worker boots normally and sends
     /// a snapshot with [`Reply::Ready`].
-    Boot { snapshot: SnapshotMode },
+    /// With a non-empty `mount` (`--mount`), the next attachment holds its files' bytes, one
+    /// after another.
+    Boot {
+        snapshot: SnapshotMode,
+        #[serde(default)]
+        mount: super::mount::MountPlan,
+    },
     /// A health check: the worker answers [`Reply::Pong`] at once.
     Ping { id: CallId },
     /// Top-level imports of `code`, minus the standard library (Pyodide's `find_imports`).

@@ -1,6 +1,7 @@
 //! Starting workers fast: a Pyodide memory snapshot taken after the first plain boot is kept in
 //! the cache directory and restored by later workers, which then skip Python's start-up.
 
+use super::mount::Mounts;
 use super::worker::{SandboxReport, Worker, WorkerError};
 use super::zygote::Zygote;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,8 @@ pub struct Launcher {
     sandbox: Mutex<Option<SandboxReport>>,
     /// The fork server, when enabled (`--zygote`).
     zygote: Option<Mutex<ZygoteState>>,
+    /// `--mount`: the operator's data, handed to every worker as it boots.
+    mounts: Arc<Mounts>,
 }
 
 /// Where the fork server stands.
@@ -122,12 +125,14 @@ fn prune_stale(dir: &Path, keep: &Path) {
 
 impl Launcher {
     /// Workers run `exe __worker <args>`; with `snapshot_path`, snapshots are kept there.
-    /// With `zygote`, workers are forked from a zygote once it is ready (`zygote.rs`).
+    /// With `zygote`, workers are forked from a zygote once it is ready (`zygote.rs`). Every
+    /// worker (the zygote too) boots with `mounts`.
     pub fn new(
         exe: PathBuf,
         args: Vec<String>,
         snapshot_path: Option<PathBuf>,
         zygote: bool,
+        mounts: Mounts,
     ) -> Self {
         Launcher {
             exe,
@@ -138,6 +143,7 @@ impl Launcher {
             }),
             sandbox: Mutex::new(None),
             zygote: zygote.then(|| Mutex::new(ZygoteState::Idle)),
+            mounts: Arc::new(mounts),
         }
     }
 
@@ -171,7 +177,7 @@ impl Launcher {
         let launcher = self.clone();
         tokio::spawn(async move {
             let snapshot = launcher.store.as_ref().and_then(SnapshotStore::load);
-            let started = Zygote::start(&launcher.exe, &launcher.args, snapshot).await;
+            let started = Zygote::start(&launcher.exe, &launcher.args, snapshot, &launcher.mounts).await;
             let Some(slot) = &launcher.zygote else {
                 return;
             };
@@ -279,10 +285,10 @@ impl Launcher {
 
     async fn boot(&self) -> Result<Worker, WorkerError> {
         let Some(store) = &self.store else {
-            return Ok(Worker::spawn(&self.exe, &self.args, None, false).await?.0);
+            return Ok(Worker::spawn(&self.exe, &self.args, None, false, &self.mounts).await?.0);
         };
         if let Some(snapshot) = store.load() {
-            match Worker::spawn(&self.exe, &self.args, Some(snapshot), false).await {
+            match Worker::spawn(&self.exe, &self.args, Some(snapshot), false, &self.mounts).await {
                 Ok((worker, _)) => return Ok(worker),
                 // Stopped by a shutdown, or unconfined: says nothing about the snapshot.
                 Err(e @ (WorkerError::Stopped(_) | WorkerError::Unconfined(_))) => return Err(e),
@@ -292,7 +298,7 @@ impl Launcher {
                 }
             }
         }
-        let (worker, made) = Worker::spawn(&self.exe, &self.args, None, true).await?;
+        let (worker, made) = Worker::spawn(&self.exe, &self.args, None, true, &self.mounts).await?;
         if let Some(snapshot) = made {
             store.save(snapshot);
         }

@@ -6,6 +6,7 @@
 
 use super::net::NetPolicy;
 use super::process::{Ended, Process};
+use super::mount::Mounts;
 use super::protocol::{
     read_frame_async, write_frame_async, CallId, Frame, FrameError, FrameLimits, Reply, Request,
     RunOutcome, SnapshotMode, Stream, MAX_IMAGES, MAX_LISTED_FILES,
@@ -160,6 +161,14 @@ fn drain_stderr(pid: Option<u32>, stderr: WorkerOut) {
     });
 }
 
+/// What a worker boots with: how (`mode`), the snapshot to restore with `Load`, and the
+/// operator's `--mount` data.
+pub struct BootRequest<'a> {
+    pub mode: SnapshotMode,
+    pub snapshot: Option<&'a [u8]>,
+    pub mounts: &'a Mounts,
+}
+
 impl Worker {
     /// Starts `exe __worker <args>` and waits for Pyodide to boot, restoring `snapshot` when
     /// given, or else making one when `make_snapshot`. Returns the worker and the snapshot it
@@ -172,14 +181,21 @@ impl Worker {
         args: &[String],
         snapshot: Option<Arc<Vec<u8>>>,
         make_snapshot: bool,
+        mounts: &Mounts,
     ) -> Result<(Worker, Option<Vec<u8>>), WorkerError> {
         let worker = Worker::start(exe, args, None)?;
-        let (mode, attachment) = match (&snapshot, make_snapshot) {
+        let (mode, snapshot) = match (&snapshot, make_snapshot) {
             (Some(bytes), _) => (SnapshotMode::Load, Some(bytes.as_slice())),
             (None, true) => (SnapshotMode::Make, None),
             (None, false) => (SnapshotMode::None, None),
         };
-        worker.boot(Some((mode, attachment))).await
+        worker
+            .boot(Some(BootRequest {
+                mode,
+                snapshot,
+                mounts,
+            }))
+            .await
     }
 
     /// Starts `exe __worker <args>` with piped stdin, stdout and stderr and no environment
@@ -248,7 +264,7 @@ impl Worker {
         }
     }
 
-    /// Sends `boot` (the snapshot mode and the snapshot), if given, and waits for the worker
+    /// Sends `boot` (the snapshot mode, the snapshot and the mounts), if given, and waits for the worker
     /// to say it is ready (a forked interpreter says so by itself). Returns the worker and the
     /// snapshot it made, if any.
     ///
@@ -256,7 +272,7 @@ impl Worker {
     /// [`WorkerError::Protocol`], [`WorkerError::Unconfined`].
     pub async fn boot(
         self,
-        boot: Option<(SnapshotMode, Option<&[u8]>)>,
+        boot: Option<BootRequest<'_>>,
     ) -> Result<(Worker, Option<Vec<u8>>), WorkerError> {
         let mut worker = self;
         let limits = FrameLimits {
@@ -265,11 +281,16 @@ impl Worker {
             ..FrameLimits::CONTROL
         };
         let booted = async {
-            if let Some((mode, attachment)) = boot {
-                let attachments: Vec<&[u8]> = attachment.into_iter().collect();
-                worker
-                    .send(&Request::Boot { snapshot: mode }, &attachments)
-                    .await?;
+            if let Some(boot) = boot {
+                let mut attachments: Vec<&[u8]> = boot.snapshot.into_iter().collect();
+                if !boot.mounts.plan.is_empty() {
+                    attachments.push(&boot.mounts.bytes);
+                }
+                let request = Request::Boot {
+                    snapshot: boot.mode,
+                    mount: boot.mounts.plan.clone(),
+                };
+                worker.send(&request, &attachments).await?;
             }
             worker.next_frame(limits).await
         };
@@ -763,7 +784,7 @@ while True:
     async fn start(body: &str) -> (Worker, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let exe = fake_worker(dir.path(), body);
-        let (worker, _) = Worker::spawn(&exe, &[], None, false).await.unwrap();
+        let (worker, _) = Worker::spawn(&exe, &[], None, false, &Mounts::default()).await.unwrap();
         (worker, dir)
     }
 

@@ -9,6 +9,7 @@
 //! the call id of each request; output is forwarded only while a `run` is in progress, tagged
 //! with its call id.
 
+use super::mount::MountPlan;
 use super::net::{FetchRequest, FetchResponse};
 use super::protocol::{
     read_frame, write_frame, CallId, Frame, FrameLimits, OutputLine, Reply, Request, RunOutcome,
@@ -32,6 +33,9 @@ const RUNNER_PY: &str = include_str!("../../python/runner.py");
 
 /// The virtual file an upload's bytes wait in (`js/runner.js`, `UPLOAD`).
 const UPLOAD_PATH: &str = "/upload";
+/// The virtual file that holds the `--mount` files' bytes while the runner copies them (js/runner.js's
+/// `MOUNT`).
+const MOUNT_PATH: &str = "/mount";
 
 /// The call id of the boot, which comes before any call of the front.
 const BOOT_CALL: CallId = 0;
@@ -117,6 +121,7 @@ struct Runner {
     reseed: JsFunction,
     read_file: JsFunction,
     write_file: JsFunction,
+    mount: JsFunction,
 }
 
 /// An answer of the runner that is not the expected shape: why the operation failed
@@ -237,6 +242,7 @@ fn boot(
                 "reseed",
                 "readFile",
                 "writeFile",
+                "mount",
             ],
         )?
         .into_iter();
@@ -253,6 +259,7 @@ fn boot(
         reseed: next()?,
         read_file: next()?,
         write_file: next()?,
+        mount: next()?,
     };
     let env = r#"{"HOME":"/home/pyodide","USER":"pyodide","LANG":"C.UTF-8"}"#;
     let deadline = Some(Instant::now() + BOOT_TIMEOUT);
@@ -277,6 +284,23 @@ fn boot(
     engine.clear_files();
     let snapshot = made.borrow_mut().take();
     Ok((engine, runner, booted.version, snapshot))
+}
+
+/// Writes the operator's `--mount` files into the interpreter's file system, read-only
+/// (`js/runner.js` `mount`): `bytes` holds the plan's files one after another.
+fn mount_files(engine: &mut Engine, runner: &Runner, mount: (MountPlan, Vec<u8>)) -> Result<()> {
+    let (plan, bytes) = mount;
+    if plan.is_empty() {
+        return Ok(());
+    }
+    engine.add_file(MOUNT_PATH, bytes);
+    let json = serde_json::to_string(&plan)?;
+    let deadline = Some(Instant::now() + BOOT_TIMEOUT);
+    let answer = call(engine, &runner.mount, BOOT_CALL, &[Arg::Str(&json)], deadline)
+        .context("mounting --mount files")?;
+    engine.clear_files();
+    parse_answer::<Empty>(&answer).context("mounting --mount files")?;
+    Ok(())
 }
 
 /// The result of a run whose interpreter ended (the next call runs in a new one).
@@ -555,12 +579,23 @@ fn serve() -> Result<()> {
         None => None,
     };
     let input = Rc::new(RefCell::new(BufReader::new(io::stdin().lock())));
-    let (mode, snapshot) =
+    let (mode, snapshot, mount) =
         match read_frame::<Request>(&mut *input.borrow_mut(), FrameLimits::REQUEST)? {
             Some(Frame {
-                header: Request::Boot { snapshot },
+                header: Request::Boot { snapshot, mount },
                 attachments,
-            }) => (snapshot, attachments.into_iter().next()),
+            }) => {
+                let mut attachments = attachments.into_iter();
+                let restore = match snapshot {
+                    SnapshotMode::Load => attachments.next(),
+                    SnapshotMode::None | SnapshotMode::Make => None,
+                };
+                let bytes = attachments.next().unwrap_or_default();
+                if !mount.fits(&bytes) {
+                    return Err(anyhow!("the mounted files do not match their bytes"));
+                }
+                (snapshot, restore, (mount, bytes))
+            }
             Some(_) => return Err(anyhow!("the first request must be `boot`")),
             None => return Ok(()),
         };
@@ -568,6 +603,7 @@ fn serve() -> Result<()> {
     let confined = super::confine::enter(super::confine::Mode::from_args()?)?;
     let started = Instant::now();
     let (mut engine, runner, version, made) = boot(mode, snapshot)?;
+    mount_files(&mut engine, &runner, mount)?;
     let boot_ms = started.elapsed().as_millis() as u64;
     // From now on every line a run writes is streamed to the front as it happens.
     let running: Rc<RefCell<Running>> = Rc::default();

@@ -12,7 +12,8 @@ use super::fork_server::{
 };
 use super::process::Process;
 use super::protocol::SnapshotMode;
-use super::worker::{Worker, WorkerError};
+use super::mount::Mounts;
+use super::worker::{BootRequest, Worker, WorkerError};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -82,7 +83,8 @@ fn receive_within(control: &OwnedFd, timeout: Duration) -> Result<Message, Zygot
 }
 
 impl Zygote {
-    /// Starts `exe __worker <args> --control-fd=N`, boots it (from `snapshot` when given) and
+    /// Starts `exe __worker <args> --control-fd=N`, boots it (from `snapshot` when given, with
+    /// `mounts`, which its children inherit) and
     /// waits until it can fork: about the boot, plus ten seconds for its engine threads to end.
     ///
     /// Errors: [`ZygoteError::Io`], [`ZygoteError::Boot`], then anything its first message
@@ -91,6 +93,7 @@ impl Zygote {
         exe: &Path,
         args: &[String],
         snapshot: Option<Arc<Vec<u8>>>,
+        mounts: &Mounts,
     ) -> Result<Zygote, ZygoteError> {
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,
@@ -108,9 +111,13 @@ impl Zygote {
             Some(_) => SnapshotMode::Load,
             None => SnapshotMode::None,
         };
-        let attachment = snapshot.as_deref().map(|bytes| bytes.as_slice());
+        let request = BootRequest {
+            mode,
+            snapshot: snapshot.as_deref().map(|bytes| bytes.as_slice()),
+            mounts,
+        };
         let (worker, _) = worker
-            .boot(Some((mode, attachment)))
+            .boot(Some(request))
             .await
             .map_err(ZygoteError::Boot)?;
         let control = Arc::new(Mutex::new(ours));
