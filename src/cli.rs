@@ -47,8 +47,9 @@ pub struct Cli {
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
 
-    /// A streamable-HTTP session with no request for this many seconds ends (0 = never): its
-    /// interpreter and state are dropped, and a later request with its id gets HTTP 404.
+    /// A streamable-HTTP session with no request, or an SSE session with no message either
+    /// way, for this many seconds ends (0 = never): its interpreter and state are dropped, and
+    /// a later request with its id gets HTTP 404.
     #[arg(long, default_value_t = 1800.0)]
     pub session_idle_timeout: f64,
 

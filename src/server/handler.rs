@@ -107,8 +107,8 @@ pub struct RunPythonServer {
     pub log_level: Arc<Mutex<Option<LoggingLevel>>>,
     /// This session; `None` in the template that sessions are made from.
     session: Option<Arc<SessionGuard>>,
-    /// How long a streamable-HTTP session may go without a request before it ends
-    /// (`--session-idle-timeout`); `None`: never.
+    /// How long a streamable-HTTP or SSE session may go without a message before it ends
+    /// (`--session-idle-timeout`, seconds); `None`: never.
     pub session_idle: Option<std::time::Duration>,
 }
 

@@ -24,9 +24,52 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// Each live stream's channel to its rmcp session, and its tenant (to stamp call arrivals).
-type Sessions =
-    Arc<Mutex<HashMap<String, (mpsc::Sender<ClientJsonRpcMessage>, Option<Arc<Tenant>>)>>>;
+/// One live stream: its channel to its rmcp session, its tenant (to stamp call arrivals) and
+/// when a message last went either way.
+#[derive(Clone)]
+struct Session {
+    sender: mpsc::Sender<ClientJsonRpcMessage>,
+    tenant: Option<Arc<Tenant>>,
+    touched: Arc<Touched>,
+}
+
+/// Each live stream's session, by the id in its endpoint URL.
+type Sessions = Arc<Mutex<HashMap<String, Session>>>;
+
+/// When a session last sent or received a message.
+struct Touched(Mutex<tokio::time::Instant>);
+
+impl Touched {
+    fn now() -> Arc<Touched> {
+        Arc::new(Touched(Mutex::new(tokio::time::Instant::now())))
+    }
+
+    fn touch(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = tokio::time::Instant::now();
+    }
+
+    fn at(&self) -> tokio::time::Instant {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Ends the session (`done`) once no message went either way for `idle`
+/// (`--session-idle-timeout`, as rmcp does for streamable HTTP): its stream closes, its
+/// interpreter and state go, and later POSTs get 404.
+async fn expire_when_idle(touched: Arc<Touched>, idle: Duration, done: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(touched.at() + idle) => {
+                if touched.at().elapsed() >= idle {
+                    tracing::debug!("an SSE session was idle for {} s and ended", idle.as_secs());
+                    done.cancel();
+                    return;
+                }
+            }
+            _ = done.cancelled() => return,
+        }
+    }
+}
 
 #[derive(Clone)]
 struct AppState {
@@ -35,12 +78,15 @@ struct AppState {
     shutdown: CancellationToken,
     /// Largest body of a POSTed message (bytes).
     max_body: usize,
+    /// How long a session may go without a message before it ends; `None`: never.
+    idle: Option<Duration>,
 }
 
 /// The `/sse` and `/messages` routes. Other methods on them get axum's 405 with an `Allow`
 /// header (given a JSON-RPC body by the HTTP listener).
 pub fn router(server: RunPythonServer, max_body: usize, shutdown: CancellationToken) -> Router {
     let state = AppState {
+        idle: server.session_idle,
         server,
         sessions: Arc::default(),
         shutdown,
@@ -83,12 +129,25 @@ fn session_stream(
     let id = uuid::Uuid::new_v4().simple().to_string();
     let (to_server, from_client) = mpsc::channel::<ClientJsonRpcMessage>(64);
     let (to_client, from_server) = mpsc::channel::<ServerJsonRpcMessage>(64);
+    let touched = Touched::now();
+    let session = Session {
+        sender: to_server,
+        tenant: handler.tenant(),
+        touched: touched.clone(),
+    };
     state
         .sessions
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(id.clone(), (to_server, handler.tenant()));
+        .insert(id.clone(), session);
     let session_done = state.shutdown.child_token();
+    if let Some(idle) = state.idle {
+        tokio::spawn(expire_when_idle(
+            touched.clone(),
+            idle,
+            session_done.clone(),
+        ));
+    }
     let done = session_done.clone();
     tokio::spawn(async move {
         match handler.serve((to_client, from_client)).await {
@@ -114,6 +173,7 @@ fn session_stream(
     let messages = from_server
         .map(move |msg| {
             let _keep = &guard;
+            touched.touch();
             let data = serde_json::to_string(&msg).unwrap_or_default();
             Ok(Event::default().event("message").data(data))
         })
@@ -145,9 +205,15 @@ async fn post_message(
         .unwrap_or_else(|p| p.into_inner())
         .get(&id)
         .cloned();
-    let Some((mut sender, tenant)) = sender else {
+    let Some(Session {
+        mut sender,
+        tenant,
+        touched,
+    }) = sender
+    else {
         return errors::unknown_session().into_response();
     };
+    touched.touch();
     let mut message = match errors::read_message(body, state.max_body).await {
         Ok((_, message)) => message,
         Err(refusal) => return refusal.into_response(),

@@ -15,7 +15,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import McpError
 
 from adversary import http_server, http_session, return_value, status_of, wait_until
-from conftest import BINARY, SHARED_CACHE, mcp_session, run, server_env
+from conftest import BINARY, SHARED_CACHE, child_pids, mcp_session, run, server_env
 from raw_http import ACCEPT, INIT, INITIALIZED, PROTOCOL, call_message, rpc_result
 
 pytestmark = pytest.mark.anyio
@@ -102,6 +102,45 @@ async def test_an_idle_session_expires_with_its_state(tmp_path):
             assert r.status_code == 404, r.text
             message = r.json()["error"]["message"]
             assert "--session-idle-timeout" in message and "state are gone" in message, message
+
+
+async def test_an_idle_sse_session_expires_with_its_state(tmp_path):
+    """The legacy SSE transport: a session with no message either way for
+    --session-idle-timeout seconds ends: its stream closes, its interpreter is stopped, and a
+    later POST gets 404 with the words."""
+    with http_server("sse", "--stateful", "--session-idle-timeout", "2",
+                     stderr_path=tmp_path / "server.log") as base:
+        async with httpx.AsyncClient(timeout=120) as http:
+            async with http.stream("GET", f"{base}/sse") as stream:
+                events = stream.aiter_lines()
+                endpoint = None
+                async for line in events:
+                    if line.startswith("data: /messages"):
+                        endpoint = f"{base}{line[len('data: '):]}"
+                        break
+                for message in (INIT, INITIALIZED, call_message(2, "x = 1\nx")):
+                    r = await http.post(endpoint, json=message)
+                    assert r.status_code == 202, r.text
+                answered = False
+                async for line in events:
+                    if '"id":2' in line:
+                        assert "<return_value>\\n1\\n</return_value>" in line, line
+                        answered = True
+                        break
+                assert answered
+                # The session's interpreter, among the spares kept ready.
+                during = set(child_pids(base.pid))
+                # The server ends the stream after the idle time (keep-alive comments are no
+                # messages).
+                async with asyncio.timeout(30):
+                    async for _ in events:
+                        pass
+            r = await http.post(endpoint, json=call_message(3, "x"))
+            assert r.status_code == 404, r.text
+            message = r.json()["error"]["message"]
+            assert "--session-idle-timeout" in message and "state are gone" in message, message
+            # Spares stay until taken; the session's interpreter went with it.
+            assert await wait_until(lambda: not during <= set(child_pids(base.pid)), 10), during
 
 
 @pytest.mark.parametrize("args", [
