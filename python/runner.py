@@ -11,6 +11,7 @@ are escaped ``\\udcxx`` style (``backslashreplace``), never dropped.
 import ast
 import builtins
 import dataclasses
+import importlib.util
 import io
 import json
 import linecache
@@ -42,10 +43,30 @@ def _clean(text):
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+# matplotlib's backend in the sandbox (``MPLBACKEND``, unless the code picks another): Agg
+# rendering, and a ``show()`` that leaves the figures open, so that ``plt.show()`` works without
+# a display; a ``--stateful`` call's open figures are saved and returned as images when it ends.
+_MPL_BACKEND = "_mcp_matplotlib_backend"
+_MPL_BACKEND_SOURCE = '''"""mcp-run-python's matplotlib backend: Agg rendering; show() keeps the figures open,
+and with --stateful the server returns them as images when the call ends."""
+from matplotlib.backends.backend_agg import FigureCanvasAgg as FigureCanvas  # noqa: F401
+
+
+def show(*args, **kwargs):
+    """Nothing to show on: the figures stay open until the call ends."""
+'''
+
+
 def setup(emit):
     global _emit
     _emit = emit
     reseed()
+    for folder in sys.path:
+        if folder.endswith("site-packages"):
+            with open(os.path.join(folder, _MPL_BACKEND + ".py"), "w") as f:
+                f.write(_MPL_BACKEND_SOURCE)
+            os.environ.setdefault("MPLBACKEND", "module://" + _MPL_BACKEND)
+            break
 
 
 def reseed():
@@ -68,7 +89,9 @@ def reseed_before_next_run():
 
 
 def find_imports(code):
-    """Top-level imported names of ``code``, minus the standard library (JSON list)."""
+    """Top-level imported names of ``code``, minus the standard library and the interpreter's
+    own modules (uploaded, written, or an operator's ``--mount`` on ``sys.path``): a JSON
+    list."""
     try:
         names = _find_imports(code)
     except SyntaxError:
@@ -78,9 +101,27 @@ def find_imports(code):
         name = full_name.split(".")[0]
         if name in sys.stdlib_module_names or name in _BUILTIN or name in sys.builtin_module_names:
             continue
+        if _local(name):
+            continue
         if name not in wanted:
             wanted.append(name)
     return json.dumps(wanted)
+
+
+def _local(name):
+    """Whether top-level module ``name`` is the interpreter's own and not a package's: found
+    (without importing it) outside ``site-packages``, as a module the session uploaded or wrote
+    or an operator's ``--mount`` folder on ``sys.path`` is. An installed package is not local:
+    its name stays in the list (the drop-in shows it under ``<dependencies>``)."""
+    module = sys.modules.get(name)
+    try:
+        spec = module.__spec__ if module is not None else importlib.util.find_spec(name)
+    except (ImportError, ValueError, AttributeError):
+        return False
+    if spec is None:
+        return False
+    places = [spec.origin or "", *(spec.submodule_search_locations or [])]
+    return not any("site-packages" in place for place in places)
 
 
 class _Capture:
@@ -296,6 +337,22 @@ def _scan():
     return found
 
 
+def _save_figures(call_number):
+    """Saves every matplotlib figure left open (``plt.show()`` included) as
+    ``figure_{call_number}_{figure number}.png`` in the working directory, then closes them:
+    the run's images. A failure is reported on the call's stderr, never raised."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    try:
+        for number in plt.get_fignums():
+            path = os.path.join(WORKDIR, f"figure_{call_number}_{number}.png")
+            plt.figure(number).savefig(path, format="png")
+        plt.close("all")
+    except Exception as exc:  # the code's own matplotlib state may be broken
+        print(f"mcp-run-python: could not save the open matplotlib figures: {exc!r}", file=sys.stderr)
+
+
 # The globals that runs with ``keep_globals`` share (``--stateful``: one MCP session's state),
 # and how many such runs there were: each is ``call_N.py`` in tracebacks, so that a function
 # defined by an earlier call is quoted from that call's source.
@@ -367,7 +424,10 @@ class _Call:
         return {"status": "run-error", "error": error}
 
     def close(self, result):
-        """Flushes the output, puts the streams back and returns ``result`` as JSON text."""
+        """Saves open figures (``keep_globals``), flushes the output, puts the streams back
+        and returns ``result`` as JSON text."""
+        if self.files_before is not None:
+            _save_figures(_kept_runs)
         try:
             self.out.finish()
             self.err.finish()

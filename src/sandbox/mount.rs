@@ -45,7 +45,10 @@ pub enum MountError {
     #[error("the sandbox folder {0:?} must be an absolute path without empty, `.` or `..` parts")]
     NotAbsolute(String),
     #[error("the sandbox folder {path:?} is at or under {reserved}, which the interpreter uses itself; choose another, such as /data")]
-    Reserved { path: String, reserved: &'static str },
+    Reserved {
+        path: String,
+        reserved: &'static str,
+    },
     #[error("the sandbox folders {0:?} and {1:?} overlap")]
     Overlap(String, String),
     #[error("cannot read {path}")]
@@ -74,9 +77,10 @@ impl std::str::FromStr for MountSpec {
             .filter(|(h, s)| !h.is_empty() && !s.is_empty())
             .ok_or_else(|| MountError::Shape(arg.to_owned()))?;
         let sandbox = sandbox.trim_end_matches('/');
-        let parts_ok = sandbox
-            .strip_prefix('/')
-            .is_some_and(|rest| rest.split('/').all(|p| !p.is_empty() && p != "." && p != ".."));
+        let parts_ok = sandbox.strip_prefix('/').is_some_and(|rest| {
+            rest.split('/')
+                .all(|p| !p.is_empty() && p != "." && p != "..")
+        });
         if !parts_ok || sandbox.contains('\0') {
             return Err(MountError::NotAbsolute(sandbox.to_owned()));
         }
@@ -263,7 +267,10 @@ mod tests {
         assert_eq!(mounts.plan.folders, ["/data", "/data/sub"]);
         assert_eq!(
             mounts.plan.files,
-            [("/data/a.csv".to_owned(), 4), ("/data/sub/b.txt".to_owned(), 3)]
+            [
+                ("/data/a.csv".to_owned(), 4),
+                ("/data/sub/b.txt".to_owned(), 3)
+            ]
         );
         assert_eq!(mounts.bytes, b"x,y\nbee");
         assert!(mounts.plan.fits(&mounts.bytes));

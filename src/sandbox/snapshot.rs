@@ -177,7 +177,8 @@ impl Launcher {
         let launcher = self.clone();
         tokio::spawn(async move {
             let snapshot = launcher.store.as_ref().and_then(SnapshotStore::load);
-            let started = Zygote::start(&launcher.exe, &launcher.args, snapshot, &launcher.mounts).await;
+            let started =
+                Zygote::start(&launcher.exe, &launcher.args, snapshot, &launcher.mounts).await;
             let Some(slot) = &launcher.zygote else {
                 return;
             };
@@ -285,7 +286,11 @@ impl Launcher {
 
     async fn boot(&self) -> Result<Worker, WorkerError> {
         let Some(store) = &self.store else {
-            return Ok(Worker::spawn(&self.exe, &self.args, None, false, &self.mounts).await?.0);
+            return Ok(
+                Worker::spawn(&self.exe, &self.args, None, false, &self.mounts)
+                    .await?
+                    .0,
+            );
         };
         if let Some(snapshot) = store.load() {
             match Worker::spawn(&self.exe, &self.args, Some(snapshot), false, &self.mounts).await {

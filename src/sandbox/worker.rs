@@ -4,9 +4,9 @@
 //! under limits chosen for the phase, every reply must carry the id of the request it answers,
 //! and output is counted against the call's cap as it arrives. Any breach ends the worker.
 
+use super::mount::Mounts;
 use super::net::NetPolicy;
 use super::process::{Ended, Process};
-use super::mount::Mounts;
 use super::protocol::{
     read_frame_async, write_frame_async, CallId, Frame, FrameError, FrameLimits, Reply, Request,
     RunOutcome, SnapshotMode, Stream, MAX_IMAGES, MAX_LISTED_FILES,
@@ -784,7 +784,9 @@ while True:
     async fn start(body: &str) -> (Worker, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let exe = fake_worker(dir.path(), body);
-        let (worker, _) = Worker::spawn(&exe, &[], None, false, &Mounts::default()).await.unwrap();
+        let (worker, _) = Worker::spawn(&exe, &[], None, false, &Mounts::default())
+            .await
+            .unwrap();
         (worker, dir)
     }
 

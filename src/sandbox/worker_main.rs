@@ -296,8 +296,14 @@ fn mount_files(engine: &mut Engine, runner: &Runner, mount: (MountPlan, Vec<u8>)
     engine.add_file(MOUNT_PATH, bytes);
     let json = serde_json::to_string(&plan)?;
     let deadline = Some(Instant::now() + BOOT_TIMEOUT);
-    let answer = call(engine, &runner.mount, BOOT_CALL, &[Arg::Str(&json)], deadline)
-        .context("mounting --mount files")?;
+    let answer = call(
+        engine,
+        &runner.mount,
+        BOOT_CALL,
+        &[Arg::Str(&json)],
+        deadline,
+    )
+    .context("mounting --mount files")?;
     engine.clear_files();
     parse_answer::<Empty>(&answer).context("mounting --mount files")?;
     Ok(())

@@ -10,9 +10,9 @@
 use super::fork_server::{
     self, ControlError, Message, CONTROL_FD_ARG, FORK, FORKABLE, FORK_FAILED,
 };
+use super::mount::Mounts;
 use super::process::Process;
 use super::protocol::SnapshotMode;
-use super::mount::Mounts;
 use super::worker::{BootRequest, Worker, WorkerError};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};

@@ -520,7 +520,9 @@ impl Executor {
                 tenant.with_files(|f| f.keep(&path, bytes, cap));
             }
         }
-        result.written.retain(|(p, size)| listed.get(p.as_str()) == Some(size));
+        result
+            .written
+            .retain(|(p, size)| listed.get(p.as_str()) == Some(size));
     }
 
     /// Kills every interpreter (at shutdown).
@@ -607,7 +609,11 @@ impl Executor {
             }
         }
         if stateful {
-            result.state = tenant.new_interpreter_note.lock().unwrap_or_else(|p| p.into_inner()).take();
+            result.state = tenant
+                .new_interpreter_note
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
         }
         let verdict = {
             let Some(worker) = held.slot().as_mut() else {
@@ -735,8 +741,12 @@ impl Executor {
         };
         result.files = Some(std::mem::take(&mut outcome.files));
         result.refresh = std::mem::take(&mut outcome.refresh);
-        let sizes: std::collections::HashMap<&String, u64> =
-            result.files.iter().flatten().map(|(p, n)| (p, *n)).collect();
+        let sizes: std::collections::HashMap<&String, u64> = result
+            .files
+            .iter()
+            .flatten()
+            .map(|(p, n)| (p, *n))
+            .collect();
         result.written = outcome
             .written
             .iter()

@@ -345,3 +345,58 @@ async def test_files_count_against_the_memory_limit(tmp_path):
             assert return_value(await run(a, "1 + 1")) == "2"
             assert return_value(await run(b, "kept, open('b.txt').read()")) == '[\n  "B",\n  "B only"\n]'
             assert [r.name for r in (await b.list_resources()).resources] == ["b.txt"]
+
+
+# matplotlib is not on PyPI for Pyodide (only at the Pyodide CDN, which tests cannot reach), so
+# this stand-in has the part of `matplotlib.pyplot` the server uses: get_fignums, figure(n),
+# Figure.savefig(path, format="png") and close("all"). Each figure saves a 1x1 PNG.
+PYPLOT_STANDIN = r'''
+import struct, zlib
+_open = {}
+
+class Figure:
+    def __init__(self, number):
+        self.number = number
+
+    def savefig(self, path, format=None):
+        def chunk(kind, data):
+            body = kind + data
+            return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+        raw = b"\x00" + bytes([self.number, 0, 0])
+        with open(path, "wb") as f:
+            f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
+                    + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+def figure(num=None):
+    num = num if num is not None else max(_open, default=0) + 1
+    return _open.setdefault(num, Figure(num))
+
+def get_fignums():
+    return sorted(_open)
+
+def close(which="all"):
+    _open.clear()
+
+def show():
+    pass
+'''
+
+
+async def test_open_matplotlib_figures_come_back_as_images():
+    async with mcp_session("--stateful") as session:
+        backend = await run(session, "import os, sys\n"
+                                     "name = os.environ['MPLBACKEND'].removeprefix('module://')\n"
+                                     "[name, any(os.path.exists(f'{p}/{name}.py') for p in sys.path if p)]")
+        assert json.loads(return_value(backend)) == ["_mcp_matplotlib_backend", True], backend
+        for name, text in (("matplotlib/__init__.py", ""), ("matplotlib/pyplot.py", PYPLOT_STANDIN)):
+            done = await session.call_tool("upload_file", {"name": name, "text": text})
+            assert not done.isError, done
+        result = await session.call_tool("run_python_code", {"python_code": (
+            "import matplotlib.pyplot as plt\nplt.figure()\nplt.figure()\nplt.show()")})
+        text, images, links = split_content(result)
+        assert status_of(text) == "success", text
+        assert [i.mimeType for i in images] == ["image/png", "image/png"], result.content
+        assert [l.name for l in links] == ["figure_2_1.png", "figure_2_2.png"], links
+        # The figures were closed: the next call returns none.
+        again = await session.call_tool("run_python_code", {"python_code": "plt.get_fignums()"})
+        assert return_value(again.content[0].text) == "[]" and len(again.content) == 1, again.content
