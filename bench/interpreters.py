@@ -230,9 +230,13 @@ class Http:
 
 
 async def warm_http(binary, cache, calls):
-    """Latencies (s) of warm calls of one session: through a bare connection, and through httpx."""
+    """Latencies (s) of warm calls of one session: through a bare connection, and through httpx.
+    The session opens once the zygote is ready, as a session does but in a server's first
+    seconds: its interpreter is forked, with the zygote's compiled code."""
     server = Http(binary, cache)
     async with httpx.AsyncClient(timeout=300) as http:
+        await server.call(http, await server.session(http))
+        await server.wait_for(ZYGOTE_READY)
         h = await server.session(http)
         for _ in range(3):
             await server.call(http, h)
@@ -249,11 +253,14 @@ async def throughput(binary, cache, isolation, workers, calls, clients=8):
     """Trivial calls per second with `clients` HTTP sessions, each on its own bare connection."""
     server = Http(binary, cache, "--isolation", isolation, "--workers", str(workers))
     async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=64)) as http:
+        if isolation != "shared":
+            # Sessions open once the zygote is ready, so that every interpreter is forked (one
+            # booted before then compiles its code anew for thousands of calls).
+            await server.call(http, await server.session(http))
+            await server.wait_for(ZYGOTE_READY)
         sessions = [await server.session(http) for _ in range(clients)]
         for h in sessions:
             await server.call(http, h)
-        if isolation != "shared":
-            await server.wait_for(ZYGOTE_READY)
         await settle(server.proc.pid)
 
         connections = [await Connection.open(server.port) for _ in sessions]

@@ -147,6 +147,11 @@ impl Launcher {
         }
     }
 
+    /// Whether new interpreters are forked now (the zygote is ready).
+    pub fn forks(&self) -> bool {
+        self.ready_zygote().is_some()
+    }
+
     /// The zygote, when it is ready to fork.
     fn ready_zygote(&self) -> Option<Arc<Zygote>> {
         let state = self

@@ -117,6 +117,13 @@ impl Spares {
                 .pop_front();
             if let Some(mut worker) = spare {
                 self.fill();
+                if !worker.is_forked() && self.launcher.forks() {
+                    // Booted before the zygote was ready: a fork (milliseconds) inherits the
+                    // zygote's compiled code, which a booted interpreter would spend its first
+                    // thousands of calls compiling, slower all the while.
+                    worker.kill_soon();
+                    continue;
+                }
                 match worker
                     .ping(Deadline::after(HEALTH_CHECK_TIMEOUT, Phase::HealthCheck))
                     .await

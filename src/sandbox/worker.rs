@@ -653,6 +653,12 @@ impl Worker {
         }
     }
 
+    /// Whether the zygote forked this worker (it then shares the zygote's compiled code; a
+    /// booted one compiles its own as it runs).
+    pub fn is_forked(&self) -> bool {
+        self.process.is_forked()
+    }
+
     /// The worker's process id, if it is still running.
     pub fn pid(&self) -> Option<u32> {
         self.process.id()

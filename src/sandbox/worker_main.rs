@@ -487,7 +487,13 @@ fn read_file(
 
 /// Calls the zygote makes before it forks, so that its children inherit warm caches and
 /// compiled code: the first call of a forked interpreter then costs about what a later one does.
-const WARM_UP_CALLS: usize = 200;
+/// The engine's optimizing WebAssembly tier (OMG) takes a function once its counter reaches
+/// 50,000, and a call adds 15: a function entered once per call tiers up after about 3,300
+/// calls. With 200 warm-up calls, every forked interpreter compiled those functions itself
+/// around its 3,000th call, on a second thread, and its calls then had a tail of 3 to 5 times
+/// their median (measured over HTTP on 2 cores); after 5,000 in the zygote, 1.4 to 1.9 times.
+/// The price: about 6 s more before the zygote is ready.
+const WARM_UP_CALLS: usize = 5000;
 
 /// Code of the warm-up calls: a trivial expression, output, a standard-library import, a loop
 /// with a function call (tier-up of the interpreter's hot paths), an error with a traceback.
