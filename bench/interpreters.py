@@ -38,6 +38,12 @@ ZYGOTE_READY = "the zygote is ready"
 # How long a zygote may take to become ready (seconds): boot, warm-up, ~10 s for its engine
 # threads to end.
 ZYGOTE_WAIT = 120
+# Calls after which an interpreter booted from the snapshot has compiled its per-call code in the
+# engine's optimizing WebAssembly tier (a function entered once per call tiers up after ~3,300).
+STEADY_AFTER = 5000
+# Calls each session of a throughput run makes before the timed ones (the same for every
+# isolation mode, so that each is timed warm).
+THROUGHPUT_WARM_UP = 50
 
 
 async def wait_for_log(path, line, timeout):
@@ -126,14 +132,22 @@ async def fresh(binary, cache, calls, *args, zygote=True):
     return times
 
 
-async def warm_stdio(binary, cache, calls):
+async def warm_stdio(binary, cache, calls, steady_after=STEADY_AFTER):
+    """Latencies (s) of `calls` warm calls over stdio: from the 4th call of the session's
+    interpreter (restored from the snapshot: stdio has no zygote), and again after
+    `steady_after` more, once the engine has compiled the per-call code in its optimizing
+    tier."""
     s = await Stdio.start(binary, cache)
     for _ in range(3):
         await s.call()
     await settle(s.proc.pid)
-    times = [await s.call() for _ in range(calls)]
+    early = [await s.call() for _ in range(calls)]
+    for _ in range(steady_after):
+        await s.call()
+    await settle(s.proc.pid)
+    steady = [await s.call() for _ in range(calls)]
     await s.close()
-    return times
+    return early, steady
 
 
 def free_port():
@@ -259,11 +273,12 @@ async def throughput(binary, cache, isolation, workers, calls, clients=8):
             await server.call(http, await server.session(http))
             await server.wait_for(ZYGOTE_READY)
         sessions = [await server.session(http) for _ in range(clients)]
-        for h in sessions:
-            await server.call(http, h)
+        connections = [await Connection.open(server.port) for _ in sessions]
+        for conn, h in zip(connections, sessions):
+            for _ in range(THROUGHPUT_WARM_UP):
+                await server.raw_call(conn, h)
         await settle(server.proc.pid)
 
-        connections = [await Connection.open(server.port) for _ in sessions]
 
         async def client(conn, h):
             for _ in range(calls // clients):
@@ -343,8 +358,8 @@ async def main():
     restore_call = await fresh(args.binary, cache, max(5, calls // 10), "--no-zygote", "--spares", "0", zygote=False)
     forked = await fresh(args.binary, cache, calls, "--spares", "0")
     spare = await fresh(args.binary, cache, calls)
-    stdio = await warm_stdio(args.binary, cache, calls * 2)
-    http, http_httpx = await warm_http(args.binary, cache, calls * 2)
+    stdio, stdio_steady = await warm_stdio(args.binary, cache, calls * 10)
+    http, http_httpx = await warm_http(args.binary, cache, calls * 10)
 
     def row(label, value, unit="ms"):
         print(f"{label:<64}{value:>10.2f} {unit:<6}{value / base:>8.3f}")
@@ -358,8 +373,10 @@ async def main():
     row("fresh interpreter per call, forked, no spare: p50", ms(statistics.median(forked)))
     row("fresh interpreter per call, forked, no spare: p99", ms(percentile(forked, 99)))
     row("fresh interpreter per call, from a forked spare: p50", ms(statistics.median(spare)))
-    row("warm call, stdio: p50", ms(statistics.median(stdio)))
-    row("warm call, stdio: p99", ms(percentile(stdio, 99)))
+    row("warm call, stdio, calls 4 on: p50", ms(statistics.median(stdio)))
+    row("warm call, stdio, calls 4 on: p99", ms(percentile(stdio, 99)))
+    row(f"warm call, stdio, after {STEADY_AFTER} more: p50", ms(statistics.median(stdio_steady)))
+    row(f"warm call, stdio, after {STEADY_AFTER} more: p99", ms(percentile(stdio_steady, 99)))
     row("warm call, streamable HTTP, 1 client: p50", ms(statistics.median(http)))
     row("warm call, streamable HTTP, 1 client: p99", ms(percentile(http, 99)))
     row("warm call, streamable HTTP, 1 client through httpx: p50", ms(statistics.median(http_httpx)))
@@ -369,7 +386,7 @@ async def main():
     rates = {}
     for workers in (1, 2):
         for isolation in ("session", "call", "shared"):
-            rates[isolation, workers] = await throughput(args.binary, cache, isolation, workers, calls * 4)
+            rates[isolation, workers] = await throughput(args.binary, cache, isolation, workers, calls * 20)
             print(f"  --isolation {isolation:<8} --workers {workers}: {rates[isolation, workers]:8.1f}")
     print(f"  call / shared with 2 workers: {rates['call', 2] / rates['shared', 2]:.2f}")
 
