@@ -487,13 +487,18 @@ fn read_file(
 
 /// Calls the zygote makes before it forks, so that its children inherit warm caches and
 /// compiled code: the first call of a forked interpreter then costs about what a later one does.
-/// The engine's optimizing WebAssembly tier (OMG) takes a function once its counter reaches
-/// 50,000, and a call adds 15: a function entered once per call tiers up after about 3,300
-/// calls. With 200 warm-up calls, every forked interpreter compiled those functions itself
-/// around its 3,000th call, on a second thread, and its calls then had a tail of 3 to 5 times
-/// their median (measured over HTTP on 2 cores); after 5,000 in the zygote, 1.4 to 1.9 times.
-/// The price: about 6 s more before the zygote is ready.
-const WARM_UP_CALLS: usize = 5000;
+const WARM_UP_CALLS: usize = 200;
+
+/// More calls the zygote makes after [`WARM_UP_CALLS`] (the same code, without the import
+/// scan, which most calls skip too), so that its children inherit the per-call code compiled by
+/// the engine's optimizing WebAssembly tier (OMG). That tier takes a function once its counter
+/// reaches 50,000, and an entry adds 15: a function entered once per call tiers up after about
+/// 3,300 calls. With only the 200 warm-up calls, every forked interpreter compiled those
+/// functions itself around its 3,000th call, on a second thread, and `session` throughput with
+/// 8 forked interpreters was 547–598 calls/s against 900–1,300 after 5,000 warm-up calls. The
+/// warm-call tail over HTTP moved from 3–5× the median to 1.4–3.4× across runs (this machine's
+/// noise is of that order). The price: a few seconds of one core before the zygote is ready.
+const TIER_UP_CALLS: usize = 4800;
 
 /// Code of the warm-up calls: a trivial expression, output, a standard-library import, a loop
 /// with a function call (tier-up of the interpreter's hot paths), an error with a traceback.
@@ -505,8 +510,9 @@ const WARM_UP_CODE: [&str; 5] = [
     "undefined_name",
 ];
 
-/// Runs [`WARM_UP_CALLS`] calls in the zygote through the same runner functions a real call
-/// uses (their output goes nowhere: no run is in progress for the front).
+/// Runs [`WARM_UP_CALLS`] and then [`TIER_UP_CALLS`] calls in the zygote through the same
+/// runner functions a real call uses (their output goes nowhere: no run is in progress for the
+/// front).
 fn warm_up(engine: &mut Engine, runner: &Runner) -> Result<()> {
     for i in 0..WARM_UP_CALLS {
         let code = WARM_UP_CODE[i % WARM_UP_CODE.len()];
@@ -518,6 +524,10 @@ fn warm_up(engine: &mut Engine, runner: &Runner) -> Result<()> {
             None,
         )
         .context("warming up the zygote")?;
+        zygote_run(engine, runner, code).context("warming up the zygote")?;
+    }
+    for i in 0..TIER_UP_CALLS {
+        let code = WARM_UP_CODE[i % WARM_UP_CODE.len()];
         zygote_run(engine, runner, code).context("warming up the zygote")?;
     }
     zygote_run(engine, runner, FREEZE_CODE).context("freezing the zygote's objects")?;
