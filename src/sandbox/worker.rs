@@ -634,12 +634,11 @@ impl Worker {
                             request.image_cap
                         )));
                     }
-                    let listed = [&outcome.written, &outcome.refresh]
-                        .iter()
-                        .map(|l| l.len())
-                        .chain([outcome.files.len()])
-                        .max()
-                        .unwrap_or_default();
+                    let listed = outcome
+                        .files
+                        .len()
+                        .max(outcome.written.len())
+                        .max(outcome.refresh.len());
                     if listed > MAX_LISTED_FILES {
                         return Err(WorkerError::Protocol(format!(
                             "an answer that lists {listed} files (at most {MAX_LISTED_FILES})"

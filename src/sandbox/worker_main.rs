@@ -309,18 +309,15 @@ fn mount_files(engine: &mut Engine, runner: &Runner, mount: (MountPlan, Vec<u8>)
     Ok(())
 }
 
-/// The result of a run whose interpreter ended (the next call runs in a new one).
-fn ended_outcome(ended: Ended) -> RunOutcome {
-    let error = match ended {
-        Ended::Exit(code) => format!("SystemExit: the code ended the interpreter with exit({code}) (os._exit); the next call runs in a new interpreter"),
-        Ended::Abort => "RuntimeError: the interpreter aborted (os.abort() or a fatal error in the runtime); the next call runs in a new interpreter".to_owned(),
-    };
+/// A run that failed with `error` (and nothing else to report); `fatal`: its interpreter
+/// cannot be used again.
+fn error_outcome(error: String, fatal: bool) -> RunOutcome {
     RunOutcome {
         status: RunStatus::RunError,
         return_value: None,
         error: Some(error),
         truncated: false,
-        fatal: true,
+        fatal,
         images: Vec::new(),
         files: Vec::new(),
         written: Vec::new(),
@@ -329,35 +326,22 @@ fn ended_outcome(ended: Ended) -> RunOutcome {
     }
 }
 
+/// The result of a run whose interpreter ended (the next call runs in a new one).
+fn ended_outcome(ended: Ended) -> RunOutcome {
+    let error = match ended {
+        Ended::Exit(code) => format!("SystemExit: the code ended the interpreter with exit({code}) (os._exit); the next call runs in a new interpreter"),
+        Ended::Abort => "RuntimeError: the interpreter aborted (os.abort() or a fatal error in the runtime); the next call runs in a new interpreter".to_owned(),
+    };
+    error_outcome(error, true)
+}
+
 /// The result of a run that failed below Python (the runner did not answer with a result).
 fn failed_outcome(e: OperationError) -> RunOutcome {
     match e {
         OperationError::Ended(ended) => ended_outcome(ended),
         // An ordinary JavaScript error from the runner: the interpreter is still usable.
-        OperationError::Failed(text) => RunOutcome {
-            status: RunStatus::RunError,
-            return_value: None,
-            error: Some(text),
-            truncated: false,
-            fatal: false,
-            images: Vec::new(),
-            files: Vec::new(),
-            written: Vec::new(),
-            refresh: Vec::new(),
-            image_bytes: Vec::new(),
-        },
-        e @ OperationError::Shape(_) => RunOutcome {
-            status: RunStatus::RunError,
-            return_value: None,
-            error: Some(format!("RuntimeError: {e}")),
-            truncated: false,
-            fatal: false,
-            images: Vec::new(),
-            files: Vec::new(),
-            written: Vec::new(),
-            refresh: Vec::new(),
-            image_bytes: Vec::new(),
-        },
+        OperationError::Failed(text) => error_outcome(text, false),
+        e @ OperationError::Shape(_) => error_outcome(format!("RuntimeError: {e}"), false),
     }
 }
 
@@ -370,18 +354,10 @@ fn engine_outcome(e: &EngineError) -> RunOutcome {
     }
     let text = e.to_string();
     let first = text.lines().next().unwrap_or_default();
-    RunOutcome {
-        status: RunStatus::RunError,
-        return_value: None,
-        error: Some(format!("RuntimeError: the JavaScript runtime failed: {first}; the next call runs in a new interpreter")),
-        truncated: false,
-        fatal: true,
-        images: Vec::new(),
-        files: Vec::new(),
-        written: Vec::new(),
-        refresh: Vec::new(),
-        image_bytes: Vec::new(),
-    }
+    error_outcome(
+        format!("RuntimeError: the JavaScript runtime failed: {first}; the next call runs in a new interpreter"),
+        true,
+    )
 }
 
 /// Output of the run in progress: its call id and cap, and what was forwarded so far.

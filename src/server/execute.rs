@@ -495,8 +495,8 @@ impl Executor {
     }
 
     /// After a call that kept its interpreter (`--stateful`): takes its listing of the working
-    /// directory, reads again the files that changed for the copies the front keeps (within
-    /// `--max-session-file-bytes`), and notes which files the call wrote (`resource_link`).
+    /// directory, and reads again the files that changed for the copies the front keeps (within
+    /// `--max-session-file-bytes`).
     async fn copy_files(&self, tenant: &Tenant, worker: &mut Worker, result: &mut CallResult) {
         let Some(files) = result.files.take() else {
             return;
@@ -520,9 +520,6 @@ impl Executor {
                 tenant.with_files(|f| f.keep(&path, bytes, cap));
             }
         }
-        result
-            .written
-            .retain(|(p, size)| listed.get(p.as_str()) == Some(size));
     }
 
     /// Kills every interpreter (at shutdown).

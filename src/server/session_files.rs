@@ -19,8 +19,6 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct SessionFiles {
     entries: BTreeMap<String, Entry>,
-    /// Bytes held in copies (the sum of the held `bytes` lengths).
-    held: u64,
 }
 
 /// What survived an interpreter that was stopped: the files whose copy the front holds (they
@@ -55,7 +53,6 @@ impl SessionFiles {
             entries.insert(path.clone(), Entry { size: *size, bytes });
         }
         self.entries = entries;
-        self.recount();
         before != self.listing()
     }
 
@@ -64,8 +61,7 @@ impl SessionFiles {
         if let Some(entry) = self.entries.get_mut(path) {
             entry.bytes = None;
         }
-        self.recount();
-        cap.saturating_sub(self.held)
+        cap.saturating_sub(self.held())
     }
 
     /// Records file `path` with `bytes` (an upload, or a copy read after a call), keeping the
@@ -76,15 +72,12 @@ impl SessionFiles {
         let room = self.room_for(path, cap);
         let bytes = (size <= room).then(|| Arc::new(bytes));
         self.entries.insert(path.to_owned(), Entry { size, bytes });
-        self.recount();
         changed
     }
 
     /// Forgets file `path`; whether it was there.
     pub fn remove(&mut self, path: &str) -> bool {
-        let was = self.entries.remove(path).is_some();
-        self.recount();
-        was
+        self.entries.remove(path).is_some()
     }
 
     /// Forgets every file (`reset_session`); whether there were any.
@@ -123,13 +116,13 @@ impl SessionFiles {
         self.entries.get(path).and_then(|e| e.bytes.clone())
     }
 
-    fn recount(&mut self) {
-        self.held = self
-            .entries
+    /// Bytes held in copies.
+    fn held(&self) -> u64 {
+        self.entries
             .values()
             .filter_map(|e| e.bytes.as_ref())
             .map(|b| b.len() as u64)
-            .sum();
+            .sum()
     }
 }
 
