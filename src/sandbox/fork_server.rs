@@ -94,7 +94,8 @@ pub fn resume_scavenger() {
     unsafe { pas_scavenger_resume() };
 }
 
-/// Waits until the process has one thread, with the scavenger suspended.
+/// Waits until the process has one thread, with the scavenger suspended, then lays out its
+/// memory for cheap forks ([`super::fork_memory::prepare`]).
 fn wait_single_threaded(proc_status: &File) -> Result<()> {
     release_free_memory();
     // SAFETY: takes no arguments; waits for the scavenger thread to exit.
@@ -102,7 +103,18 @@ fn wait_single_threaded(proc_status: &File) -> Result<()> {
     let until = Instant::now() + SINGLE_THREAD_WAIT;
     loop {
         match super::confine::thread_count(proc_status) {
-            Some(1) => return Ok(()),
+            Some(1) => {
+                let prepared = super::fork_memory::prepare();
+                tracing::info!(
+                    "memory prepared for forking in {} ms: {} mappings merged into {}, {} huge pages collapsed ({} KiB filled)",
+                    prepared.took_ms,
+                    prepared.mappings.0,
+                    prepared.mappings.1,
+                    prepared.collapsed,
+                    prepared.filled_kib
+                );
+                return Ok(());
+            }
             Some(n) if Instant::now() > until => {
                 bail!(
                     "the zygote still has {n} threads after {} s",

@@ -2,6 +2,7 @@
 //! (DESIGN §3).
 
 pub mod confine;
+pub mod fork_memory;
 pub mod fork_server;
 pub mod mount;
 pub mod net;
