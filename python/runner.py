@@ -444,10 +444,11 @@ class _Call:
             # A new interpreter's first run: its files (restored by the front) are current.
             last = self.files_before if _last_scan is None else _last_scan
             _last_scan = after
-            result["files"] = [[path, size] for path, (size, _) in sorted(after.items())]
-            written = [path for path, seen in sorted(after.items()) if self.files_before.get(path) != seen]
+            listed = sorted(after.items())
+            result["files"] = [[path, size] for path, (size, _) in listed]
+            written = [path for path, seen in listed if self.files_before.get(path) != seen]
             result["written"] = written
-            result["refresh"] = [path for path, seen in sorted(after.items()) if last.get(path) != seen]
+            result["refresh"] = [path for path, seen in listed if last.get(path) != seen]
             result["images"] = [path for path in written if path.lower().endswith(_IMAGE_SUFFIXES)][:_MAX_IMAGES]
         return json.dumps(result)
 

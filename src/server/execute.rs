@@ -9,7 +9,7 @@
 //! call a clean interpreter; [`Isolation::Shared`] reuses interpreters across sessions.
 
 use super::format::{CallResult, Image, Status};
-use super::session_files::{SessionFiles, Survivors};
+use super::session_files::{Listing, SessionFiles, Survivors};
 use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, Resolver};
 use crate::packages::sources::Origin;
@@ -312,7 +312,7 @@ impl Held {
 }
 
 /// Whether the interpreter may serve another call after this one.
-#[derive(PartialEq)]
+#[derive(Clone, Copy, PartialEq)]
 enum Verdict {
     Keep,
     Discard,
@@ -497,15 +497,21 @@ impl Executor {
     /// After a call that kept its interpreter (`--stateful`): takes its listing of the working
     /// directory, and reads again the files that changed for the copies the front keeps (within
     /// `--max-session-file-bytes`).
-    async fn copy_files(&self, tenant: &Tenant, worker: &mut Worker, result: &mut CallResult) {
-        let Some(files) = result.files.take() else {
-            return;
-        };
+    async fn copy_files(
+        &self,
+        tenant: &Tenant,
+        worker: &mut Worker,
+        listing: Listing,
+        result: &mut CallResult,
+    ) {
         let cap = self.limits.max_session_file_bytes;
-        result.files_changed = tenant.with_files(|f| f.observe(&files));
-        let listed: std::collections::HashMap<&str, u64> =
-            files.iter().map(|(p, n)| (p.as_str(), *n)).collect();
-        for path in std::mem::take(&mut result.refresh) {
+        result.files_changed = tenant.with_files(|f| f.observe(&listing.files));
+        let listed: std::collections::HashMap<&str, u64> = listing
+            .files
+            .iter()
+            .map(|(p, n)| (p.as_str(), *n))
+            .collect();
+        for path in listing.refresh {
             let Some(&size) = listed.get(path.as_str()) else {
                 continue;
             };
@@ -618,9 +624,10 @@ impl Executor {
             };
             tokio::select! {
                 v = async {
-                    let verdict = self.phases(worker, code, declared, globals, on_output, &mut result).await;
-                    if stateful && verdict == Verdict::Keep {
-                        self.copy_files(tenant, worker, &mut result).await;
+                    let mut listing = None;
+                    let verdict = self.phases(worker, code, declared, globals, on_output, &mut result, &mut listing).await;
+                    if let (true, Verdict::Keep, Some(listing)) = (stateful, verdict, listing) {
+                        self.copy_files(tenant, worker, listing, &mut result).await;
                     }
                     verdict
                 } => Some(v),
@@ -649,7 +656,9 @@ impl Executor {
         verdict.map(|_| result)
     }
 
-    /// Scans, installs and runs on `worker`, filling `result`.
+    /// Scans, installs and runs on `worker`, filling `result`, and `listing` with what the
+    /// worker said of its working directory once the code ran.
+    #[allow(clippy::too_many_arguments)]
     async fn phases(
         &self,
         worker: &mut Worker,
@@ -658,6 +667,7 @@ impl Executor {
         globals: serde_json::Map<String, serde_json::Value>,
         mut on_output: OutputSink,
         result: &mut CallResult,
+        listing: &mut Option<Listing>,
     ) -> Verdict {
         let timeout = self.limits.timeout.unwrap_or(NO_LIMIT);
         // `--timeout` covers scanning and running; installing has its own limit.
@@ -736,19 +746,18 @@ impl Executor {
                 return Verdict::Discard;
             }
         };
-        result.files = Some(std::mem::take(&mut outcome.files));
-        result.refresh = std::mem::take(&mut outcome.refresh);
-        let sizes: std::collections::HashMap<&String, u64> = result
-            .files
-            .iter()
-            .flatten()
-            .map(|(p, n)| (p, *n))
-            .collect();
+        let files = std::mem::take(&mut outcome.files);
+        let sizes: std::collections::HashMap<&String, u64> =
+            files.iter().map(|(p, n)| (p, *n)).collect();
         result.written = outcome
             .written
             .iter()
             .filter_map(|p| sizes.get(p).map(|n| (p.clone(), *n)))
             .collect();
+        *listing = Some(Listing {
+            files,
+            refresh: std::mem::take(&mut outcome.refresh),
+        });
         for (name, bytes) in outcome.images.iter().zip(outcome.image_bytes.drain(..)) {
             // The type comes from the bytes, never from the worker's word (or a file name).
             if let Some(mime) = image_type(name, &bytes) {

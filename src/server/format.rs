@@ -37,16 +37,11 @@ pub struct CallResult {
     pub return_is_json: bool,
     /// Traceback and message, or the install failure.
     pub error: Option<String>,
-    /// `--stateful` only: the files in the working directory after the call (path, size).
-    pub files: Option<Vec<(String, u64)>>,
     /// `--stateful` only: the session's files (its resources) changed with this call.
     pub files_changed: bool,
     /// `--stateful` only: the files this call created or changed (path, size in bytes),
     /// returned as `resource_link` content after the text.
     pub written: Vec<(String, u64)>,
-    /// `--stateful` only, for the executor: the files changed since the interpreter's
-    /// previous call, whose copies the front reads again. Never rendered.
-    pub refresh: Vec<String>,
     /// `--stateful` only: images the call made in its working directory, returned as `image`
     /// content after the text (which does not change).
     pub images: Vec<Image>,
@@ -214,10 +209,8 @@ mod tests {
             return_is_json: true,
             error: None,
             images: Vec::new(),
-            files: None,
             files_changed: false,
             written: Vec::new(),
-            refresh: Vec::new(),
             state: None,
         }
     }

@@ -21,6 +21,17 @@ pub struct SessionFiles {
     entries: BTreeMap<String, Entry>,
 }
 
+/// What a kept call's worker said of its working directory (`--stateful`): every file with its
+/// size in bytes, and the paths changed since the interpreter's previous call, whose copies the
+/// front reads again.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// Every regular file under the working directory: path, size in bytes.
+    pub files: Vec<(String, u64)>,
+    /// Paths changed since the previous call's listing.
+    pub refresh: Vec<String>,
+}
+
 /// What survived an interpreter that was stopped: the files whose copy the front holds (they
 /// go into the next interpreter), and those it had none of (too large to keep, or changed by
 /// the call that stopped it before the front could copy them).
