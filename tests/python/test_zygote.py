@@ -29,6 +29,8 @@ ZYGOTE_WAIT = 180
 # Most mappings a zygote may have when it forks: ~200 once merged, against 1,400-2,000 when the
 # engine's allocator has split them.
 MAX_ZYGOTE_MAPPINGS = 600
+# The kernel's transparent huge page setting (absent when the kernel has none).
+THP = "/sys/kernel/mm/transparent_hugepage/enabled"
 # Fresh interpreters handed out by the stress test.
 FRESH = 500
 # Each call reports whether its interpreter saw an earlier call, a random draw and its index.
@@ -127,7 +129,7 @@ async def test_forked_sessions_are_confined_apart_and_reaped_and_die_with_the_zy
         # pages wherever the kernel offers them.
         with open(f"/proc/{zygote}/maps") as f:
             assert sum(1 for _ in f) < MAX_ZYGOTE_MAPPINGS
-        if "[never]" not in open("/sys/kernel/mm/transparent_hugepage/enabled").read():
+        if os.path.exists(THP) and "[never]" not in open(THP).read():
             assert status_kib(f"/proc/{zygote}/smaps_rollup", "AnonHugePages") > 0
         before = set(child_pids(url.pid))
         a, b = await sessions_on(stack, url, 2)
