@@ -20,7 +20,7 @@
 //!    [`COLLAPSE_MIN_RESIDENT`] resident are left alone so that this stays small.
 //!
 //! Measured on the 2-core machine with 8 HTTP clients and `--isolation call --workers 2`:
-//! 91 → 101–110 calls/s with the first step, 137–155 with both (`bench/interpreters.py`).
+//! 88–91 → 101–110 calls/s with the first step, 139–155 with both (`bench/interpreters.py`).
 //! Neither step is required: where the kernel refuses (no `MADV_COLLAPSE`, transparent huge
 //! pages set to `never`), the zygote forks as before.
 
@@ -43,20 +43,20 @@ const COLLAPSE_MIN_RESIDENT: f64 = 0.5;
 const COLLAPSE_MAX_MAPPING: usize = 1 << 30;
 
 /// One line of `/proc/self/maps`: an address range, its permissions and what backs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mapping {
+#[derive(Debug)]
+struct Mapping {
     /// First address (bytes).
-    pub start: usize,
+    start: usize,
     /// One past the last address (bytes).
-    pub end: usize,
+    end: usize,
     /// Readable, writable and private (copy-on-write) rather than shared.
-    pub writable_private: bool,
+    writable_private: bool,
     /// No file behind it and no kernel name (`[stack]`, `[vdso]`, …): plain anonymous memory.
-    pub anonymous: bool,
+    anonymous: bool,
 }
 
 /// Parses `/proc/<pid>/maps` text (`proc(5)`); lines it cannot read are skipped.
-pub fn parse_maps(text: &str) -> Vec<Mapping> {
+fn parse_maps(text: &str) -> Vec<Mapping> {
     text.lines()
         .filter_map(|line| {
             let mut fields = line.split_whitespace();
@@ -78,7 +78,7 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
 }
 
 /// The aligned huge-page ranges inside `mapping` (start addresses).
-pub fn huge_ranges(mapping: &Mapping) -> impl Iterator<Item = usize> {
+fn huge_ranges(mapping: &Mapping) -> impl Iterator<Item = usize> {
     let first = mapping.start.next_multiple_of(HUGE_PAGE);
     let last = mapping.end / HUGE_PAGE * HUGE_PAGE;
     (first..last.max(first)).step_by(HUGE_PAGE)

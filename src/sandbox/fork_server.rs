@@ -94,8 +94,7 @@ pub fn resume_scavenger() {
     unsafe { pas_scavenger_resume() };
 }
 
-/// Waits until the process has one thread, with the scavenger suspended, then lays out its
-/// memory for cheap forks ([`super::fork_memory::prepare`]).
+/// Waits until the process has one thread, with the scavenger suspended.
 fn wait_single_threaded(proc_status: &File) -> Result<()> {
     release_free_memory();
     // SAFETY: takes no arguments; waits for the scavenger thread to exit.
@@ -103,18 +102,7 @@ fn wait_single_threaded(proc_status: &File) -> Result<()> {
     let until = Instant::now() + SINGLE_THREAD_WAIT;
     loop {
         match super::confine::thread_count(proc_status) {
-            Some(1) => {
-                let prepared = super::fork_memory::prepare();
-                tracing::info!(
-                    "memory prepared for forking in {} ms: {} mappings merged into {}, {} huge pages collapsed ({} KiB filled)",
-                    prepared.took_ms,
-                    prepared.mappings.0,
-                    prepared.mappings.1,
-                    prepared.collapsed,
-                    prepared.filled_kib
-                );
-                return Ok(());
-            }
+            Some(1) => return Ok(()),
             Some(n) if Instant::now() > until => {
                 bail!(
                     "the zygote still has {n} threads after {} s",
@@ -297,6 +285,16 @@ fn refuse(control: BorrowedFd<'_>, why: &str) -> Result<(), ControlError> {
 /// Errors: the zygote cannot become single-threaded, or its control socket fails.
 pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
     wait_single_threaded(proc_status)?;
+    // With one thread, nothing changes the memory while it is laid out for cheap forks.
+    let prepared = super::fork_memory::prepare();
+    tracing::info!(
+        "memory prepared for forking in {} ms: {} mappings merged into {}, {} huge pages collapsed ({} KiB filled)",
+        prepared.took_ms,
+        prepared.mappings.0,
+        prepared.mappings.1,
+        prepared.collapsed,
+        prepared.filled_kib
+    );
     let shared = event_fds();
     send(control.as_fd(), &[FORKABLE], &[])?;
     loop {

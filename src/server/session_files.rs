@@ -24,7 +24,7 @@ pub struct SessionFiles {
 /// What a kept call's worker said of its working directory (`--stateful`): every file with its
 /// size in bytes, and the paths changed since the interpreter's previous call, whose copies the
 /// front reads again.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Listing {
     /// Every regular file under the working directory: path, size in bytes.
     pub files: Vec<(String, u64)>,
