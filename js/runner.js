@@ -24,6 +24,7 @@
   let helperRun = null;
   let helperFindImports = null;
   let helperReseed = null;
+  let helperImportDistributions = null;
 
   const errorText = (e) => {
     if (e && typeof e === "object" && "message" in e) return `${e.name || "Error"}: ${e.message}\n${e.stack || ""}`;
@@ -110,6 +111,7 @@
         helperRun = mod.run;
         helperFindImports = mod.find_imports;
         helperReseed = mod.reseed_before_next_run;
+        helperImportDistributions = mod.import_distributions;
         return JSON.stringify({ version: pyodide.version });
       })());
     },
@@ -120,9 +122,11 @@
       answer(id, Promise.resolve().then(() => helperFindImports(code)));
     },
 
-    // Installs packages: lock-file names and wheel paths under /packages/ (JSON list).
-    // Answers `{}` or `{"error": …}`.
-    install(id, itemsJson) {
+    // Installs packages: lock-file names and wheel paths under /packages/ (JSON list), then
+    // imports the top-level modules of the distributions named in `importsJson` (a JSON list;
+    // `--deps` as the interpreter boots). Answers `{}`, `{"failed": [modules that did not
+    // import, with why]}`, or `{"error": …}` when a package did not install.
+    install(id, itemsJson, importsJson) {
       answer(id, (async () => {
         const errors = [];
         const options = {
@@ -139,7 +143,8 @@
         if (paths.length) await pyodide.loadPackage(paths, options);
         if (names.length) await pyodide.loadPackage(names, options);
         if (errors.length) throw new Error(errors.join("\n"));
-        return "{}";
+        const failed = JSON.parse(helperImportDistributions(importsJson));
+        return failed.length ? JSON.stringify({ failed }) : "{}";
       })());
     },
 

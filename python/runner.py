@@ -11,11 +11,13 @@ are escaped ``\\udcxx`` style (``backslashreplace``), never dropped.
 import ast
 import builtins
 import dataclasses
+import importlib.metadata
 import importlib.util
 import io
 import json
 import linecache
 import os
+import re
 import sys
 import textwrap
 import time
@@ -70,11 +72,42 @@ def setup(emit):
 
 
 def reseed():
-    """Reseeds ``random`` from the OS if it is imported: an interpreter restored from a memory
-    snapshot or forked from the zygote starts with their random state, and interpreters must
-    never share a sequence."""
+    """Reseeds ``random``, and NumPy's global generator, from the OS where they are imported: an
+    interpreter restored from a memory snapshot or forked from the zygote starts with their
+    random state (NumPy's is drawn when ``numpy.random`` is imported, as ``--deps`` may have done
+    before the fork), and interpreters must never share a sequence."""
     if "random" in sys.modules:
         sys.modules["random"].seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        try:
+            numpy_random.seed()
+        except Exception:  # a NumPy without the legacy global generator has nothing to reseed
+            pass
+
+
+def import_distributions(names_json):
+    """Imports the top-level modules of the installed distributions named in ``names_json`` (a
+    JSON list; ``--deps`` as an interpreter boots, so that its calls find them imported).
+    Answers the JSON list of the modules that failed to import, each with its error."""
+    wanted = {_canonical(name) for name in json.loads(names_json)}
+    modules = sorted(
+        module
+        for module, dists in importlib.metadata.packages_distributions().items()
+        if module.isidentifier() and any(_canonical(d) in wanted for d in dists)
+    )
+    failed = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # a module that needs what is missing stays for the call to import
+            failed.append(f"{module}: {type(e).__name__}: {_clean(str(e))}")
+    return json.dumps(failed)
+
+
+def _canonical(name):
+    """A distribution name normalized as PEP 503 says (``Foo.Bar_baz`` -> ``foo-bar-baz``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 _reseed_pending = False

@@ -17,6 +17,7 @@ use crate::server::execute::{Executor, Isolation, Limits, Tenant};
 use crate::server::format::{render, Status};
 use crate::server::handler::{RunPythonServer, Sessions};
 use crate::server::http::HttpMode;
+use crate::server::startup_deps;
 use anyhow::{anyhow, Context, Result};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -171,12 +172,21 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
             || (isolation == Isolation::Session
                 && !matches!(cli.mode, Mode::Stdio | Mode::Warmup | Mode::Example)));
     let mounts = Mounts::load(&cli.mount, cli.max_mount_bytes).context("--mount")?;
+    let deps: Vec<String> = cli
+        .deps
+        .iter()
+        .map(|d| d.trim().to_owned())
+        .filter(|d| !d.is_empty())
+        .collect();
+    let resolver = Arc::new(resolver);
+    let startup_plan = startup_deps::startup_plan(resolver.clone(), deps.clone());
     let launcher = Arc::new(Launcher::new(
         exe,
         worker_args,
         snapshot_path,
         zygote,
         mounts,
+        startup_deps::preinstall_source(&startup_plan, &deps),
     ));
     let limits = Limits {
         timeout: seconds(cli.timeout, "--timeout")?,
@@ -189,12 +199,6 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         max_image_bytes: cli.max_image_bytes,
         max_session_file_bytes: cli.max_session_file_bytes,
     };
-    let deps: Vec<String> = cli
-        .deps
-        .iter()
-        .map(|d| d.trim().to_owned())
-        .filter(|d| !d.is_empty())
-        .collect();
     let allowed_hosts = if cli.disable_networking {
         Vec::new()
     } else {
@@ -203,11 +207,12 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
     let net = NetPolicy::new(allowed_hosts, cli.max_fetch_bytes);
     let mut executor = Executor::new(
         Spares::new(launcher, spares, initial),
-        Arc::new(resolver),
+        resolver,
         limits,
         isolation,
         workers,
         deps,
+        startup_plan,
         net,
     );
     executor.stateful = cli.stateful;

@@ -70,11 +70,14 @@ pub enum Request {
     /// a Pyodide memory snapshot to restore; with `make`, the worker boots normally and sends
     /// a snapshot with [`Reply::Ready`].
     /// With a non-empty `mount` (`--mount`), the next attachment holds its files' bytes, one
-    /// after another.
+    /// after another. With `install` (`--deps`), the attachments after those are its files,
+    /// one each; the worker installs and imports them once booted, before [`Reply::Ready`].
     Boot {
         snapshot: SnapshotMode,
         #[serde(default)]
         mount: super::mount::MountPlan,
+        #[serde(default)]
+        install: Option<BootInstall>,
     },
     /// A health check: the worker answers [`Reply::Pong`] at once.
     Ping { id: CallId },
@@ -124,6 +127,17 @@ pub enum Request {
     },
 }
 
+/// Packages a worker installs as it boots (`--deps`), so that its calls find them installed and
+/// imported: [`Request::Install`]'s `files` and `items`, plus the distributions whose top-level
+/// modules are imported then (`importlib.metadata.packages_distributions`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BootInstall {
+    pub files: Vec<String>,
+    pub items: Vec<String>,
+    pub imports: Vec<String>,
+}
+
 /// A message from a worker to the front.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -138,6 +152,10 @@ pub enum Reply {
         restored: bool,
         sandbox: String,
         confined: bool,
+        /// Why the boot's `install` failed (the worker then has none of its packages for
+        /// sure); `None` when it succeeded or there was none.
+        #[serde(default)]
+        install_error: Option<String>,
     },
     /// Answer to [`Request::Ping`].
     Pong { id: CallId },
@@ -447,6 +465,24 @@ pub async fn read_frame_async<T: for<'de> Deserialize<'de>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_boot_carries_its_packages_or_none() {
+        let plain: Request = serde_json::from_str(r#"{"op":"boot","snapshot":"load"}"#).unwrap();
+        assert!(matches!(plain, Request::Boot { install: None, .. }));
+        let with: Request = serde_json::from_str(
+            r#"{"op":"boot","snapshot":"none","install":{"files":["/packages/a.whl"],"items":["/packages/a.whl"],"imports":["a"]}}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(with, Request::Boot { install: Some(ref i), .. } if i.imports == ["a"] && i.files.len() == 1)
+        );
+        // An unknown field in the packages is refused, as everywhere in the protocol.
+        assert!(serde_json::from_str::<Request>(
+            r#"{"op":"boot","snapshot":"none","install":{"files":[],"items":[],"imports":[],"run":"x"}}"#
+        )
+        .is_err());
+    }
 
     #[test]
     fn frames_round_trip_with_attachments() {

@@ -2,8 +2,9 @@
 //! the cache directory and restored by later workers, which then skip Python's start-up.
 
 use super::mount::Mounts;
-use super::worker::{SandboxReport, Worker, WorkerError};
+use super::worker::{Preinstall, SandboxReport, Worker, WorkerError};
 use super::zygote::Zygote;
+use futures::future::{BoxFuture, Shared};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -30,7 +31,13 @@ pub struct Launcher {
     zygote: Option<Mutex<ZygoteState>>,
     /// `--mount`: the operator's data, handed to every worker as it boots.
     mounts: Arc<Mounts>,
+    /// `--deps`: installed by every worker (and the zygote) as it boots.
+    preinstall: Option<PreinstallSource>,
 }
+
+/// The packages every worker installs as it boots (`--deps`), resolved once, on the first
+/// boot that waits for them: `None` when they could not be resolved (each call then says why).
+pub type PreinstallSource = Shared<BoxFuture<'static, Option<Arc<Preinstall>>>>;
 
 /// Where the fork server stands.
 enum ZygoteState {
@@ -126,13 +133,14 @@ fn prune_stale(dir: &Path, keep: &Path) {
 impl Launcher {
     /// Workers run `exe __worker <args>`; with `snapshot_path`, snapshots are kept there.
     /// With `zygote`, workers are forked from a zygote once it is ready (`zygote.rs`). Every
-    /// worker (the zygote too) boots with `mounts`.
+    /// worker (the zygote too) boots with `mounts`, and installs what `preinstall` gives.
     pub fn new(
         exe: PathBuf,
         args: Vec<String>,
         snapshot_path: Option<PathBuf>,
         zygote: bool,
         mounts: Mounts,
+        preinstall: Option<PreinstallSource>,
     ) -> Self {
         Launcher {
             exe,
@@ -144,7 +152,13 @@ impl Launcher {
             sandbox: Mutex::new(None),
             zygote: zygote.then(|| Mutex::new(ZygoteState::Idle)),
             mounts: Arc::new(mounts),
+            preinstall,
         }
+    }
+
+    /// The packages to install as a worker boots, once resolved (`None` without `--deps`).
+    async fn preinstall(&self) -> Option<Arc<Preinstall>> {
+        self.preinstall.clone()?.await
     }
 
     /// Whether new interpreters are forked now (the zygote is ready).
@@ -182,8 +196,15 @@ impl Launcher {
         let launcher = self.clone();
         tokio::spawn(async move {
             let snapshot = launcher.store.as_ref().and_then(SnapshotStore::load);
-            let started =
-                Zygote::start(&launcher.exe, &launcher.args, snapshot, &launcher.mounts).await;
+            let preinstall = launcher.preinstall().await;
+            let started = Zygote::start(
+                &launcher.exe,
+                &launcher.args,
+                snapshot,
+                &launcher.mounts,
+                preinstall.as_deref(),
+            )
+            .await;
             let Some(slot) = &launcher.zygote else {
                 return;
             };
@@ -290,15 +311,16 @@ impl Launcher {
     }
 
     async fn boot(&self) -> Result<Worker, WorkerError> {
+        let preinstall = self.preinstall().await;
+        let preinstall = preinstall.as_deref();
+        let (exe, args, mounts) = (&self.exe, &self.args, &self.mounts);
         let Some(store) = &self.store else {
-            return Ok(
-                Worker::spawn(&self.exe, &self.args, None, false, &self.mounts)
-                    .await?
-                    .0,
-            );
+            return Ok(Worker::spawn(exe, args, None, false, mounts, preinstall)
+                .await?
+                .0);
         };
         if let Some(snapshot) = store.load() {
-            match Worker::spawn(&self.exe, &self.args, Some(snapshot), false, &self.mounts).await {
+            match Worker::spawn(exe, args, Some(snapshot), false, mounts, preinstall).await {
                 Ok((worker, _)) => return Ok(worker),
                 // Stopped by a shutdown, or unconfined: says nothing about the snapshot.
                 Err(e @ (WorkerError::Stopped(_) | WorkerError::Unconfined(_))) => return Err(e),
@@ -308,7 +330,7 @@ impl Launcher {
                 }
             }
         }
-        let (worker, made) = Worker::spawn(&self.exe, &self.args, None, true, &self.mounts).await?;
+        let (worker, made) = Worker::spawn(exe, args, None, true, mounts, preinstall).await?;
         if let Some(snapshot) = made {
             store.save(snapshot);
         }

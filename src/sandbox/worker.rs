@@ -8,8 +8,8 @@ use super::mount::Mounts;
 use super::net::NetPolicy;
 use super::process::{Ended, Process};
 use super::protocol::{
-    read_frame_async, write_frame_async, CallId, Frame, FrameError, FrameLimits, Reply, Request,
-    RunOutcome, SnapshotMode, Stream, MAX_IMAGES, MAX_LISTED_FILES,
+    read_frame_async, write_frame_async, BootInstall, CallId, Frame, FrameError, FrameLimits,
+    Reply, Request, RunOutcome, SnapshotMode, Stream, MAX_IMAGES, MAX_LISTED_FILES,
 };
 use super::worker_main::OUTPUT_SLACK;
 use std::collections::HashMap;
@@ -161,18 +161,36 @@ fn drain_stderr(pid: Option<u32>, stderr: WorkerOut) {
     });
 }
 
-/// What a worker boots with: how (`mode`), the snapshot to restore with `Load`, and the
-/// operator's `--mount` data.
+/// What a worker boots with: how (`mode`), the snapshot to restore with `Load`, the
+/// operator's `--mount` data, and the packages to install (`--deps`).
 pub struct BootRequest<'a> {
     pub mode: SnapshotMode,
     pub snapshot: Option<&'a [u8]>,
     pub mounts: &'a Mounts,
+    pub preinstall: Option<&'a Preinstall>,
+}
+
+/// Files handed to a worker to install: virtual path and bytes (a wheel, or a lock package's file).
+pub type InstallFiles = Vec<(String, Arc<Vec<u8>>)>;
+
+/// Packages every interpreter installs, and imports, as it boots (`--deps`): the zygote does it
+/// once for all the interpreters it forks. Made by the front from the resolver's plan.
+#[derive(Debug, Default)]
+pub struct Preinstall {
+    /// The files to install, as in [`Worker::install`].
+    pub files: InstallFiles,
+    /// What `loadPackage` loads: lock package names and wheel paths.
+    pub items: Vec<String>,
+    /// The distributions (the requirements' names) whose top-level modules are imported.
+    pub imports: Vec<String>,
+    /// What the worker has once they are installed: normalized name → version.
+    pub installed: HashMap<String, String>,
 }
 
 impl Worker {
     /// Starts `exe __worker <args>` and waits for Pyodide to boot, restoring `snapshot` when
-    /// given, or else making one when `make_snapshot`. Returns the worker and the snapshot it
-    /// made, if any.
+    /// given, or else making one when `make_snapshot`, and to install `preinstall`. Returns the
+    /// worker and the snapshot it made, if any.
     ///
     /// Errors: [`WorkerError::Spawn`], [`WorkerError::Boot`], [`WorkerError::BootTimeout`],
     /// [`WorkerError::Stopped`], [`WorkerError::Protocol`].
@@ -182,6 +200,7 @@ impl Worker {
         snapshot: Option<Arc<Vec<u8>>>,
         make_snapshot: bool,
         mounts: &Mounts,
+        preinstall: Option<&Preinstall>,
     ) -> Result<(Worker, Option<Vec<u8>>), WorkerError> {
         let worker = Worker::start(exe, args, None)?;
         let (mode, snapshot) = match (&snapshot, make_snapshot) {
@@ -194,6 +213,7 @@ impl Worker {
                 mode,
                 snapshot,
                 mounts,
+                preinstall,
             }))
             .await
     }
@@ -280,15 +300,25 @@ impl Worker {
             attachment: MAX_SNAPSHOT_BYTES,
             ..FrameLimits::CONTROL
         };
+        let preinstalled = boot.as_ref().and_then(|b| b.preinstall);
         let booted = async {
             if let Some(boot) = boot {
                 let mut attachments: Vec<&[u8]> = boot.snapshot.into_iter().collect();
                 if !boot.mounts.plan.is_empty() {
                     attachments.push(&boot.mounts.bytes);
                 }
+                let install = boot.preinstall.map(|p| {
+                    attachments.extend(p.files.iter().map(|(_, bytes)| bytes.as_slice()));
+                    BootInstall {
+                        files: p.files.iter().map(|(path, _)| path.clone()).collect(),
+                        items: p.items.clone(),
+                        imports: p.imports.clone(),
+                    }
+                });
                 let request = Request::Boot {
                     snapshot: boot.mode,
                     mount: boot.mounts.plan.clone(),
+                    install,
                 };
                 worker.send(&request, &attachments).await?;
             }
@@ -317,6 +347,7 @@ impl Worker {
                         restored,
                         sandbox,
                         confined,
+                        install_error,
                     },
                 attachments,
             })) => {
@@ -332,6 +363,13 @@ impl Worker {
                     line: sandbox,
                     confined,
                 };
+                match (preinstalled, install_error) {
+                    (Some(p), None) => worker.installed = p.installed.clone(),
+                    (Some(_), Some(e)) => {
+                        tracing::warn!("--deps did not install as the worker booted: {e}")
+                    }
+                    (None, _) => {}
+                }
                 Ok((worker, attachments.into_iter().next()))
             }
             Ok(Ok(Frame {
@@ -536,7 +574,7 @@ impl Worker {
     /// `pyodide.loadPackage`. `Ok(Some(reason))` when Pyodide reported a failure.
     pub async fn install(
         &mut self,
-        files: Vec<(String, Arc<Vec<u8>>)>,
+        files: InstallFiles,
         items: Vec<String>,
         deadline: Deadline,
     ) -> Result<Option<String>, WorkerError> {
@@ -789,7 +827,7 @@ while True:
     async fn start(body: &str) -> (Worker, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let exe = fake_worker(dir.path(), body);
-        let (worker, _) = Worker::spawn(&exe, &[], None, false, &Mounts::default())
+        let (worker, _) = Worker::spawn(&exe, &[], None, false, &Mounts::default(), None)
             .await
             .unwrap();
         (worker, dir)

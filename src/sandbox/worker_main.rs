@@ -12,8 +12,8 @@
 use super::mount::MountPlan;
 use super::net::{FetchRequest, FetchResponse};
 use super::protocol::{
-    read_frame, write_frame, CallId, Frame, FrameLimits, OutputLine, Reply, Request, RunOutcome,
-    RunStatus, SnapshotMode,
+    read_frame, write_frame, BootInstall, CallId, Frame, FrameLimits, OutputLine, Reply, Request,
+    RunOutcome, RunStatus, SnapshotMode,
 };
 use crate::engine::{Arg, Engine, EngineError, JsFunction};
 use anyhow::{anyhow, Context, Result};
@@ -309,6 +309,56 @@ fn mount_files(engine: &mut Engine, runner: &Runner, mount: (MountPlan, Vec<u8>)
     Ok(())
 }
 
+/// The runner's answer to `install`: the modules that failed to import, each with why.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Installed {
+    #[serde(default)]
+    failed: Vec<String>,
+}
+
+/// The `imports` argument of a call's install: a call imports what it needs itself.
+const NO_IMPORTS: &str = "[]";
+
+/// Installs `--deps` as the worker boots ([`BootInstall`]: `files[i]`'s bytes are `bytes[i]`),
+/// then imports their top-level modules, so that the worker's calls (and, in the zygote, every
+/// interpreter forked from it) find them ready. A module that fails to import is logged on
+/// stderr and left for the calls to import.
+///
+/// Errors: a package did not install (the front then installs `--deps` at the first call, which
+/// reports why in words).
+fn preinstall(
+    engine: &mut Engine,
+    runner: &Runner,
+    install: BootInstall,
+    bytes: Vec<Vec<u8>>,
+) -> Result<()> {
+    let started = Instant::now();
+    for (path, bytes) in install.files.iter().zip(bytes) {
+        engine.add_file(path, bytes);
+    }
+    let items = serde_json::to_string(&install.items)?;
+    let imports = serde_json::to_string(&install.imports)?;
+    let deadline = Some(Instant::now() + BOOT_TIMEOUT);
+    let answer = call(
+        engine,
+        &runner.install,
+        BOOT_CALL,
+        &[Arg::Str(&items), Arg::Str(&imports)],
+        deadline,
+    );
+    engine.clear_files();
+    let installed = parse_answer::<Installed>(&answer?)?;
+    for failed in installed.failed {
+        eprintln!("--deps: not imported at boot: {failed}");
+    }
+    eprintln!(
+        "--deps installed and imported in {} ms",
+        started.elapsed().as_millis()
+    );
+    Ok(())
+}
+
 /// A run that failed with `error` (and nothing else to report); `fatal`: its interpreter
 /// cannot be used again.
 fn error_outcome(error: String, fatal: bool) -> RunOutcome {
@@ -552,6 +602,7 @@ fn send_ready(
     restored: bool,
     confined: super::confine::Status,
     made: Option<Vec<u8>>,
+    install_error: Option<String>,
 ) -> Result<()> {
     // The second wall, part two: seccomp and limits on every thread before the first call.
     let confined = super::confine::seal(confined)?;
@@ -562,6 +613,7 @@ fn send_ready(
             restored,
             sandbox: super::confine::describe(&confined),
             confined: confined.all_on(),
+            install_error,
         },
         &made.as_deref().into_iter().collect::<Vec<_>>(),
     )
@@ -577,10 +629,15 @@ fn serve() -> Result<()> {
         None => None,
     };
     let input = Rc::new(RefCell::new(BufReader::new(io::stdin().lock())));
-    let (mode, snapshot, mount) =
+    let (mode, snapshot, mount, install) =
         match read_frame::<Request>(&mut *input.borrow_mut(), FrameLimits::REQUEST)? {
             Some(Frame {
-                header: Request::Boot { snapshot, mount },
+                header:
+                    Request::Boot {
+                        snapshot,
+                        mount,
+                        install,
+                    },
                 attachments,
             }) => {
                 let mut attachments = attachments.into_iter();
@@ -588,11 +645,20 @@ fn serve() -> Result<()> {
                     SnapshotMode::Load => attachments.next(),
                     SnapshotMode::None | SnapshotMode::Make => None,
                 };
-                let bytes = attachments.next().unwrap_or_default();
+                let bytes = match mount.is_empty() {
+                    true => Vec::new(),
+                    false => attachments.next().unwrap_or_default(),
+                };
                 if !mount.fits(&bytes) {
                     return Err(anyhow!("the mounted files do not match their bytes"));
                 }
-                (snapshot, restore, (mount, bytes))
+                let files: Vec<Vec<u8>> = attachments.collect();
+                let install = match install {
+                    Some(install) if install.files.len() == files.len() => Some((install, files)),
+                    None if files.is_empty() => None,
+                    _ => return Err(anyhow!("the boot's packages do not match their files")),
+                };
+                (snapshot, restore, (mount, bytes), install)
             }
             Some(_) => return Err(anyhow!("the first request must be `boot`")),
             None => return Ok(()),
@@ -647,6 +713,10 @@ fn serve() -> Result<()> {
             Err(e) => Err(format!("the front did not answer the fetch: {e}")),
         }
     }));
+    let install_error = install.and_then(|(install, files)| {
+        let failed = preinstall(&mut engine, &runner, install, files).err()?;
+        Some(format!("{failed:#}"))
+    });
     let restored = mode == SnapshotMode::Load;
     let mut scavenger_suspended = false;
     if let (Some(control), Some(proc_status)) = (control, proc_status) {
@@ -660,6 +730,7 @@ fn serve() -> Result<()> {
                 restored,
                 sandbox: super::confine::describe(&confined),
                 confined: false,
+                install_error,
             },
             &made.as_deref().into_iter().collect::<Vec<_>>(),
         )?;
@@ -671,10 +742,10 @@ fn serve() -> Result<()> {
         drop(proc_status);
         let confined = super::confine::enter_forked(confined)?;
         let fork_ms = forked.requested.elapsed().as_millis() as u64;
-        send_ready(version, fork_ms, true, confined, None)?;
+        send_ready(version, fork_ms, true, confined, None, None)?;
         scavenger_suspended = true;
     } else {
-        send_ready(version, boot_ms, restored, confined, made)?;
+        send_ready(version, boot_ms, restored, confined, made, install_error)?;
     }
     #[cfg(feature = "escape-test")]
     super::confine::escape_test_if_requested();
@@ -734,10 +805,11 @@ fn serve() -> Result<()> {
                     engine.add_file(path, bytes);
                 }
                 let items = serde_json::to_string(&items)?;
-                let answer = call(&mut engine, &runner.install, id, &[Arg::Str(&items)], None);
+                let args = [Arg::Str(&items), Arg::Str(NO_IMPORTS)];
+                let answer = call(&mut engine, &runner.install, id, &args, None);
                 engine.clear_files();
                 let error = match answer {
-                    Ok(text) => parse_answer::<serde_json::Map<String, serde_json::Value>>(&text)
+                    Ok(text) => parse_answer::<Installed>(&text)
                         .err()
                         .map(|e| e.to_string()),
                     Err(e) => Some(e.to_string()),

@@ -13,9 +13,10 @@ use super::fork_server::{
 use super::mount::Mounts;
 use super::process::Process;
 use super::protocol::SnapshotMode;
-use super::worker::{BootRequest, Worker, WorkerError};
+use super::worker::{BootRequest, Preinstall, Worker, WorkerError};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -59,6 +60,9 @@ pub struct Zygote {
     process: Mutex<Option<Worker>>,
     /// The front's end of the control socket; one fork request at a time.
     control: Arc<Mutex<OwnedFd>>,
+    /// The packages the zygote installed as it booted (`--deps`), which every interpreter it
+    /// forks has: normalized name → version.
+    installed: HashMap<String, String>,
 }
 
 /// Longest single wait of [`receive_within`] (milliseconds): `poll` takes at most a `u16`.
@@ -84,8 +88,8 @@ fn receive_within(control: &OwnedFd, timeout: Duration) -> Result<Message, Zygot
 
 impl Zygote {
     /// Starts `exe __worker <args> --control-fd=N`, boots it (from `snapshot` when given, with
-    /// `mounts`, which its children inherit) and
-    /// waits until it can fork: about the boot, plus ten seconds for its engine threads to end.
+    /// `mounts` and `preinstall`, which its children inherit) and waits until it can fork:
+    /// about the boot, plus ten seconds for its engine threads to end.
     ///
     /// Errors: [`ZygoteError::Io`], [`ZygoteError::Boot`], then anything its first message
     /// can fail with ([`ZygoteError::Timeout`] past [`FORKABLE_TIMEOUT`]).
@@ -94,6 +98,7 @@ impl Zygote {
         args: &[String],
         snapshot: Option<Arc<Vec<u8>>>,
         mounts: &Mounts,
+        preinstall: Option<&Preinstall>,
     ) -> Result<Zygote, ZygoteError> {
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,
@@ -115,6 +120,7 @@ impl Zygote {
             mode,
             snapshot: snapshot.as_deref().map(|bytes| bytes.as_slice()),
             mounts,
+            preinstall,
         };
         let (worker, _) = worker
             .boot(Some(request))
@@ -130,6 +136,7 @@ impl Zygote {
         .map_err(|e| ZygoteError::Setup(std::io::Error::other(e)))??;
         match first {
             (bytes, fds) if bytes == [FORKABLE] && fds.is_empty() => Ok(Zygote {
+                installed: worker.installed.clone(),
                 process: Mutex::new(Some(worker)),
                 control,
             }),
@@ -181,7 +188,8 @@ impl Zygote {
         let stderr =
             tokio::net::unix::pipe::Receiver::from_owned_fd(stderr).map_err(ZygoteError::Setup)?;
         let worker = Worker::forked(process, Box::new(stdin), Box::new(stdout), Box::new(stderr));
-        let (worker, _) = worker.boot(None).await.map_err(ZygoteError::Ready)?;
+        let (mut worker, _) = worker.boot(None).await.map_err(ZygoteError::Ready)?;
+        worker.installed = self.installed.clone();
         Ok(worker)
     }
 

@@ -10,9 +10,9 @@
 
 use super::format::{CallResult, Image, Status};
 use super::session_files::{Listing, SessionFiles, Survivors};
+use super::startup_deps::{install_items, StartupPlan};
 use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, Resolver};
-use crate::packages::sources::Origin;
 use crate::sandbox::net::NetPolicy;
 use crate::sandbox::pool::{Lease, Pool};
 use crate::sandbox::protocol::{ReturnKind, RunStatus, Stream};
@@ -21,7 +21,7 @@ use crate::sandbox::worker::{Deadline, Phase, RunRequest, Worker, WorkerError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{OnceCell, OwnedMutexGuard, Semaphore};
+use tokio::sync::{OwnedMutexGuard, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 /// Which callers share an interpreter (`--isolation`).
@@ -282,7 +282,8 @@ pub struct Executor {
     running: Arc<Semaphore>,
     /// Calls waiting for their turn (bounded by `limits.max_queue`).
     waiting: AtomicUsize,
-    startup_plan: OnceCell<Result<Vec<Planned>, String>>,
+    /// `--deps`, resolved once (shared with the launcher, whose workers install it as they boot).
+    startup_plan: StartupPlan,
 }
 
 /// Receives each output line while the code runs (for streaming to the client).
@@ -329,7 +330,9 @@ impl Drop for Waiting<'_> {
 
 impl Executor {
     /// An executor that takes interpreters from `spares` (and, with `Isolation::Shared`,
-    /// keeps `workers` of them for everyone); at most `workers` calls run at once.
+    /// keeps `workers` of them for everyone); at most `workers` calls run at once. Every call
+    /// has `startup_deps` installed (planned by `startup_plan`).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         spares: Arc<Spares>,
         resolver: Arc<Resolver>,
@@ -337,6 +340,7 @@ impl Executor {
         isolation: Isolation,
         workers: usize,
         startup_deps: Vec<String>,
+        startup_plan: StartupPlan,
         net: NetPolicy,
     ) -> Self {
         let workers = workers.max(1);
@@ -351,7 +355,7 @@ impl Executor {
             shared: (isolation == Isolation::Shared).then(|| Pool::new(workers)),
             running: Arc::new(Semaphore::new(workers)),
             waiting: AtomicUsize::new(0),
-            startup_plan: OnceCell::new(),
+            startup_plan,
         }
     }
 
@@ -362,19 +366,8 @@ impl Executor {
     }
 
     /// Resolves `--deps` once (downloads them into the cache); errors name the package.
-    pub async fn startup_plan(&self) -> Result<Vec<Planned>, String> {
-        self.startup_plan
-            .get_or_init(|| async {
-                if self.startup_deps.is_empty() {
-                    return Ok(Vec::new());
-                }
-                self.resolver
-                    .plan(&self.startup_deps, &[])
-                    .await
-                    .map_err(|e| e.to_string())
-            })
-            .await
-            .clone()
+    pub async fn startup_plan(&self) -> Result<Arc<Vec<Planned>>, String> {
+        self.startup_plan.clone().await
     }
 
     /// `reset_session` (`--stateful`): once the session's calls that arrived before it are
@@ -821,10 +814,12 @@ impl Executor {
                 .iter()
                 .map(|(name, version)| format!("{name}=={version}"))
                 .collect();
-            self.resolver
+            let plan = self
+                .resolver
                 .plan(&wanted, &pins)
                 .await
-                .map_err(|e| InstallFailure::Install(e.to_string()))?
+                .map_err(|e| InstallFailure::Install(e.to_string()))?;
+            Arc::new(plan)
         };
         let todo: Vec<&Planned> = plan
             .iter()
@@ -833,23 +828,7 @@ impl Executor {
         if todo.is_empty() {
             return Ok(());
         }
-        let mut files = Vec::new();
-        let mut items = Vec::new();
-        for p in &todo {
-            match p.origin {
-                // Lock packages load by name so Pyodide applies its own lock metadata; in its
-                // "shell" runtime it reads them by bare file name (no base URL is applied).
-                Origin::Lock => {
-                    files.push((p.file_name.clone(), p.bytes.clone()));
-                    items.push(p.name.clone());
-                }
-                Origin::Index | Origin::Mirror => {
-                    let path = format!("/packages/{}", p.file_name);
-                    files.push((path.clone(), p.bytes.clone()));
-                    items.push(path);
-                }
-            }
-        }
+        let (files, items) = install_items(&todo);
         match worker
             .install(files, items, deadline)
             .await

@@ -8,5 +8,6 @@ pub mod http;
 pub mod resources;
 pub mod session_files;
 pub mod sse;
+pub mod startup_deps;
 pub mod stdio;
 pub mod tool;

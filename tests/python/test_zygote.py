@@ -33,13 +33,17 @@ MAX_ZYGOTE_MAPPINGS = 600
 THP = "/sys/kernel/mm/transparent_hugepage/enabled"
 # Fresh interpreters handed out by the stress test.
 FRESH = 500
-# Each call reports whether its interpreter saw an earlier call, a random draw and its index.
+# Each call reports whether its interpreter saw an earlier call, a random draw, its index, and
+# whether the `--deps` package was imported before the call began.
 PROBE = """
-import builtins, random
+import builtins, random, sys
 seen = getattr(builtins, "_probe_mark", None)
 builtins._probe_mark = {i}
-[seen, random.getrandbits(52), {i} * 3]
+[seen, random.getrandbits(52), {i} * 3, "httpx" in sys.modules]
 """
+# The `--deps` of the stress test: installed and imported once in the zygote, so that no forked
+# interpreter pays for it (about a second each when every one installed and imported it).
+DEPS = "httpx"
 
 
 def eventfd_ids(pid):
@@ -81,17 +85,25 @@ async def zygote_ready(server_pid, log):
 async def test_500_fresh_interpreters_each_answer_right(tmp_path):
     log = tmp_path / "server.log"
     with open(log, "w") as errlog:
-        async with mcp_session("--isolation", "call", "--workers", "2", "--return-mode", "json", errlog=errlog) as session:
-            json.loads(await run(session, "1"))
+        args = ("--isolation", "call", "--workers", "2", "--deps", DEPS, "--return-mode", "json")
+        async with mcp_session(*args, errlog=errlog) as session:
+            # Booted before the zygote is ready, the interpreter installed and imported --deps
+            # as it booted.
+            answer = json.loads(await run(session, PROBE.format(i=-1)))
+            assert answer["return_value"][3] is True, answer
             assert await wait_until(lambda: ZYGOTE_READY in log.read_text(), ZYGOTE_WAIT), log.read_text()
             draws = set()
             for i in range(FRESH):
                 answer = json.loads(await run(session, PROBE.format(i=i)))
                 assert answer["status"] == "success", answer
-                seen, draw, tripled = answer["return_value"]
+                seen, draw, tripled, imported = answer["return_value"]
                 assert seen is None, f"call {i} ran in an interpreter of call {seen}"
                 assert tripled == 3 * i
+                assert imported, f"call {i} found {DEPS} not imported"
                 draws.add(draw)
+            # A call that imports the package finds it installed (no install error).
+            answer = json.loads(await run(session, "import httpx\nhttpx.__name__"))
+            assert answer["status"] == "success" and answer["return_value"] == DEPS, answer
     # Every interpreter drew its own random number: none inherited the zygote's state.
     assert len(draws) == FRESH
     # A few calls may take spares restored before the zygote was ready; the rest are forked.
