@@ -4,7 +4,7 @@
 //! declared only in its private headers.
 #![allow(non_camel_case_types, non_snake_case, dead_code)]
 
-use std::ffi::{c_char, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 #[repr(C)]
 pub struct OpaqueJSContext {
@@ -56,6 +56,12 @@ pub const K_JS_TYPE_STRING: u32 = 4;
 pub const K_JS_TYPE_OBJECT: u32 = 5;
 
 extern "C" {
+    /// Sets a JavaScriptCore option (`JSC::Options`) by name; effective for contexts created
+    /// afterwards. Returns whether the option exists and took the value. Public GLib API of
+    /// the same library (`jsc/JSCOptions.h`).
+    pub fn jsc_options_set_uint(option: *const c_char, value: c_uint) -> c_int;
+    /// Reads a JavaScriptCore option into `value`; returns whether the option exists.
+    pub fn jsc_options_get_uint(option: *const c_char, value: *mut c_uint) -> c_int;
     /// A full, synchronous garbage collection (JavaScriptCore's `JSBasePrivate.h`, exported
     /// by the GTK port); `JSGarbageCollect` only schedules one.
     pub fn JSSynchronousGarbageCollectForDebugging(ctx: JSContextRef);

@@ -63,11 +63,38 @@ pub struct Engine {
     _not_send: std::marker::PhantomData<*mut ()>,
 }
 
+/// Most threads JavaScriptCore compiles WebAssembly on (its `numberOfWasmCompilerThreads`, 1
+/// by default here). Pyodide's module is compiled at every boot (`new WebAssembly.Module`,
+/// ~9 MiB), and the engine spreads that compile over these threads: with 2 on the 2-core machine
+/// it took 110-113 ms instead of 179-196 ms, a boot from the snapshot 0.43-0.44 s instead of
+/// 0.50-0.55 s (issue 13). More threads than cores gain nothing; the cap keeps a large machine,
+/// which boots many workers at once anyway, from starting dozens per worker.
+const MAX_WASM_COMPILER_THREADS: usize = 4;
+
+/// Sets the engine's process-wide options once, before the first context: they are read when
+/// the engine initializes. Workers get no `JSC_*` environment (it is cleared), so these are
+/// the only options that differ from the library's defaults.
+fn configure_engine() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_WASM_COMPILER_THREADS);
+        // SAFETY: a NUL-terminated option name and a plain value; called before any context.
+        let known =
+            unsafe { jsc_options_set_uint(c"numberOfWasmCompilerThreads".as_ptr(), threads as _) };
+        if known == 0 {
+            tracing::warn!("JavaScriptCore has no option numberOfWasmCompilerThreads");
+        }
+    });
+}
+
 impl Engine {
     /// Creates a context, installs `__host` and the unhandled-rejection hook.
     ///
     /// Errors: [`EngineError::NoContext`] if JavaScriptCore fails to create one.
     pub fn new() -> Result<Self, EngineError> {
+        configure_engine();
         // SAFETY: plain C API calls on a context we own for our lifetime.
         unsafe {
             let ctx = JSGlobalContextCreate(ptr::null_mut());
@@ -284,5 +311,22 @@ impl Drop for Engine {
     fn drop(&mut self) {
         // SAFETY: we own the context.
         unsafe { JSGlobalContextRelease(self.ctx) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn webassembly_compiles_on_every_core_up_to_the_cap() {
+        configure_engine();
+        let mut threads = 0;
+        // SAFETY: a NUL-terminated option name and a valid place for the value.
+        let known =
+            unsafe { jsc_options_get_uint(c"numberOfWasmCompilerThreads".as_ptr(), &mut threads) };
+        assert_ne!(known, 0);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(threads as usize, cores.min(MAX_WASM_COMPILER_THREADS));
     }
 }
