@@ -44,10 +44,8 @@ const BOOT_CALL: CallId = 0;
 /// and Python, this version): a snapshot is only restored by the same runtime. Hex, 16 chars.
 pub fn runtime_fingerprint() -> String {
     let mut all = Vec::new();
-    for file in PYODIDE.files() {
-        all.extend_from_slice(file.path().to_string_lossy().as_bytes());
-        all.extend_from_slice(&crate::packages::cache::sha256_hex(file.contents()).into_bytes());
-    }
+    // The embedded Pyodide's digest, made by build.rs as it embeds the files.
+    all.extend_from_slice(env!("PYODIDE_ASSETS_SHA256").as_bytes());
     for text in [
         BOOTSTRAP_JS,
         RUNNER_JS,
