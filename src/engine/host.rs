@@ -44,6 +44,7 @@ pub(crate) struct HostState {
     pub next_timer: u64,
     /// Read-only virtual files served to `read`/`readbuffer` (Pyodide's "shell" runtime).
     pub files: HashMap<String, &'static [u8]>,
+    /// Owned virtual files, each handed over to its first reader (`Engine::add_file`).
     pub owned_files: HashMap<String, Vec<u8>>,
     pub emit: Option<EmitSink>,
     pub call: Option<CallHandler>,
@@ -226,12 +227,14 @@ unsafe extern "C" fn host_read_file(
     exc: *mut JSValueRef,
 ) -> JSValueRef {
     let path = to_string(ctx, arg(argv, argc, 0, ctx)).unwrap_or_default();
+    // A static file is copied (its bytes are read-only, and JavaScript may write to the
+    // buffer); an owned one is handed over (`Engine::add_file`: read once).
     let bytes = STATE.with(|s| {
-        let s = s.borrow();
-        s.files
-            .get(&path)
-            .map(|b| b.to_vec())
-            .or_else(|| s.owned_files.get(&path).cloned())
+        let mut s = s.borrow_mut();
+        match s.files.get(&path) {
+            Some(b) => Some(b.to_vec()),
+            None => s.owned_files.remove(&path),
+        }
     });
     match bytes {
         Some(b) => make_array_buffer(ctx, b),
