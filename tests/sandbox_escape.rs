@@ -63,6 +63,20 @@ struct Run {
     log: String,
 }
 
+/// `snapshot` in a file the next worker started inherits (no close-on-exec), as the server
+/// hands it over, and the argument that names it.
+fn snapshot_file(snapshot: &[u8]) -> (std::fs::File, String) {
+    let mut file = tempfile::tempfile().unwrap();
+    file.write_all(snapshot).unwrap();
+    nix::fcntl::fcntl(
+        &file,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .unwrap();
+    let arg = format!("--snapshot-fd={}", file.as_raw_fd());
+    (file, arg)
+}
+
 /// Starts a worker that boots (making a snapshot, or restoring `snapshot`), seals itself and
 /// runs the probes from `first`.
 fn run_worker(
@@ -76,9 +90,11 @@ fn run_worker(
     } else {
         ""
     };
+    let snapshot = snapshot.map(snapshot_file);
     let mut child = Command::new(WORKER)
         .arg("__worker")
         .arg(format!("--escape-test={port},{first}{hole}"))
+        .args(snapshot.as_ref().map(|(_, arg)| arg))
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -89,11 +105,12 @@ fn run_worker(
     let mut stdout = child.stdout.take().unwrap();
     let stderr = child.stderr.take().unwrap();
     let mode = if snapshot.is_some() { "load" } else { "make" };
-    let attachments: Vec<&[u8]> = snapshot.into_iter().collect();
+    // The worker has its own copy of the descriptor.
+    drop(snapshot);
     write_frame(
         &mut stdin,
         &format!(r#"{{"op":"boot","snapshot":"{mode}"}}"#),
-        &attachments,
+        &[],
     );
     let (ready, mut made) = read_frame(&mut stdout);
     let mut run = observe(&ready, stderr, without_seccomp);
@@ -182,10 +199,12 @@ impl ForkServer {
             nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
         )
         .unwrap();
+        let (snapshot, snapshot_arg) = snapshot_file(snapshot);
         let mut zygote = Command::new(WORKER)
             .arg("__worker")
             .arg(format!("--escape-test={port},stdin{hole}"))
             .arg(format!("--control-fd={}", theirs.as_raw_fd()))
+            .arg(snapshot_arg)
             .env_clear()
             .env("RUST_LOG", "mcp_run_python=debug")
             .stdin(Stdio::piped())
@@ -193,14 +212,10 @@ impl ForkServer {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        drop(theirs);
+        drop((theirs, snapshot));
         let mut stdin = zygote.stdin.take().unwrap();
         let mut stdout = zygote.stdout.take().unwrap();
-        write_frame(
-            &mut stdin,
-            r#"{"op":"boot","snapshot":"load"}"#,
-            &[snapshot],
-        );
+        write_frame(&mut stdin, r#"{"op":"boot","snapshot":"load"}"#, &[]);
         let (ready, _) = read_frame(&mut stdout);
         assert_eq!(ready["kind"], "ready", "{ready}");
         let log = Arc::new(Mutex::new(String::new()));

@@ -13,6 +13,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::ptr;
 use std::time::{Duration, Instant};
 
+/// The bytes of an owned virtual file: read into memory, or a file mapped.
+pub enum OwnedBytes {
+    Read(Vec<u8>),
+    Mapped(super::mapped::MappedFile),
+}
+
 /// Receives messages that JavaScript sends to the embedder with `__host.emit(text)`.
 pub type EmitSink = Box<dyn FnMut(&str)>;
 
@@ -45,7 +51,7 @@ pub(crate) struct HostState {
     /// Read-only virtual files served to `read`/`readbuffer` (Pyodide's "shell" runtime).
     pub files: HashMap<String, &'static [u8]>,
     /// Owned virtual files, each handed over to its first reader (`Engine::add_file`).
-    pub owned_files: HashMap<String, Vec<u8>>,
+    pub owned_files: HashMap<String, OwnedBytes>,
     pub emit: Option<EmitSink>,
     pub call: Option<CallHandler>,
     /// Last `(id, text)` given to `__host.done(id, text)`: the awaited work has settled.
@@ -232,12 +238,13 @@ unsafe extern "C" fn host_read_file(
     let bytes = STATE.with(|s| {
         let mut s = s.borrow_mut();
         match s.files.get(&path) {
-            Some(b) => Some(b.to_vec()),
+            Some(b) => Some(OwnedBytes::Read(b.to_vec())),
             None => s.owned_files.remove(&path),
         }
     });
     match bytes {
-        Some(b) => make_array_buffer(ctx, b),
+        Some(OwnedBytes::Read(b)) => make_array_buffer(ctx, b),
+        Some(OwnedBytes::Mapped(m)) => make_mapped_array_buffer(ctx, m),
         None => throw(ctx, exc, &format!("No such file: {path}")),
     }
 }

@@ -6,11 +6,14 @@
 
 mod ffi;
 mod host;
+mod mapped;
 mod value;
 
 use ffi::*;
+use host::OwnedBytes;
 use host::STATE;
 pub use host::{CallHandler, EmitSink, Rejection};
+pub use mapped::MappedFile;
 use std::ptr;
 use std::time::Instant;
 use thiserror::Error;
@@ -122,6 +125,14 @@ impl Engine {
     /// the first read takes them into its `ArrayBuffer` without a copy (a 30 MiB memory
     /// snapshot, a wheel, an upload are each read once), and the path is gone after it.
     pub fn add_file(&mut self, path: &str, bytes: Vec<u8>) {
+        let bytes = OwnedBytes::Read(bytes);
+        STATE.with(|s| s.borrow_mut().owned_files.insert(path.to_owned(), bytes));
+    }
+
+    /// Serves a mapped file at virtual `path` once, as [`Engine::add_file`] does bytes: its
+    /// reader's `ArrayBuffer` is the mapping itself.
+    pub fn add_mapped_file(&mut self, path: &str, mapped: MappedFile) {
+        let bytes = OwnedBytes::Mapped(mapped);
         STATE.with(|s| s.borrow_mut().owned_files.insert(path.to_owned(), bytes));
     }
 

@@ -126,6 +126,32 @@ unsafe extern "C" fn free_vec(bytes: *mut c_void, ctx: *mut c_void) {
     )));
 }
 
+/// Rebuilds the box of a [`super::mapped::MappedFile`] handed over in
+/// [`make_mapped_array_buffer`] and drops it (unmapping the file).
+unsafe extern "C" fn free_mapping(_bytes: *mut c_void, ctx: *mut c_void) {
+    drop(Box::from_raw(ctx as *mut super::mapped::MappedFile));
+}
+
+/// Moves `mapped` into a new `ArrayBuffer` over its pages; JSC unmaps them when collected.
+///
+/// # Safety
+/// `ctx` must be valid.
+pub unsafe fn make_mapped_array_buffer(
+    ctx: JSContextRef,
+    mapped: super::mapped::MappedFile,
+) -> JSValueRef {
+    let (start, len) = mapped.as_raw();
+    let owner = Box::into_raw(Box::new(mapped)) as *mut c_void;
+    JSObjectMakeArrayBufferWithBytesNoCopy(
+        ctx,
+        start,
+        len,
+        Some(free_mapping),
+        owner,
+        ptr::null_mut(),
+    )
+}
+
 /// Moves `bytes` into a new `ArrayBuffer` without copying; JSC frees them when collected.
 ///
 /// # Safety

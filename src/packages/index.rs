@@ -4,7 +4,7 @@ use super::cache::{sha256_hex, Cache};
 use super::metadata::{read_headers, wheel_headers, MAX_METADATA_HEADER_BYTES};
 use serde::Deserialize;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use thiserror::Error;
 
@@ -76,7 +76,9 @@ pub struct Project {
 /// HTTP client plus cache; cheap to clone.
 #[derive(Clone)]
 pub struct Fetcher {
-    client: reqwest::Client,
+    /// Made at the first request: making one loads the system's root certificates (~8 ms),
+    /// which would otherwise delay every server's start, and its first interpreter's boot.
+    client: Arc<OnceLock<reqwest::Client>>,
     cache: Cache,
     offline: bool,
 }
@@ -84,17 +86,22 @@ pub struct Fetcher {
 impl Fetcher {
     /// A fetcher that stores into `cache`; with `offline`, it never touches the network.
     pub fn new(cache: Cache, offline: bool) -> Self {
-        let client = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(REQUEST_TIMEOUT)
-            .user_agent(concat!("mcp-run-python/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
         Fetcher {
-            client,
+            client: Arc::default(),
             cache,
             offline,
         }
+    }
+
+    fn client(&self) -> &reqwest::Client {
+        self.client.get_or_init(|| {
+            reqwest::Client::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .timeout(REQUEST_TIMEOUT)
+                .user_agent(concat!("mcp-run-python/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .unwrap_or_else(|_| reqwest::Client::new())
+        })
     }
 
     /// The cache this fetcher uses.
@@ -116,7 +123,7 @@ impl Fetcher {
             url: url.to_owned(),
             reason: e.to_string(),
         };
-        let mut resp = self.client.get(url).send().await.map_err(net)?;
+        let mut resp = self.client().get(url).send().await.map_err(net)?;
         if resp.status() == reqwest::StatusCode::NOT_FOUND {
             return Err(FetchError::NotFound(url.to_owned()));
         }
@@ -160,7 +167,7 @@ impl Fetcher {
             return Err(FetchError::Offline(url.to_owned()));
         }
         let resp = self
-            .client
+            .client()
             .head(url)
             .send()
             .await

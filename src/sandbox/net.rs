@@ -10,6 +10,7 @@
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, InvalidHeaderName, InvalidHeaderValue};
 use serde::{Deserialize, Serialize};
 use std::error::Error as _;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use thiserror::Error;
 
@@ -151,7 +152,9 @@ impl NetError {
 pub struct NetPolicy {
     allowed: Vec<String>,
     max_bytes: usize,
-    client: reqwest::Client,
+    /// Made at the first fetch (most servers never make one): making it loads the system's
+    /// root certificates (~8 ms), which would otherwise delay the server's start.
+    client: Arc<OnceLock<reqwest::Client>>,
 }
 
 impl NetPolicy {
@@ -159,12 +162,6 @@ impl NetPolicy {
     /// with request and response bodies of at most `max_response_bytes` bytes
     /// (`--max-fetch-bytes`, default [`DEFAULT_MAX_FETCH_BYTES`]).
     pub fn new(hosts: Vec<String>, max_response_bytes: usize) -> Self {
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(CONNECT_TIMEOUT_SECS))
-            .timeout(Duration::from_secs(REQUEST_TIMEOUT_SECS))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
         NetPolicy {
             allowed: hosts
                 .into_iter()
@@ -172,8 +169,19 @@ impl NetPolicy {
                 .filter(|h| !h.is_empty())
                 .collect(),
             max_bytes: max_response_bytes,
-            client,
+            client: Arc::default(),
         }
+    }
+
+    fn client(&self) -> &reqwest::Client {
+        self.client.get_or_init(|| {
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(CONNECT_TIMEOUT_SECS))
+                .timeout(Duration::from_secs(REQUEST_TIMEOUT_SECS))
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap_or_else(|_| reqwest::Client::new())
+        })
     }
 
     /// Largest request body user code may send with one fetch (bytes): the same limit as for
@@ -241,7 +249,7 @@ impl NetPolicy {
                 limit: self.max_bytes,
             });
         }
-        let mut builder = self.client.request(method, url).headers(headers);
+        let mut builder = self.client().request(method, url).headers(headers);
         if !body.is_empty() {
             builder = builder.body(body);
         }

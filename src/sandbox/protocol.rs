@@ -66,10 +66,10 @@ impl FrameLimits {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
-    /// The first frame a worker reads: how to boot. With `snapshot` `load`, attachment 0 is
-    /// a Pyodide memory snapshot to restore; with `make`, the worker boots normally and sends
-    /// a snapshot with [`Reply::Ready`].
-    /// With a non-empty `mount` (`--mount`), the next attachment holds its files' bytes, one
+    /// The first frame a worker reads: how to boot. With `snapshot` `load`, it restores the
+    /// memory snapshot whose descriptor it was given ([`SNAPSHOT_FD_ARG`]); with `make`, it
+    /// boots normally and sends a snapshot with [`Reply::Ready`].
+    /// With a non-empty `mount` (`--mount`), attachment 0 holds its files' bytes, one
     /// after another. With `install` (`--deps`), the attachments after those are its files,
     /// one each; the worker installs and imports them once booted, before [`Reply::Ready`].
     Boot {
@@ -212,6 +212,15 @@ impl Reply {
     }
 }
 
+/// Largest memory snapshot (bytes) a booting worker may hand over, or restore; Pyodide's is
+/// ~30 MiB.
+pub const MAX_SNAPSHOT_BYTES: usize = 512 << 20;
+
+/// The worker argument that names the descriptor of the memory snapshot to restore
+/// (`--snapshot-fd=N`, read-only, kept across `exec`): the worker maps the file instead of
+/// receiving its bytes through its standard input.
+pub const SNAPSHOT_FD_ARG: &str = "--snapshot-fd=";
+
 /// How a worker boots Pyodide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -220,7 +229,8 @@ pub enum SnapshotMode {
     None,
     /// Plain boot, then hand a memory snapshot to the front.
     Make,
-    /// Restore the attached memory snapshot (much faster than a plain boot).
+    /// Restore the memory snapshot named by [`SNAPSHOT_FD_ARG`] (much faster than a plain
+    /// boot).
     Load,
 }
 

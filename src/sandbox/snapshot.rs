@@ -5,6 +5,7 @@ use super::mount::Mounts;
 use super::worker::{Preinstall, SandboxReport, Worker, WorkerError};
 use super::zygote::Zygote;
 use futures::future::{BoxFuture, Shared};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -55,17 +56,21 @@ enum ZygoteState {
 
 struct SnapshotStore {
     path: PathBuf,
-    bytes: Mutex<Option<Arc<Vec<u8>>>>,
+    /// The snapshot file, opened read-only once; each worker gets its own descriptor of it
+    /// and maps it (`None` until the first boot found or made it). When the file cannot be
+    /// stored, a memory file holds the snapshot instead.
+    file: Mutex<Option<File>>,
 }
 
 impl SnapshotStore {
-    fn load(&self) -> Option<Arc<Vec<u8>>> {
-        let mut bytes = self.bytes.lock().unwrap_or_else(|p| p.into_inner());
-        if bytes.is_none() {
-            *bytes = std::fs::read(&self.path).ok().map(Arc::new);
-            if bytes.is_some() {
+    /// A descriptor of the snapshot to hand to one worker, if there is a snapshot.
+    fn load(&self) -> Option<File> {
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        if file.is_none() {
+            *file = File::open(&self.path).ok();
+            if file.is_some() {
                 // In use: keep it from being pruned as stale.
-                let touched = std::fs::File::options()
+                let touched = File::options()
                     .write(true)
                     .open(&self.path)
                     .and_then(|f| f.set_modified(SystemTime::now()));
@@ -74,33 +79,59 @@ impl SnapshotStore {
                 }
             }
         }
-        bytes.clone()
+        let handed = file.as_ref()?.try_clone();
+        handed
+            .map_err(|e| tracing::warn!("cannot hand out the memory snapshot: {e}"))
+            .ok()
     }
 
+    /// Stores `snapshot` (written to a new file, then renamed over the old one, so that a
+    /// worker mapping the old one keeps it whole), or else keeps it in a memory file.
     fn save(&self, snapshot: Vec<u8>) {
-        let snapshot = Arc::new(snapshot);
-        if let Some(dir) = self.path.parent() {
-            let tmp = self
-                .path
-                .with_extension(format!("tmp{}", std::process::id()));
-            let written = std::fs::create_dir_all(dir)
-                .and_then(|_| std::fs::write(&tmp, snapshot.as_slice()))
-                .and_then(|_| std::fs::rename(&tmp, &self.path));
-            match written {
-                Ok(()) => prune_stale(dir, &self.path),
-                Err(e) => tracing::warn!(
+        let stored = self.store(&snapshot).and_then(|()| File::open(&self.path));
+        let file = match stored {
+            Ok(file) => {
+                if let Some(dir) = self.path.parent() {
+                    prune_stale(dir, &self.path);
+                }
+                Some(file)
+            }
+            Err(e) => {
+                tracing::warn!(
                     "cannot store the memory snapshot in {}: {e}",
                     self.path.display()
-                ),
+                );
+                memory_file(&snapshot)
+                    .map_err(|e| tracing::warn!("cannot keep the memory snapshot: {e}"))
+                    .ok()
             }
-        }
-        *self.bytes.lock().unwrap_or_else(|p| p.into_inner()) = Some(snapshot);
+        };
+        *self.file.lock().unwrap_or_else(|p| p.into_inner()) = file;
+    }
+
+    fn store(&self, snapshot: &[u8]) -> std::io::Result<()> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let tmp = self
+            .path
+            .with_extension(format!("tmp{}", std::process::id()));
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(&tmp, snapshot)?;
+        std::fs::rename(&tmp, &self.path)
     }
 
     fn discard(&self) {
         let _ = std::fs::remove_file(&self.path);
-        *self.bytes.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.file.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
+}
+
+/// `bytes` in an anonymous memory file (`memfd_create`), read from its start.
+fn memory_file(bytes: &[u8]) -> std::io::Result<File> {
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    let fd = memfd_create(c"mcp-run-python-snapshot", MFdFlags::MFD_CLOEXEC)?;
+    let mut file = File::from(fd);
+    std::io::Write::write_all(&mut file, bytes)?;
+    Ok(file)
 }
 
 /// Removes the snapshots (and leftover temporary files) in `dir` other than `keep` that were
@@ -147,7 +178,7 @@ impl Launcher {
             args,
             store: snapshot_path.map(|path| SnapshotStore {
                 path,
-                bytes: Mutex::new(None),
+                file: Mutex::new(None),
             }),
             sandbox: Mutex::new(None),
             zygote: zygote.then(|| Mutex::new(ZygoteState::Idle)),
@@ -320,7 +351,7 @@ impl Launcher {
                 .0);
         };
         if let Some(snapshot) = store.load() {
-            match Worker::spawn(exe, args, Some(snapshot), false, mounts, preinstall).await {
+            match Worker::spawn(exe, args, Some(&snapshot), false, mounts, preinstall).await {
                 Ok((worker, _)) => return Ok(worker),
                 // Stopped by a shutdown, or unconfined: says nothing about the snapshot.
                 Err(e @ (WorkerError::Stopped(_) | WorkerError::Unconfined(_))) => return Err(e),

@@ -10,11 +10,13 @@ use super::process::{Ended, Process};
 use super::protocol::{
     read_frame_async, write_frame_async, BootInstall, CallId, Frame, FrameError, FrameLimits,
     Reply, Request, RunOutcome, SnapshotMode, Stream, MAX_IMAGES, MAX_LISTED_FILES,
+    MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
 };
 use super::worker_main::OUTPUT_SLACK;
 use std::collections::HashMap;
 use std::fmt;
-use std::os::fd::OwnedFd;
+use std::fs::File;
+use std::os::fd::{OwnedFd, RawFd};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -27,9 +29,6 @@ use tokio::time::Instant;
 /// How long a worker may take to boot Pyodide (seconds); a debug build on a busy machine
 /// is the slow case.
 pub const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
-
-/// Largest memory snapshot a booting worker may hand over (bytes); Pyodide's is ~30 MiB.
-const MAX_SNAPSHOT_BYTES: usize = 512 << 20;
 
 /// How much larger than the text it carries a JSON header may be: `\u00XX` escapes of
 /// control characters take 6 bytes for 1, and an astral character escaped as a surrogate
@@ -161,11 +160,10 @@ fn drain_stderr(pid: Option<u32>, stderr: WorkerOut) {
     });
 }
 
-/// What a worker boots with: how (`mode`), the snapshot to restore with `Load`, the
-/// operator's `--mount` data, and the packages to install (`--deps`).
+/// What a worker boots with: how (`mode`; with `Load`, the snapshot's descriptor was given to
+/// [`Worker::start`]), the operator's `--mount` data, and the packages to install (`--deps`).
 pub struct BootRequest<'a> {
     pub mode: SnapshotMode,
-    pub snapshot: Option<&'a [u8]>,
     pub mounts: &'a Mounts,
     pub preinstall: Option<&'a Preinstall>,
 }
@@ -188,8 +186,9 @@ pub struct Preinstall {
 }
 
 impl Worker {
-    /// Starts `exe __worker <args>` and waits for Pyodide to boot, restoring `snapshot` when
-    /// given, or else making one when `make_snapshot`, and to install `preinstall`. Returns the
+    /// Starts `exe __worker <args>` and waits for Pyodide to boot, restoring the `snapshot` file
+    /// when given (the worker maps it), or else making one when `make_snapshot`, and to install
+    /// `preinstall`. Returns the
     /// worker and the snapshot it made, if any.
     ///
     /// Errors: [`WorkerError::Spawn`], [`WorkerError::Boot`], [`WorkerError::BootTimeout`],
@@ -197,21 +196,20 @@ impl Worker {
     pub async fn spawn(
         exe: &Path,
         args: &[String],
-        snapshot: Option<Arc<Vec<u8>>>,
+        snapshot: Option<&File>,
         make_snapshot: bool,
         mounts: &Mounts,
         preinstall: Option<&Preinstall>,
     ) -> Result<(Worker, Option<Vec<u8>>), WorkerError> {
-        let worker = Worker::start(exe, args, None)?;
-        let (mode, snapshot) = match (&snapshot, make_snapshot) {
-            (Some(bytes), _) => (SnapshotMode::Load, Some(bytes.as_slice())),
-            (None, true) => (SnapshotMode::Make, None),
-            (None, false) => (SnapshotMode::None, None),
+        let worker = Worker::start(exe, args, None, snapshot)?;
+        let mode = match (snapshot, make_snapshot) {
+            (Some(_), _) => SnapshotMode::Load,
+            (None, true) => SnapshotMode::Make,
+            (None, false) => SnapshotMode::None,
         };
         worker
             .boot(Some(BootRequest {
                 mode,
-                snapshot,
                 mounts,
                 preinstall,
             }))
@@ -219,26 +217,35 @@ impl Worker {
     }
 
     /// Starts `exe __worker <args>` with piped stdin, stdout and stderr and no environment
-    /// but `RUST_LOG`; `control`, when given, becomes its descriptor 3 (the zygote's control
-    /// socket, `fork_server.rs`). Does not wait for it to boot.
+    /// but `RUST_LOG`; `control` (the zygote's control socket, `fork_server.rs`) and
+    /// `snapshot` (the memory snapshot to restore, [`SNAPSHOT_FD_ARG`]), when given, are
+    /// inherited under the numbers its arguments name. Does not wait for it to boot.
     ///
     /// Errors: [`WorkerError::Spawn`], [`WorkerError::Protocol`] (pipes missing).
     pub fn start(
         exe: &Path,
         args: &[String],
         control: Option<&OwnedFd>,
+        snapshot: Option<&File>,
     ) -> Result<Worker, WorkerError> {
         use std::os::fd::AsRawFd;
         let mut command = Command::new(exe);
-        let control = control.map(|fd| fd.as_raw_fd());
+        let snapshot = snapshot.map(|f| f.as_raw_fd());
+        let inherited: Vec<RawFd> = control
+            .map(|fd| fd.as_raw_fd())
+            .into_iter()
+            .chain(snapshot)
+            .collect();
         // SAFETY: `pre_exec` runs in the forked child before `exec` and makes only
-        // async-signal-safe system calls (close_range, dup2, fcntl): no allocation, no locks.
+        // async-signal-safe system calls (close_range, fcntl) over a slice made before the
+        // fork: no allocation, no locks.
         unsafe {
-            command.pre_exec(move || super::confine::spawn::pre_exec(control));
+            command.pre_exec(move || super::confine::spawn::pre_exec(&inherited));
         }
         let mut child = command
             .arg("__worker")
             .args(args)
+            .args(snapshot.map(|fd| format!("{SNAPSHOT_FD_ARG}{fd}")))
             // The worker gets no host environment beyond what logging needs.
             .env_clear()
             .envs(std::env::var("RUST_LOG").ok().map(|v| ("RUST_LOG", v)))
@@ -303,7 +310,7 @@ impl Worker {
         let preinstalled = boot.as_ref().and_then(|b| b.preinstall);
         let booted = async {
             if let Some(boot) = boot {
-                let mut attachments: Vec<&[u8]> = boot.snapshot.into_iter().collect();
+                let mut attachments: Vec<&[u8]> = Vec::new();
                 if !boot.mounts.plan.is_empty() {
                     attachments.push(&boot.mounts.bytes);
                 }

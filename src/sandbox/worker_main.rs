@@ -13,14 +13,15 @@ use super::mount::MountPlan;
 use super::net::{FetchRequest, FetchResponse};
 use super::protocol::{
     read_frame, write_frame, BootInstall, CallId, Frame, FrameLimits, OutputLine, Reply, Request,
-    RunOutcome, RunStatus, SnapshotMode,
+    RunOutcome, RunStatus, SnapshotMode, MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
 };
-use crate::engine::{Arg, Engine, EngineError, JsFunction};
-use anyhow::{anyhow, Context, Result};
+use crate::engine::{Arg, Engine, EngineError, JsFunction, MappedFile};
+use anyhow::{anyhow, bail, Context, Result};
 use include_dir::{include_dir, Dir};
 use serde::Deserialize;
 use std::cell::{Cell, RefCell};
 use std::io::{self, BufReader, BufWriter};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -198,13 +199,34 @@ fn parse_answer<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, Operation
     }
 }
 
+/// Maps the memory snapshot the front named by [`SNAPSHOT_FD_ARG`], and closes that
+/// descriptor (the mapping stays): nothing of the file is left to reach once user code runs.
+///
+/// Errors: the argument is missing or names no open descriptor; the file cannot be mapped.
+fn map_snapshot() -> Result<MappedFile> {
+    let arg = std::env::args()
+        .find_map(|a| a.strip_prefix(SNAPSHOT_FD_ARG).map(str::to_owned))
+        .ok_or_else(|| anyhow!("a snapshot to restore, but no {SNAPSHOT_FD_ARG}"))?;
+    let fd: RawFd = arg
+        .parse()
+        .map_err(|_| anyhow!("{SNAPSHOT_FD_ARG}{arg} is not a descriptor"))?;
+    // SAFETY: F_GETFD only reads the descriptor's flags; it fails with EBADF if it is not open.
+    if fd <= 2 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        bail!("{SNAPSHOT_FD_ARG}{arg} is not an open descriptor");
+    }
+    // SAFETY: the front passed this descriptor for this use only (`Worker::start`); it is open
+    // (checked above), and owning it here closes it once mapped.
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    MappedFile::map(&file, MAX_SNAPSHOT_BYTES as u64).context("mapping the memory snapshot")
+}
+
 fn boot(
     mode: SnapshotMode,
-    snapshot: Option<Vec<u8>>,
+    snapshot: Option<MappedFile>,
 ) -> Result<(Engine, Runner, String, Option<Vec<u8>>)> {
     let mut engine = Engine::new()?;
-    if let Some(bytes) = snapshot {
-        engine.add_file("/snapshot.bin", bytes);
+    if let Some(mapped) = snapshot {
+        engine.add_mapped_file("/snapshot.bin", mapped);
     }
     let made: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
     let made_in = made.clone();
@@ -640,7 +662,7 @@ fn serve() -> Result<()> {
             }) => {
                 let mut attachments = attachments.into_iter();
                 let restore = match snapshot {
-                    SnapshotMode::Load => attachments.next(),
+                    SnapshotMode::Load => Some(map_snapshot()?),
                     SnapshotMode::None | SnapshotMode::Make => None,
                 };
                 let bytes = match mount.is_empty() {

@@ -17,6 +17,7 @@ use super::worker::{BootRequest, Preinstall, Worker, WorkerError};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use std::collections::HashMap;
+use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -96,7 +97,7 @@ impl Zygote {
     pub async fn start(
         exe: &Path,
         args: &[String],
-        snapshot: Option<Arc<Vec<u8>>>,
+        snapshot: Option<File>,
         mounts: &Mounts,
         preinstall: Option<&Preinstall>,
     ) -> Result<Zygote, ZygoteError> {
@@ -109,16 +110,16 @@ impl Zygote {
         .map_err(ZygoteError::Io)?;
         let mut args = args.to_vec();
         args.push(format!("{CONTROL_FD_ARG}{}", theirs.as_raw_fd()));
-        let worker = Worker::start(exe, &args, Some(&theirs)).map_err(ZygoteError::Boot)?;
-        // The zygote has its copy (spawn returns once it has run `exec`).
-        drop(theirs);
+        let worker = Worker::start(exe, &args, Some(&theirs), snapshot.as_ref())
+            .map_err(ZygoteError::Boot)?;
         let mode = match snapshot {
             Some(_) => SnapshotMode::Load,
             None => SnapshotMode::None,
         };
+        // The zygote has its copies (spawn returns once it has run `exec`).
+        drop((theirs, snapshot));
         let request = BootRequest {
             mode,
-            snapshot: snapshot.as_deref().map(|bytes| bytes.as_slice()),
             mounts,
             preinstall,
         };

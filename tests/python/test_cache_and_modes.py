@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import BINARY, mcp_session, run, server_env
+from conftest import BINARY, direct_child_pids, mcp_session, run, server_env
 from pypi_mirror import Mirror
 
 pytestmark = pytest.mark.anyio
@@ -74,6 +74,21 @@ async def test_timeout_kills_the_worker_and_the_next_call_works():
         assert await run(session, "1 + 1") == "<status>success</status>\n<return_value>\n2\n</return_value>"
 
 
+# Most anonymous memory (KiB) the server itself may hold once it serves: ~3 MiB. Workers map the
+# 30 MiB memory snapshot from its file; the server kept a copy of it while it piped the bytes.
+MAX_SERVER_ANON_KIB = 16 << 10
+
+
+def server_anon_kib():
+    """Anonymous resident memory (KiB) of this test's stdio server process."""
+    for pid in direct_child_pids(os.getpid()):
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"stdio" in f.read().split(b"\0"):
+                with open(f"/proc/{pid}/status") as f:
+                    return int(next(line.split()[1] for line in f if line.startswith("RssAnon:")))
+    raise AssertionError("no stdio server among this process's children")
+
+
 async def test_memory_snapshot_is_made_once_and_restored(tmp_path):
     cache = str(tmp_path / "cache")
     log = tmp_path / "server.log"
@@ -106,6 +121,8 @@ async def test_memory_snapshot_is_made_once_and_restored(tmp_path):
     os.utime(snapshots[0], (month_ago, month_ago))
     async with mcp_session("--workers", "1", cache_dir=cache) as session:
         assert (await run(session, "1 + 1")).endswith("<return_value>\n2\n</return_value>")
+        # The worker mapped the snapshot file: the server holds no copy of it.
+        assert server_anon_kib() < MAX_SERVER_ANON_KIB
     assert snapshots[0].stat().st_mtime > time.time() - 3600
 
     # A damaged snapshot is dropped and the worker boots plainly.

@@ -4,9 +4,10 @@
 /// First descriptor that a worker must not inherit: everything past stdin, stdout, stderr.
 const FIRST_PRIVATE_FD: libc::c_uint = 3;
 
-/// Runs in the forked child before `exec`. `control`, when given, keeps its number and loses
-/// close-on-exec (the zygote's control socket, named to it by `--control-fd=`): it is the only
-/// descriptor past stderr that reaches the worker. Not moved with `dup2`, which could close a
+/// Runs in the forked child before `exec`. Each of `inherited` keeps its number and loses
+/// close-on-exec (the zygote's control socket, named to it by `--control-fd=`, and the memory
+/// snapshot to restore, by `--snapshot-fd=`): they are the only descriptors past stderr that
+/// reach the worker. Not moved with `dup2`, which could close a
 /// descriptor of the standard library's own. Only async-signal-safe system calls: no
 /// allocation, no locks (the front is multi-threaded; see `fork(2)`, signal-safety(7)).
 ///
@@ -18,8 +19,8 @@ const FIRST_PRIVATE_FD: libc::c_uint = 3;
 /// can tell what it got and report it.
 ///
 /// # Errors
-/// `fcntl` fails on the control socket.
-pub fn pre_exec(control: Option<std::os::fd::RawFd>) -> std::io::Result<()> {
+/// `fcntl` fails on an inherited descriptor.
+pub fn pre_exec(inherited: &[std::os::fd::RawFd]) -> std::io::Result<()> {
     // SAFETY: close_range takes plain integers and touches no memory; marking descriptors
     // close-on-exec cannot invalidate anything this child still uses before `exec`. An old
     // kernel answers ENOSYS/EINVAL: then descriptors are not marked (std's own are CLOEXEC).
@@ -31,7 +32,7 @@ pub fn pre_exec(control: Option<std::os::fd::RawFd>) -> std::io::Result<()> {
             libc::CLOSE_RANGE_CLOEXEC,
         );
     }
-    if let Some(fd) = control {
+    for &fd in inherited {
         // SAFETY: integers only; clears close-on-exec on a descriptor this child holds.
         if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
             return Err(std::io::Error::last_os_error());
