@@ -16,6 +16,11 @@ use std::time::{Duration, Instant, SystemTime};
 /// Restoring one refreshes its modification time, so a binary still in use keeps its own.
 const STALE_SNAPSHOT_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// How long a booting worker waits for `--deps` to be resolved and fetched (seconds) before
+/// it boots without them. The resolution goes on (its result is shared), and a later worker
+/// gets them.
+const PREINSTALL_WAIT: Duration = Duration::from_secs(60);
+
 /// How long after a zygote failed the next one is started (seconds); workers are restored from
 /// the snapshot meanwhile.
 const ZYGOTE_RETRY: Duration = Duration::from_secs(30);
@@ -187,9 +192,21 @@ impl Launcher {
         }
     }
 
-    /// The packages to install as a worker boots, once resolved (`None` without `--deps`).
+    /// The packages to install as a worker boots, once resolved (`None` without `--deps`, or
+    /// when they are not resolved within [`PREINSTALL_WAIT`]: the worker then boots without
+    /// them, and its first call installs them under `--install-timeout`).
     async fn preinstall(&self) -> Option<Arc<Preinstall>> {
-        self.preinstall.clone()?.await
+        let source = self.preinstall.clone()?;
+        match tokio::time::timeout(PREINSTALL_WAIT, source).await {
+            Ok(preinstall) => preinstall,
+            Err(_) => {
+                tracing::warn!(
+                    "--deps not resolved within {} s: a worker boots without them",
+                    PREINSTALL_WAIT.as_secs()
+                );
+                None
+            }
+        }
     }
 
     /// Whether new interpreters are forked now (the zygote is ready).
