@@ -1,8 +1,10 @@
 //! Streamable HTTP (MCP spec 2025-03-26 and later), stateful or stateless, at `/mcp`, using
 //! rmcp's server; and the HTTP listener shared with the legacy SSE transport.
 //!
-//! Every route sits behind two layers: the DNS-rebinding guard ([`Access`]: `Host` and `Origin`
-//! checks, first of all), then [`json_errors`], which gives every refusal that has no JSON body
+//! Every route sits behind three layers: the DNS-rebinding guard ([`Access`]: `Host` and
+//! `Origin` checks, first of all), then CORS for the origins the guard let through ([`cors`]:
+//! a browser page at an `--allow-origin` origin gets its preflight answered and may read the
+//! answers), then [`json_errors`], which gives every refusal that has no JSON body
 //! yet (rmcp's and axum's plain-text ones) the JSON-RPC error of [`super::errors`], keeping
 //! its status and `Allow` header. `/mcp` also has [`mcp_prechecks`] in front of rmcp.
 //!
@@ -13,6 +15,7 @@
 //! |---|---|---|---|
 //! | every path | `Origin` present and not allowed (spec: MUST validate `Origin`) | 403 | -32000 |
 //! | every path | `Host` missing or not allowed | 403 | -32000 |
+//! | every path | OPTIONS preflight from an allowed `Origin` (Fetch standard, CORS) | 200, `Access-Control-Allow-*` | |
 //! | other paths | any | 404 | -32000 |
 //! | `/mcp` | POST `initialize` (stateful) | 200, event stream, `Mcp-Session-Id` | |
 //! | `/mcp` | POST request | 200, event stream (stateless: JSON) | |
@@ -62,6 +65,39 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// How long a browser may reuse a CORS preflight answer (seconds).
+const CORS_MAX_AGE: Duration = Duration::from_secs(3600);
+
+/// Request headers an MCP client in a browser sends beyond the CORS-safelisted ones (MCP spec,
+/// streamable HTTP: session, protocol version, resumption; `Authorization` for clients that
+/// send one).
+const CORS_REQUEST_HEADERS: [&str; 6] = [
+    "content-type",
+    "accept",
+    "authorization",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
+
+/// Response headers a browser page may read: the session id it must send back, and the
+/// protocol version.
+const CORS_EXPOSED_HEADERS: [&str; 2] = ["mcp-session-id", "mcp-protocol-version"];
+
+/// CORS (the Fetch standard) for requests the guard let through: their `Origin`, if any, is a
+/// loopback one or an `--allow-origin` one, so it is mirrored back; a preflight (`OPTIONS` with
+/// `Access-Control-Request-Method`) is answered here, without reaching the routes. A request
+/// without `Origin` (not from a browser page) gets no CORS headers.
+fn cors() -> tower_http::cors::CorsLayer {
+    use axum::http::HeaderName;
+    tower_http::cors::CorsLayer::new()
+        .allow_origin(tower_http::cors::AllowOrigin::mirror_request())
+        .allow_methods([Method::GET, Method::POST, Method::DELETE])
+        .allow_headers(CORS_REQUEST_HEADERS.map(HeaderName::from_static))
+        .expose_headers(CORS_EXPOSED_HEADERS.map(HeaderName::from_static))
+        .max_age(CORS_MAX_AGE)
+}
 
 /// Room for the JSON-RPC envelope and `global_variables` around the code in a message (bytes).
 const ENVELOPE_ROOM_BYTES: usize = 64 * 1024;
@@ -492,6 +528,7 @@ pub async fn serve(
         .layer(axum::middleware::from_fn(move |req, next| {
             json_errors(req, next, max_body)
         }))
+        .layer(cors())
         .layer(axum::middleware::from_fn(move |req, next| {
             guard(req, next, access.clone())
         }));

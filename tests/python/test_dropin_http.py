@@ -214,6 +214,9 @@ async def test_foreign_origins_and_hosts_get_403():
                                       headers={**headers, "Origin": ok})
                 assert r.status_code == 200, (ok, r.text)
                 assert rpc_result(r)["result"]["tools"][0]["name"] == "run_python_code"
+                # CORS: the page may read the answer and the session id it must send back.
+                assert r.headers["access-control-allow-origin"] == ok, r.headers
+                assert "mcp-session-id" in r.headers["access-control-expose-headers"].lower(), r.headers
             r = await client.post(f"{base}/mcp", json=INIT, headers={**ACCEPT, "Host": "localhost"})
             assert r.status_code == 200
 
@@ -228,6 +231,24 @@ async def test_foreign_origins_and_hosts_get_403():
             assert error_of(r, 403) == FORBIDDEN_ORIGIN
             r = await client.post(f"{base}/mcp", json=tools, headers={**ACCEPT, **evil_host})
             assert error_of(r, 403) == FORBIDDEN_HOST
+            # A browser page at an --allow-origin origin: its CORS preflight is answered, and it
+            # may read the answers.
+            preflight = {"Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+                         "Access-Control-Request-Headers": "content-type, mcp-protocol-version"}
+            r = await client.options(f"{base}/mcp", headers=preflight)
+            assert r.status_code == 200, r.text
+            assert r.headers["access-control-allow-origin"] == "https://app.example", r.headers
+            assert "POST" in r.headers["access-control-allow-methods"], r.headers
+            assert "mcp-protocol-version" in r.headers["access-control-allow-headers"].lower(), r.headers
+            r = await client.post(f"{base}/mcp", json=tools, headers={**ACCEPT, "Origin": "https://app.example"})
+            assert r.headers["access-control-allow-origin"] == "https://app.example", r.headers
+            # Another origin is refused before CORS, and learns nothing from a preflight.
+            r = await client.options(f"{base}/mcp", headers={**preflight, "Origin": "https://app.example:8443"})
+            assert error_of(r, 403) == FORBIDDEN_ORIGIN
+            assert "access-control-allow-origin" not in r.headers
+            # A request that is not from a browser page carries no Origin and gets no CORS header.
+            r = await client.post(f"{base}/mcp", json=tools, headers=ACCEPT)
+            assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
 
     with http_server("sse", "--workers", "1") as base:
         async with httpx.AsyncClient(timeout=CALL_TIMEOUT) as client:
