@@ -267,11 +267,11 @@ async def throughput(binary, cache, isolation, workers, calls, clients=8):
     """Trivial calls per second with `clients` HTTP sessions, each on its own bare connection."""
     server = Http(binary, cache, "--isolation", isolation, "--workers", str(workers))
     async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=64)) as http:
-        if isolation != "shared":
-            # Sessions open once the zygote is ready, so that every interpreter is forked (one
-            # booted before then compiles its code anew for thousands of calls).
-            await server.call(http, await server.session(http))
-            await server.wait_for(ZYGOTE_READY)
+        # Sessions open once the zygote is ready, so that every interpreter is forked (one
+        # booted before then compiles its code anew for thousands of calls; a shared one gives
+        # way to a fork at its next call).
+        await server.call(http, await server.session(http))
+        await server.wait_for(ZYGOTE_READY)
         sessions = [await server.session(http) for _ in range(clients)]
         connections = [await Connection.open(server.port) for _ in sessions]
         for conn, h in zip(connections, sessions):

@@ -152,7 +152,8 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
     // Spares kept ready, and booted at start-up.
     let (spares, initial) = match (isolation, cli.mode) {
         (Isolation::Call, _) => (workers, workers),
-        // Shared interpreters are booted at start-up and replaced when lost.
+        // Shared interpreters are booted at start-up and replaced when lost (and, over HTTP,
+        // by forks once the zygote is ready).
         (Isolation::Shared, _) => (0, workers),
         // One session: one spare at start, and one after each lost interpreter.
         (Isolation::Session, Mode::Stdio | Mode::Warmup | Mode::Example) => (0, 1),
@@ -166,11 +167,12 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         None => (spares, initial),
     };
     // A zygote pays for itself where new interpreters are needed all the time: a session each
-    // (HTTP) or a call each. Over stdio one session keeps one interpreter for its whole life.
+    // (HTTP) or a call each; and over HTTP with `shared`, whose long-lived interpreters it
+    // hands out with their code compiled. Over stdio one session keeps one interpreter for its
+    // whole life.
     let zygote = !cli.no_zygote
         && (isolation == Isolation::Call
-            || (isolation == Isolation::Session
-                && !matches!(cli.mode, Mode::Stdio | Mode::Warmup | Mode::Example)));
+            || !matches!(cli.mode, Mode::Stdio | Mode::Warmup | Mode::Example));
     let mounts = Mounts::load(&cli.mount, cli.max_mount_bytes).context("--mount")?;
     let deps: Vec<String> = cli
         .deps

@@ -117,7 +117,7 @@ impl Spares {
                 .pop_front();
             if let Some(mut worker) = spare {
                 self.fill();
-                if !worker.is_forked() && self.launcher.forks() {
+                if self.outdated(&worker) {
                     // Booted before the zygote was ready: a fork (milliseconds) inherits the
                     // zygote's compiled code, which a booted interpreter would spend its first
                     // thousands of calls compiling, slower all the while.
@@ -160,6 +160,14 @@ impl Spares {
             .push_back(worker);
         self.booted.notify_waiters();
         Ok(())
+    }
+
+    /// Whether `worker` should give way to a forked interpreter: it was booted (restored)
+    /// before the zygote was ready, and the zygote is ready now. A booted interpreter compiles
+    /// the per-call code anew for thousands of calls, slower all the while, which a fork
+    /// inherits compiled (`--isolation shared` keeps its interpreters for the server's life).
+    pub fn outdated(&self, worker: &Worker) -> bool {
+        !worker.is_forked() && self.launcher.forks()
     }
 
     /// The confinement report of the last worker booted (`None` before the first).

@@ -589,6 +589,19 @@ impl Executor {
         };
         drop(waiting);
         let stateful = self.keeps_state();
+        if let Held::Shared(lease) = &mut held {
+            // A shared interpreter restored before the zygote was ready gives way to a fork
+            // once it is, a single time per slot, between calls.
+            if lease
+                .slot()
+                .as_ref()
+                .is_some_and(|w| self.spares.outdated(w))
+            {
+                if let Some(worker) = lease.slot().take() {
+                    worker.kill_soon();
+                }
+            }
+        }
         if held.slot().is_none() {
             let fresh = tokio::select! {
                 w = self.spares.take() => w,
