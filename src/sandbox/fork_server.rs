@@ -374,21 +374,7 @@ pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
 ///
 /// Errors: the argument is not a descriptor number, or names a descriptor that is not open.
 pub fn control_socket() -> Result<Option<OwnedFd>> {
-    let Some(arg) =
-        std::env::args().find_map(|a| a.strip_prefix(CONTROL_FD_ARG).map(str::to_owned))
-    else {
-        return Ok(None);
-    };
-    let fd: RawFd = arg
-        .parse()
-        .map_err(|_| anyhow!("{CONTROL_FD_ARG}{arg} is not a descriptor"))?;
-    // SAFETY: F_GETFD only reads the descriptor's flags; it fails with EBADF if it is not open.
-    if fd <= 2 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        bail!("{CONTROL_FD_ARG}{arg} is not an open descriptor");
-    }
-    // SAFETY: the front passed this descriptor for this use only (`zygote.rs`); it is open
-    // (checked above) and nothing else in this process owns it.
-    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+    super::worker_main::inherited_descriptor(CONTROL_FD_ARG)
 }
 
 /// Fails unless `buffered` (bytes of standard input read but not consumed) is 0: the zygote's

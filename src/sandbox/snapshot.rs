@@ -130,7 +130,8 @@ impl SnapshotStore {
     }
 }
 
-/// `bytes` in an anonymous memory file (`memfd_create`), read from its start.
+/// `bytes` in an anonymous memory file (`memfd_create`), which workers map as they do the
+/// stored file.
 fn memory_file(bytes: &[u8]) -> std::io::Result<File> {
     use nix::sys::memfd::{memfd_create, MFdFlags};
     let fd = memfd_create(c"mcp-run-python-snapshot", MFdFlags::MFD_CLOEXEC)?;

@@ -204,20 +204,30 @@ fn parse_answer<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, Operation
 ///
 /// Errors: the argument is missing or names no open descriptor; the file cannot be mapped.
 fn map_snapshot() -> Result<MappedFile> {
-    let arg = std::env::args()
-        .find_map(|a| a.strip_prefix(SNAPSHOT_FD_ARG).map(str::to_owned))
+    let fd = inherited_descriptor(SNAPSHOT_FD_ARG)?
         .ok_or_else(|| anyhow!("a snapshot to restore, but no {SNAPSHOT_FD_ARG}"))?;
+    let file = std::fs::File::from(fd);
+    MappedFile::map(&file, MAX_SNAPSHOT_BYTES as u64).context("mapping the memory snapshot")
+}
+
+/// The descriptor the front handed this worker under the argument `prefix` (`--name=N`: its
+/// number, kept across `exec`; `Worker::start`), or `None` without that argument.
+///
+/// Errors: the argument names no open descriptor past stderr.
+pub(super) fn inherited_descriptor(prefix: &str) -> Result<Option<OwnedFd>> {
+    let Some(arg) = std::env::args().find_map(|a| a.strip_prefix(prefix).map(str::to_owned)) else {
+        return Ok(None);
+    };
     let fd: RawFd = arg
         .parse()
-        .map_err(|_| anyhow!("{SNAPSHOT_FD_ARG}{arg} is not a descriptor"))?;
+        .map_err(|_| anyhow!("{prefix}{arg} is not a descriptor"))?;
     // SAFETY: F_GETFD only reads the descriptor's flags; it fails with EBADF if it is not open.
     if fd <= 2 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        bail!("{SNAPSHOT_FD_ARG}{arg} is not an open descriptor");
+        bail!("{prefix}{arg} is not an open descriptor");
     }
-    // SAFETY: the front passed this descriptor for this use only (`Worker::start`); it is open
-    // (checked above), and owning it here closes it once mapped.
-    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    MappedFile::map(&file, MAX_SNAPSHOT_BYTES as u64).context("mapping the memory snapshot")
+    // SAFETY: the front passed this descriptor for this one use (`Worker::start`); it is open
+    // (checked above), and nothing else in this process owns it.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 fn boot(
