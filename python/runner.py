@@ -91,6 +91,9 @@ def import_distributions(names_json):
     JSON list; ``--deps`` as an interpreter boots, so that its calls find them imported).
     Answers the JSON list of the modules that failed to import, each with its error."""
     wanted = {_canonical(name) for name in json.loads(names_json)}
+    if not wanted:
+        # A call's install imports nothing: no scan of every installed distribution.
+        return "[]"
     modules = sorted(
         module
         for module, dists in importlib.metadata.packages_distributions().items()

@@ -347,8 +347,32 @@ struct Installed {
     failed: Vec<String>,
 }
 
-/// The `imports` argument of a call's install: a call imports what it needs itself.
-const NO_IMPORTS: &str = "[]";
+/// Makes `files[i]` hold `bytes[i]`, loads `items` with the runner's `install` (lock package
+/// names, wheel paths), then imports the top-level modules of the distributions `imports`; the
+/// files are forgotten after. The call's `Install` and the boot's `--deps` both come here.
+///
+/// Errors: a package did not install, or the runner's answer has the wrong shape.
+#[allow(clippy::too_many_arguments)]
+fn install_packages(
+    engine: &mut Engine,
+    runner: &Runner,
+    id: CallId,
+    files: &[String],
+    bytes: Vec<Vec<u8>>,
+    items: &[String],
+    imports: &[String],
+    deadline: Option<Instant>,
+) -> Result<Installed> {
+    for (path, bytes) in files.iter().zip(bytes) {
+        engine.add_file(path, bytes);
+    }
+    let items = serde_json::to_string(items)?;
+    let imports = serde_json::to_string(imports)?;
+    let args = [Arg::Str(&items), Arg::Str(&imports)];
+    let answer = call(engine, &runner.install, id, &args, deadline);
+    engine.clear_files();
+    Ok(parse_answer::<Installed>(&answer?)?)
+}
 
 /// Installs `--deps` as the worker boots ([`BootInstall`]: `files[i]`'s bytes are `bytes[i]`),
 /// then imports their top-level modules, so that the worker's calls (and, in the zygote, every
@@ -364,21 +388,17 @@ fn preinstall(
     bytes: Vec<Vec<u8>>,
 ) -> Result<()> {
     let started = Instant::now();
-    for (path, bytes) in install.files.iter().zip(bytes) {
-        engine.add_file(path, bytes);
-    }
-    let items = serde_json::to_string(&install.items)?;
-    let imports = serde_json::to_string(&install.imports)?;
     let deadline = Some(Instant::now() + BOOT_TIMEOUT);
-    let answer = call(
+    let installed = install_packages(
         engine,
-        &runner.install,
+        runner,
         BOOT_CALL,
-        &[Arg::Str(&items), Arg::Str(&imports)],
+        &install.files,
+        bytes,
+        &install.items,
+        &install.imports,
         deadline,
-    );
-    engine.clear_files();
-    let installed = parse_answer::<Installed>(&answer?)?;
+    )?;
     for failed in installed.failed {
         eprintln!("--deps: not imported at boot: {failed}");
     }
@@ -831,19 +851,18 @@ fn serve() -> Result<()> {
                 Reply::File { id, error }
             }
             Request::Install { id, files, items } => {
-                for (path, bytes) in files.iter().zip(frame.attachments) {
-                    engine.add_file(path, bytes);
-                }
-                let items = serde_json::to_string(&items)?;
-                let args = [Arg::Str(&items), Arg::Str(NO_IMPORTS)];
-                let answer = call(&mut engine, &runner.install, id, &args, None);
-                engine.clear_files();
-                let error = match answer {
-                    Ok(text) => parse_answer::<Installed>(&text)
-                        .err()
-                        .map(|e| e.to_string()),
-                    Err(e) => Some(e.to_string()),
-                };
+                // A call imports what it needs itself.
+                let installed = install_packages(
+                    &mut engine,
+                    &runner,
+                    id,
+                    &files,
+                    frame.attachments,
+                    &items,
+                    &[],
+                    None,
+                );
+                let error = installed.err().map(|e| e.to_string());
                 Reply::Installed { id, error }
             }
             Request::Run {

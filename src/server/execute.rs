@@ -592,14 +592,8 @@ impl Executor {
         if let Held::Shared(lease) = &mut held {
             // A shared interpreter restored before the zygote was ready gives way to a fork
             // once it is, a single time per slot, between calls.
-            if lease
-                .slot()
-                .as_ref()
-                .is_some_and(|w| self.spares.outdated(w))
-            {
-                if let Some(worker) = lease.slot().take() {
-                    worker.kill_soon();
-                }
+            if let Some(worker) = lease.slot().take_if(|w| self.spares.outdated(w)) {
+                worker.kill_soon();
             }
         }
         if held.slot().is_none() {
