@@ -1,7 +1,8 @@
 //! Streamable HTTP (MCP spec 2025-03-26 and later), stateful or stateless, at `/mcp`, using
 //! rmcp's server; and the HTTP listener shared with the legacy SSE transport.
 //!
-//! Every route sits behind three layers: the DNS-rebinding guard ([`Access`]: `Host` and
+//! Every answer given before its request's body was read says `Connection: close`
+//! ([`unread_body`]). Every route sits behind three layers: the DNS-rebinding guard ([`Access`]: `Host` and
 //! `Origin` checks, first of all), then CORS for the origins the guard let through ([`cors`]:
 //! a browser page at an `--allow-origin` origin gets its preflight answered and may read the
 //! answers), then [`json_errors`], which gives every refusal that has no JSON body
@@ -49,6 +50,7 @@
 use super::errors::{self, Refusal};
 use super::handler::{RunPythonServer, Sessions, SessionsFull};
 use super::sse;
+use super::unread_body;
 use anyhow::{Context, Result};
 use axum::body::Body;
 use axum::extract::Request;
@@ -343,17 +345,8 @@ impl Access {
 async fn guard(req: Request, next: Next, access: Arc<Access>) -> Response {
     match access.check(req.uri(), req.headers()) {
         Ok(()) => next.run(req).await,
-        Err(refusal) => {
-            // The refused request's body is never read, so the connection is closed after this
-            // answer; saying so keeps a keep-alive client from sending its next request down a
-            // connection that is about to go away (seen as "server disconnected").
-            let mut response = refusal.into_response();
-            response.headers_mut().insert(
-                axum::http::header::CONNECTION,
-                axum::http::HeaderValue::from_static("close"),
-            );
-            response
-        }
+        // The refused request's body is never read: `unread_body` says `Connection: close`.
+        Err(refusal) => refusal.into_response(),
     }
 }
 
@@ -531,7 +524,8 @@ pub async fn serve(
         .layer(cors())
         .layer(axum::middleware::from_fn(move |req, next| {
             guard(req, next, access.clone())
-        }));
+        }))
+        .layer(axum::middleware::from_fn(unread_body::close_if_body_unread));
 
     let addr = format!("{host}:{port}");
     // A tuple, not `addr`: an IPv6 `--host` (`::1`) has no brackets to parse.

@@ -11,3 +11,4 @@ pub mod sse;
 pub mod startup_deps;
 pub mod stdio;
 pub mod tool;
+pub mod unread_body;

@@ -5,6 +5,7 @@ session with 200), DNS-rebinding protection (Origin and Host), tools answered on
 import json
 import logging
 import queue
+import socket
 import subprocess
 import threading
 
@@ -187,6 +188,36 @@ async def test_every_refusal_has_the_spec_status_and_a_json_rpc_body():
                 assert r.status_code == 202 and r.content == b""
             finally:
                 await stream.__aexit__(None, None, None)
+
+
+def answer_to_a_withheld_body(base, path):
+    """The status and headers of the answer to a POST of `path` whose body is announced
+    (Content-Length) but never sent: whatever is answered before the body was read."""
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=CALL_TIMEOUT) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                     f"Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)
+            assert chunk, head
+            head += chunk
+    status, *lines = head.split(b"\r\n\r\n", 1)[0].decode().split("\r\n")
+    return int(status.split()[1]), {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
+
+
+# An answer given before the request's body was read is followed by hyper closing the
+# connection; it must say so, or a keep-alive client sends its next request down a connection
+# that is going away ("Server disconnected without sending a response", a race on whether the
+# body came in the same TCP segment as the headers).
+def test_answers_before_the_body_is_read_say_connection_close():
+    with http_server("sse", "--workers", "1") as base:
+        for path, status in (("/messages?session_id=nope", 404), ("/messages", 400), ("/elsewhere", 404)):
+            got, headers = answer_to_a_withheld_body(base, path)
+            assert (got, headers.get("connection")) == (status, "close"), path
+    with http_server("streamable_http", "--workers", "1") as base:
+        got, headers = answer_to_a_withheld_body(base, "/elsewhere")
+        assert (got, headers.get("connection")) == (404, "close")
 
 
 # Item 6: DNS-rebinding protection on every endpoint of every HTTP mode.
