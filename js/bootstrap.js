@@ -218,10 +218,83 @@
   delete WA.compileStreaming;
   delete WA.instantiateStreaming;
 
+  // --- WebAssembly.Table: grown with room ahead while Pyodide boots, not one entry at a time.
+  // JavaScriptCore reallocates a table's storage to the exact new size on every `grow`, and
+  // Emscripten's dynamic linking adds each of Pyodide's ~6,000 exported functions that is not
+  // yet in the table with its own `grow(1)` (`updateGOT`): ~90 ms of every boot, quadratic in
+  // the table's size. A table grown through here gets room ahead (as many entries again as it
+  // has, at most TABLE_ROOM_MAX_ENTRIES), and `length`, `grow`, `get` and `set` answer for the
+  // entries handed out only, so JavaScript sees the same indexes as before: a memory snapshot
+  // holds them. WebAssembly code sees the real size (`table.size`), which Pyodide's never asks;
+  // should it grow the table itself, the room is given up and the real size is the length again.
+  // The runner ends this once the boot is done (`endTableRoom`): calls then meet the plain
+  // methods (`_PyEM_TrampolineCall_JS` may call `Table.get` for every Python call), and what
+  // room is left stays unused.
+  const TABLE_ROOM_MAX_ENTRIES = 1 << 16;
+  const Table = WA.Table.prototype;
+  const plainDescriptors = Object.getOwnPropertyDescriptors(Table);
+  const plain = { grow: Table.grow, get: Table.get, set: Table.set };
+  const realLength = plainDescriptors.length.get;
+  // Replaces a method or accessor keeping its attributes (enumerable, …).
+  const replace = (name, part) => Object.defineProperty(Table, name, { ...plainDescriptors[name], ...part });
+  // table → { visible, real }: the length handed out and the real one, for tables with room.
+  const roomy = new WeakMap();
+  const visibleLength = (table) => {
+    const real = realLength.call(table);
+    const room = roomy.get(table);
+    if (room === undefined) return real;
+    if (room.real === real) return room.visible;
+    roomy.delete(table);
+    return real;
+  };
+  const checkIndex = (table, index) => {
+    if (roomy.has(table) && Number(index) >= visibleLength(table)) {
+      throw new RangeError("WebAssembly.Table index is out of bounds");
+    }
+  };
+  replace("length", { get() { return visibleLength(this); } });
+  replace("grow", { value: function grow(delta, ...init) {
+    if (typeof delta !== "number" || !Number.isSafeInteger(delta) || delta < 0) {
+      // Whatever the spec makes of it (ToIndex), from the real size: the room is given up.
+      roomy.delete(this);
+      return plain.grow.call(this, delta, ...init);
+    }
+    const old = visibleLength(this);
+    let real = realLength.call(this);
+    if (old + delta > real) {
+      const needed = old + delta - real;
+      try {
+        plain.grow.call(this, Math.max(needed, Math.min(real, TABLE_ROOM_MAX_ENTRIES)));
+      } catch (_) {
+        // Near the table's maximum: exactly what was asked, or the spec's RangeError.
+        plain.grow.call(this, needed);
+      }
+      real = realLength.call(this);
+    }
+    roomy.set(this, { visible: old + delta, real });
+    if (init.length > 0) {
+      for (let i = old; i < old + delta; i++) plain.set.call(this, i, init[0]);
+    }
+    return old;
+  } });
+  replace("get", { value: function get(index) {
+    checkIndex(this, index);
+    return plain.get.call(this, index);
+  } });
+  replace("set", { value: function set(index, ...value) {
+    checkIndex(this, index);
+    return plain.set.call(this, index, ...value);
+  } });
+  const endTableRoom = () => {
+    for (const name of ["length", "grow", "get", "set"]) {
+      Object.defineProperty(Table, name, plainDescriptors[name]);
+    }
+  };
+
   // js/fetch.js takes this one and removes it.
   define(globalThis, "__mcpHostCall", host.call);
 
   // The runner (js/runner.js) reaches the host through this frozen, non-enumerable handle and
   // deletes it before any user code runs.
-  define(globalThis, "__mcpHost", Object.freeze({ emit: host.emit, done: host.done, emitLines }));
+  define(globalThis, "__mcpHost", Object.freeze({ emit: host.emit, done: host.done, emitLines, endTableRoom }));
 })();

@@ -5,7 +5,7 @@
 // answer through `done`; they never throw past it.
 (function () {
   "use strict";
-  const { emit, done, emitLines } = globalThis.__mcpHost;
+  const { emit, done, emitLines, endTableRoom } = globalThis.__mcpHost;
   delete globalThis.__mcpHost;
   // The host's synchronous call, kept here before fetch.js takes it off the global.
   const hostCall = globalThis.__mcpHostCall;
@@ -105,6 +105,8 @@
           const snapshot = new Uint8Array(pyodide.makeMemorySnapshot());
           hostCall("snapshot", "{}", snapshot.slice());
         }
+        // The boot's table growth is over (see js/bootstrap.js).
+        endTableRoom();
         // Out of sys.modules before any user code runs; from now on only this closure holds it.
         const mod = pyodide.runPython(TAKE_HELPER);
         mod.setup(emit);

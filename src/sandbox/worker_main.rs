@@ -927,6 +927,40 @@ fn serve() -> Result<()> {
 mod tests {
     use super::*;
 
+    /// `js/bootstrap.js` grows WebAssembly tables with room ahead while Pyodide boots:
+    /// JavaScript must still see exactly the indexes, lengths and bounds a plain table has (a
+    /// memory snapshot holds the indexes Emscripten handed out), until the room is ended.
+    #[test]
+    fn tables_grown_with_room_look_exactly_grown() {
+        let mut engine = Engine::new().expect("an engine");
+        engine
+            .eval(BOOTSTRAP_JS, "mcp:bootstrap.js")
+            .expect("bootstrap");
+        let checks = r#"
+            const bytes = new Uint8Array([0,97,115,109,1,0,0,0,1,4,1,96,0,0,3,2,1,0,7,5,1,1,102,0,0,10,4,1,2,0,11]);
+            const f = new WebAssembly.Instance(new WebAssembly.Module(bytes)).exports.f;
+            const rangeError = (thunk) => { try { thunk(); return false; } catch (e) { return e instanceof RangeError; } };
+            const t = new WebAssembly.Table({ initial: 3, element: "anyfunc" });
+            const out = [];
+            for (let i = 0; i < 5; i++) out.push(t.grow(1));
+            out.push(t.length, rangeError(() => t.get(8)), rangeError(() => t.set(8, f)), t.get(7));
+            t.set(7, f);
+            out.push(t.get(7) === f, t.grow(2, f), t.length, t.get(9) === f, t.get(10 - 1) === f);
+            const capped = new WebAssembly.Table({ initial: 2, maximum: 3, element: "anyfunc" });
+            out.push(capped.grow(1), rangeError(() => capped.grow(1)), capped.length);
+            // Once the boot is done the plain methods are back and the room is plain entries.
+            globalThis.__mcpHost.endTableRoom();
+            const native = ["grow", "get", "set"].every((m) => String(WebAssembly.Table.prototype[m]).includes("[native code]"));
+            out.push(native, t.length, t.grow(1), t.get(11));
+            JSON.stringify(out)
+        "#;
+        let got = engine.eval(checks, "mcp:test.js").expect("the checks");
+        assert_eq!(
+            got,
+            "[3,4,5,6,7,8,true,true,null,true,8,10,true,true,2,true,3,true,12,12,null]"
+        );
+    }
+
     #[test]
     fn cut_keeps_characters_whole() {
         let mut s = "aé".to_owned();
