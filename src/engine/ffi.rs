@@ -40,6 +40,54 @@ pub type JSObjectCallAsFunctionCallback = unsafe extern "C" fn(
     exception: *mut JSValueRef,
 ) -> JSValueRef;
 
+/// A class callback this engine never sets (its real signature does not matter here).
+pub type UnusedClassCallback = Option<unsafe extern "C" fn()>;
+
+/// `JSClassDefinition` (`JSObjectRef.h`, version 0): how objects of a class behave.
+#[repr(C)]
+pub struct JSClassDefinition {
+    pub version: c_int,
+    pub attributes: c_uint,
+    pub class_name: *const c_char,
+    pub parent_class: JSClassRef,
+    pub static_values: *const c_void,
+    pub static_functions: *const c_void,
+    pub initialize: UnusedClassCallback,
+    pub finalize: UnusedClassCallback,
+    pub has_property: UnusedClassCallback,
+    pub get_property: UnusedClassCallback,
+    pub set_property: UnusedClassCallback,
+    pub delete_property: UnusedClassCallback,
+    pub get_property_names: UnusedClassCallback,
+    pub call_as_function: Option<JSObjectCallAsFunctionCallback>,
+    pub call_as_constructor: UnusedClassCallback,
+    pub has_instance: UnusedClassCallback,
+    pub convert_to_type: UnusedClassCallback,
+}
+
+impl JSClassDefinition {
+    /// `kJSClassDefinitionEmpty`: no name, no parent, no callbacks.
+    pub const EMPTY: JSClassDefinition = JSClassDefinition {
+        version: 0,
+        attributes: 0,
+        class_name: std::ptr::null(),
+        parent_class: std::ptr::null_mut(),
+        static_values: std::ptr::null(),
+        static_functions: std::ptr::null(),
+        initialize: None,
+        finalize: None,
+        has_property: None,
+        get_property: None,
+        set_property: None,
+        delete_property: None,
+        get_property_names: None,
+        call_as_function: None,
+        call_as_constructor: None,
+        has_instance: None,
+        convert_to_type: None,
+    };
+}
+
 pub type JSTypedArrayBytesDeallocator = unsafe extern "C" fn(bytes: *mut c_void, ctx: *mut c_void);
 
 /// `JSTypedArrayType` values used here.
@@ -119,7 +167,10 @@ extern "C" {
         exception: *mut JSValueRef,
     ) -> u32;
 
+    pub fn JSClassCreate(definition: *const JSClassDefinition) -> JSClassRef;
     pub fn JSObjectMake(ctx: JSContextRef, js_class: JSClassRef, data: *mut c_void) -> JSObjectRef;
+    pub fn JSObjectGetPrivate(object: JSObjectRef) -> *mut c_void;
+    pub fn JSObjectSetPrototype(ctx: JSContextRef, object: JSObjectRef, value: JSValueRef);
     pub fn JSObjectMakeFunctionWithCallback(
         ctx: JSContextRef,
         name: JSStringRef,

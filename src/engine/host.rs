@@ -3,14 +3,21 @@
 //! They live on one object, `__host`, that `js/bootstrap.js` wraps into the standard globals
 //! Pyodide expects (`setTimeout`, `performance.now`, `crypto.getRandomValues`, `console`, …) and
 //! then deletes. Everything else a browser or Node would offer is absent on purpose: no network,
-//! no host files. State is thread-local because a sandbox worker owns exactly one context on
-//! one thread and the C callbacks carry no user pointer.
+//! no host files.
+//!
+//! The surface is declared in one place, [`HOST_FUNCTIONS`]: each entry is a plain Rust
+//! function over a [`HostCall`] (its engine's state, its arguments, a way to throw). Each is
+//! installed as a callable object of one JavaScriptCore class whose private data names the
+//! function and its engine's [`HostState`], so state is per engine (as deno_core's `OpState`
+//! is per runtime), not per thread.
 
 use super::ffi::*;
 use super::value::*;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::c_void;
 use std::ptr;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The bytes of an owned virtual file: read into memory, or a file mapped.
@@ -58,14 +65,128 @@ pub(crate) struct HostState {
     pub done: Option<(u64, String)>,
     /// Unhandled promise rejections since the last check.
     pub rejections: Vec<Rejection>,
+    /// When the engine was made (`__host.now()` counts from here).
     pub start: Option<Instant>,
 }
 
-thread_local! {
-    pub(crate) static STATE: RefCell<HostState> = RefCell::new(HostState::default());
+/// One call of a host function: its engine's state, its arguments and its exception slot.
+pub(crate) struct HostCall<'a> {
+    ctx: JSContextRef,
+    state: &'a RefCell<HostState>,
+    args: &'a [JSValueRef],
+    exception: *mut JSValueRef,
 }
 
-type Callback = JSObjectCallAsFunctionCallback;
+impl HostCall<'_> {
+    /// Argument `i`, or `undefined`.
+    fn arg(&self, i: usize) -> JSValueRef {
+        match self.args.get(i) {
+            Some(v) => *v,
+            // SAFETY: `ctx` is the live context this call came from.
+            None => unsafe { JSValueMakeUndefined(self.ctx) },
+        }
+    }
+
+    /// `String(argument i)`, or "" when that conversion throws.
+    fn string(&self, i: usize) -> String {
+        // SAFETY: a value of this call's context.
+        unsafe { to_string(self.ctx, self.arg(i)) }.unwrap_or_default()
+    }
+
+    /// `Number(argument i)` (NaN when that conversion throws).
+    fn number(&self, i: usize) -> f64 {
+        // SAFETY: a value of this call's context; a conversion that throws gives NaN.
+        unsafe { JSValueToNumber(self.ctx, self.arg(i), ptr::null_mut()) }
+    }
+
+    fn undefined(&self) -> JSValueRef {
+        // SAFETY: `ctx` is the live context this call came from.
+        unsafe { JSValueMakeUndefined(self.ctx) }
+    }
+
+    /// Throws a JavaScript `Error` with `message` from this call.
+    fn throw(&self, message: &str) -> JSValueRef {
+        if !self.exception.is_null() {
+            // SAFETY: JavaScriptCore gave this call a writable exception slot.
+            unsafe { *self.exception = make_error(self.ctx, message) };
+        }
+        self.undefined()
+    }
+}
+
+/// A host function's body.
+type HostFnBody = fn(&HostCall<'_>) -> JSValueRef;
+
+/// The whole host surface: `__host.<name>` for each entry.
+const HOST_FUNCTIONS: [(&str, HostFnBody); 9] = [
+    ("call", host_call),
+    ("now", host_now),
+    ("setTimer", host_set_timer),
+    ("clearTimer", host_clear_timer),
+    ("randomBytes", host_random_bytes),
+    ("readFile", host_read_file),
+    ("emit", host_emit),
+    ("done", host_done),
+    ("rejected", host_rejected),
+];
+
+/// The private data of a host function's object: the body and its engine's state. The engine
+/// keeps these (in one boxed slice that never moves) for as long as its context lives.
+pub(crate) struct HostFn {
+    body: HostFnBody,
+    state: *const RefCell<HostState>,
+}
+
+/// The JavaScriptCore class of host function objects: callable, through [`dispatch`].
+struct HostFnClass(JSClassRef);
+// SAFETY: a class is immutable once made, and JavaScriptCore's classes may be used from any
+// thread that has a context.
+unsafe impl Send for HostFnClass {}
+// SAFETY: as above.
+unsafe impl Sync for HostFnClass {}
+
+fn host_fn_class() -> JSClassRef {
+    static CLASS: OnceLock<HostFnClass> = OnceLock::new();
+    CLASS
+        .get_or_init(|| {
+            let definition = JSClassDefinition {
+                class_name: c"HostFunction".as_ptr(),
+                call_as_function: Some(dispatch),
+                ..JSClassDefinition::EMPTY
+            };
+            // SAFETY: a valid definition whose strings are static; the class is never released.
+            HostFnClass(unsafe { JSClassCreate(&definition) })
+        })
+        .0
+}
+
+/// Calls the body of the host function object `function` (JavaScriptCore's `callAsFunction`).
+unsafe extern "C" fn dispatch(
+    ctx: JSContextRef,
+    function: JSObjectRef,
+    _this: JSObjectRef,
+    argc: usize,
+    argv: *const JSValueRef,
+    exception: *mut JSValueRef,
+) -> JSValueRef {
+    // SAFETY: objects of the host function class are made only by `install`, with a `HostFn`
+    // as private data that the engine keeps alive, with its state, as long as the context.
+    let host_fn = unsafe { &*(JSObjectGetPrivate(function) as *const HostFn) };
+    let args = if argc == 0 || argv.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: JavaScriptCore passes `argc` arguments at `argv`.
+        unsafe { std::slice::from_raw_parts(argv, argc) }
+    };
+    let call = HostCall {
+        ctx,
+        // SAFETY: see above.
+        state: unsafe { &*host_fn.state },
+        args,
+        exception,
+    };
+    (host_fn.body)(&call)
+}
 
 /// Largest call id JavaScript can hold exactly (2^53 - 1).
 const MAX_SAFE_ID: f64 = 9_007_199_254_740_991.0;
@@ -73,80 +194,58 @@ const MAX_SAFE_ID: f64 = 9_007_199_254_740_991.0;
 /// Longest timer delay (milliseconds): 2^31 - 1, the largest delay browsers and Node honour.
 const MAX_TIMER_DELAY_MS: f64 = 2_147_483_647.0;
 
-/// Installs `__host` on the global object of `ctx`.
+/// Installs `__host` on the global object of `ctx`, its functions bound to `state`; returns
+/// the functions' private data, which the caller must keep as long as the context (and
+/// `state` at its address).
 ///
 /// # Safety
 /// `ctx` must be a valid global context.
-pub unsafe fn install(ctx: JSGlobalContextRef) {
-    STATE.with(|s| s.borrow_mut().start = Some(Instant::now()));
-    let global = JSContextGetGlobalObject(ctx);
-    let host = JSObjectMake(ctx, ptr::null_mut(), ptr::null_mut());
-    let functions: [(&str, Callback); 9] = [
-        ("call", host_call),
-        ("now", host_now),
-        ("setTimer", host_set_timer),
-        ("clearTimer", host_clear_timer),
-        ("randomBytes", host_random_bytes),
-        ("readFile", host_read_file),
-        ("emit", host_emit),
-        ("done", host_done),
-        ("rejected", host_rejected),
-    ];
-    for (name, cb) in functions {
-        let n = JsString::name(name);
-        let f = JSObjectMakeFunctionWithCallback(ctx, n.0, cb);
-        set_property(ctx, host, name, f);
+pub unsafe fn install(ctx: JSGlobalContextRef, state: &RefCell<HostState>) -> Box<[HostFn]> {
+    state.borrow_mut().start = Some(Instant::now());
+    let class = host_fn_class();
+    // Made whole before any object points into it: the slice never moves afterwards.
+    let kept: Box<[HostFn]> = HOST_FUNCTIONS
+        .iter()
+        .map(|&(_, body)| HostFn { body, state })
+        .collect();
+    // SAFETY (this block): `ctx` is valid (the caller's promise); every object is made in it.
+    unsafe {
+        let global = JSContextGetGlobalObject(ctx);
+        let function = get_property(ctx, global, "Function") as JSObjectRef;
+        let function_prototype = get_property(ctx, function, "prototype");
+        let host = JSObjectMake(ctx, ptr::null_mut(), ptr::null_mut());
+        for ((name, _), host_fn) in HOST_FUNCTIONS.iter().zip(kept.iter()) {
+            let f = JSObjectMake(ctx, class, host_fn as *const HostFn as *mut c_void);
+            // A function like any other for JavaScript (`call`, `apply`, `bind`).
+            JSObjectSetPrototype(ctx, f, function_prototype);
+            set_property(ctx, host, name, f);
+        }
+        set_property(ctx, global, "__host", host);
     }
-    set_property(ctx, global, "__host", host);
-}
-
-unsafe fn arg(args: *const JSValueRef, count: usize, i: usize, ctx: JSContextRef) -> JSValueRef {
-    if i < count {
-        *args.add(i)
-    } else {
-        JSValueMakeUndefined(ctx)
-    }
-}
-
-unsafe fn throw(ctx: JSContextRef, exception: *mut JSValueRef, msg: &str) -> JSValueRef {
-    if !exception.is_null() {
-        *exception = make_error(ctx, msg);
-    }
-    JSValueMakeUndefined(ctx)
+    kept
 }
 
 /// `__host.now()`: milliseconds (fractional) since the engine started, monotonic.
-unsafe extern "C" fn host_now(
-    ctx: JSContextRef,
-    _f: JSObjectRef,
-    _this: JSObjectRef,
-    _argc: usize,
-    _argv: *const JSValueRef,
-    _exc: *mut JSValueRef,
-) -> JSValueRef {
-    let ms = STATE.with(|s| {
-        s.borrow()
-            .start
-            .map(|t| t.elapsed().as_secs_f64() * 1000.0)
-            .unwrap_or(0.0)
-    });
-    JSValueMakeNumber(ctx, ms)
+fn host_now(call: &HostCall<'_>) -> JSValueRef {
+    let ms = call
+        .state
+        .borrow()
+        .start
+        .map_or(0.0, |t| t.elapsed().as_secs_f64() * 1000.0);
+    // SAFETY: the call's live context.
+    unsafe { JSValueMakeNumber(call.ctx, ms) }
 }
 
 /// `__host.setTimer(fn, ms) -> id`: runs `fn` once after `ms` milliseconds.
-unsafe extern "C" fn host_set_timer(
-    ctx: JSContextRef,
-    _f: JSObjectRef,
-    _this: JSObjectRef,
-    argc: usize,
-    argv: *const JSValueRef,
-    exc: *mut JSValueRef,
-) -> JSValueRef {
-    let cb = arg(argv, argc, 0, ctx);
-    if !JSValueIsObject(ctx, cb) || !JSObjectIsFunction(ctx, cb as JSObjectRef) {
-        return throw(ctx, exc, "setTimer: callback is not a function");
+fn host_set_timer(call: &HostCall<'_>) -> JSValueRef {
+    let cb = call.arg(0);
+    // SAFETY: a value of the call's context, used as an object only once known to be one.
+    let callable =
+        unsafe { JSValueIsObject(call.ctx, cb) && JSObjectIsFunction(call.ctx, cb as JSObjectRef) };
+    if !callable {
+        return call.throw("setTimer: callback is not a function");
     }
-    let ms = JSValueToNumber(ctx, arg(argv, argc, 1, ctx), ptr::null_mut());
+    let ms = call.number(1);
     // Clamped as browsers and Node clamp delays: NaN and negatives are 0, and nothing waits
     // longer than MAX_TIMER_DELAY_MS (so `setTimeout(f, 1e23)` cannot overflow an `Instant`).
     let ms = if ms.is_finite() && ms > 0.0 {
@@ -158,214 +257,179 @@ unsafe extern "C" fn host_set_timer(
     let due = now
         .checked_add(Duration::from_secs_f64(ms / 1000.0))
         .unwrap_or(now);
-    JSValueProtect(ctx, cb);
-    let id = STATE.with(|s| {
-        let mut s = s.borrow_mut();
-        s.next_timer += 1;
-        let id = s.next_timer;
-        s.timers.insert(
-            (due, id),
-            Timer {
-                callback: cb as JSObjectRef,
-            },
-        );
-        s.timer_due.insert(id, due);
-        id
-    });
-    JSValueMakeNumber(ctx, id as f64)
+    // SAFETY: kept from collection until the timer runs or is cleared (then unprotected).
+    unsafe { JSValueProtect(call.ctx, cb) };
+    let mut s = call.state.borrow_mut();
+    s.next_timer += 1;
+    let id = s.next_timer;
+    s.timers.insert(
+        (due, id),
+        Timer {
+            callback: cb as JSObjectRef,
+        },
+    );
+    s.timer_due.insert(id, due);
+    // SAFETY: the call's live context.
+    unsafe { JSValueMakeNumber(call.ctx, id as f64) }
 }
 
 /// `__host.clearTimer(id)`: cancels a pending timer; unknown ids are ignored.
-unsafe extern "C" fn host_clear_timer(
-    ctx: JSContextRef,
-    _f: JSObjectRef,
-    _this: JSObjectRef,
-    argc: usize,
-    argv: *const JSValueRef,
-    _exc: *mut JSValueRef,
-) -> JSValueRef {
-    let id = JSValueToNumber(ctx, arg(argv, argc, 0, ctx), ptr::null_mut());
+fn host_clear_timer(call: &HostCall<'_>) -> JSValueRef {
+    let id = call.number(0);
     if id.is_finite() && id >= 0.0 {
         let id = id as u64;
-        let timer = STATE.with(|s| {
-            let mut s = s.borrow_mut();
-            let due = s.timer_due.remove(&id)?;
-            s.timers.remove(&(due, id))
-        });
+        let timer = {
+            let mut s = call.state.borrow_mut();
+            s.timer_due
+                .remove(&id)
+                .and_then(|due| s.timers.remove(&(due, id)))
+        };
         if let Some(t) = timer {
-            JSValueUnprotect(ctx, t.callback);
+            // SAFETY: protected when the timer was set.
+            unsafe { JSValueUnprotect(call.ctx, t.callback) };
         }
     }
-    JSValueMakeUndefined(ctx)
+    call.undefined()
 }
 
+/// Most bytes one `__host.randomBytes(n)` gives (the Web Crypto API's limit for
+/// `getRandomValues`).
+const MAX_RANDOM_BYTES: f64 = 65536.0;
+
 /// `__host.randomBytes(n) -> ArrayBuffer`: `n` bytes (at most 65536) from the OS.
-unsafe extern "C" fn host_random_bytes(
-    ctx: JSContextRef,
-    _f: JSObjectRef,
-    _this: JSObjectRef,
-    argc: usize,
-    argv: *const JSValueRef,
-    exc: *mut JSValueRef,
-) -> JSValueRef {
-    let n = JSValueToNumber(ctx, arg(argv, argc, 0, ctx), ptr::null_mut());
-    if !(0.0..=65536.0).contains(&n) {
-        return throw(ctx, exc, "randomBytes: length must be between 0 and 65536");
+fn host_random_bytes(call: &HostCall<'_>) -> JSValueRef {
+    let n = call.number(0);
+    if !(0.0..=MAX_RANDOM_BYTES).contains(&n) {
+        return call.throw("randomBytes: length must be between 0 and 65536");
     }
     let mut buf = vec![0u8; n as usize];
     if let Err(e) = getrandom::fill(&mut buf) {
-        return throw(
-            ctx,
-            exc,
-            &format!("randomBytes: the OS gave no randomness: {e}"),
-        );
+        return call.throw(&format!("randomBytes: the OS gave no randomness: {e}"));
     }
-    make_array_buffer(ctx, buf)
+    // SAFETY: the call's live context.
+    unsafe { make_array_buffer(call.ctx, buf) }
 }
 
 /// `__host.readFile(path) -> ArrayBuffer`: a copy of a virtual file; throws if absent.
-unsafe extern "C" fn host_read_file(
-    ctx: JSContextRef,
-    _f: JSObjectRef,
-    _this: JSObjectRef,
-    argc: usize,
-    argv: *const JSValueRef,
-    exc: *mut JSValueRef,
-) -> JSValueRef {
-    let path = to_string(ctx, arg(argv, argc, 0, ctx)).unwrap_or_default();
+fn host_read_file(call: &HostCall<'_>) -> JSValueRef {
+    let path = call.string(0);
     // A static file is copied (its bytes are read-only, and JavaScript may write to the
     // buffer); an owned one is handed over (`Engine::add_file`: read once).
-    let bytes = STATE.with(|s| {
-        let mut s = s.borrow_mut();
+    let bytes = {
+        let mut s = call.state.borrow_mut();
         match s.files.get(&path) {
             Some(b) => Some(OwnedBytes::Read(b.to_vec())),
             None => s.owned_files.remove(&path),
         }
-    });
+    };
     match bytes {
-        Some(OwnedBytes::Read(b)) => make_array_buffer(ctx, b),
-        Some(OwnedBytes::Mapped(m)) => make_mapped_array_buffer(ctx, m),
-        None => throw(ctx, exc, &format!("No such file: {path}")),
+        // SAFETY: the call's live context.
+        Some(OwnedBytes::Read(b)) => unsafe { make_array_buffer(call.ctx, b) },
+        // SAFETY: as above.
+        Some(OwnedBytes::Mapped(m)) => unsafe { make_mapped_array_buffer(call.ctx, m) },
+        None => call.throw(&format!("No such file: {path}")),
     }
 }
 
 /// `__host.emit(text)`: hands a message to the embedder (streamed output, events).
-unsafe extern "C" fn host_emit(
-    ctx: JSContextRef,
-    _f: JSObjectRef,
-    _this: JSObjectRef,
-    argc: usize,
-    argv: *const JSValueRef,
-    _exc: *mut JSValueRef,
-) -> JSValueRef {
-    let text = to_string(ctx, arg(argv, argc, 0, ctx)).unwrap_or_default();
+fn host_emit(call: &HostCall<'_>) -> JSValueRef {
+    let text = call.string(0);
     // Take the sink out while calling it so that it may not re-enter the state.
-    let sink = STATE.with(|s| s.borrow_mut().emit.take());
+    let sink = call.state.borrow_mut().emit.take();
     if let Some(mut sink) = sink {
         sink(&text);
-        STATE.with(|s| s.borrow_mut().emit = Some(sink));
+        call.state.borrow_mut().emit = Some(sink);
     }
-    JSValueMakeUndefined(ctx)
+    call.undefined()
 }
 
 /// `__host.done(id, text)`: the work of call `id` settled with `text` (see
 /// `Engine::run_until_done`).
-unsafe extern "C" fn host_done(
-    ctx: JSContextRef,
-    _f: JSObjectRef,
-    _this: JSObjectRef,
-    argc: usize,
-    argv: *const JSValueRef,
-    exc: *mut JSValueRef,
-) -> JSValueRef {
-    let id = JSValueToNumber(ctx, arg(argv, argc, 0, ctx), ptr::null_mut());
+fn host_done(call: &HostCall<'_>) -> JSValueRef {
+    let id = call.number(0);
     if !(0.0..=MAX_SAFE_ID).contains(&id) {
-        return throw(ctx, exc, "done: the call id must be a non-negative integer");
+        return call.throw("done: the call id must be a non-negative integer");
     }
-    let text = to_string(ctx, arg(argv, argc, 1, ctx)).unwrap_or_default();
-    STATE.with(|s| s.borrow_mut().done = Some((id as u64, text)));
-    JSValueMakeUndefined(ctx)
+    let text = call.string(1);
+    call.state.borrow_mut().done = Some((id as u64, text));
+    call.undefined()
 }
 
 /// Unhandled-rejection callback `(promise, reason)`: recorded so that a failure inside a promise
 /// chain surfaces as an error instead of looking like a hang (DESIGN §2).
-unsafe extern "C" fn host_rejected(
-    ctx: JSContextRef,
-    _f: JSObjectRef,
-    _this: JSObjectRef,
-    argc: usize,
-    argv: *const JSValueRef,
-    _exc: *mut JSValueRef,
-) -> JSValueRef {
-    let reason = arg(argv, argc, 1, ctx);
-    let (message, stack) = describe_exception(ctx, reason);
-    let text = if stack.is_empty() {
-        message
-    } else {
-        format!("{message}\n{stack}")
-    };
-    let (mut fatal, mut exit_status) = (false, None);
-    if JSValueIsObject(ctx, reason) {
-        let object = reason as JSObjectRef;
-        fatal = JSValueToBoolean(ctx, get_property(ctx, object, "pyodide_fatal_error"));
-        let status = get_property(ctx, object, "status");
-        if fatal && JSValueGetType(ctx, status) == K_JS_TYPE_NUMBER {
-            let n = JSValueToNumber(ctx, status, ptr::null_mut());
-            if n.is_finite() && n.fract() == 0.0 && n.abs() <= i64::MAX as f64 {
-                exit_status = Some(n as i64);
+fn host_rejected(call: &HostCall<'_>) -> JSValueRef {
+    let ctx = call.ctx;
+    let reason = call.arg(1);
+    // SAFETY: values of the call's context, used as objects only once known to be ones.
+    let rejection = unsafe {
+        let (message, stack) = describe_exception(ctx, reason);
+        let text = if stack.is_empty() {
+            message
+        } else {
+            format!("{message}\n{stack}")
+        };
+        let (mut fatal, mut exit_status) = (false, None);
+        if JSValueIsObject(ctx, reason) {
+            let object = reason as JSObjectRef;
+            fatal = JSValueToBoolean(ctx, get_property(ctx, object, "pyodide_fatal_error"));
+            let status = get_property(ctx, object, "status");
+            if fatal && JSValueGetType(ctx, status) == K_JS_TYPE_NUMBER {
+                let n = JSValueToNumber(ctx, status, ptr::null_mut());
+                if n.is_finite() && n.fract() == 0.0 && n.abs() <= i64::MAX as f64 {
+                    exit_status = Some(n as i64);
+                }
             }
         }
-    }
-    let rejection = Rejection {
-        text,
-        fatal,
-        exit_status,
+        Rejection {
+            text,
+            fatal,
+            exit_status,
+        }
     };
-    STATE.with(|s| s.borrow_mut().rejections.push(rejection));
-    JSValueMakeUndefined(ctx)
+    call.state.borrow_mut().rejections.push(rejection);
+    call.undefined()
 }
 
 /// `__host.call(name, json, bytes?) -> {json, body: ArrayBuffer}`: a synchronous request to the
 /// embedder (used for `fetch`, which the front performs under its network policy). `bytes`
 /// must be a `Uint8Array` that JavaScript created for this call (never a view of WebAssembly
 /// memory, whose buffer must not be pinned).
-unsafe extern "C" fn host_call(
-    ctx: JSContextRef,
-    _f: JSObjectRef,
-    _this: JSObjectRef,
-    argc: usize,
-    argv: *const JSValueRef,
-    exc: *mut JSValueRef,
-) -> JSValueRef {
-    let name = to_string(ctx, arg(argv, argc, 0, ctx)).unwrap_or_default();
-    let json = to_string(ctx, arg(argv, argc, 1, ctx)).unwrap_or_default();
-    let bytes_arg = arg(argv, argc, 2, ctx);
+fn host_call(call: &HostCall<'_>) -> JSValueRef {
+    let ctx = call.ctx;
+    let name = call.string(0);
+    let json = call.string(1);
+    let bytes_arg = call.arg(2);
     let mut bytes = Vec::new();
-    if JSValueIsObject(ctx, bytes_arg)
-        && JSValueGetTypedArrayType(ctx, bytes_arg, ptr::null_mut())
-            == K_JS_TYPED_ARRAY_TYPE_UINT8_ARRAY
-    {
-        let obj = bytes_arg as JSObjectRef;
-        let len = JSObjectGetTypedArrayByteLength(ctx, obj, ptr::null_mut());
-        let data = JSObjectGetTypedArrayBytesPtr(ctx, obj, ptr::null_mut()) as *const u8;
-        if !data.is_null() && len > 0 {
-            let offset = JSObjectGetTypedArrayByteOffset(ctx, obj, ptr::null_mut());
-            bytes = std::slice::from_raw_parts(data.add(offset), len).to_vec();
+    // SAFETY: a value of the call's context, read as a typed array only once known to be a
+    // `Uint8Array`, within its own offset and length.
+    unsafe {
+        if JSValueIsObject(ctx, bytes_arg)
+            && JSValueGetTypedArrayType(ctx, bytes_arg, ptr::null_mut())
+                == K_JS_TYPED_ARRAY_TYPE_UINT8_ARRAY
+        {
+            let obj = bytes_arg as JSObjectRef;
+            let len = JSObjectGetTypedArrayByteLength(ctx, obj, ptr::null_mut());
+            let data = JSObjectGetTypedArrayBytesPtr(ctx, obj, ptr::null_mut()) as *const u8;
+            if !data.is_null() && len > 0 {
+                let offset = JSObjectGetTypedArrayByteOffset(ctx, obj, ptr::null_mut());
+                bytes = std::slice::from_raw_parts(data.add(offset), len).to_vec();
+            }
         }
     }
-    let handler = STATE.with(|s| s.borrow_mut().call.take());
+    let handler = call.state.borrow_mut().call.take();
     let Some(mut handler) = handler else {
-        return throw(ctx, exc, "host calls are not available");
+        return call.throw("host calls are not available");
     };
     let answer = handler(&name, &json, bytes);
-    STATE.with(|s| s.borrow_mut().call = Some(handler));
+    call.state.borrow_mut().call = Some(handler);
     match answer {
-        Ok((json, body)) => {
+        // SAFETY: objects and values made in the call's live context.
+        Ok((json, body)) => unsafe {
             let out = JSObjectMake(ctx, ptr::null_mut(), ptr::null_mut());
             set_property(ctx, out, "json", make_string(ctx, &json));
             set_property(ctx, out, "body", make_array_buffer(ctx, body));
             out
-        }
-        Err(msg) => throw(ctx, exc, &msg),
+        },
+        Err(msg) => call.throw(&msg),
     }
 }

@@ -3,6 +3,10 @@
 //! Everything engine-specific lives in this module; the rest of the program sees [`Engine`]:
 //! evaluate a script, hand it files, and drive its event loop until the awaited work settles.
 //! A `deno_core`/V8 backend could later implement the same surface behind a cargo feature.
+//!
+//! Every unsafe operation, inside an `unsafe fn` too, sits in its own `unsafe` block with the
+//! reason it is sound.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 mod ffi;
 mod host;
@@ -10,10 +14,10 @@ mod mapped;
 mod value;
 
 use ffi::*;
-use host::OwnedBytes;
-use host::STATE;
 pub use host::{CallHandler, EmitSink, Rejection};
+use host::{HostFn, HostState, OwnedBytes};
 pub use mapped::MappedFile;
+use std::cell::RefCell;
 use std::ptr;
 use std::time::Instant;
 use thiserror::Error;
@@ -58,11 +62,16 @@ pub enum Arg<'a> {
     Null,
 }
 
-/// One JavaScriptCore global context with our host functions installed.
+/// One JavaScriptCore global context with our host functions installed, and their state.
 ///
-/// Not `Send`: host state is per thread, and a sandbox worker owns one engine on one thread.
+/// Not `Send`: a context is used from the thread that made it (a sandbox worker owns one
+/// engine on one thread).
 pub struct Engine {
     ctx: JSGlobalContextRef,
+    /// The host functions' state, at a stable address their objects point to.
+    state: Box<RefCell<HostState>>,
+    /// The host function objects' private data, kept as long as the context.
+    _host_fns: Box<[HostFn]>,
     _not_send: std::marker::PhantomData<*mut ()>,
 }
 
@@ -104,13 +113,16 @@ impl Engine {
             if ctx.is_null() {
                 return Err(EngineError::NoContext);
             }
-            host::install(ctx);
+            let state = Box::new(RefCell::new(HostState::default()));
+            let host_fns = host::install(ctx, &state);
             let global = JSContextGetGlobalObject(ctx);
             let host_obj = get_property(ctx, global, "__host") as JSObjectRef;
             let rejected = get_property(ctx, host_obj, "rejected") as JSObjectRef;
             JSGlobalContextSetUnhandledRejectionCallback(ctx, rejected, ptr::null_mut());
             Ok(Engine {
                 ctx,
+                state,
+                _host_fns: host_fns,
                 _not_send: std::marker::PhantomData,
             })
         }
@@ -118,7 +130,7 @@ impl Engine {
 
     /// Serves `bytes` to JavaScript at virtual `path` (`__host.readFile`), without copying.
     pub fn add_static_file(&mut self, path: &str, bytes: &'static [u8]) {
-        STATE.with(|s| s.borrow_mut().files.insert(path.to_owned(), bytes));
+        self.state.borrow_mut().files.insert(path.to_owned(), bytes);
     }
 
     /// Serves owned `bytes` to JavaScript at virtual `path` once, replacing any earlier file:
@@ -126,14 +138,20 @@ impl Engine {
     /// snapshot, a wheel, an upload are each read once), and the path is gone after it.
     pub fn add_file(&mut self, path: &str, bytes: Vec<u8>) {
         let bytes = OwnedBytes::Read(bytes);
-        STATE.with(|s| s.borrow_mut().owned_files.insert(path.to_owned(), bytes));
+        self.state
+            .borrow_mut()
+            .owned_files
+            .insert(path.to_owned(), bytes);
     }
 
     /// Serves a mapped file at virtual `path` once, as [`Engine::add_file`] does bytes: its
     /// reader's `ArrayBuffer` is the mapping itself.
     pub fn add_mapped_file(&mut self, path: &str, mapped: MappedFile) {
         let bytes = OwnedBytes::Mapped(mapped);
-        STATE.with(|s| s.borrow_mut().owned_files.insert(path.to_owned(), bytes));
+        self.state
+            .borrow_mut()
+            .owned_files
+            .insert(path.to_owned(), bytes);
     }
 
     /// Collects every unreachable JavaScript object now (a full collection), so that a zygote
@@ -146,17 +164,17 @@ impl Engine {
     /// Forgets the owned virtual files not read yet (after an install, a mount, an upload),
     /// freeing their memory.
     pub fn clear_files(&mut self) {
-        STATE.with(|s| s.borrow_mut().owned_files.clear());
+        self.state.borrow_mut().owned_files.clear();
     }
 
     /// Sets where `__host.emit(text)` messages go.
     pub fn set_emit_sink(&mut self, sink: EmitSink) {
-        STATE.with(|s| s.borrow_mut().emit = Some(sink));
+        self.state.borrow_mut().emit = Some(sink);
     }
 
     /// Sets who answers `__host.call(name, json, bytes)`.
     pub fn set_call_handler(&mut self, handler: CallHandler) {
-        STATE.with(|s| s.borrow_mut().call = Some(handler));
+        self.state.borrow_mut().call = Some(handler);
     }
 
     /// Evaluates `source` as a classic script named `url`; returns `String(result)`.
@@ -267,17 +285,19 @@ impl Engine {
         deadline: Option<Instant>,
     ) -> Result<String, EngineError> {
         loop {
-            if let Some(e) = STATE.with(|s| s.borrow_mut().rejections.pop()) {
-                STATE.with(|s| s.borrow_mut().done = None);
+            let rejection = self.state.borrow_mut().rejections.pop();
+            if let Some(e) = rejection {
+                self.state.borrow_mut().done = None;
                 return Err(EngineError::UnhandledRejection(e));
             }
-            if let Some((got, text)) = STATE.with(|s| s.borrow_mut().done.take()) {
+            let done = self.state.borrow_mut().done.take();
+            if let Some((got, text)) = done {
                 if got != id {
                     return Err(EngineError::WrongCall { expected: id, got });
                 }
                 return Ok(text);
             }
-            let next = STATE.with(|s| s.borrow().timers.keys().next().copied());
+            let next = self.state.borrow().timers.keys().next().copied();
             let Some((due, id)) = next else {
                 return Err(EngineError::Stalled);
             };
@@ -293,11 +313,11 @@ impl Engine {
             if due > now {
                 std::thread::sleep(due - now);
             }
-            let timer = STATE.with(|s| {
-                let mut s = s.borrow_mut();
+            let timer = {
+                let mut s = self.state.borrow_mut();
                 s.timer_due.remove(&id);
                 s.timers.remove(&(due, id))
-            });
+            };
             if let Some(t) = timer {
                 // SAFETY: the callback was protected when the timer was set.
                 unsafe {
@@ -342,5 +362,32 @@ mod tests {
         assert_ne!(known, 0);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         assert_eq!(threads as usize, cores.min(MAX_WASM_COMPILER_THREADS));
+    }
+
+    /// Host state belongs to its engine: two engines on one thread see their own files, and
+    /// the host functions behave as functions (`typeof`, `bind`, thrown errors).
+    #[test]
+    fn each_engine_has_its_own_host_state() {
+        let mut a = Engine::new().expect("engine a");
+        let mut b = Engine::new().expect("engine b");
+        a.add_static_file("/only-a", b"from a");
+        let read = "(() => { try { return new Uint8Array(__host.readFile('/only-a')).length; } \
+                    catch (e) { return e instanceof Error ? 'absent' : 'odd'; } })()";
+        assert_eq!(a.eval(read, "a.js").expect("a reads"), "6");
+        assert_eq!(b.eval(read, "b.js").expect("b reads"), "absent");
+        let shape = "[typeof __host.now, __host.now.bind(null)() >= 0, \
+                     __host.now.call(null) >= 0].join()";
+        assert_eq!(
+            a.eval(shape, "shape.js").expect("shape"),
+            "function,true,true"
+        );
+        // A settled call is seen by its own engine only.
+        let done = a.eval("__host.done(7, 'seven'); 1", "done.js");
+        assert!(done.is_ok());
+        assert!(matches!(
+            b.run_until_done(7, None),
+            Err(EngineError::Stalled)
+        ));
+        assert_eq!(a.run_until_done(7, None).expect("a's answer"), "seven");
     }
 }

@@ -27,12 +27,15 @@ impl JsString {
     /// # Safety
     /// `s` must be a valid `JSStringRef`.
     pub unsafe fn to_rust(s: JSStringRef) -> String {
-        let len = JSStringGetLength(s);
-        let chars = JSStringGetCharactersPtr(s);
-        if len == 0 || chars.is_null() {
-            return String::new();
+        // SAFETY: the caller promises a valid string; its characters are read within its length.
+        unsafe {
+            let len = JSStringGetLength(s);
+            let chars = JSStringGetCharactersPtr(s);
+            if len == 0 || chars.is_null() {
+                return String::new();
+            }
+            String::from_utf16_lossy(std::slice::from_raw_parts(chars, len))
         }
-        String::from_utf16_lossy(std::slice::from_raw_parts(chars, len))
     }
 }
 
@@ -48,14 +51,18 @@ impl Drop for JsString {
 /// # Safety
 /// `ctx` and `value` must be valid.
 pub unsafe fn to_string(ctx: JSContextRef, value: JSValueRef) -> Option<String> {
-    let mut exc: JSValueRef = ptr::null();
-    let s = JSValueToStringCopy(ctx, value, &mut exc);
-    if s.is_null() || !exc.is_null() {
-        return None;
+    // SAFETY: the caller promises valid handles (# Safety); only they and values made
+    // from them are used.
+    unsafe {
+        let mut exc: JSValueRef = ptr::null();
+        let s = JSValueToStringCopy(ctx, value, &mut exc);
+        if s.is_null() || !exc.is_null() {
+            return None;
+        }
+        let out = JsString::to_rust(s);
+        JSStringRelease(s);
+        Some(out)
     }
-    let out = JsString::to_rust(s);
-    JSStringRelease(s);
-    Some(out)
 }
 
 /// Reads `object[name]`, or `undefined`.
@@ -63,13 +70,17 @@ pub unsafe fn to_string(ctx: JSContextRef, value: JSValueRef) -> Option<String> 
 /// # Safety
 /// `ctx` and `object` must be valid.
 pub unsafe fn get_property(ctx: JSContextRef, object: JSObjectRef, name: &str) -> JSValueRef {
-    let key = JsString::name(name);
-    let mut exc: JSValueRef = ptr::null();
-    let v = JSObjectGetProperty(ctx, object, key.0, &mut exc);
-    if v.is_null() || !exc.is_null() {
-        JSValueMakeUndefined(ctx)
-    } else {
-        v
+    // SAFETY: the caller promises valid handles (# Safety); only they and values made
+    // from them are used.
+    unsafe {
+        let key = JsString::name(name);
+        let mut exc: JSValueRef = ptr::null();
+        let v = JSObjectGetProperty(ctx, object, key.0, &mut exc);
+        if v.is_null() || !exc.is_null() {
+            JSValueMakeUndefined(ctx)
+        } else {
+            v
+        }
     }
 }
 
@@ -78,8 +89,12 @@ pub unsafe fn get_property(ctx: JSContextRef, object: JSObjectRef, name: &str) -
 /// # Safety
 /// `ctx`, `object` and `value` must be valid.
 pub unsafe fn set_property(ctx: JSContextRef, object: JSObjectRef, name: &str, value: JSValueRef) {
-    let key = JsString::name(name);
-    JSObjectSetProperty(ctx, object, key.0, value, 0, ptr::null_mut());
+    // SAFETY: the caller promises valid handles (# Safety); only they and values made
+    // from them are used.
+    unsafe {
+        let key = JsString::name(name);
+        JSObjectSetProperty(ctx, object, key.0, value, 0, ptr::null_mut());
+    }
 }
 
 /// Makes a JS string value.
@@ -87,8 +102,12 @@ pub unsafe fn set_property(ctx: JSContextRef, object: JSObjectRef, name: &str, v
 /// # Safety
 /// `ctx` must be valid.
 pub unsafe fn make_string(ctx: JSContextRef, s: &str) -> JSValueRef {
-    let js = JsString::new(s);
-    JSValueMakeString(ctx, js.0)
+    // SAFETY: the caller promises valid handles (# Safety); only they and values made
+    // from them are used.
+    unsafe {
+        let js = JsString::new(s);
+        JSValueMakeString(ctx, js.0)
+    }
 }
 
 /// Describes a thrown JavaScript value as text: `String(e)` followed by its `stack`, if any.
@@ -96,16 +115,20 @@ pub unsafe fn make_string(ctx: JSContextRef, s: &str) -> JSValueRef {
 /// # Safety
 /// `ctx` and `exception` must be valid.
 pub unsafe fn describe_exception(ctx: JSContextRef, exception: JSValueRef) -> (String, String) {
-    let message = to_string(ctx, exception).unwrap_or_else(|| "<unprintable exception>".into());
-    let mut stack = String::new();
-    if JSValueIsObject(ctx, exception) {
-        let obj = JSValueToObject(ctx, exception, ptr::null_mut());
-        let s = get_property(ctx, obj, "stack");
-        if !JSValueIsUndefined(ctx, s) {
-            stack = to_string(ctx, s).unwrap_or_default();
+    // SAFETY: the caller promises valid handles (# Safety); only they and values made
+    // from them are used.
+    unsafe {
+        let message = to_string(ctx, exception).unwrap_or_else(|| "<unprintable exception>".into());
+        let mut stack = String::new();
+        if JSValueIsObject(ctx, exception) {
+            let obj = JSValueToObject(ctx, exception, ptr::null_mut());
+            let s = get_property(ctx, obj, "stack");
+            if !JSValueIsUndefined(ctx, s) {
+                stack = to_string(ctx, s).unwrap_or_default();
+            }
         }
+        (message, stack)
     }
-    (message, stack)
 }
 
 /// Makes a JS `Error` with `message`, for throwing from host functions.
@@ -113,23 +136,34 @@ pub unsafe fn describe_exception(ctx: JSContextRef, exception: JSValueRef) -> (S
 /// # Safety
 /// `ctx` must be valid.
 pub unsafe fn make_error(ctx: JSContextRef, message: &str) -> JSValueRef {
-    let arg = make_string(ctx, message);
-    JSObjectMakeError(ctx, 1, &arg, ptr::null_mut())
+    // SAFETY: the caller promises valid handles (# Safety); only they and values made
+    // from them are used.
+    unsafe {
+        let arg = make_string(ctx, message);
+        JSObjectMakeError(ctx, 1, &arg, ptr::null_mut())
+    }
 }
 
 unsafe extern "C" fn free_vec(bytes: *mut c_void, ctx: *mut c_void) {
-    // Rebuild the boxed slice handed over in `make_array_buffer`.
-    let len = ctx as usize;
-    drop(Box::from_raw(ptr::slice_from_raw_parts_mut(
-        bytes as *mut u8,
-        len,
-    )));
+    // SAFETY: JavaScriptCore calls this once, with the boxed slice and the length that
+    // `make_array_buffer` handed over.
+    unsafe {
+        // Rebuild the boxed slice handed over in `make_array_buffer`.
+        let len = ctx as usize;
+        drop(Box::from_raw(ptr::slice_from_raw_parts_mut(
+            bytes as *mut u8,
+            len,
+        )));
+    }
 }
 
 /// Rebuilds the box of a [`super::mapped::MappedFile`] handed over in
 /// [`make_mapped_array_buffer`] and drops it (unmapping the file).
 unsafe extern "C" fn free_mapping(_bytes: *mut c_void, ctx: *mut c_void) {
-    drop(Box::from_raw(ctx as *mut super::mapped::MappedFile));
+    // SAFETY: JavaScriptCore calls this once, with the box `make_mapped_array_buffer` handed over.
+    unsafe {
+        drop(Box::from_raw(ctx as *mut super::mapped::MappedFile));
+    }
 }
 
 /// Moves `mapped` into a new `ArrayBuffer` over its pages; JSC unmaps them when collected.
@@ -140,16 +174,20 @@ pub unsafe fn make_mapped_array_buffer(
     ctx: JSContextRef,
     mapped: super::mapped::MappedFile,
 ) -> JSValueRef {
-    let (start, len) = mapped.as_raw();
-    let owner = Box::into_raw(Box::new(mapped)) as *mut c_void;
-    JSObjectMakeArrayBufferWithBytesNoCopy(
-        ctx,
-        start,
-        len,
-        Some(free_mapping),
-        owner,
-        ptr::null_mut(),
-    )
+    // SAFETY: the caller promises valid handles (# Safety); only they and values made
+    // from them are used.
+    unsafe {
+        let (start, len) = mapped.as_raw();
+        let owner = Box::into_raw(Box::new(mapped)) as *mut c_void;
+        JSObjectMakeArrayBufferWithBytesNoCopy(
+            ctx,
+            start,
+            len,
+            Some(free_mapping),
+            owner,
+            ptr::null_mut(),
+        )
+    }
 }
 
 /// Moves `bytes` into a new `ArrayBuffer` without copying; JSC frees them when collected.
@@ -157,27 +195,31 @@ pub unsafe fn make_mapped_array_buffer(
 /// # Safety
 /// `ctx` must be valid.
 pub unsafe fn make_array_buffer(ctx: JSContextRef, bytes: Vec<u8>) -> JSValueRef {
-    let boxed = bytes.into_boxed_slice();
-    let len = boxed.len();
-    if len == 0 {
-        // A zero-length buffer needs no backing store.
-        let empty = JsString::new("new ArrayBuffer(0)");
-        return JSEvaluateScript(
+    // SAFETY: the caller promises valid handles (# Safety); only they and values made
+    // from them are used.
+    unsafe {
+        let boxed = bytes.into_boxed_slice();
+        let len = boxed.len();
+        if len == 0 {
+            // A zero-length buffer needs no backing store.
+            let empty = JsString::new("new ArrayBuffer(0)");
+            return JSEvaluateScript(
+                ctx,
+                empty.0,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                1,
+                ptr::null_mut(),
+            );
+        }
+        let raw = Box::into_raw(boxed) as *mut u8;
+        JSObjectMakeArrayBufferWithBytesNoCopy(
             ctx,
-            empty.0,
+            raw as *mut c_void,
+            len,
+            Some(free_vec),
+            len as *mut c_void,
             ptr::null_mut(),
-            ptr::null_mut(),
-            1,
-            ptr::null_mut(),
-        );
+        )
     }
-    let raw = Box::into_raw(boxed) as *mut u8;
-    JSObjectMakeArrayBufferWithBytesNoCopy(
-        ctx,
-        raw as *mut c_void,
-        len,
-        Some(free_vec),
-        len as *mut c_void,
-        ptr::null_mut(),
-    )
 }
