@@ -49,7 +49,8 @@ pub struct Cli {
 
     /// A streamable-HTTP session with no request, or an SSE session with no message either
     /// way, for this many seconds ends (0 = never): its interpreter and state are dropped, and
-    /// a later request with its id gets HTTP 404.
+    /// a later request with its id gets HTTP 404. A request in flight keeps its session; the
+    /// time counts from its answer.
     #[arg(long, default_value_t = 1800.0)]
     pub session_idle_timeout: f64,
 

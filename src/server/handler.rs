@@ -10,6 +10,7 @@
 
 use super::execute::{Arrival, Executor, Tenant};
 use super::format::{render, ReturnMode};
+use super::idle::Activity;
 use super::tool::{
     delete_tool, reset_tool, tool, upload_tool, DELETE_TOOL_NAME, RESET_DONE, RESET_TOOL_NAME,
     TOOL_NAME, UPLOAD_TOOL_NAME,
@@ -110,6 +111,9 @@ pub struct RunPythonServer {
     /// How long a streamable-HTTP or SSE session may go without a message before it ends
     /// (`--session-idle-timeout`, seconds); `None`: never.
     pub session_idle: Option<std::time::Duration>,
+    /// This session's activity, for a transport that expires idle sessions itself (SSE): a
+    /// call holds it in flight while it runs.
+    activity: Option<Arc<Activity>>,
 }
 
 /// Severity order of MCP logging levels (RFC 5424 order, as in the MCP spec's logging section).
@@ -185,6 +189,7 @@ impl RunPythonServer {
             log_level: Arc::default(),
             session: None,
             session_idle: None,
+            activity: None,
         }
     }
 
@@ -198,6 +203,15 @@ impl RunPythonServer {
             session: Some(Arc::new(self.sessions.open()?)),
             ..self.clone()
         })
+    }
+
+    /// This session's server with its calls held in flight against `activity` while they run
+    /// (see [`idle`](super::idle)).
+    pub fn with_activity(self, activity: Arc<Activity>) -> Self {
+        RunPythonServer {
+            activity: Some(activity),
+            ..self
+        }
     }
 
     /// This session's tenant (`None` in the template), for transports that stamp the arrival
@@ -431,6 +445,7 @@ impl ServerHandler for RunPythonServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let _in_flight = self.activity.as_ref().map(|a| a.begin());
         let stateful = self.executor.stateful;
         if stateful && request.name == RESET_TOOL_NAME {
             return self.reset(request, &context).await;

@@ -49,6 +49,7 @@
 
 use super::errors::{self, Refusal};
 use super::handler::{RunPythonServer, Sessions, SessionsFull};
+use super::idle::StreamableSessions;
 use super::sse;
 use super::unread_body;
 use anyhow::{Context, Result};
@@ -356,6 +357,8 @@ struct McpChecks {
     sessions: Arc<Sessions>,
     /// rmcp's sessions, in stateful mode.
     manager: Option<Arc<LocalSessionManager>>,
+    /// The stateful sessions' activity, when idle sessions expire.
+    idle: Option<Arc<StreamableSessions>>,
 }
 
 /// The checks in front of rmcp on `/mcp`: the body's size (413) and form (400, before rmcp,
@@ -363,7 +366,8 @@ struct McpChecks {
 /// stateful mode, that a `DELETE` names a live session (404: rmcp would accept any id). The
 /// `DELETE` that ends a session is answered 200, not rmcp's 202: the MCP TypeScript SDK (and so
 /// the Deno original) answers 200, and the Python `mcp` client logs "Session termination
-/// failed: 202" for anything else.
+/// failed: 202" for anything else. In stateful mode it also keeps each session's activity
+/// ([`StreamableSessions`]): a request holds its session in flight until its answer is sent.
 async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Response {
     let method = req.method().clone();
     let session = req
@@ -400,11 +404,34 @@ async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Resp
             }
         }
     }
+    // A request of a session keeps it from expiring until its answer has been sent: a call's
+    // event stream stays open while the call runs.
+    let in_flight = match (&checks.idle, &session) {
+        (Some(idle), Some(id)) => idle.begin(id),
+        _ => None,
+    };
     let mut response = next.run(req).await;
     if method == Method::DELETE && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::OK;
     }
-    response
+    if let Some(idle) = &checks.idle {
+        if method == Method::DELETE && response.status() == StatusCode::OK {
+            if let Some(id) = &session {
+                idle.forget(id);
+            }
+        }
+        // The answer to `initialize` names the new session.
+        if session.is_none() && response.status().is_success() {
+            let new = response.headers().get(SESSION_HEADER);
+            if let Some(id) = new.and_then(|v| v.to_str().ok()) {
+                idle.watch(SessionId::from(id));
+            }
+        }
+    }
+    match in_flight {
+        Some(in_flight) => StreamableSessions::hold(response, in_flight),
+        None => response,
+    }
 }
 
 /// Whether `response` already has a JSON body.
@@ -486,10 +513,13 @@ pub async fn serve(
             config.allowed_hosts = Vec::new();
             let factory = server.clone();
             let mut manager = LocalSessionManager::default();
-            // rmcp ends a session after this long without a message (its own default is 300 s);
-            // the session's interpreter, and with `--stateful` its state, go with it.
-            manager.session_config.keep_alive = server.session_idle;
+            // rmcp would end a session after `keep_alive` without a message (its default is
+            // 300 s), even with a call in flight; `StreamableSessions` ends it once idle
+            // instead, and the session's interpreter, and with `--stateful` its state, go
+            // with it.
+            manager.session_config.keep_alive = None;
             let manager = Arc::new(manager);
+            let stateful = mode == HttpMode::Stateful;
             let service = StreamableHttpService::new(
                 move || factory.for_new_session().map_err(std::io::Error::other),
                 manager.clone(),
@@ -498,7 +528,10 @@ pub async fn serve(
             let checks = Arc::new(McpChecks {
                 max_body,
                 sessions: server.sessions.clone(),
-                manager: (mode == HttpMode::Stateful).then_some(manager),
+                idle: server.session_idle.filter(|_| stateful).map(|idle| {
+                    StreamableSessions::new(idle, manager.clone(), shutdown.child_token())
+                }),
+                manager: stateful.then_some(manager),
             });
             let router =
                 Router::new()

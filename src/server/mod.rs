@@ -5,6 +5,7 @@ pub mod execute;
 pub mod format;
 pub mod handler;
 pub mod http;
+pub mod idle;
 pub mod resources;
 pub mod session_files;
 pub mod sse;

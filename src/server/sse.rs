@@ -6,6 +6,7 @@
 use super::errors;
 use super::execute::Tenant;
 use super::handler::{stamp_arrival, RunPythonServer};
+use super::idle::{until_idle, Activity};
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -25,49 +26,24 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// One live stream: its channel to its rmcp session, its tenant (to stamp call arrivals) and
-/// when a message last went either way.
+/// its activity (a message either way, a call in flight).
 #[derive(Clone)]
 struct Session {
     sender: mpsc::Sender<ClientJsonRpcMessage>,
     tenant: Option<Arc<Tenant>>,
-    touched: Arc<Touched>,
+    activity: Arc<Activity>,
 }
 
 /// Each live stream's session, by the id in its endpoint URL.
 type Sessions = Arc<Mutex<HashMap<String, Session>>>;
 
-/// When a session last sent or received a message.
-struct Touched(Mutex<tokio::time::Instant>);
-
-impl Touched {
-    fn now() -> Arc<Touched> {
-        Arc::new(Touched(Mutex::new(tokio::time::Instant::now())))
-    }
-
-    fn touch(&self) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = tokio::time::Instant::now();
-    }
-
-    fn at(&self) -> tokio::time::Instant {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// Ends the session (`done`) once no message went either way for `idle`
-/// (`--session-idle-timeout`, as rmcp does for streamable HTTP): its stream closes, its
-/// interpreter and state go, and later POSTs get 404.
-async fn expire_when_idle(touched: Arc<Touched>, idle: Duration, done: CancellationToken) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep_until(touched.at() + idle) => {
-                if touched.at().elapsed() >= idle {
-                    tracing::debug!("an SSE session was idle for {} s and ended", idle.as_secs());
-                    done.cancel();
-                    return;
-                }
-            }
-            _ = done.cancelled() => return,
-        }
+/// Ends the session (`done`) once it is idle for `idle` (`--session-idle-timeout`; see
+/// [`idle`](super::idle)): its stream closes, its interpreter and state go, and later POSTs
+/// get 404.
+async fn expire_when_idle(activity: Arc<Activity>, idle: Duration, done: CancellationToken) {
+    if until_idle(&activity, idle, &done).await {
+        tracing::debug!("an SSE session was idle for {} s and ended", idle.as_secs());
+        done.cancel();
     }
 }
 
@@ -129,11 +105,14 @@ fn session_stream(
     let id = uuid::Uuid::new_v4().simple().to_string();
     let (to_server, from_client) = mpsc::channel::<ClientJsonRpcMessage>(64);
     let (to_client, from_server) = mpsc::channel::<ServerJsonRpcMessage>(64);
-    let touched = Touched::now();
+    let activity = Activity::new();
+    // The handler holds a call in flight against the session's activity, so that a call
+    // longer than the idle time does not end its own session.
+    let handler = handler.with_activity(activity.clone());
     let session = Session {
         sender: to_server,
         tenant: handler.tenant(),
-        touched: touched.clone(),
+        activity: activity.clone(),
     };
     state
         .sessions
@@ -143,7 +122,7 @@ fn session_stream(
     let session_done = state.shutdown.child_token();
     if let Some(idle) = state.idle {
         tokio::spawn(expire_when_idle(
-            touched.clone(),
+            activity.clone(),
             idle,
             session_done.clone(),
         ));
@@ -173,7 +152,7 @@ fn session_stream(
     let messages = from_server
         .map(move |msg| {
             let _keep = &guard;
-            touched.touch();
+            activity.touch();
             let data = serde_json::to_string(&msg).unwrap_or_default();
             Ok(Event::default().event("message").data(data))
         })
@@ -208,12 +187,12 @@ async fn post_message(
     let Some(Session {
         mut sender,
         tenant,
-        touched,
+        activity,
     }) = sender
     else {
         return errors::unknown_session().into_response();
     };
-    touched.touch();
+    activity.touch();
     let mut message = match errors::read_message(body, state.max_body).await {
         Ok((_, message)) => message,
         Err(refusal) => return refusal.into_response(),

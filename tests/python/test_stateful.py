@@ -143,6 +143,58 @@ async def test_an_idle_sse_session_expires_with_its_state(tmp_path):
             assert await wait_until(lambda: not during <= set(child_pids(base.pid)), 10), during
 
 
+# A call that runs longer than the idle time of the two tests below (seconds).
+LONGER_THAN_IDLE = "import time\ntime.sleep(5)\nx = 'after'\nx"
+
+
+async def test_a_call_longer_than_the_idle_time_keeps_its_streamable_http_session(tmp_path):
+    """The idle time counts from the last request's end: a session whose call runs past it
+    gets the result, keeps its state, and expires once idle after it."""
+    with http_server("streamable_http", "--stateful", "--session-idle-timeout", "2",
+                     stderr_path=tmp_path / "server.log") as base:
+        async with httpx.AsyncClient(timeout=120) as http:
+            r = await http.post(f"{base}/mcp", json=INIT, headers=ACCEPT)
+            h = {**ACCEPT, "Mcp-Session-Id": r.headers["mcp-session-id"], "Mcp-Protocol-Version": PROTOCOL}
+            await http.post(f"{base}/mcp", json=INITIALIZED, headers=h)
+            r = await http.post(f"{base}/mcp", json=call_message(2, LONGER_THAN_IDLE), headers=h)
+            assert return_value(rpc_result(r)["result"]["content"][0]["text"]) == "after", r.text
+            r = await http.post(f"{base}/mcp", json=call_message(3, "x"), headers=h)
+            assert return_value(rpc_result(r)["result"]["content"][0]["text"]) == "after", r.text
+            await asyncio.sleep(5)
+            r = await http.post(f"{base}/mcp", json=call_message(4, "x"), headers=h)
+            assert r.status_code == 404, r.text
+
+
+async def test_a_call_longer_than_the_idle_time_keeps_its_sse_session(tmp_path):
+    """The same over the legacy SSE transport, where the idle time counts messages either way:
+    a call in flight is no idle time."""
+    with http_server("sse", "--stateful", "--session-idle-timeout", "2",
+                     stderr_path=tmp_path / "server.log") as base:
+        async with httpx.AsyncClient(timeout=120) as http:
+            async with http.stream("GET", f"{base}/sse") as stream:
+                events = stream.aiter_lines()
+                endpoint = None
+                async for line in events:
+                    if line.startswith("data: /messages"):
+                        endpoint = f"{base}{line[len('data: '):]}"
+                        break
+                for message in (INIT, INITIALIZED, call_message(2, LONGER_THAN_IDLE)):
+                    r = await http.post(endpoint, json=message)
+                    assert r.status_code == 202, r.text
+                answer = None
+                async for line in events:
+                    if '"id":2' in line:
+                        answer = json.loads(line.removeprefix("data: "))
+                        break
+                assert answer, "the stream ended before the call's result"
+                assert return_value(answer["result"]["content"][0]["text"]) == "after", answer
+                async with asyncio.timeout(30):
+                    async for _ in events:
+                        pass
+            r = await http.post(endpoint, json=call_message(3, "x"))
+            assert r.status_code == 404, r.text
+
+
 @pytest.mark.parametrize("args", [
     ["stdio", "--stateful", "--isolation", "call"],
     ["stdio", "--stateful", "--isolation", "shared"],
