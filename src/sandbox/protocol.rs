@@ -364,16 +364,131 @@ fn check(what: &'static str, size: u64, limit: usize) -> Result<usize, FrameErro
     Ok(size as usize)
 }
 
-fn decode_header<T: for<'de> Deserialize<'de>>(json: &[u8]) -> Result<T, FrameError> {
-    serde_json::from_slice(json).map_err(FrameError::BadHeader)
-}
-
 /// `Ok(None)` for an end of stream before a frame starts.
 fn at_frame_start(r: io::Result<()>) -> Result<Option<()>, FrameError> {
     match r {
         Ok(()) => Ok(Some(())),
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Width of the header's length and of the attachment count (bytes, little-endian `u32`).
+const U32_BYTES: usize = 4;
+/// Width of an attachment's length (bytes, little-endian `u64`).
+const U64_BYTES: usize = 8;
+
+/// What a [`FrameDecoder`]'s buffer holds once filled.
+#[derive(Clone, Copy)]
+enum Step {
+    HeaderLen,
+    Header,
+    Count,
+    AttachmentLen,
+    Attachment,
+}
+
+/// Decodes one frame from bytes its caller reads, without I/O of its own, so that the
+/// blocking worker and the async front share one decoder. Each step names the exact bytes it
+/// needs next ([`buffer`](Self::buffer)); the caller fills them (`read_exact`) and calls
+/// [`filled`](Self::filled), which checks every length against the limits before the next
+/// buffer is allocated. The header and attachments are read into their own buffers and move
+/// into the [`Frame`] without a copy; lengths are read into a fixed scratch array.
+struct FrameDecoder {
+    limits: FrameLimits,
+    step: Step,
+    /// A length or count being read (its first `step.width()` bytes).
+    scratch: [u8; U64_BYTES],
+    /// The header or attachment being read.
+    payload: Vec<u8>,
+    json: Vec<u8>,
+    /// Attachments still to read.
+    remaining: usize,
+    attachments: Vec<Vec<u8>>,
+}
+
+impl Step {
+    /// Bytes of the length or count this step reads; `None` for a payload.
+    fn width(self) -> Option<usize> {
+        match self {
+            Step::HeaderLen | Step::Count => Some(U32_BYTES),
+            Step::AttachmentLen => Some(U64_BYTES),
+            Step::Header | Step::Attachment => None,
+        }
+    }
+}
+
+impl FrameDecoder {
+    fn new(limits: FrameLimits) -> Self {
+        FrameDecoder {
+            limits,
+            step: Step::HeaderLen,
+            scratch: [0; U64_BYTES],
+            payload: Vec::new(),
+            json: Vec::new(),
+            remaining: 0,
+            attachments: Vec::new(),
+        }
+    }
+
+    /// The bytes to fill next.
+    fn buffer(&mut self) -> &mut [u8] {
+        match self.step.width() {
+            Some(width) => &mut self.scratch[..width],
+            None => &mut self.payload,
+        }
+    }
+
+    /// The length or count just read (little-endian).
+    fn number(&self) -> u64 {
+        let mut b = [0u8; U64_BYTES];
+        let width = self.step.width().unwrap_or(0);
+        b[..width].copy_from_slice(&self.scratch[..width]);
+        u64::from_le_bytes(b)
+    }
+
+    /// Takes the filled buffer in; `Ok(true)` once the frame is complete.
+    fn filled(&mut self) -> Result<bool, FrameError> {
+        match self.step {
+            Step::HeaderLen => {
+                self.payload = vec![0; check("header", self.number(), self.limits.header)?];
+                self.step = Step::Header;
+            }
+            Step::Header => {
+                self.json = std::mem::take(&mut self.payload);
+                self.step = Step::Count;
+            }
+            Step::Count => {
+                let count = check("attachment count", self.number(), self.limits.attachments)?;
+                self.attachments = Vec::with_capacity(count);
+                self.remaining = count;
+                return Ok(self.next_attachment());
+            }
+            Step::AttachmentLen => {
+                self.payload = vec![0; check("attachment", self.number(), self.limits.attachment)?];
+                self.step = Step::Attachment;
+            }
+            Step::Attachment => {
+                self.attachments.push(std::mem::take(&mut self.payload));
+                self.remaining -= 1;
+                return Ok(self.next_attachment());
+            }
+        }
+        Ok(false)
+    }
+
+    /// Asks for the next attachment's length; `true` when there is none left.
+    fn next_attachment(&mut self) -> bool {
+        self.step = Step::AttachmentLen;
+        self.remaining == 0
+    }
+
+    /// The complete frame, its header decoded.
+    fn finish<T: for<'de> Deserialize<'de>>(self) -> Result<Frame<T>, FrameError> {
+        Ok(Frame {
+            header: serde_json::from_slice(&self.json).map_err(FrameError::BadHeader)?,
+            attachments: self.attachments,
+        })
     }
 }
 
@@ -396,31 +511,14 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(
     r: &mut impl Read,
     limits: FrameLimits,
 ) -> Result<Option<Frame<T>>, FrameError> {
-    let mut len = [0u8; 4];
-    if at_frame_start(r.read_exact(&mut len))?.is_none() {
+    let mut decoder = FrameDecoder::new(limits);
+    if at_frame_start(r.read_exact(decoder.buffer()))?.is_none() {
         return Ok(None);
     }
-    let mut json = vec![0u8; check("header", u32::from_le_bytes(len).into(), limits.header)?];
-    r.read_exact(&mut json)?;
-    let mut count = [0u8; 4];
-    r.read_exact(&mut count)?;
-    let count = check(
-        "attachment count",
-        u32::from_le_bytes(count).into(),
-        limits.attachments,
-    )?;
-    let mut attachments = Vec::with_capacity(count);
-    for _ in 0..count {
-        let mut n = [0u8; 8];
-        r.read_exact(&mut n)?;
-        let mut buf = vec![0u8; check("attachment", u64::from_le_bytes(n), limits.attachment)?];
-        r.read_exact(&mut buf)?;
-        attachments.push(buf);
+    while !decoder.filled()? {
+        r.read_exact(decoder.buffer())?;
     }
-    Ok(Some(Frame {
-        header: decode_header(&json)?,
-        attachments,
-    }))
+    decoder.finish().map(Some)
 }
 
 /// Writes one frame (async; used by the front).
@@ -445,31 +543,14 @@ pub async fn read_frame_async<T: for<'de> Deserialize<'de>>(
     r: &mut (impl tokio::io::AsyncRead + Unpin),
     limits: FrameLimits,
 ) -> Result<Option<Frame<T>>, FrameError> {
-    let mut len = [0u8; 4];
-    if at_frame_start(r.read_exact(&mut len).await.map(|_| ()))?.is_none() {
+    let mut decoder = FrameDecoder::new(limits);
+    if at_frame_start(r.read_exact(decoder.buffer()).await.map(|_| ()))?.is_none() {
         return Ok(None);
     }
-    let mut json = vec![0u8; check("header", u32::from_le_bytes(len).into(), limits.header)?];
-    r.read_exact(&mut json).await?;
-    let mut count = [0u8; 4];
-    r.read_exact(&mut count).await?;
-    let count = check(
-        "attachment count",
-        u32::from_le_bytes(count).into(),
-        limits.attachments,
-    )?;
-    let mut attachments = Vec::with_capacity(count);
-    for _ in 0..count {
-        let mut n = [0u8; 8];
-        r.read_exact(&mut n).await?;
-        let mut buf = vec![0u8; check("attachment", u64::from_le_bytes(n), limits.attachment)?];
-        r.read_exact(&mut buf).await?;
-        attachments.push(buf);
+    while !decoder.filled()? {
+        r.read_exact(decoder.buffer()).await?;
     }
-    Ok(Some(Frame {
-        header: decode_header(&json)?,
-        attachments,
-    }))
+    decoder.finish().map(Some)
 }
 
 #[cfg(test)]
@@ -517,6 +598,65 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn the_blocking_and_async_readers_agree_frame_by_frame() {
+        let mut buf = Vec::new();
+        let attachments: [&[u8]; 3] = [b"first", b"", b"third"];
+        write_frame(&mut buf, &Reply::Pong { id: 1 }, &[]).unwrap();
+        let install = Request::Install {
+            id: 2,
+            files: vec!["/a.whl".into(), "/b.whl".into(), "/c.whl".into()],
+            items: vec![],
+        };
+        write_frame(&mut buf, &install, &attachments).unwrap();
+        let (mut sync_r, mut async_r) = (buf.as_slice(), buf.as_slice());
+        let limits = FrameLimits::REQUEST;
+        let first: Frame<Reply> = read_frame(&mut sync_r, limits).unwrap().unwrap();
+        let first_async: Frame<Reply> = read_frame_async(&mut async_r, limits)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(first.header, Reply::Pong { id: 1 }) && first.attachments.is_empty());
+        assert!(
+            matches!(first_async.header, Reply::Pong { id: 1 })
+                && first_async.attachments.is_empty()
+        );
+        let second: Frame<Request> = read_frame(&mut sync_r, limits).unwrap().unwrap();
+        let second_async: Frame<Request> = read_frame_async(&mut async_r, limits)
+            .await
+            .unwrap()
+            .unwrap();
+        let expected: Vec<Vec<u8>> = attachments.iter().map(|a| a.to_vec()).collect();
+        assert_eq!(second.attachments, expected);
+        assert_eq!(second_async.attachments, expected);
+        assert!(read_frame::<Reply>(&mut sync_r, limits).unwrap().is_none());
+        assert!(read_frame_async::<Reply>(&mut async_r, limits)
+            .await
+            .unwrap()
+            .is_none());
+    }
+
+    #[tokio::test]
+    async fn a_frame_cut_short_is_an_error_not_an_end() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &Reply::Pong { id: 1 }, &[b"attachment"]).unwrap();
+        let limits = FrameLimits::REQUEST;
+        // A stream that ends within the header's length counts as ended (read_exact does not
+        // say how much it read); from there on, the frame is cut.
+        for cut in U32_BYTES..buf.len() {
+            let short = &buf[..cut];
+            let err = read_frame::<Reply>(&mut &short[..], limits)
+                .err()
+                .expect("cut frame");
+            assert!(err.is_eof(), "{cut}: {err}");
+            let err = read_frame_async::<Reply>(&mut &short[..], limits)
+                .await
+                .err()
+                .expect("cut frame");
+            assert!(err.is_eof(), "{cut}: {err}");
+        }
+    }
+
     #[test]
     fn lengths_over_the_limits_are_refused_before_allocating() {
         // A header claiming 4 GiB - 1 bytes must be refused, not allocated.
@@ -538,9 +678,9 @@ mod tests {
     #[test]
     fn unknown_fields_and_kinds_are_refused() {
         let json = br#"{"kind":"pong","id":1,"extra":true}"#;
-        assert!(decode_header::<Reply>(json).is_err());
+        assert!(serde_json::from_slice::<Reply>(json).is_err());
         let json = br#"{"kind":"surprise"}"#;
-        assert!(decode_header::<Reply>(json).is_err());
+        assert!(serde_json::from_slice::<Reply>(json).is_err());
     }
 
     #[test]
