@@ -404,10 +404,15 @@ async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Resp
             }
         }
     }
-    // A request of a session keeps it from expiring until its answer has been sent: a call's
-    // event stream stays open while the call runs.
+    // A POST of a session keeps it from expiring until its answer has been sent: a call's
+    // event stream stays open while the call runs. A GET's stream (the client listening for
+    // notifications) lasts as long as the client likes, so it counts only as a message.
     let in_flight = match (&checks.idle, &session) {
-        (Some(idle), Some(id)) => idle.begin(id),
+        (Some(idle), Some(id)) if method == Method::POST => idle.begin(id),
+        (Some(idle), Some(id)) => {
+            idle.touch(id);
+            None
+        }
         _ => None,
     };
     let mut response = next.run(req).await;

@@ -165,6 +165,14 @@ impl StreamableSessions {
         self.watched().get(id).map(|w| w.activity.begin())
     }
 
+    /// A message of session `id` other than a request in flight (a `GET` that opens its
+    /// notification stream).
+    pub fn touch(&self, id: &SessionId) {
+        if let Some(w) = self.watched().get(id) {
+            w.activity.touch();
+        }
+    }
+
     /// `response` with `in_flight` held until its body has been sent.
     pub fn hold(response: Response, in_flight: InFlight) -> Response {
         response.map(|inner| {

@@ -97,7 +97,11 @@ async def test_an_idle_session_expires_with_its_state(tmp_path):
             await http.post(f"{base}/mcp", json=INITIALIZED, headers=h)
             r = await http.post(f"{base}/mcp", json=call_message(2, "x = 1\nx"), headers=h)
             assert "<return_value>\n1\n</return_value>" in rpc_result(r)["result"]["content"][0]["text"]
-            await asyncio.sleep(5)
+            # A client listening for notifications (a GET stream, as the `mcp` client opens)
+            # sends no request: its session still expires.
+            async with http.stream("GET", f"{base}/mcp", headers={**h, "Accept": "text/event-stream"}) as listening:
+                assert listening.status_code == 200
+                await asyncio.sleep(5)
             r = await http.post(f"{base}/mcp", json=call_message(3, "x"), headers=h)
             assert r.status_code == 404, r.text
             message = r.json()["error"]["message"]
