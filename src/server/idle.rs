@@ -196,13 +196,28 @@ impl StreamableSessions {
         );
         let this = self.clone();
         tokio::spawn(async move {
-            if until_idle(&activity, this.idle, &done).await {
-                tracing::debug!(
-                    "a streamable-HTTP session was idle for {} s and ended",
-                    this.idle.as_secs()
-                );
-                // A session that rmcp ended already has nothing left to close.
-                let _ = this.manager.close_session(&id).await;
+            while until_idle(&activity, this.idle, &done).await {
+                // Checked again under the map's lock, and unwatched there: a request that
+                // began since holds the session, and none can begin on it from now on.
+                let ended = {
+                    let mut watched = this.watched();
+                    let idle = activity
+                        .idle_at(this.idle)
+                        .is_some_and(|at| at <= Instant::now());
+                    if idle {
+                        watched.remove(&id);
+                    }
+                    idle
+                };
+                if ended {
+                    tracing::debug!(
+                        "a streamable-HTTP session was idle for {} s and ended",
+                        this.idle.as_secs()
+                    );
+                    // A session that rmcp ended already has nothing left to close.
+                    let _ = this.manager.close_session(&id).await;
+                    return;
+                }
             }
             this.watched().remove(&id);
         });
