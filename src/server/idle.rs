@@ -6,15 +6,13 @@
 //! messages, so a call longer than the idle time used to lose its session, interpreter and
 //! result half-way (the client got an empty event stream).
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::response::Response;
-use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{SessionId, SessionManager};
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -57,6 +55,11 @@ impl Activity {
         InFlight(self.clone())
     }
 
+    /// Whether the session has been idle for `idle` now.
+    fn is_idle(&self, idle: Duration) -> bool {
+        self.idle_at(idle).is_some_and(|at| at <= Instant::now())
+    }
+
     /// When the session becomes idle if nothing happens meanwhile, or `None` while a request
     /// is in flight.
     fn idle_at(&self, idle: Duration) -> Option<Instant> {
@@ -94,34 +97,6 @@ pub async fn until_idle(activity: &Activity, idle: Duration, done: &Cancellation
             _ = tokio::time::sleep_until(wake) => {}
             _ = done.cancelled() => return false,
         }
-    }
-}
-
-/// A response body that keeps its request in flight until the body has been sent or dropped
-/// (a streamable-HTTP call's event stream ends with its result; a client that goes away drops
-/// it).
-struct HeldInFlight {
-    inner: Body,
-    _in_flight: InFlight,
-}
-
-impl HttpBody for HeldInFlight {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 
@@ -173,13 +148,15 @@ impl StreamableSessions {
         }
     }
 
-    /// `response` with `in_flight` held until its body has been sent.
+    /// `response` with `in_flight` held until its body has been sent or dropped (a
+    /// streamable-HTTP call's event stream ends with its result; a client that goes away drops
+    /// it).
     pub fn hold(response: Response, in_flight: InFlight) -> Response {
-        response.map(|inner| {
-            Body::new(HeldInFlight {
-                inner,
-                _in_flight: in_flight,
-            })
+        response.map(|body| {
+            Body::new(body.map_frame(move |frame| {
+                let _held = &in_flight;
+                frame
+            }))
         })
     }
 
@@ -201,9 +178,7 @@ impl StreamableSessions {
                 // began since holds the session, and none can begin on it from now on.
                 let ended = {
                     let mut watched = this.watched();
-                    let idle = activity
-                        .idle_at(this.idle)
-                        .is_some_and(|at| at <= Instant::now());
+                    let idle = activity.is_idle(this.idle);
                     if idle {
                         watched.remove(&id);
                     }

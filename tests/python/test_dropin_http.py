@@ -15,7 +15,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
 from conftest import BINARY, CALL_TIMEOUT, SHARED_CACHE, http_server, server_env
-from raw_http import ACCEPT, INIT, INITIALIZED, PROTOCOL, call_message, rpc_result
+from raw_http import ACCEPT, INIT, INITIALIZED, PROTOCOL, call_message, rpc_result, start_session
 
 # Bytes that are not JSON, and JSON that is not a JSON-RPC message (`method` must be a string).
 NOT_JSON = b"{not json"
@@ -42,16 +42,6 @@ def error_of(response, status, id_=None):
     body = response.json()
     assert body["jsonrpc"] == "2.0" and body["id"] == id_, body
     return body["error"]
-
-
-async def start_session(client, base):
-    """A stateful session started by hand: its headers for later requests."""
-    r = await client.post(f"{base}/mcp", json=INIT, headers=ACCEPT)
-    assert r.status_code == 200, r.text
-    headers = {**ACCEPT, "Mcp-Session-Id": r.headers["mcp-session-id"], "Mcp-Protocol-Version": PROTOCOL}
-    r = await client.post(f"{base}/mcp", json=INITIALIZED, headers=headers)
-    assert r.status_code == 202 and r.content == b"", r
-    return headers
 
 
 async def open_sse(client, base):

@@ -16,7 +16,7 @@ from mcp.shared.exceptions import McpError
 
 from adversary import http_server, http_session, return_value, status_of, wait_until
 from conftest import BINARY, SHARED_CACHE, child_pids, mcp_session, run, server_env
-from raw_http import ACCEPT, INIT, INITIALIZED, PROTOCOL, call_message, rpc_result
+from raw_http import call_message, rpc_result, sse_message, sse_session_by_hand, start_session
 
 pytestmark = pytest.mark.anyio
 
@@ -92,9 +92,7 @@ async def test_an_idle_session_expires_with_its_state(tmp_path):
     with http_server("streamable_http", "--stateful", "--session-idle-timeout", "2",
                      stderr_path=tmp_path / "server.log") as base:
         async with httpx.AsyncClient(timeout=120) as http:
-            r = await http.post(f"{base}/mcp", json=INIT, headers=ACCEPT)
-            h = {**ACCEPT, "Mcp-Session-Id": r.headers["mcp-session-id"], "Mcp-Protocol-Version": PROTOCOL}
-            await http.post(f"{base}/mcp", json=INITIALIZED, headers=h)
+            h = await start_session(http, base)
             r = await http.post(f"{base}/mcp", json=call_message(2, "x = 1\nx"), headers=h)
             assert "<return_value>\n1\n</return_value>" in rpc_result(r)["result"]["content"][0]["text"]
             # A client listening for notifications (a GET stream, as the `mcp` client opens)
@@ -115,23 +113,12 @@ async def test_an_idle_sse_session_expires_with_its_state(tmp_path):
     with http_server("sse", "--stateful", "--session-idle-timeout", "2",
                      stderr_path=tmp_path / "server.log") as base:
         async with httpx.AsyncClient(timeout=120) as http:
-            async with http.stream("GET", f"{base}/sse") as stream:
-                events = stream.aiter_lines()
-                endpoint = None
-                async for line in events:
-                    if line.startswith("data: /messages"):
-                        endpoint = f"{base}{line[len('data: '):]}"
-                        break
-                for message in (INIT, INITIALIZED, call_message(2, "x = 1\nx")):
-                    r = await http.post(endpoint, json=message)
-                    assert r.status_code == 202, r.text
-                answered = False
-                async for line in events:
-                    if '"id":2' in line:
-                        assert "<return_value>\\n1\\n</return_value>" in line, line
-                        answered = True
-                        break
-                assert answered
+            async with sse_session_by_hand(http, base) as (endpoint, events):
+                r = await http.post(endpoint, json=call_message(2, "x = 1\nx"))
+                assert r.status_code == 202, r.text
+                answer = await sse_message(events, 2)
+                assert answer, "the stream ended before the call's result"
+                assert "<return_value>\n1\n</return_value>" in answer["result"]["content"][0]["text"], answer
                 # The session's interpreter, among the spares kept ready.
                 during = set(child_pids(base.pid))
                 # The server ends the stream after the idle time (keep-alive comments are no
@@ -157,9 +144,7 @@ async def test_a_call_longer_than_the_idle_time_keeps_its_streamable_http_sessio
     with http_server("streamable_http", "--stateful", "--session-idle-timeout", "2",
                      stderr_path=tmp_path / "server.log") as base:
         async with httpx.AsyncClient(timeout=120) as http:
-            r = await http.post(f"{base}/mcp", json=INIT, headers=ACCEPT)
-            h = {**ACCEPT, "Mcp-Session-Id": r.headers["mcp-session-id"], "Mcp-Protocol-Version": PROTOCOL}
-            await http.post(f"{base}/mcp", json=INITIALIZED, headers=h)
+            h = await start_session(http, base)
             r = await http.post(f"{base}/mcp", json=call_message(2, LONGER_THAN_IDLE), headers=h)
             assert return_value(rpc_result(r)["result"]["content"][0]["text"]) == "after", r.text
             r = await http.post(f"{base}/mcp", json=call_message(3, "x"), headers=h)
@@ -175,21 +160,10 @@ async def test_a_call_longer_than_the_idle_time_keeps_its_sse_session(tmp_path):
     with http_server("sse", "--stateful", "--session-idle-timeout", "2",
                      stderr_path=tmp_path / "server.log") as base:
         async with httpx.AsyncClient(timeout=120) as http:
-            async with http.stream("GET", f"{base}/sse") as stream:
-                events = stream.aiter_lines()
-                endpoint = None
-                async for line in events:
-                    if line.startswith("data: /messages"):
-                        endpoint = f"{base}{line[len('data: '):]}"
-                        break
-                for message in (INIT, INITIALIZED, call_message(2, LONGER_THAN_IDLE)):
-                    r = await http.post(endpoint, json=message)
-                    assert r.status_code == 202, r.text
-                answer = None
-                async for line in events:
-                    if '"id":2' in line:
-                        answer = json.loads(line.removeprefix("data: "))
-                        break
+            async with sse_session_by_hand(http, base) as (endpoint, events):
+                r = await http.post(endpoint, json=call_message(2, LONGER_THAN_IDLE))
+                assert r.status_code == 202, r.text
+                answer = await sse_message(events, 2)
                 assert answer, "the stream ended before the call's result"
                 assert return_value(answer["result"]["content"][0]["text"]) == "after", answer
                 async with asyncio.timeout(30):
