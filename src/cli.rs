@@ -68,11 +68,30 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = Isolation::Session)]
     pub isolation: Isolation,
 
-    /// Keep each MCP session's globals from one call to the next (variables, functions,
-    /// imports), as a notebook does; the tool description says so. Needs `--isolation
-    /// session` and a transport with sessions (not `streamable-http-stateless`).
+    /// Sandboxes that keep their globals from one call to the next (variables, functions,
+    /// imports), as a notebook does, addressed by the `sandbox_id` that every result names
+    /// (README, "Sandboxes"); adds the tools create_sandbox, list_sandbox_files,
+    /// destroy_sandbox, upload_file, delete_file and reset_session, and files as resources.
+    /// Needs `--isolation session`.
     #[arg(long)]
     pub stateful: bool,
+
+    /// With `--stateful`: a sandbox reached by its `sandbox_id` alone (made by create_sandbox or
+    /// by a call without a session) ends after this many seconds without a call (0 = never);
+    /// a call in flight keeps it. A session's own sandbox ends with the session instead.
+    #[arg(long, default_value_t = 1800.0)]
+    pub sandbox_idle_timeout: f64,
+
+    /// With `--stateful`: such a sandbox ends this many seconds after it was made, however
+    /// busy (0 = never); a call in flight finishes first.
+    #[arg(long, default_value_t = 86400.0)]
+    pub sandbox_max_lifetime: f64,
+
+    /// Most live sandboxes, sessions' own included; at the limit a new sandbox takes the place
+    /// of the least recently used idle one reached by its `sandbox_id` alone, and is refused
+    /// when none is idle [default: sized from this machine's memory].
+    #[arg(long)]
+    pub max_sandboxes: Option<usize>,
 
     /// Clean interpreters kept booted ahead, so that a new session rarely waits for a boot
     /// [default: 2 for HTTP, `--workers` with `--isolation call`; 0 for stdio and `shared`, which

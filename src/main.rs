@@ -6,6 +6,7 @@ mod modes;
 mod packages;
 mod sandbox;
 mod server;
+mod tenancy;
 
 use anyhow::Result;
 use clap::Parser;

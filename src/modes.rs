@@ -13,11 +13,15 @@ use crate::sandbox::net::NetPolicy;
 use crate::sandbox::snapshot::Launcher;
 use crate::sandbox::spares::Spares;
 use crate::sandbox::worker_main::PYODIDE;
-use crate::server::execute::{Executor, Isolation, Limits, Tenant};
+use crate::server::execute::{Executor, Isolation, Limits};
 use crate::server::format::{render, Status};
-use crate::server::handler::{RunPythonServer, Sessions};
+use crate::server::handler::RunPythonServer;
 use crate::server::http::HttpMode;
+use crate::server::sessions::Sessions;
 use crate::server::startup_deps;
+use crate::tenancy::handle::SandboxId;
+use crate::tenancy::registry::{Registry, RegistryLimits};
+use crate::tenancy::sandbox::{Owner, Sandbox};
 use anyhow::{anyhow, Context, Result};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -144,11 +148,6 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
             "--stateful keeps a session's globals in the session's own interpreter: it needs --isolation session"
         );
     }
-    if cli.stateful && cli.mode == Mode::StreamableHttpStateless {
-        anyhow::bail!(
-            "--stateful needs sessions, and streamable-http-stateless has none: use streamable-http"
-        );
-    }
     // Spares kept ready, and booted at start-up.
     let (spares, initial) = match (isolation, cli.mode) {
         (Isolation::Call, _) => (workers, workers),
@@ -227,8 +226,21 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         cli.max_sessions
             .unwrap_or_else(|| default_max_sessions(interpreter_mib)),
     );
+    let sandbox_mib = if zygote {
+        IDLE_SANDBOX_MIB
+    } else {
+        INTERPRETER_MIB
+    };
+    let registry = Registry::new(RegistryLimits {
+        max: cli
+            .max_sandboxes
+            .unwrap_or_else(|| default_max_sessions(sandbox_mib)),
+        idle: seconds(cli.sandbox_idle_timeout, "--sandbox-idle-timeout")?,
+        lifetime: seconds(cli.sandbox_max_lifetime, "--sandbox-max-lifetime")?,
+    });
     let mut server = RunPythonServer::new(
         Arc::new(executor),
+        registry,
         cli.return_mode,
         cli.max_code_size,
         sessions,
@@ -252,12 +264,17 @@ const INTERPRETER_MIB: u64 = 256;
 /// the zygote's). Used to size the default `--max-sessions` when a zygote is on.
 const FORKED_INTERPRETER_MIB: u64 = 32;
 
+/// Memory of one idle sandbox's interpreter forked from the zygote, rounded up (MiB of PSS;
+/// measured ~15 MiB by `bench/sandboxes.py` with hundreds live). Used to size the default
+/// `--max-sandboxes`.
+const IDLE_SANDBOX_MIB: u64 = 16;
+
 /// Share of the machine's memory that live interpreters may take by default (percent).
 const SESSION_MEMORY_PERCENT: u64 = 75;
 
 /// Bounds of the default `--max-sessions`.
 const MIN_DEFAULT_SESSIONS: usize = 4;
-const MAX_DEFAULT_SESSIONS: usize = 1024;
+const MAX_DEFAULT_SESSIONS: usize = 4096;
 
 /// `--max-sessions` by default: as many idle interpreters of `interpreter_mib` MiB as fit in
 /// 75% of the memory.
@@ -306,6 +323,10 @@ fn wasm_budget_mib(memory: u64) -> u64 {
 pub async fn run(cli: Cli) -> Result<i32> {
     let server = build(&cli)?;
     let executor = server.executor.clone();
+    let registry = server.registry.clone();
+    // Idle and old sandboxes end in the background; all of them at the end.
+    let sweeping = CancellationToken::new();
+    registry.spawn_sweeper(sweeping.clone());
     if let Some(code) = check_sandbox(&cli, &server).await {
         executor.shutdown().await;
         return Ok(code);
@@ -349,6 +370,8 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Mode::Warmup => warmup(&server).await,
         Mode::Example => example(&server).await,
     };
+    sweeping.cancel();
+    registry.end_all();
     executor.shutdown().await;
     Ok(code)
 }
@@ -383,10 +406,16 @@ async fn warmup(server: &RunPythonServer) -> i32 {
         eprintln!("warmup failed: cannot install --deps: {e}");
         return 1;
     }
-    let tenant = Tenant::new();
+    let sandbox = match SandboxId::mint() {
+        Ok(id) => Sandbox::new(id, Owner::Call, Vec::new()),
+        Err(e) => {
+            eprintln!("warmup failed: {e}");
+            return 1;
+        }
+    };
     let Some(result) = executor
         .run(
-            &tenant,
+            &sandbox,
             None,
             "import sys\nsys.version",
             serde_json::Map::new(),
@@ -398,9 +427,12 @@ async fn warmup(server: &RunPythonServer) -> i32 {
         eprintln!("warmup failed: the call was cancelled");
         return 1;
     };
-    tenant.end();
+    sandbox.end();
     if result.status != Status::Success {
-        eprintln!("warmup failed:\n{}", render(&result, server.return_mode));
+        eprintln!(
+            "warmup failed:\n{}",
+            render(&result, server.return_mode, None)
+        );
         return 1;
     }
     let version = result.return_value.unwrap_or_default();
@@ -417,11 +449,14 @@ async fn warmup(server: &RunPythonServer) -> i32 {
 
 async fn example(server: &RunPythonServer) -> i32 {
     println!("Running:\n{EXAMPLE_CODE}");
-    let tenant = Tenant::new();
+    let Ok(id) = SandboxId::mint() else {
+        return 1;
+    };
+    let sandbox = Sandbox::new(id, Owner::Call, Vec::new());
     let Some(result) = server
         .executor
         .run(
-            &tenant,
+            &sandbox,
             None,
             EXAMPLE_CODE,
             serde_json::Map::new(),
@@ -432,8 +467,11 @@ async fn example(server: &RunPythonServer) -> i32 {
     else {
         return 1;
     };
-    tenant.end();
-    println!("Tool result:\n{}", render(&result, server.return_mode));
+    sandbox.end();
+    println!(
+        "Tool result:\n{}",
+        render(&result, server.return_mode, None)
+    );
     if result.status == Status::Success {
         0
     } else {

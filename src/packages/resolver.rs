@@ -286,7 +286,7 @@ fn check_root(
                 };
                 return Err(ResolveError::NoSolution(match pin {
                     Some(pin) => format!(
-                        "`{wanted}` cannot be met: this session's interpreter already has `{pin}` installed (start a new session for another version)"
+                        "`{wanted}` cannot be met: this sandbox's interpreter already has `{pin}` installed (start a new sandbox or session for another version)"
                     ),
                     None => format!("`{other}` and `{req}` cannot both be met"),
                 }));

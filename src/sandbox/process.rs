@@ -50,6 +50,14 @@ impl Process {
         }
     }
 
+    /// Whether the process is known to have ended (without waiting).
+    pub fn has_ended(&mut self) -> bool {
+        match self {
+            Process::Spawned(child) => !matches!(child.try_wait(), Ok(None)),
+            Process::Forked { pidfd, .. } => has_ended(pidfd.get_ref()),
+        }
+    }
+
     /// The signal that ended the process, if it ended by one and the front can tell (only
     /// for its own children).
     pub fn signal(&mut self) -> Option<i32> {

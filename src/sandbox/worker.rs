@@ -703,6 +703,12 @@ impl Worker {
         self.process.is_forked()
     }
 
+    /// Whether the worker's process has ended (killed from outside, the OOM killer, a crash),
+    /// told without waiting.
+    pub fn has_ended(&mut self) -> bool {
+        self.process.has_ended()
+    }
+
     /// The worker's process id, if it is still running.
     pub fn pid(&self) -> Option<u32> {
         self.process.id()

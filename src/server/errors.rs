@@ -12,7 +12,7 @@
 //! §5 requires; the MCP spec (2025-11-25, streamable HTTP) lets HTTP error bodies be such an
 //! id-less JSON-RPC error.
 
-use super::handler::SessionsFull;
+use super::sessions::SessionsFull;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -155,6 +155,21 @@ pub fn unknown_session() -> Refusal {
             None,
         ),
     )
+}
+
+/// A request whose `Mcp-Param-*` header says otherwise than its body (SEP-2243: a load
+/// balancer routes on the header, so a request that would be routed as one thing and run as
+/// another is refused): HTTP 400 with rmcp's `HeaderMismatch` (-32020, MCP 2026-07-28), the
+/// same error rmcp gives the requests it checks itself.
+pub fn header_mismatch(id: Option<Value>, detail: impl Display) -> Refusal {
+    let refusal = Refusal::new(
+        StatusCode::BAD_REQUEST,
+        ErrorData::header_mismatch(detail.to_string(), None),
+    );
+    match id {
+        Some(id) => refusal.with_id(id),
+        None => refusal,
+    }
 }
 
 /// A new session while `--max-sessions` are live: HTTP 503, as the server is full, not the

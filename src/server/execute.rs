@@ -4,12 +4,11 @@
 //! when the call was cancelled or its session ended (MCP spec, cancellation: no result is
 //! sent for a cancelled request).
 //!
-//! Tenancy (DESIGN §3, issue 8): with [`Isolation::Session`] an interpreter belongs to one MCP
-//! session (a [`Tenant`]) for its whole life and dies with it; [`Isolation::Call`] gives every
-//! call a clean interpreter; [`Isolation::Shared`] reuses interpreters across sessions.
+//! Tenancy (docs/architecture.md §3, issue 8): with [`Isolation::Session`] an interpreter
+//! belongs to one [`Sandbox`] for its whole life and dies with it; [`Isolation::Call`] gives
+//! every call a clean interpreter; [`Isolation::Shared`] reuses interpreters across sandboxes.
 
 use super::format::{CallResult, Image, Status};
-use super::session_files::{Listing, SessionFiles, Survivors};
 use super::startup_deps::{install_items, StartupPlan};
 use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, Resolver};
@@ -18,6 +17,8 @@ use crate::sandbox::pool::{Lease, Pool};
 use crate::sandbox::protocol::{ReturnKind, RunStatus, Stream};
 use crate::sandbox::spares::Spares;
 use crate::sandbox::worker::{Deadline, Phase, RunRequest, Worker, WorkerError};
+use crate::tenancy::files::{Listing, SandboxFiles, Survivors};
+use crate::tenancy::sandbox::{Arrival, Sandbox};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,10 +73,27 @@ const MEMORY_HEADROOM: u64 = 32 << 20;
 
 /// The `state` note of a `--stateful` call whose interpreter was stopped (issue 14: the result
 /// says when state was lost, so that an agent knows to run its setup again).
-const STATE_LOST: &str = "lost: this session's interpreter was stopped after this call, and the variables, functions and imports of its earlier calls are gone; the next call starts in a new interpreter";
+const STATE_LOST: &str = "lost: this sandbox's interpreter was stopped after this call, and the variables, functions and imports of its earlier calls are gone; the next call starts in a new interpreter";
 
-/// The `state` note of the first call in a `--stateful` session's new interpreter.
-const STATE_RESTARTED: &str = "new: this call ran in a new interpreter (the previous one was stopped); the variables, functions and imports of earlier calls are gone";
+/// Why a `--stateful` sandbox's next call runs in a new interpreter: the first words of that
+/// call's `state` note.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Restart {
+    /// The front stopped the previous one (a timeout, the memory limit, a failed worker).
+    Stopped,
+    /// The previous one ended by itself between calls (killed from outside, the OOM killer, a
+    /// crash while idle).
+    Died,
+}
+
+impl Restart {
+    fn note(self) -> &'static str {
+        match self {
+            Restart::Stopped => "new: this call ran in a new interpreter (the previous one was stopped); the variables, functions and imports of earlier calls are gone",
+            Restart::Died => "new: this call ran in a new interpreter (the previous one had ended since the last call: it was killed from outside, ran out of memory or crashed); the variables, functions and imports of earlier calls are gone",
+        }
+    }
+}
 
 /// How many file names a `state` note spells out before it says how many more there are.
 const NOTE_NAMES: usize = 10;
@@ -94,12 +112,12 @@ fn name_list(names: &[String]) -> String {
     text
 }
 
-/// The `state` note of a call that stopped its session's interpreter: what is lost, which
+/// The `state` note of a call that stopped its sandbox's interpreter: what is lost, which
 /// files the next interpreter will have again, which are gone.
 fn lost_note(survivors: &Survivors) -> String {
     let mut note = STATE_LOST.to_owned();
     if !survivors.kept.is_empty() {
-        note.push_str("; the session's files as its last completed call left them are kept and will be in the new interpreter: ");
+        note.push_str("; the sandbox's files as its last completed call left them are kept and will be in the new interpreter: ");
         note.push_str(&name_list(&survivors.kept));
     }
     if !survivors.lost.is_empty() {
@@ -114,155 +132,6 @@ const FILE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What "no limit" means for a deadline (seconds): ten years.
 const NO_LIMIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-
-/// A call's place in its session's arrival order, stamped by the transport as the request is
-/// read (before rmcp hands it to a task of its own, where calls could overtake each other).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Arrival(pub u64);
-
-/// How long a stamped call may take to reach its turn before later calls stop waiting for it
-/// (seconds): a request the MCP layer answers without calling the tool never claims its turn.
-const UNCLAIMED_ARRIVAL: Duration = Duration::from_secs(2);
-
-/// Calls of a session that were read but have not yet queued for its interpreter.
-#[derive(Default)]
-struct Arrivals {
-    next: u64,
-    /// Arrival number → when it was stamped.
-    pending: std::collections::BTreeMap<u64, tokio::time::Instant>,
-}
-
-/// One MCP session's hold on its interpreter. Calls of a session run one at a time in arrival
-/// order: transports that read a session's messages in order stamp each call ([`Tenant::arrive`])
-/// and a call queues for the interpreter (a fair mutex) only after every earlier one has;
-/// [`Tenant::end`] kills the interpreter.
-pub struct Tenant {
-    worker: Arc<tokio::sync::Mutex<Option<Worker>>>,
-    /// Whether the session has had an interpreter (so a new one means its state was lost).
-    had_interpreter: std::sync::atomic::AtomicBool,
-    /// `--stateful`: the `state` note for the session's next call, when its interpreter was
-    /// replaced since its last one (what was lost, which files were restored).
-    new_interpreter_note: std::sync::Mutex<Option<String>>,
-    /// A random name for the session in its resources' URIs (`session://{id}/{path}`).
-    pub id: String,
-    /// `--stateful`: the files in the interpreter's working directory after the last call
-    /// (the session's MCP resources), with the copies that outlive a stopped interpreter.
-    files: std::sync::Mutex<SessionFiles>,
-    ended: CancellationToken,
-    arrivals: std::sync::Mutex<Arrivals>,
-    /// Woken when a call leaves `arrivals`.
-    queued: tokio::sync::Notify,
-}
-
-impl Tenant {
-    /// A session with no interpreter yet (it gets one at its first call).
-    pub fn new() -> Arc<Tenant> {
-        Arc::new(Tenant {
-            worker: Arc::default(),
-            had_interpreter: Default::default(),
-            new_interpreter_note: Default::default(),
-            id: uuid::Uuid::new_v4().simple().to_string(),
-            files: Default::default(),
-            ended: CancellationToken::new(),
-            arrivals: Default::default(),
-            queued: tokio::sync::Notify::new(),
-        })
-    }
-
-    /// Stamps a call as it is read: it will queue after every call stamped before it.
-    pub fn arrive(&self) -> Arrival {
-        let mut a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
-        let n = a.next;
-        a.next += 1;
-        a.pending.insert(n, tokio::time::Instant::now());
-        Arrival(n)
-    }
-
-    /// Whether `arrival` is the earliest call still to queue (forgetting calls stamped long
-    /// ago that never came to queue).
-    fn is_next(&self, arrival: Arrival) -> bool {
-        let mut a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
-        let now = tokio::time::Instant::now();
-        a.pending
-            .retain(|n, at| *n >= arrival.0 || now.duration_since(*at) < UNCLAIMED_ARRIVAL);
-        a.pending
-            .keys()
-            .next()
-            .is_none_or(|first| *first >= arrival.0)
-    }
-
-    /// `arrival` has queued (or gave up): the next call may queue.
-    fn leave(&self, arrival: Arrival) {
-        self.arrivals
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pending
-            .remove(&arrival.0);
-        self.queued.notify_waiters();
-    }
-
-    /// Queues for the interpreter after every call stamped before `arrival`.
-    async fn queue(&self, arrival: Option<Arrival>) -> OwnedMutexGuard<Option<Worker>> {
-        let Some(arrival) = arrival else {
-            return self.worker.clone().lock_owned().await;
-        };
-        // Leaves the arrival order however this future ends (also when it is dropped).
-        struct Leave<'a>(&'a Tenant, Arrival);
-        impl Drop for Leave<'_> {
-            fn drop(&mut self) {
-                self.0.leave(self.1);
-            }
-        }
-        let leave = Leave(self, arrival);
-        loop {
-            let queued = self.queued.notified();
-            tokio::pin!(queued);
-            queued.as_mut().enable();
-            if self.is_next(arrival) {
-                break;
-            }
-            // Wake up at least when an unclaimed earlier call expires.
-            let _ = tokio::time::timeout(UNCLAIMED_ARRIVAL, queued).await;
-        }
-        let lock = self.worker.clone().lock_owned();
-        tokio::pin!(lock);
-        // Take a place in the mutex's FIFO queue before letting the next call queue.
-        if let std::task::Poll::Ready(guard) = futures::poll!(lock.as_mut()) {
-            return guard;
-        }
-        drop(leave);
-        lock.await
-    }
-
-    /// The session's files as the last call left them (path, size in bytes).
-    pub fn files(&self) -> Vec<(String, u64)> {
-        self.with_files(|f| f.listing())
-    }
-
-    /// Runs `f` on the session's files (never across an `await`).
-    fn with_files<T>(&self, f: impl FnOnce(&mut SessionFiles) -> T) -> T {
-        f(&mut self.files.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    /// Ends the session: its interpreter is killed now if idle, or by the running call, which
-    /// then sends no result.
-    pub fn end(&self) {
-        self.ended.cancel();
-        let idle = match self.worker.try_lock() {
-            Ok(mut slot) => slot.take(),
-            // A call holds it: the call sees `ended` and kills it.
-            Err(_) => None,
-        };
-        if let Some(worker) = idle {
-            match tokio::runtime::Handle::try_current() {
-                // Kill and reap it now rather than leave a zombie until tokio's orphan reaper.
-                Ok(runtime) => drop(runtime.spawn(worker.kill())),
-                // Dropping a worker kills it.
-                Err(_) => drop(worker),
-            }
-        }
-    }
-}
 
 /// Runs calls on interpreters.
 pub struct Executor {
@@ -374,26 +243,26 @@ impl Executor {
     /// done, stops its interpreter, so that its next call starts in a new one with fresh
     /// globals. That call has no `<state>` note: the client asked for the loss. Whether the
     /// session's files (its resources) changed: they go too, copies included.
-    pub async fn reset(&self, tenant: &Tenant, arrival: Option<Arrival>) -> bool {
-        let mut slot = tenant.queue(arrival).await;
+    pub async fn reset(&self, sandbox: &Sandbox, arrival: Option<&Arrival>) -> bool {
+        let mut slot = sandbox.queue(arrival).await;
         if let Some(worker) = slot.take() {
             worker.kill_soon();
             self.spares.replenish();
         }
-        tenant.had_interpreter.store(false, Ordering::SeqCst);
-        tenant.with_files(SessionFiles::clear)
+        sandbox.had_interpreter.store(false, Ordering::SeqCst);
+        sandbox.with_files(SandboxFiles::clear)
     }
 
     /// The bytes of file `path` in the session's interpreter (a resource of `--stateful`), at
     /// most `--result-cap` of them, once the session's running call is done; between
     /// interpreters, the front's copy. Errors say why in words: no such file, too large; a
     /// worker that fails to answer is stopped (its files' copies are kept).
-    pub async fn read_file(&self, tenant: &Tenant, path: &str) -> Result<Vec<u8>, String> {
-        let mut slot = tenant.queue(None).await;
+    pub async fn read_file(&self, sandbox: &Sandbox, path: &str) -> Result<Vec<u8>, String> {
+        let mut slot = sandbox.queue(None).await;
         let Some(worker) = slot.as_mut() else {
-            return match tenant.with_files(|f| f.copy_of(path)) {
+            return match sandbox.with_files(|f| f.copy_of(path)) {
                 Some(bytes) => Ok(bytes.as_ref().clone()),
-                None => Err(format!("the session has no file {path:?}")),
+                None => Err(format!("the sandbox has no file {path:?}")),
             };
         };
         let deadline = Deadline::after(FILE_TIMEOUT, Phase::Reading);
@@ -406,7 +275,7 @@ impl Executor {
                 if let Some(worker) = slot.take() {
                     worker.kill_soon();
                 }
-                tenant.with_files(SessionFiles::survive);
+                sandbox.with_files(SandboxFiles::survive);
                 Err(e.to_string())
             }
         }
@@ -420,18 +289,18 @@ impl Executor {
     /// of its files are kept).
     pub async fn write_file(
         &self,
-        tenant: &Tenant,
-        arrival: Option<Arrival>,
+        sandbox: &Sandbox,
+        arrival: Option<&Arrival>,
         path: &str,
         bytes: Option<&[u8]>,
     ) -> Result<bool, String> {
-        let mut slot = tenant.queue(arrival).await;
+        let mut slot = sandbox.queue(arrival).await;
         if slot.is_none() {
-            if bytes.is_none() && tenant.with_files(|f| f.copy_of(path)).is_none() {
+            if bytes.is_none() && sandbox.with_files(|f| f.copy_of(path)).is_none() {
                 return Err(format!("there is no file {path:?}"));
             }
             let mut worker = self.spares.take().await.map_err(|e| e.to_string())?;
-            self.adopt(tenant, &mut worker).await;
+            self.adopt(sandbox, &mut worker, Restart::Stopped).await;
             *slot = Some(worker);
         }
         let Some(worker) = slot.as_mut() else {
@@ -439,7 +308,7 @@ impl Executor {
         };
         let deadline = Deadline::after(FILE_TIMEOUT, Phase::Writing);
         match worker.write_file(path, bytes, deadline).await {
-            Ok(Ok(())) => Ok(tenant.with_files(|f| match bytes {
+            Ok(Ok(())) => Ok(sandbox.with_files(|f| match bytes {
                 Some(bytes) => f.keep(path, bytes.to_vec(), self.limits.max_session_file_bytes),
                 None => f.remove(path),
             })),
@@ -448,40 +317,40 @@ impl Executor {
                 if let Some(worker) = slot.take() {
                     worker.kill_soon();
                 }
-                tenant.with_files(SessionFiles::survive);
+                sandbox.with_files(SandboxFiles::survive);
                 Err(e.to_string())
             }
         }
     }
 
-    /// A new interpreter for `tenant` (`--stateful`): when the session had one before, its kept
+    /// A new interpreter for `sandbox` (`--stateful`): when the session had one before, its kept
     /// files are written into it and its next call gets a `state` note that says so.
-    async fn adopt(&self, tenant: &Tenant, worker: &mut Worker) {
-        if !tenant.had_interpreter.swap(true, Ordering::SeqCst) {
+    async fn adopt(&self, sandbox: &Sandbox, worker: &mut Worker, why: Restart) {
+        if !sandbox.had_interpreter.swap(true, Ordering::SeqCst) {
             return;
         }
         let mut restored = Vec::new();
         let mut lost = Vec::new();
-        for (path, bytes) in tenant.with_files(|f| f.copies()) {
+        for (path, bytes) in sandbox.with_files(|f| f.copies()) {
             let deadline = Deadline::after(FILE_TIMEOUT, Phase::Writing);
             match worker.write_file(&path, Some(&bytes), deadline).await {
                 Ok(Ok(())) => restored.push(path),
                 _ => {
-                    tenant.with_files(|f| f.remove(&path));
+                    sandbox.with_files(|f| f.remove(&path));
                     lost.push(path);
                 }
             }
         }
-        let mut note = STATE_RESTARTED.to_owned();
+        let mut note = why.note().to_owned();
         if !restored.is_empty() {
-            note.push_str("; the session's files were restored: ");
+            note.push_str("; the sandbox's files were restored: ");
             note.push_str(&name_list(&restored));
         }
         if !lost.is_empty() {
             note.push_str("; these files could not be restored: ");
             note.push_str(&name_list(&lost));
         }
-        *tenant
+        *sandbox
             .new_interpreter_note
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(note);
@@ -492,13 +361,13 @@ impl Executor {
     /// `--max-session-file-bytes`).
     async fn copy_files(
         &self,
-        tenant: &Tenant,
+        sandbox: &Sandbox,
         worker: &mut Worker,
         listing: Listing,
         result: &mut CallResult,
     ) {
         let cap = self.limits.max_session_file_bytes;
-        result.files_changed = tenant.with_files(|f| f.observe(&listing.files));
+        result.files_changed = sandbox.with_files(|f| f.observe(&listing.files));
         let listed: std::collections::HashMap<&str, u64> = listing
             .files
             .iter()
@@ -508,7 +377,7 @@ impl Executor {
             let Some(&size) = listed.get(path.as_str()) else {
                 continue;
             };
-            let room = tenant.with_files(|f| f.room_for(&path, cap));
+            let room = sandbox.with_files(|f| f.room_for(&path, cap));
             if size > room {
                 continue;
             }
@@ -516,7 +385,45 @@ impl Executor {
             // A file the code changes again between the listing and this read is copied as
             // it is now; the next call's listing sees the change and reads it again.
             if let Ok(Ok(bytes)) = worker.read_file(&path, room as usize, deadline).await {
-                tenant.with_files(|f| f.keep(&path, bytes, cap));
+                sandbox.with_files(|f| f.keep(&path, bytes, cap));
+            }
+        }
+    }
+
+    /// `create_sandbox` (`--stateful`): gives `sandbox` its interpreter now and installs its
+    /// dependencies (with `--deps`) into it, under `--install-timeout`, so that it answers
+    /// only once they are there (its first call then starts at once).
+    ///
+    /// Errors: the install failure in words (naming the package), or why no interpreter could
+    /// be had; the interpreter is then stopped.
+    pub async fn prepare(&self, sandbox: &Sandbox) -> Result<(), String> {
+        let mut slot = sandbox.queue(None).await;
+        let _permit = self
+            .running
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| WorkerError::Closed.to_string())?;
+        if slot.is_none() {
+            let mut worker = self.spares.take().await.map_err(|e| e.to_string())?;
+            self.adopt(sandbox, &mut worker, Restart::Stopped).await;
+            *slot = Some(worker);
+        }
+        let Some(worker) = slot.as_mut() else {
+            return Err(WorkerError::Closed.to_string());
+        };
+        let deadline = Deadline::after(self.limits.install_timeout, Phase::Installing);
+        let installed = deadline
+            .bound(self.install(worker, &sandbox.dependencies, &[], deadline))
+            .await;
+        match installed {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(InstallFailure::Install(why))) => Err(why),
+            Ok(Err(InstallFailure::Worker(e))) | Err(e) => {
+                if let Some(worker) = slot.take() {
+                    worker.kill_soon();
+                }
+                Err(e.to_string())
             }
         }
     }
@@ -530,13 +437,13 @@ impl Executor {
         self.running.close();
     }
 
-    /// Runs one call of `run_python_code` for `tenant`, after the session's calls that arrived
+    /// Runs one call of `run_python_code` for `sandbox`, after the session's calls that arrived
     /// before it (`arrival`, when the transport stamped one). `None` when `cancel` fired or the
     /// session ended first: the interpreter was killed and no result is due.
     pub async fn run(
         &self,
-        tenant: &Tenant,
-        arrival: Option<Arrival>,
+        sandbox: &Sandbox,
+        arrival: Option<&Arrival>,
         code: &str,
         globals: serde_json::Map<String, serde_json::Value>,
         on_output: OutputSink,
@@ -555,7 +462,7 @@ impl Executor {
         let stop = async {
             tokio::select! {
                 _ = cancel.cancelled() => {}
-                _ = tenant.ended.cancelled() => {}
+                _ = sandbox.ended.cancelled() => {}
             }
         };
         tokio::pin!(stop);
@@ -573,7 +480,7 @@ impl Executor {
         }
         let turn = async {
             let held = match self.isolation {
-                Isolation::Session => Held::Session(tenant.queue(arrival).await),
+                Isolation::Session => Held::Session(sandbox.queue(arrival).await),
                 Isolation::Call => Held::Call(Box::new(None)),
                 Isolation::Shared => Held::Shared(self.shared.as_ref()?.acquire().await?),
             };
@@ -596,6 +503,20 @@ impl Executor {
                 worker.kill_soon();
             }
         }
+        // An interpreter that ended between calls (killed from outside, the OOM killer, a crash
+        // while idle) is replaced before the code is sent, rather than failing a call that
+        // never ran.
+        let died = held.slot().as_mut().is_some_and(Worker::has_ended);
+        if died {
+            tracing::info!(
+                "sandbox {}: its interpreter had ended since its last call; starting a new one",
+                sandbox.id.short()
+            );
+            held.discard().await;
+            if stateful {
+                sandbox.with_files(SandboxFiles::survive);
+            }
+        }
         if held.slot().is_none() {
             let fresh = tokio::select! {
                 w = self.spares.take() => w,
@@ -604,7 +525,12 @@ impl Executor {
             match fresh {
                 Ok(mut w) => {
                     if stateful {
-                        self.adopt(tenant, &mut w).await;
+                        let why = if died {
+                            Restart::Died
+                        } else {
+                            Restart::Stopped
+                        };
+                        self.adopt(sandbox, &mut w, why).await;
                     }
                     *held.slot() = Some(w)
                 }
@@ -612,7 +538,7 @@ impl Executor {
             }
         }
         if stateful {
-            result.state = tenant
+            result.state = sandbox
                 .new_interpreter_note
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -625,9 +551,9 @@ impl Executor {
             tokio::select! {
                 v = async {
                     let mut listing = None;
-                    let verdict = self.phases(worker, code, declared, globals, on_output, &mut result, &mut listing).await;
+                    let verdict = self.phases(worker, &sandbox.dependencies, code, declared, globals, on_output, &mut result, &mut listing).await;
                     if let (true, Verdict::Keep, Some(listing)) = (stateful, verdict, listing) {
-                        self.copy_files(tenant, worker, listing, &mut result).await;
+                        self.copy_files(sandbox, worker, listing, &mut result).await;
                     }
                     verdict
                 } => Some(v),
@@ -640,7 +566,7 @@ impl Executor {
         if !keep {
             if stateful {
                 // Files the front holds copies of outlive the interpreter; the rest go.
-                let survivors = tenant.with_files(SessionFiles::survive);
+                let survivors = sandbox.with_files(SandboxFiles::survive);
                 result.files_changed = !survivors.lost.is_empty();
                 result.written.clear();
                 if verdict.is_some() {
@@ -648,7 +574,7 @@ impl Executor {
                 }
             }
             held.discard().await;
-            if self.isolation != Isolation::Call && !tenant.ended.is_cancelled() {
+            if self.isolation != Isolation::Call && !sandbox.ended.is_cancelled() {
                 // The session's (or the shared slot's) next call will want a clean interpreter.
                 self.spares.replenish();
             }
@@ -662,6 +588,7 @@ impl Executor {
     async fn phases(
         &self,
         worker: &mut Worker,
+        sandbox_deps: &[String],
         code: &str,
         declared: Option<Vec<String>>,
         globals: serde_json::Map<String, serde_json::Value>,
@@ -672,6 +599,7 @@ impl Executor {
         let timeout = self.limits.timeout.unwrap_or(NO_LIMIT);
         // `--timeout` covers scanning and running; installing has its own limit.
         let scan_started = tokio::time::Instant::now();
+        let inferred = declared.is_none();
         let requirements = match declared {
             Some(deps) => deps,
             // Every import statement spells the keyword `import` (Python has no other way to
@@ -686,11 +614,22 @@ impl Executor {
             },
         };
         let scanned = scan_started.elapsed();
-        result.dependencies = requirements.clone();
+        result.dependencies = if inferred {
+            // Imports that `--deps` (or the sandbox's own dependencies) already satisfy are no
+            // requirement of this call's, as the Deno original prints them.
+            let given = given_names(self.startup_deps.iter().chain(sandbox_deps));
+            requirements
+                .iter()
+                .filter(|r| !given.contains(&crate::packages::lock::normalize(r)))
+                .cloned()
+                .collect()
+        } else {
+            requirements.clone()
+        };
 
         let install_deadline = Deadline::after(self.limits.install_timeout, Phase::Installing);
         let installed = install_deadline
-            .bound(self.install(worker, &requirements, install_deadline))
+            .bound(self.install(worker, sandbox_deps, &requirements, install_deadline))
             .await;
         match installed {
             Ok(Ok(())) => {}
@@ -795,9 +734,12 @@ impl Executor {
         self.resolver.package_for_import(import_name)
     }
 
+    /// Installs into `worker` what `--deps`, the sandbox's own dependencies (`sandbox_deps`)
+    /// and the call's `requirements` need and it does not have yet.
     async fn install(
         &self,
         worker: &mut Worker,
+        sandbox_deps: &[String],
         requirements: &[String],
         deadline: Deadline,
     ) -> Result<(), InstallFailure> {
@@ -805,14 +747,15 @@ impl Executor {
             .startup_plan()
             .await
             .map_err(|e| InstallFailure::Install(format!("error installing --deps: {e}")))?;
-        // The call's requirements are resolved together with `--deps` and with what the
-        // interpreter already has, pinned: one consistent set, or a conflict in words.
-        let plan = if requirements.is_empty() {
+        // The call's requirements are resolved together with `--deps`, the sandbox's own and
+        // what the interpreter already has, pinned: one consistent set, or a conflict in words.
+        let plan = if requirements.is_empty() && sandbox_deps.is_empty() {
             startup
         } else {
             let wanted: Vec<String> = self
                 .startup_deps
                 .iter()
+                .chain(sandbox_deps)
                 .chain(requirements)
                 .cloned()
                 .collect();
@@ -890,6 +833,17 @@ impl Executor {
         };
         Verdict::Discard
     }
+}
+
+/// The normalized names of `requirements` (PEP 508; PEP 503 normalization); those that do
+/// not parse name nothing.
+fn given_names<'a>(
+    requirements: impl Iterator<Item = &'a String>,
+) -> std::collections::HashSet<String> {
+    requirements
+        .filter_map(|r| r.parse::<pep508_rs::Requirement>().ok())
+        .map(|r| crate::packages::lock::normalize(r.name.as_ref()))
+        .collect()
 }
 
 enum InstallFailure {

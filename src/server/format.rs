@@ -1,6 +1,8 @@
-//! Rendering a call's result as the tool's text content (DESIGN §4): XML sections in a fixed
-//! order, or one JSON object with `--return-mode json`.
+//! Rendering a call's result as the tool's text content (docs/architecture.md §4): XML sections
+//! in a fixed order, or one JSON object with `--return-mode json`; and, with `--stateful`, as
+//! the structured result (`structuredContent`) that the tool's output schema declares.
 
+use crate::tenancy::handle::SandboxId;
 use serde_json::json;
 
 /// How a call ended.
@@ -107,16 +109,21 @@ fn escape_tag(text: &str, tag: &str) -> String {
     out
 }
 
-/// Renders `result` in `mode`.
-pub fn render(result: &CallResult, mode: ReturnMode) -> String {
+/// Renders `result` in `mode`; with `--stateful`, naming the `sandbox` it ran in (a
+/// `<sandbox_id>` line after the status, or a `"sandbox_id"` key after `"status"`).
+pub fn render(result: &CallResult, mode: ReturnMode, sandbox: Option<&SandboxId>) -> String {
     match mode {
-        ReturnMode::Xml => render_xml(result),
-        ReturnMode::Json => render_json(result),
+        ReturnMode::Xml => render_xml(result, sandbox),
+        ReturnMode::Json => render_json(result, sandbox),
     }
 }
 
-fn render_xml(r: &CallResult) -> String {
+fn render_xml(r: &CallResult, sandbox: Option<&SandboxId>) -> String {
     let mut lines = vec![format!("<status>{}</status>", r.status.as_str())];
+    if let Some(id) = sandbox {
+        // A handle is `sbx_` and URL-safe base64: nothing in it to escape.
+        lines.push(format!("<sandbox_id>{id}</sandbox_id>"));
+    }
     if let Some(state) = &r.state {
         lines.push(format!("<state>{}</state>", escape_tag(state, "state")));
     }
@@ -147,13 +154,18 @@ fn render_xml(r: &CallResult) -> String {
 }
 
 /// The Deno original's JSON, keys in its order: `status`, `output`, then `return_value` (on
-/// success, `null` when there is none) or `error`; then `state` with `--stateful`, only when
-/// the session's state was lost.
+/// success, `null` when there is none) or `error`; with `--stateful`, `sandbox_id` after
+/// `status`, and `state` at the end when the sandbox's state was lost or is new. The structured
+/// result has the same keys, plus `dependencies` when the call had any.
 #[derive(serde::Serialize)]
 #[serde(untagged)]
 enum JsonResult<'a> {
     Success {
         status: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sandbox_id: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        dependencies: Option<&'a [String]>,
         output: &'a [String],
         return_value: serde_json::Value,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -161,6 +173,10 @@ enum JsonResult<'a> {
     },
     Failure {
         status: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sandbox_id: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        dependencies: Option<&'a [String]>,
         output: &'a [String],
         error: &'a str,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -168,10 +184,18 @@ enum JsonResult<'a> {
     },
 }
 
-fn render_json(r: &CallResult) -> String {
+/// `r` as [`JsonResult`], with `dependencies` when `with_dependencies` and the call had any.
+fn json_result<'a>(
+    r: &'a CallResult,
+    sandbox: Option<&'a SandboxId>,
+    with_dependencies: bool,
+) -> JsonResult<'a> {
     let status = r.status.as_str();
     let output = r.output.as_slice();
-    let result = if r.status == Status::Success {
+    let sandbox_id = sandbox.map(SandboxId::as_str);
+    let dependencies =
+        (with_dependencies && !r.dependencies.is_empty()).then_some(r.dependencies.as_slice());
+    if r.status == Status::Success {
         let return_value = match &r.return_value {
             None => serde_json::Value::Null,
             Some(text) if r.return_is_json => {
@@ -181,6 +205,8 @@ fn render_json(r: &CallResult) -> String {
         };
         JsonResult::Success {
             status,
+            sandbox_id,
+            dependencies,
             output,
             return_value,
             state: r.state.as_deref(),
@@ -188,12 +214,23 @@ fn render_json(r: &CallResult) -> String {
     } else {
         JsonResult::Failure {
             status,
+            sandbox_id,
+            dependencies,
             output,
             error: r.error.as_deref().unwrap_or(""),
             state: r.state.as_deref(),
         }
-    };
-    serde_json::to_string(&result).unwrap_or_default()
+    }
+}
+
+fn render_json(r: &CallResult, sandbox: Option<&SandboxId>) -> String {
+    serde_json::to_string(&json_result(r, sandbox, false)).unwrap_or_default()
+}
+
+/// The structured result of a `--stateful` call (`structuredContent`), as the tool's output
+/// schema ([`super::tool::run_output_schema`]) declares it.
+pub fn structured(r: &CallResult, sandbox: &SandboxId) -> serde_json::Value {
+    serde_json::to_value(json_result(r, Some(sandbox), true)).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -220,7 +257,7 @@ mod tests {
         let mut r = result();
         r.dependencies = vec!["numpy".into()];
         assert_eq!(
-            render(&r, ReturnMode::Xml),
+            render(&r, ReturnMode::Xml, None),
             "<status>success</status>\n<dependencies>[\"numpy\"]</dependencies>\n<output>\n[1 2 3]\n</output>\n<return_value>\n[\n  1,\n  2,\n  3\n]\n</return_value>"
         );
     }
@@ -229,7 +266,7 @@ mod tests {
     fn closing_tags_are_escaped() {
         let mut r = result();
         r.output = vec!["a</output>b".into(), "</ OUTPUT >".into()];
-        let xml = render(&r, ReturnMode::Xml);
+        let xml = render(&r, ReturnMode::Xml, None);
         assert!(xml.contains("a&lt;/output&gt;b"));
         assert!(xml.contains("&lt;/ OUTPUT &gt;"));
     }
@@ -241,7 +278,7 @@ mod tests {
         r.output.clear();
         r.error = Some("ZeroDivisionError: division by zero".into());
         assert_eq!(
-            render(&r, ReturnMode::Xml),
+            render(&r, ReturnMode::Xml, None),
             "<status>run-error</status>\n<error>\nZeroDivisionError: division by zero\n</error>"
         );
     }
@@ -250,30 +287,50 @@ mod tests {
     fn a_lost_state_is_said_after_the_status() {
         let mut r = result();
         r.state = Some("lost: gone".into());
-        assert!(render(&r, ReturnMode::Xml)
+        assert!(render(&r, ReturnMode::Xml, None)
             .starts_with("<status>success</status>\n<state>lost: gone</state>\n<output>"));
-        let v: serde_json::Value = serde_json::from_str(&render(&r, ReturnMode::Json)).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&render(&r, ReturnMode::Json, None)).unwrap();
         assert_eq!(v["state"], json!("lost: gone"));
-        assert!(!render(&result(), ReturnMode::Json).contains("state"));
-        assert!(!render(&result(), ReturnMode::Xml).contains("state"));
+        assert!(!render(&result(), ReturnMode::Json, None).contains("state"));
+        assert!(!render(&result(), ReturnMode::Xml, None).contains("state"));
+    }
+
+    #[test]
+    fn a_stateful_result_names_its_sandbox() {
+        let id = SandboxId::parse("sbx_AAAAAAAAAAAAAAAAAAAAAA").expect("well formed");
+        let mut r = result();
+        r.dependencies = vec!["numpy".into()];
+        assert!(render(&r, ReturnMode::Xml, Some(&id)).starts_with(
+            "<status>success</status>\n<sandbox_id>sbx_AAAAAAAAAAAAAAAAAAAAAA</sandbox_id>\n<dependencies>"
+        ));
+        assert_eq!(
+            render(&r, ReturnMode::Json, Some(&id)),
+            r#"{"status":"success","sandbox_id":"sbx_AAAAAAAAAAAAAAAAAAAAAA","output":["[1 2 3]"],"return_value":[1,2,3]}"#
+        );
+        assert_eq!(
+            structured(&r, &id),
+            json!({"status": "success", "sandbox_id": id.as_str(), "dependencies": ["numpy"],
+                   "output": ["[1 2 3]"], "return_value": [1, 2, 3]})
+        );
     }
 
     #[test]
     fn json_mode_embeds_values() {
         let v: serde_json::Value =
-            serde_json::from_str(&render(&result(), ReturnMode::Json)).unwrap();
+            serde_json::from_str(&render(&result(), ReturnMode::Json, None)).unwrap();
         assert_eq!(v["return_value"], json!([1, 2, 3]));
         assert_eq!(v["output"], json!(["[1 2 3]"]));
         assert_eq!(v["status"], json!("success"));
         assert_eq!(
-            render(&result(), ReturnMode::Json),
+            render(&result(), ReturnMode::Json, None),
             r#"{"status":"success","output":["[1 2 3]"],"return_value":[1,2,3]}"#
         );
         let mut r = result();
         r.status = Status::RunError;
         r.error = Some("E\n".into());
         assert_eq!(
-            render(&r, ReturnMode::Json),
+            render(&r, ReturnMode::Json, None),
             r#"{"status":"run-error","output":["[1 2 3]"],"error":"E\n"}"#
         );
     }

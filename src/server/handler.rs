@@ -1,103 +1,44 @@
-//! The MCP server handler (rmcp): `initialize`, `tools/list`, `tools/call` and
-//! `logging/setLevel`.
+//! The MCP server handler (rmcp): `initialize`, `tools/list`, `tools/call`, the resources and
+//! `logging/setLevel`; which sandbox a request works in; and `run_python_code` itself (the
+//! sandbox tools are in [`super::sandbox_tools`]).
 //!
 //! MCP logging (`logging/setLevel`, `notifications/message`) is deprecated in the newest spec
 //! revision, but PydanticAI's `log_level`/`log_handler` and the Deno original use it.
 //!
-//! `initialize` and `tools/list` never wait for a worker (DESIGN §3): PydanticAI gives
-//! `initialize` five seconds, and booting Pyodide takes longer.
+//! `initialize` and `tools/list` never wait for a worker (docs/architecture.md §3): PydanticAI
+//! gives `initialize` five seconds, and booting Pyodide takes longer.
 #![allow(deprecated)]
 
-use super::execute::{Arrival, Executor, Tenant};
-use super::format::{render, ReturnMode};
-use super::idle::Activity;
-use super::tool::{
-    delete_tool, reset_tool, tool, upload_tool, DELETE_TOOL_NAME, RESET_DONE, RESET_TOOL_NAME,
-    TOOL_NAME, UPLOAD_TOOL_NAME,
-};
+use super::arguments;
+use super::execute::Executor;
+use super::format::{render, structured, ReturnMode};
+use super::sessions::{SessionGuard, Sessions, SessionsFull};
+use super::tool::{self, TOOL_NAME};
 use crate::sandbox::protocol::Stream;
+use crate::tenancy::activity::{Activity, InFlight};
+use crate::tenancy::handle::SandboxId;
+use crate::tenancy::registry::{Missing, Registry, RegistryError};
+use crate::tenancy::sandbox::{Arrival, Owner, Sandbox};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ClientRequest,
     ContentBlock, GetExtensions, Implementation, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
     ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    ReadResourceResult, ServerCapabilities, ServerConfig, SetLevelRequestParams, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// The live MCP sessions, bounded by `--max-sessions`: every live session may hold an
-/// interpreter, so the bound is what keeps the server's memory finite.
-pub struct Sessions {
-    live: AtomicUsize,
-    /// Most live sessions.
-    pub max: usize,
-}
-
-/// Refused because `--max-sessions` sessions are live.
-#[derive(Debug, thiserror::Error)]
-#[error("the server has reached its limit of {max} live sessions (--max-sessions); close a session or try again later")]
-pub struct SessionsFull {
-    pub max: usize,
-}
-
-impl Sessions {
-    /// Room for `max` live sessions (at least 1).
-    pub fn new(max: usize) -> Arc<Sessions> {
-        Arc::new(Sessions {
-            live: AtomicUsize::new(0),
-            max: max.max(1),
-        })
-    }
-
-    /// Whether a new session would be refused now.
-    pub fn is_full(&self) -> bool {
-        self.live.load(Ordering::SeqCst) >= self.max
-    }
-
-    /// Opens a session, or refuses when `max` are live.
-    fn open(self: &Arc<Self>) -> Result<SessionGuard, SessionsFull> {
-        let mut live = self.live.load(Ordering::SeqCst);
-        loop {
-            if live >= self.max {
-                return Err(SessionsFull { max: self.max });
-            }
-            match self
-                .live
-                .compare_exchange(live, live + 1, Ordering::SeqCst, Ordering::SeqCst)
-            {
-                Ok(_) => break,
-                Err(now) => live = now,
-            }
-        }
-        Ok(SessionGuard {
-            tenant: Tenant::new(),
-            sessions: self.clone(),
-        })
-    }
-}
-
-/// One live session. Held only by the session's handler (never by a call's task), so that
-/// when the transport drops the handler — stdio EOF, `DELETE /mcp`, idle expiry, SSE
-/// disconnect, a stateless request answered — the session ends and its interpreter is killed.
-pub struct SessionGuard {
-    tenant: Arc<Tenant>,
-    sessions: Arc<Sessions>,
-}
-
-impl Drop for SessionGuard {
-    fn drop(&mut self) {
-        self.tenant.end();
-        self.sessions.live.fetch_sub(1, Ordering::SeqCst);
-    }
-}
+/// The header that names a streamable-HTTP session (MCP spec 2025-11-25, session management).
+pub const SESSION_HEADER: &str = "mcp-session-id";
 
 /// The MCP handler: shared settings plus, for a session, that session's state.
 #[derive(Clone)]
 pub struct RunPythonServer {
     pub executor: Arc<Executor>,
+    /// Every live sandbox.
+    pub registry: Arc<Registry>,
     pub return_mode: ReturnMode,
     /// Largest `python_code` accepted (bytes).
     pub max_code_bytes: usize,
@@ -114,6 +55,68 @@ pub struct RunPythonServer {
     /// This session's activity, for a transport that expires idle sessions itself (SSE): a
     /// call holds it in flight while it runs.
     activity: Option<Arc<Activity>>,
+}
+
+/// How a request came to its sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reached {
+    /// By the `sandbox_id` it gave.
+    Named,
+    /// The session's default sandbox (no `sandbox_id`, a transport with a session).
+    SessionDefault,
+    /// Made for this call (`--stateful`, no `sandbox_id`, no session): the answer names it.
+    Created,
+    /// Made for this call and ended after it (the drop-in mode without a session).
+    OneCall,
+}
+
+/// The sandbox a request works in, held in flight (neither evicted nor expired) while the
+/// request runs; a [`Reached::OneCall`] sandbox ends when this is dropped.
+pub(super) struct InUse {
+    pub sandbox: Arc<Sandbox>,
+    pub reached: Reached,
+    _in_flight: InFlight,
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        if self.reached == Reached::OneCall {
+            self.sandbox.end();
+        }
+    }
+}
+
+/// What a request without `sandbox_id` and without a session gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WithoutHandle {
+    /// A new sandbox (`run_python_code`, seed 002's empty `session_id`).
+    Create,
+    /// A refusal that asks for the handle (the file tools: nothing is made behind the caller's
+    /// back).
+    Refuse,
+}
+
+/// Why a request has no sandbox to work in; answered as a tool error (`isError`), so that the
+/// model reads the words and can act on them.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum NoSandbox {
+    #[error(transparent)]
+    Missing(#[from] Missing),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error("this request has no session, so it must name its sandbox: pass `sandbox_id` as a result or create_sandbox named it")]
+    NeedsHandle,
+}
+
+/// A tool error (`isError: true`) that says `why`.
+pub(super) fn tool_error(why: impl std::fmt::Display) -> CallToolResponse {
+    CallToolResult::error(vec![ContentBlock::text(why.to_string())]).into()
+}
+
+/// The `state` note of a call that made its sandbox (seed 002: the answer returns the id "to
+/// use in subsequent requests").
+fn created_note(id: &SandboxId) -> String {
+    format!("new: this call made sandbox {id}; pass \"sandbox_id\": \"{id}\" to later calls to keep its variables and files")
 }
 
 /// Severity order of MCP logging levels (RFC 5424 order, as in the MCP spec's logging section).
@@ -156,17 +159,6 @@ fn report_progress(
     })
 }
 
-/// Stamps a `tools/call` read from a session's ordered stream with its arrival in `tenant`, so
-/// that the session's calls run in the order they were sent.
-pub fn stamp_arrival(message: &mut ClientJsonRpcMessage, tenant: &Tenant) {
-    if let ClientJsonRpcMessage::Request(request) = message {
-        if let ClientRequest::CallToolRequest(_) = request.request {
-            let arrival = tenant.arrive();
-            request.request.extensions_mut().insert(arrival);
-        }
-    }
-}
-
 /// Whether a message at `level` passes the logging level `min` set by the client.
 fn should_log(min: &Mutex<Option<LoggingLevel>>, level: LoggingLevel) -> bool {
     let current = *min.lock().unwrap_or_else(|p| p.into_inner());
@@ -177,12 +169,14 @@ impl RunPythonServer {
     /// The template that sessions are made from.
     pub fn new(
         executor: Arc<Executor>,
+        registry: Arc<Registry>,
         return_mode: ReturnMode,
         max_code_bytes: usize,
         sessions: Arc<Sessions>,
     ) -> Self {
         RunPythonServer {
             executor,
+            registry,
             return_mode,
             max_code_bytes,
             sessions,
@@ -193,20 +187,20 @@ impl RunPythonServer {
         }
     }
 
-    /// The server for a new session: shared settings, its own interpreter (at its first call)
-    /// and logging level.
+    /// The server for a new session: shared settings, its own default sandbox (at its first
+    /// use) and logging level.
     ///
     /// Errors: [`SessionsFull`] when `--max-sessions` sessions are live.
     pub fn for_new_session(&self) -> Result<Self, SessionsFull> {
         Ok(RunPythonServer {
             log_level: Arc::new(Mutex::new(None)),
-            session: Some(Arc::new(self.sessions.open()?)),
+            session: Some(Arc::new(self.sessions.open(self.registry.clone())?)),
             ..self.clone()
         })
     }
 
     /// This session's server with its calls held in flight against `activity` while they run
-    /// (see [`idle`](super::idle)).
+    /// (see [`crate::tenancy::activity`]).
     pub fn with_activity(self, activity: Arc<Activity>) -> Self {
         RunPythonServer {
             activity: Some(activity),
@@ -214,261 +208,123 @@ impl RunPythonServer {
         }
     }
 
-    /// This session's tenant (`None` in the template), for transports that stamp the arrival
-    /// order of its calls.
-    pub fn tenant(&self) -> Option<Arc<Tenant>> {
-        self.session.as_ref().map(|s| s.tenant.clone())
+    /// Whether calls keep state and the sandbox tools are offered (`--stateful`).
+    fn stateful(&self) -> bool {
+        self.executor.stateful
     }
 
-    /// `reset_session` (`--stateful`): after the session's earlier calls, drops its interpreter.
-    /// It takes no arguments; any is an `invalid_params` error.
-    async fn reset(
-        &self,
-        request: CallToolRequestParams,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        if let Some(name) = request.arguments.as_ref().and_then(|a| a.keys().next()) {
-            return Err(McpError::invalid_params(
-                format!("`{RESET_TOOL_NAME}` takes no arguments, and got `{name}`"),
-                None,
-            ));
+    /// The session a request belongs to. Over streamable HTTP a request belongs to a session
+    /// only when it names one (`Mcp-Session-Id`): MCP 2026-07-28 requests and
+    /// `streamable-http-stateless` ones have none (SEP-2567). Over stdio and SSE the connection
+    /// is the session.
+    pub(super) fn session_of(&self, context: &RequestContext<RoleServer>) -> Option<&SessionGuard> {
+        let session = self.session.as_deref()?;
+        match context.extensions.get::<axum::http::request::Parts>() {
+            Some(parts) => parts
+                .headers
+                .contains_key(SESSION_HEADER)
+                .then_some(session),
+            None => Some(session),
         }
-        let Some(session) = &self.session else {
-            return Err(McpError::internal_error("no session for this call", None));
+    }
+
+    /// Stamps a `tools/call` read from a session's ordered stream (stdio, SSE) with its arrival
+    /// in the sandbox it names (or the session's default), so that a sandbox's calls run in
+    /// the order they were sent.
+    pub fn stamp_arrival(&self, message: &mut ClientJsonRpcMessage) {
+        let ClientJsonRpcMessage::Request(request) = message else {
+            return;
         };
-        let arrival = context.extensions.get::<Arrival>().copied();
-        if self.executor.reset(&session.tenant, arrival).await {
+        let ClientRequest::CallToolRequest(call) = &request.request else {
+            return;
+        };
+        let named = call
+            .params
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("sandbox_id"))
+            .and_then(|v| v.as_str());
+        let sandbox = match named {
+            Some(text) => self.registry.peek(text),
+            None => self.session.as_ref().and_then(|s| s.default_sandbox().ok()),
+        };
+        if let Some(sandbox) = sandbox {
+            let arrival = sandbox.arrive();
+            request.request.extensions_mut().insert(arrival);
+        }
+    }
+
+    /// The sandbox a request works in: the one `given` names, else the session's default, else
+    /// (`without`) a new one or a refusal. Without `--stateful` a sessionless call gets a
+    /// sandbox of its own that ends with it.
+    ///
+    /// Errors: [`NoSandbox`]: an unknown, ended or expired handle; no room under
+    /// `--max-sandboxes`; no handle where one is needed.
+    pub(super) fn sandbox_for(
+        &self,
+        given: Option<&str>,
+        context: &RequestContext<RoleServer>,
+        without: WithoutHandle,
+    ) -> Result<InUse, NoSandbox> {
+        if let Some(text) = given {
+            let entered = self.registry.enter(text)?;
+            return Ok(InUse {
+                sandbox: entered.sandbox,
+                reached: Reached::Named,
+                _in_flight: entered.in_flight,
+            });
+        }
+        let (sandbox, reached) = match (self.session_of(context), self.stateful(), without) {
+            (Some(session), _, _) => (session.default_sandbox()?, Reached::SessionDefault),
+            (None, true, WithoutHandle::Create) => (
+                self.registry.create(Owner::Handle, Vec::new())?,
+                Reached::Created,
+            ),
+            (None, true, WithoutHandle::Refuse) => return Err(NoSandbox::NeedsHandle),
+            (None, false, _) => (
+                Sandbox::new(
+                    SandboxId::mint().map_err(RegistryError::from)?,
+                    Owner::Call,
+                    Vec::new(),
+                ),
+                Reached::OneCall,
+            ),
+        };
+        let in_flight = sandbox.begin();
+        Ok(InUse {
+            sandbox,
+            reached,
+            _in_flight: in_flight,
+        })
+    }
+
+    /// Tells a session's client that its resources changed, when `in_use` is its default
+    /// sandbox (the only one `resources/list` shows; MCP spec, resources: `list_changed`).
+    pub(super) async fn files_changed(&self, in_use: &InUse, context: &RequestContext<RoleServer>) {
+        if in_use.reached == Reached::SessionDefault {
             let _ = context.peer.notify_resource_list_changed().await;
         }
-        Ok(CallToolResult::success(vec![ContentBlock::text(RESET_DONE)]).into())
     }
 
-    /// `upload_file` and `delete_file` (`--stateful`). Arguments of the wrong shape are an
-    /// `invalid_params` error; a name that leaves the working directory, or a file the
-    /// interpreter cannot write or remove, is a tool error (`isError`) that says why, so that
-    /// the model can correct it.
-    async fn write_file(
-        &self,
-        request: CallToolRequestParams,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        #[derive(serde::Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct FileArguments {
-            name: String,
-            #[serde(default)]
-            text: Option<String>,
-            #[serde(default)]
-            base64: Option<String>,
-        }
-        let upload = request.name == UPLOAD_TOOL_NAME;
-        let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
-        let args: FileArguments = serde_json::from_value(arguments)
-            .map_err(|e| McpError::invalid_params(format!("`{}`: {e}", request.name), None))?;
-        let content = match (upload, args.text, args.base64) {
-            (false, None, None) => None,
-            (true, Some(text), None) => Some(text.into_bytes()),
-            (true, None, Some(encoded)) => {
-                use base64::Engine as _;
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(encoded.trim())
-                    .map_err(|e| {
-                        McpError::invalid_params(format!("`base64` is not base64: {e}"), None)
-                    })?;
-                Some(bytes)
-            }
-            (true, _, _) => {
-                return Err(McpError::invalid_params(
-                    "`upload_file` takes the content as exactly one of `text` and `base64`",
-                    None,
-                ))
-            }
-            (false, _, _) => {
-                return Err(McpError::invalid_params(
-                    "`delete_file` takes only `name`",
-                    None,
-                ))
-            }
-        };
-        let refused = |why: String| Ok(CallToolResult::error(vec![ContentBlock::text(why)]).into());
-        let path = match super::resources::checked_name(&args.name) {
-            Ok(path) => path,
-            Err(bad) => return refused(format!("{:?}: {bad}", args.name)),
-        };
-        let Some(session) = &self.session else {
-            return Err(McpError::internal_error("no session for this call", None));
-        };
-        let arrival = context.extensions.get::<Arrival>().copied();
-        let written = self
-            .executor
-            .write_file(&session.tenant, arrival, path, content.as_deref())
-            .await;
-        match written {
-            Ok(changed) => {
-                if changed {
-                    let _ = context.peer.notify_resource_list_changed().await;
-                }
-                let done = match &content {
-                    Some(bytes) => format!("wrote {path} ({} bytes)", bytes.len()),
-                    None => format!("deleted {path}"),
-                };
-                Ok(CallToolResult::success(vec![ContentBlock::text(done)]).into())
-            }
-            Err(why) => refused(format!(
-                "could not {} {path}: {why}",
-                if upload { "write" } else { "delete" }
-            )),
-        }
-    }
-
-    /// Checks the arguments of a `run_python_code` call against the input schema.
-    ///
-    /// Errors: an MCP `invalid_params` error that says which argument is wrong and how.
-    #[allow(clippy::result_large_err)]
-    fn parse_arguments(
-        &self,
-        args: Option<serde_json::Map<String, serde_json::Value>>,
-    ) -> Result<(String, serde_json::Map<String, serde_json::Value>), McpError> {
-        let args = args.unwrap_or_default();
-        if let Some(extra) = args
-            .keys()
-            .find(|k| *k != "python_code" && *k != "global_variables")
-        {
-            return Err(McpError::invalid_params(
-                format!("unknown argument `{extra}`: run_python_code takes `python_code` and `global_variables`"),
-                None,
-            ));
-        }
-        let code = match args.get("python_code") {
-            Some(serde_json::Value::String(s)) => s.clone(),
-            Some(other) => {
-                return Err(McpError::invalid_params(
-                    format!("`python_code` must be a string, not {}", json_type(other)),
-                    None,
-                ))
-            }
-            None => {
-                return Err(McpError::invalid_params(
-                    "missing required argument `python_code`",
-                    None,
-                ))
-            }
-        };
-        if code.len() > self.max_code_bytes {
-            return Err(McpError::invalid_params(
-                format!(
-                    "`python_code` is {} bytes, more than the limit of {} bytes",
-                    code.len(),
-                    self.max_code_bytes
-                ),
-                None,
-            ));
-        }
-        let globals = match args.get("global_variables") {
-            None | Some(serde_json::Value::Null) => serde_json::Map::new(),
-            Some(serde_json::Value::Object(m)) => m.clone(),
-            Some(other) => {
-                return Err(McpError::invalid_params(
-                    format!(
-                        "`global_variables` must be an object, not {}",
-                        json_type(other)
-                    ),
-                    None,
-                ))
-            }
-        };
-        if let Some(bad) = globals.keys().find(|k| !is_identifier(k)) {
-            return Err(McpError::invalid_params(
-                format!("`global_variables` key `{bad}` is not a valid Python identifier"),
-                None,
-            ));
-        }
-        Ok((code, globals))
-    }
-}
-
-fn json_type(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
-    }
-}
-
-fn is_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    chars.next().is_some_and(|c| c == '_' || c.is_alphabetic())
-        && chars.all(|c| c == '_' || c.is_alphanumeric())
-}
-
-impl ServerHandler for RunPythonServer {
-    fn get_info(&self) -> ServerConfig {
-        // A session's files are resources only with `--stateful`: the drop-in offers tools only.
-        let capabilities = if self.executor.stateful {
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_logging()
-                .enable_resources()
-                .enable_resources_list_changed()
-                .build()
-        } else {
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_logging()
-                .build()
-        };
-        ServerConfig::new(capabilities)
-            .with_server_info(Implementation::new(
-                "mcp-run-python",
-                env!("CARGO_PKG_VERSION"),
-            ))
-            .with_instructions("Call run_python_code to run Python 3.14 code in a sandbox.")
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, McpError> {
-        let mut tools = vec![tool(self.executor.stateful)];
-        if self.executor.stateful {
-            tools.extend([upload_tool(), delete_tool(), reset_tool()]);
-        }
-        Ok(ListToolsResult::with_all_items(tools))
-    }
-
-    async fn call_tool(
+    /// `run_python_code`: runs the code in its sandbox and answers with the result's text
+    /// (and, with `--stateful`, its structured form, images and links to the files it wrote).
+    async fn run_code(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let _in_flight = self.activity.as_ref().map(|a| a.begin());
-        let stateful = self.executor.stateful;
-        if stateful && request.name == RESET_TOOL_NAME {
-            return self.reset(request, &context).await;
-        }
-        if stateful && (request.name == UPLOAD_TOOL_NAME || request.name == DELETE_TOOL_NAME) {
-            return self.write_file(request, &context).await;
-        }
-        if request.name != TOOL_NAME {
-            let tools = if stateful {
-                format!("`{TOOL_NAME}`, `{UPLOAD_TOOL_NAME}`, `{DELETE_TOOL_NAME}` and `{RESET_TOOL_NAME}`")
-            } else {
-                format!("only `{TOOL_NAME}`")
+        let stateful = self.stateful();
+        let args = arguments::run(
+            TOOL_NAME,
+            request.arguments.clone(),
+            stateful,
+            self.max_code_bytes,
+        )?;
+        let in_use =
+            match self.sandbox_for(args.sandbox_id.as_deref(), &context, WithoutHandle::Create) {
+                Ok(in_use) => in_use,
+                Err(no) => return Ok(tool_error(no)),
             };
-            return Err(McpError::invalid_params(
-                format!("unknown tool `{}`: this server has {tools}", request.name),
-                None,
-            ));
-        }
-        let (code, globals) = self.parse_arguments(request.arguments)?;
-        let Some(session) = &self.session else {
-            return Err(McpError::internal_error("no session for this call", None));
-        };
-        let tenant = session.tenant.clone();
         // Output lines become `notifications/message` (stdout at `info`, stderr at `warning`)
         // as they are written; a task sends them in order while the code runs. The channel
         // holds at most the call's output, which the front caps.
@@ -511,15 +367,23 @@ impl ServerHandler for RunPythonServer {
                 }
             }
         });
-        // The call runs on its own task, which holds the tenant but not the session: when the
-        // session ends, or the client cancels the request (`notifications/cancelled`), the
-        // interpreter is killed at once and no result is sent.
+        // The call runs on its own task, which holds the sandbox but not the session: when the
+        // session or the sandbox ends, or the client cancels the request
+        // (`notifications/cancelled`), the interpreter is killed at once and no result is sent.
         let executor = self.executor.clone();
         let cancel = context.ct.clone();
-        let arrival = context.extensions.get::<Arrival>().copied();
+        let arrival = context.extensions.get::<Arrival>().cloned();
+        let sandbox = in_use.sandbox.clone();
         let result = tokio::spawn(async move {
             executor
-                .run(&tenant, arrival, &code, globals, on_output, &cancel)
+                .run(
+                    &sandbox,
+                    arrival.as_ref(),
+                    &args.code,
+                    args.globals,
+                    on_output,
+                    &cancel,
+                )
                 .await
         })
         .await
@@ -529,44 +393,129 @@ impl ServerHandler for RunPythonServer {
         }
         let result = result?;
         let _ = forward.await;
-        let Some(result) = result else {
+        let Some(mut result) = result else {
             return Err(McpError::internal_error(
                 "the call was cancelled (its interpreter was stopped)",
                 None,
             ));
         };
         if result.files_changed {
-            // The session's resources changed (MCP spec, resources: list_changed).
-            let _ = context.peer.notify_resource_list_changed().await;
+            self.files_changed(&in_use, &context).await;
         }
-        let text = render(&result, self.return_mode);
+        let id = &in_use.sandbox.id;
+        if stateful && in_use.reached == Reached::Created && result.state.is_none() {
+            result.state = Some(created_note(id));
+        }
+        let named = stateful.then_some(id);
+        let text = render(&result, self.return_mode, named);
         let mut content = vec![ContentBlock::text(text)];
         for image in &result.images {
             use base64::Engine as _;
             let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
             content.push(ContentBlock::image(data, image.mime));
         }
-        // Files the call created or changed, as links to the session's resources.
+        // Files the call created or changed, as links to the sandbox's resources.
         for (path, size) in &result.written {
-            let link = super::resources::describe(&session.tenant.id, path, *size);
+            let link = super::resources::describe(id.as_str(), path, *size);
             content.push(ContentBlock::resource_link(link));
         }
-        Ok(CallToolResult::success(content).into())
+        let mut answer = CallToolResult::success(content);
+        if stateful {
+            answer.structured_content = Some(structured(&result, id));
+        }
+        Ok(answer.into())
+    }
+}
+
+impl ServerHandler for RunPythonServer {
+    fn get_info(&self) -> ServerConfig {
+        // A sandbox's files are resources only with `--stateful`: the drop-in offers tools only.
+        let capabilities = if self.stateful() {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .enable_resources()
+                .enable_resources_list_changed()
+                .build()
+        } else {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .build()
+        };
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new(
+                "mcp-run-python",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions("Call run_python_code to run Python 3.14 code in a sandbox.")
     }
 
-    async fn list_resources(
+    async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(tool::tools(
+            self.stateful(),
+        )))
+    }
+
+    /// The tool `name` (rmcp checks `Mcp-Param-*` headers against its input schema, SEP-2243).
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tool::find(name, self.stateful())
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let _in_flight = self.activity.as_ref().map(|a| a.begin());
+        use super::tool::{
+            CREATE_TOOL_NAME, DELETE_TOOL_NAME, DESTROY_TOOL_NAME, LIST_FILES_TOOL_NAME,
+            RESET_TOOL_NAME, UPLOAD_TOOL_NAME,
+        };
+        match request.name.as_ref() {
+            TOOL_NAME => return self.run_code(request, context).await,
+            _ if !self.stateful() => {}
+            CREATE_TOOL_NAME => return self.create(request).await,
+            LIST_FILES_TOOL_NAME => return self.list_files(request, &context).await,
+            DESTROY_TOOL_NAME => return self.destroy(request, &context).await,
+            UPLOAD_TOOL_NAME | DELETE_TOOL_NAME => return self.write_file(request, &context).await,
+            RESET_TOOL_NAME => return self.reset(request, &context).await,
+            _ => {}
+        }
+        let names = tool::tool_names(self.stateful())
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Err(McpError::invalid_params(
+            format!("unknown tool `{}`: this server has {names}", request.name),
+            None,
+        ))
+    }
+
+    /// The default sandbox's files, for a session that has one. Sandboxes reached by handle
+    /// are never listed: for 2026-07-28 requests `resources/list` must not vary per caller
+    /// (SEP-2567), and a handle is not to be shown to anyone but its holder.
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let Some(session) = self.session.as_ref().filter(|_| self.executor.stateful) else {
+        let default = self
+            .session_of(&context)
+            .filter(|_| self.stateful())
+            .and_then(SessionGuard::current_default);
+        let Some(sandbox) = default else {
             return Ok(ListResourcesResult::default());
         };
-        let tenant = &session.tenant;
-        let resources = tenant
+        let resources = sandbox
             .files()
             .into_iter()
-            .map(|(path, size)| super::resources::describe(&tenant.id, &path, size))
+            .map(|(path, size)| super::resources::describe(sandbox.id.as_str(), &path, size))
             .collect();
         Ok(ListResourcesResult::with_all_items(resources))
     }
@@ -576,7 +525,7 @@ impl ServerHandler for RunPythonServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        let templates = if self.executor.stateful {
+        let templates = if self.stateful() {
             vec![super::resources::template()]
         } else {
             Vec::new()
@@ -584,26 +533,27 @@ impl ServerHandler for RunPythonServer {
         Ok(ListResourceTemplatesResult::with_all_items(templates))
     }
 
+    /// A file of any live sandbox whose handle the URI carries (the handle is the capability).
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let not_found = |why: &str| {
+        let not_found = |why: &dyn std::fmt::Display| {
             McpError::resource_not_found(
                 format!("resource {:?} not found: {why}", request.uri),
                 None,
             )
         };
-        let Some(session) = self.session.as_ref().filter(|_| self.executor.stateful) else {
-            return Err(not_found("this server has resources only with --stateful"));
-        };
-        let tenant = &session.tenant;
-        let path = super::resources::path_of(&request.uri, &tenant.id)
-            .ok_or_else(|| not_found("it is not a file of this session"))?;
+        if !self.stateful() {
+            return Err(not_found(&"this server has resources only with --stateful"));
+        }
+        let (handle, path) = super::resources::parse(&request.uri)
+            .ok_or_else(|| not_found(&"it is not a sandbox://{sandbox_id}/{path} URI of a file"))?;
+        let entered = self.registry.enter(handle).map_err(|m| not_found(&m))?;
         let bytes = self
             .executor
-            .read_file(tenant, &path)
+            .read_file(&entered.sandbox, &path)
             .await
             .map_err(|why| not_found(&why))?;
         let contents = super::resources::contents(&request.uri, &path, bytes);

@@ -48,8 +48,9 @@
 //! plain text, and has no body limit.
 
 use super::errors::{self, Refusal};
-use super::handler::{RunPythonServer, Sessions, SessionsFull};
+use super::handler::{RunPythonServer, SESSION_HEADER};
 use super::idle::StreamableSessions;
+use super::sessions::{Sessions, SessionsFull};
 use super::sse;
 use super::unread_body;
 use anyhow::{Context, Result};
@@ -73,15 +74,19 @@ use tokio_util::sync::CancellationToken;
 const CORS_MAX_AGE: Duration = Duration::from_secs(3600);
 
 /// Request headers an MCP client in a browser sends beyond the CORS-safelisted ones (MCP spec,
-/// streamable HTTP: session, protocol version, resumption; `Authorization` for clients that
-/// send one).
-const CORS_REQUEST_HEADERS: [&str; 6] = [
+/// streamable HTTP: session, protocol version, resumption, SEP-2243's `Mcp-*` headers;
+/// `Authorization` for clients that send one).
+const CORS_REQUEST_HEADERS: [&str; 9] = [
     "content-type",
     "accept",
     "authorization",
     "mcp-session-id",
     "mcp-protocol-version",
     "last-event-id",
+    // SEP-2243's routing headers (MCP 2026-07-28).
+    "mcp-method",
+    "mcp-name",
+    SANDBOX_PARAM_HEADER,
 ];
 
 /// Response headers a browser page may read: the session id it must send back, and the
@@ -116,9 +121,6 @@ pub fn max_body_bytes(max_code_bytes: usize) -> usize {
 
 /// Most bytes of a plain-text refusal read to word its JSON-RPC error (rmcp's are one line).
 const REFUSAL_TEXT_MAX_BYTES: usize = 64 * 1024;
-
-/// The header that names a streamable-HTTP session (MCP spec 2025-11-25, session management).
-const SESSION_HEADER: &str = "mcp-session-id";
 
 /// rmcp's text for a request without the session id it needs (rmcp 3.9,
 /// `session_id_required_response`), recognised so that it gets [`errors::session_required`]'s
@@ -392,6 +394,9 @@ async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Resp
             };
             return errors::sessions_full(&full).into_response();
         }
+        if let Some(refusal) = sandbox_header_mismatch(&parts.headers, &message) {
+            return refusal.into_response();
+        }
         Request::from_parts(parts, Body::from(bytes))
     } else {
         req
@@ -436,6 +441,81 @@ async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Resp
     match in_flight {
         Some(in_flight) => StreamableSessions::hold(response, in_flight),
         None => response,
+    }
+}
+
+/// The header a client mirrors a tool's `sandbox_id` argument into (SEP-2243: `Mcp-Param-` and
+/// the `x-mcp-header` name of [`super::tool::SANDBOX_HEADER`]).
+const SANDBOX_PARAM_HEADER: &str = "mcp-param-sandbox-id";
+
+/// The first protocol revision whose requests rmcp checks against their `Mcp-*` headers.
+const STANDARD_HEADERS_VERSION: &str = "2026-07-28";
+
+/// The value-encoding sentinel of SEP-2243 (`=?base64?…?=`) for values that cannot travel as
+/// plain header text.
+const BASE64_SENTINEL: (&str, &str) = ("=?base64?", "?=");
+
+/// The refusal for a `tools/call` whose `Mcp-Param-Sandbox-Id` header differs from its body's
+/// `sandbox_id` (or that has the header and no such argument), for the requests rmcp does not
+/// check itself: those of protocol revisions before 2026-07-28, where a client may still send
+/// the header for a load balancer. `None` when the header is absent or agrees.
+fn sandbox_header_mismatch(headers: &HeaderMap, message: &ClientJsonRpcMessage) -> Option<Refusal> {
+    let checked_by_rmcp = headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v >= STANDARD_HEADERS_VERSION);
+    let mut values = headers.get_all(SANDBOX_PARAM_HEADER).iter();
+    let first = values.next()?;
+    let ClientJsonRpcMessage::Request(request) = message else {
+        return None;
+    };
+    let ClientRequest::CallToolRequest(call) = &request.request else {
+        return None;
+    };
+    if checked_by_rmcp {
+        return None;
+    }
+    let id = serde_json::to_value(&request.id).ok();
+    if values.next().is_some() {
+        return Some(errors::header_mismatch(
+            id,
+            "duplicate Mcp-Param-Sandbox-Id header",
+        ));
+    }
+    let header = first.to_str().ok().and_then(decode_header_value);
+    let body = call
+        .params
+        .arguments
+        .as_ref()
+        .and_then(|a| a.get("sandbox_id"))
+        .and_then(|v| v.as_str());
+    match (header.as_deref(), body) {
+        (Some(h), Some(b)) if h == b => None,
+        (_, None) => Some(errors::header_mismatch(
+            id,
+            "unexpected Mcp-Param-Sandbox-Id header for absent `sandbox_id`",
+        )),
+        (_, Some(b)) => Some(errors::header_mismatch(
+            id,
+            format!("Mcp-Param-Sandbox-Id header does not match body value `{b}`"),
+        )),
+    }
+}
+
+/// A SEP-2243 header value as text: plain, or inside the base64 sentinel.
+fn decode_header_value(raw: &str) -> Option<String> {
+    use base64::Engine as _;
+    match raw
+        .strip_prefix(BASE64_SENTINEL.0)
+        .and_then(|inner| inner.strip_suffix(BASE64_SENTINEL.1))
+    {
+        Some(inner) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(inner)
+                .ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(raw.to_owned()),
     }
 }
 

@@ -1,5 +1,7 @@
-//! The MCP front: tool schema, result formatting, the call pipeline and the transports.
+//! The MCP front: tool schemas and arguments, result formatting, the call pipeline, sessions
+//! and the transports.
 
+pub mod arguments;
 pub mod errors;
 pub mod execute;
 pub mod format;
@@ -7,7 +9,8 @@ pub mod handler;
 pub mod http;
 pub mod idle;
 pub mod resources;
-pub mod session_files;
+pub mod sandbox_tools;
+pub mod sessions;
 pub mod sse;
 pub mod startup_deps;
 pub mod stdio;

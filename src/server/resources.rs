@@ -1,15 +1,16 @@
-//! A `--stateful` session's files as MCP resources (issue 14; MCP spec 2025-11-25, server
+//! A `--stateful` sandbox's files as MCP resources (issue 14, issue 26; MCP spec, server
 //! features, resources): the regular files under its interpreter's working directory, named
-//! `session://{session}/{path}`, where `session` is a random name of the session's own and
-//! `path` is relative to the working directory, percent-encoded per segment (RFC 3986). A URI
-//! of another session, or a path that leaves the directory, names nothing.
+//! `sandbox://{sandbox_id}/{path}`, where `path` is relative to the working directory,
+//! percent-encoded per segment (RFC 3986). The URI carries the sandbox's handle, so that any
+//! client holding the handle may read it, with or without a session (SEP-2567). A path that
+//! leaves the directory names nothing.
 
 use base64::Engine as _;
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use rmcp::model::{Resource, ResourceContents, ResourceTemplate};
 
-/// The URI scheme of a session's files.
-const SCHEME: &str = "session://";
+/// The URI scheme of a sandbox's files.
+const SCHEME: &str = "sandbox://";
 
 /// What stays unescaped in a path: RFC 3986's unreserved characters, and `/` between segments.
 const PATH: &AsciiSet = &NON_ALPHANUMERIC
@@ -23,7 +24,7 @@ const PATH: &AsciiSet = &NON_ALPHANUMERIC
 const MAX_PATH_BYTES: usize = 1024;
 const MAX_NAME_BYTES: usize = 255;
 
-/// Why a file name given by a client cannot name a file of the session's working directory.
+/// Why a file name given by a client cannot name a file of a sandbox's working directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BadName {
     #[error("the name is empty")]
@@ -61,39 +62,37 @@ pub fn checked_name(name: &str) -> Result<&str, BadName> {
     Ok(name)
 }
 
-/// The URI of file `path` of session `session`.
-pub fn uri(session: &str, path: &str) -> String {
-    format!("{SCHEME}{session}/{}", utf8_percent_encode(path, PATH))
+/// The URI of file `path` of sandbox `sandbox` (its handle).
+pub fn uri(sandbox: &str, path: &str) -> String {
+    format!("{SCHEME}{sandbox}/{}", utf8_percent_encode(path, PATH))
 }
 
-/// The resource for file `path` (`size` bytes) of session `session`, its MIME type guessed from
+/// The resource for file `path` (`size` bytes) of sandbox `sandbox`, its MIME type guessed from
 /// its name.
-pub fn describe(session: &str, path: &str, size: u64) -> Resource {
-    Resource::new(uri(session, path), path)
+pub fn describe(sandbox: &str, path: &str, size: u64) -> Resource {
+    Resource::new(uri(sandbox, path), path)
         .with_mime_type(mime_type(path))
         .with_size(size)
 }
 
 /// The template that describes the URIs (RFC 6570: `{+path}` keeps its slashes).
 pub fn template() -> ResourceTemplate {
-    ResourceTemplate::new(format!("{SCHEME}{{session}}/{{+path}}"), "session-file")
-        .with_title("A file in this session's working directory")
+    ResourceTemplate::new(format!("{SCHEME}{{sandbox_id}}/{{+path}}"), "sandbox-file")
+        .with_title("A file in a sandbox's working directory")
         .with_description(
-            "Files that this session's code wrote to its working directory (its current \
-             directory, /home/pyodide); `session` is this session's name, as in the listed \
-             resources. Other sessions' files are not found.",
+            "Files in a sandbox's working directory (its code's current directory, \
+             /home/pyodide); `sandbox_id` is the sandbox's handle, as results and \
+             create_sandbox name it, and `path` the file's path relative to that directory.",
         )
 }
 
-/// The path that `uri` names in session `session`, or `None`: another session, not this
-/// scheme, not UTF-8 once decoded, empty, absolute, with `.`/`..` segments or NUL, too long.
-pub fn path_of(uri: &str, session: &str) -> Option<String> {
-    let rest = uri
-        .strip_prefix(SCHEME)?
-        .strip_prefix(session)?
-        .strip_prefix('/')?;
+/// The sandbox handle (as written, unchecked) and the path that `uri` names, or `None`: not
+/// this scheme, no path, a path not UTF-8 once decoded, empty, absolute, with `.`/`..`
+/// segments or NUL, too long.
+pub fn parse(uri: &str) -> Option<(&str, String)> {
+    let (sandbox, rest) = uri.strip_prefix(SCHEME)?.split_once('/')?;
     let path = percent_decode_str(rest).decode_utf8().ok()?;
-    checked_name(&path).ok().map(str::to_owned)
+    checked_name(&path).ok().map(|p| (sandbox, p.to_owned()))
 }
 
 /// The MIME type of `path`, from its name (`application/octet-stream` when unknown).
@@ -127,17 +126,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn uris_name_a_path_of_this_session_only() {
-        let u = uri("abc", "data/my file.csv");
-        assert_eq!(u, "session://abc/data/my%20file.csv");
-        assert_eq!(path_of(&u, "abc").as_deref(), Some("data/my file.csv"));
-        assert_eq!(path_of(&u, "xyz"), None);
-        assert_eq!(path_of("session://abc/../etc/passwd", "abc"), None);
-        assert_eq!(path_of("session://abc/%2e%2e/x", "abc"), None);
-        assert_eq!(path_of("session://abc//etc", "abc"), None);
-        assert_eq!(path_of("session://abc/a%00b", "abc"), None);
-        assert_eq!(path_of("file:///abc/x", "abc"), None);
-        assert_eq!(path_of("session://abcd/x", "abc"), None);
+    fn uris_name_a_sandbox_and_a_path_inside_it() {
+        let u = uri("sbx_abc", "data/my file.csv");
+        assert_eq!(u, "sandbox://sbx_abc/data/my%20file.csv");
+        assert_eq!(parse(&u), Some(("sbx_abc", "data/my file.csv".to_owned())));
+        assert_eq!(parse("sandbox://sbx_abc/../etc/passwd"), None);
+        assert_eq!(parse("sandbox://sbx_abc/%2e%2e/x"), None);
+        assert_eq!(parse("sandbox://sbx_abc//etc"), None);
+        assert_eq!(parse("sandbox://sbx_abc/a%00b"), None);
+        assert_eq!(parse("sandbox://sbx_abc"), None);
+        assert_eq!(parse("file:///abc/x"), None);
     }
 
     #[test]

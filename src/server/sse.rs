@@ -4,9 +4,8 @@
 //! rmcp session over a channel pair, so the protocol itself stays rmcp's.
 
 use super::errors;
-use super::execute::Tenant;
-use super::handler::{stamp_arrival, RunPythonServer};
-use super::idle::{until_idle, Activity};
+use super::handler::RunPythonServer;
+use crate::tenancy::activity::{until_idle, Activity};
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -25,12 +24,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// One live stream: its channel to its rmcp session, its tenant (to stamp call arrivals) and
-/// its activity (a message either way, a call in flight).
+/// One live stream: its channel to its rmcp session, its handler (to stamp call arrivals in
+/// their sandboxes) and its activity (a message either way, a call in flight).
 #[derive(Clone)]
 struct Session {
     sender: mpsc::Sender<ClientJsonRpcMessage>,
-    tenant: Option<Arc<Tenant>>,
+    handler: RunPythonServer,
     activity: Arc<Activity>,
 }
 
@@ -111,7 +110,7 @@ fn session_stream(
     let handler = handler.with_activity(activity.clone());
     let session = Session {
         sender: to_server,
-        tenant: handler.tenant(),
+        handler: handler.clone(),
         activity: activity.clone(),
     };
     state
@@ -186,7 +185,7 @@ async fn post_message(
         .cloned();
     let Some(Session {
         mut sender,
-        tenant,
+        handler,
         activity,
     }) = sender
     else {
@@ -197,9 +196,7 @@ async fn post_message(
         Ok((_, message)) => message,
         Err(refusal) => return refusal.into_response(),
     };
-    if let Some(tenant) = &tenant {
-        stamp_arrival(&mut message, tenant);
-    }
+    handler.stamp_arrival(&mut message);
     if sender.send(message).await.is_err() {
         // The stream closed between the lookup and now: the session has ended.
         return errors::unknown_session().into_response();

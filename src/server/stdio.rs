@@ -16,7 +16,7 @@
 //! `initialize`'s response from the client (see [`Start`]).
 
 use super::errors::{self, Refusal};
-use super::handler::{stamp_arrival, RunPythonServer};
+use super::handler::RunPythonServer;
 use anyhow::{Context, Result};
 use futures::channel::mpsc;
 use futures::{SinkExt, StreamExt};
@@ -214,7 +214,7 @@ pub async fn serve(server: RunPythonServer) -> Result<()> {
     });
     // The same bound as an HTTP request body: a line carries one message with the code in it.
     let max_line_bytes = super::http::max_body_bytes(server.max_code_bytes);
-    let tenant = server.tenant();
+    let stamper = server.clone();
     let reader = tokio::spawn(async move {
         let mut stdin = BufReader::new(tokio::io::stdin());
         let mut start = Start::Undecided;
@@ -245,9 +245,7 @@ pub async fn serve(server: RunPythonServer) -> Result<()> {
                     }
                 }
             }
-            if let Some(tenant) = &tenant {
-                stamp_arrival(&mut message, tenant);
-            }
+            stamper.stamp_arrival(&mut message);
             if to_server.send(message).await.is_err() {
                 break;
             }

@@ -67,7 +67,7 @@ async def test_conflicts_name_both_sides_and_installed_versions_are_pinned():
         # The interpreter has rich 12 now: a later call cannot get another rich in it.
         text = await run(session, '# /// script\n# dependencies = ["rich>=13"]\n# ///\n1')
         assert text.startswith("<status>install-error</status>"), text
-        assert "`rich>=13` cannot be met: this session's interpreter already has `rich==12." in text, text
+        assert "`rich>=13` cannot be met: this sandbox's interpreter already has `rich==12." in text, text
 
 
 async def test_a_downloaded_directory_serves_an_offline_server(tmp_path):

@@ -1,7 +1,7 @@
-//! A `--stateful` session's files as the front knows them (issue 14): the listing its
+//! A `--stateful` sandbox's files as the front knows them (issue 14): the listing its
 //! interpreter reported after the last call (its MCP resources), and a copy of their bytes, up
 //! to `--max-session-file-bytes` in all, so that they outlive an interpreter that is stopped (a
-//! timeout, the memory limit, a crash) and are written into the session's next one. Python
+//! timeout, the memory limit, a crash) and are written into the sandbox's next one. Python
 //! objects cannot be copied that way; files can.
 
 use std::collections::BTreeMap;
@@ -15,9 +15,9 @@ struct Entry {
     bytes: Option<Arc<Vec<u8>>>,
 }
 
-/// The files of a session's working directory (paths relative to it).
+/// The files of a sandbox's working directory (paths relative to it).
 #[derive(Debug, Default)]
-pub struct SessionFiles {
+pub struct SandboxFiles {
     entries: BTreeMap<String, Entry>,
 }
 
@@ -41,7 +41,7 @@ pub struct Survivors {
     pub lost: Vec<String>,
 }
 
-impl SessionFiles {
+impl SandboxFiles {
     /// The files (path, size in bytes), in path order.
     pub fn listing(&self) -> Vec<(String, u64)> {
         self.entries
@@ -51,7 +51,7 @@ impl SessionFiles {
     }
 
     /// Takes the interpreter's listing after a call: files no longer there are forgotten, and a
-    /// file whose size changed loses its copy (until [`SessionFiles::keep`] gives a new one).
+    /// file whose size changed loses its copy (until [`SandboxFiles::keep`] gives a new one).
     /// Whether the set of names or sizes changed.
     pub fn observe(&mut self, files: &[(String, u64)]) -> bool {
         let before = self.listing();
@@ -94,7 +94,7 @@ impl SessionFiles {
     /// Forgets every file (`reset_session`); whether there were any.
     pub fn clear(&mut self) -> bool {
         let had = !self.entries.is_empty();
-        *self = SessionFiles::default();
+        *self = SandboxFiles::default();
         had
     }
 
@@ -143,7 +143,7 @@ mod tests {
 
     #[test]
     fn copies_stay_within_the_cap_and_survive_a_stopped_interpreter() {
-        let mut files = SessionFiles::default();
+        let mut files = SandboxFiles::default();
         assert!(files.keep("a.csv", vec![1; 6], 10));
         assert!(files.keep("b.bin", vec![2; 6], 10)); // over the cap: listed, not copied
         assert_eq!(files.copies().len(), 1);

@@ -1,0 +1,352 @@
+//! The registry of live sandboxes, one for every transport (docs/architecture.md §3): it mints
+//! handles, finds a sandbox by the handle a client gives, bounds how many live at once
+//! (`--max-sandboxes`) and ends those idle or old past their limits.
+//!
+//! At the cap, a new sandbox takes the place of the least recently used sandbox that is reached
+//! by its handle alone and has nothing in flight (no call running or waiting): that one is
+//! ended, and its next use gets the same "does not exist or has expired" answer as any ended
+//! sandbox. A session's default sandbox is never evicted (`--max-sessions` bounds those), and a
+//! sandbox with a call in flight never is. When no sandbox can give way, the new one is refused
+//! with [`RegistryError::Full`]. Evicting rather than refusing keeps the server serving new
+//! agents while an idle agent's sandbox, the cheapest to lose, goes first; the agent is told to
+//! create a new one.
+
+use super::activity::InFlight;
+use super::handle::{MintError, SandboxId};
+use super::sandbox::{Owner, Sandbox};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The registry's limits (`--max-sandboxes`, `--sandbox-idle-timeout`,
+/// `--sandbox-max-lifetime`).
+#[derive(Debug, Clone, Copy)]
+pub struct RegistryLimits {
+    /// Most live sandboxes, session defaults included.
+    pub max: usize,
+    /// A sandbox reached by its handle alone ends once nothing of it has been in flight for
+    /// this long; `None`: never.
+    pub idle: Option<Duration>,
+    /// A sandbox reached by its handle alone ends this long after it was made (a call in
+    /// flight finishes first); `None`: never.
+    pub lifetime: Option<Duration>,
+}
+
+/// Why no new sandbox was made.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// `--max-sandboxes` are live and none may give way.
+    #[error("the server holds its limit of {max} sandboxes (--max-sandboxes) and every one is in use or belongs to a live session; destroy a sandbox you no longer need (destroy_sandbox) or try again later")]
+    Full { max: usize },
+    /// No handle could be minted.
+    #[error(transparent)]
+    Mint(#[from] MintError),
+}
+
+/// Longest part of an unknown handle echoed back in [`Missing`]'s words (characters).
+const ECHO_CHARS: usize = 40;
+
+/// A handle that names no live sandbox: never made, destroyed, expired, evicted or malformed.
+/// The words are the same in every case, so that they tell a caller nothing about handles it
+/// does not hold (seed 002's "not found or has expired").
+#[derive(Debug, thiserror::Error)]
+#[error("sandbox {given:?} does not exist or has expired; create a new one (create_sandbox, or a run_python_code call without sandbox_id) and run its setup again")]
+pub struct Missing {
+    given: String,
+}
+
+impl Missing {
+    fn of(text: &str) -> Missing {
+        Missing {
+            given: text.chars().take(ECHO_CHARS).collect(),
+        }
+    }
+}
+
+/// A sandbox found by its handle, held in flight (neither evicted nor expired) until dropped.
+pub struct Entered {
+    pub sandbox: Arc<Sandbox>,
+    pub in_flight: InFlight,
+}
+
+/// The live sandboxes (see the module's documentation).
+pub struct Registry {
+    limits: RegistryLimits,
+    live: Mutex<HashMap<SandboxId, Arc<Sandbox>>>,
+}
+
+/// Bounds of how often the registry looks for expired sandboxes.
+const MIN_SWEEP: Duration = Duration::from_millis(100);
+const MAX_SWEEP: Duration = Duration::from_secs(30);
+
+/// How many sweeps fit in the shortest limit: an expiry is seen at most a quarter late.
+const SWEEPS_PER_LIMIT: u32 = 4;
+
+impl Registry {
+    /// An empty registry under `limits` (a `max` of 0 counts as 1).
+    pub fn new(limits: RegistryLimits) -> Arc<Registry> {
+        Arc::new(Registry {
+            limits: RegistryLimits {
+                max: limits.max.max(1),
+                ..limits
+            },
+            live: Mutex::default(),
+        })
+    }
+
+    /// How long a sandbox reached by its handle alone may go without a call.
+    pub fn idle(&self) -> Option<Duration> {
+        self.limits.idle
+    }
+
+    fn live(&self) -> MutexGuard<'_, HashMap<SandboxId, Arc<Sandbox>>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many sandboxes are live.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.live().len()
+    }
+
+    /// Whether `sandbox` is past a limit at `now`: idle past the idle time or older than the
+    /// lifetime. Only sandboxes reached by their handle alone expire.
+    fn expired(&self, sandbox: &Sandbox, now: Instant) -> bool {
+        if sandbox.owner != Owner::Handle {
+            return false;
+        }
+        let idle = self
+            .limits
+            .idle
+            .and_then(|idle| sandbox.activity().idle_at(idle))
+            .is_some_and(|at| at <= now);
+        let old = self
+            .limits
+            .lifetime
+            .is_some_and(|life| now.duration_since(sandbox.created) >= life);
+        idle || old
+    }
+
+    /// A new sandbox held by `owner`, with `dependencies` for each of its interpreters,
+    /// registered under a fresh handle; at the cap it takes an idle sandbox's place.
+    ///
+    /// Errors: [`RegistryError::Full`] when `--max-sandboxes` are live and none may give way;
+    /// [`RegistryError::Mint`] when the random source fails.
+    pub fn create(
+        &self,
+        owner: Owner,
+        dependencies: Vec<String>,
+    ) -> Result<Arc<Sandbox>, RegistryError> {
+        let id = SandboxId::mint()?;
+        let sandbox = Sandbox::new(id.clone(), owner, dependencies);
+        let mut live = self.live();
+        if live.len() >= self.limits.max {
+            self.sweep_locked(&mut live);
+        }
+        if live.len() >= self.limits.max {
+            let victim = live
+                .values()
+                .filter(|s| s.owner == Owner::Handle)
+                .filter_map(|s| s.activity().idle_since().map(|since| (since, s.id.clone())))
+                .min();
+            let Some((since, victim)) = victim else {
+                return Err(RegistryError::Full {
+                    max: self.limits.max,
+                });
+            };
+            if let Some(evicted) = live.remove(&victim) {
+                tracing::info!(
+                    "sandbox {} (idle for {} s) was evicted to make room (--max-sandboxes {})",
+                    evicted.id.short(),
+                    since.elapsed().as_secs(),
+                    self.limits.max
+                );
+                evicted.end();
+            }
+        }
+        live.insert(id, sandbox.clone());
+        tracing::debug!("sandbox {} created ({:?})", sandbox.id.short(), owner);
+        Ok(sandbox)
+    }
+
+    /// The live sandbox named by `text`, held in flight until the result is dropped. This is
+    /// where a handle is checked against its holder once the server authenticates callers
+    /// (the scale-out issue); today a handle is a bearer capability.
+    ///
+    /// Errors: [`Missing`] when `text` names no live sandbox, whatever the reason.
+    pub fn enter(&self, text: &str) -> Result<Entered, Missing> {
+        let id = SandboxId::parse(text).ok_or_else(|| Missing::of(text))?;
+        let mut live = self.live();
+        let sandbox = live.get(&id).cloned().ok_or_else(|| Missing::of(text))?;
+        if sandbox.has_ended() || self.expired(&sandbox, Instant::now()) {
+            if sandbox.activity().idle_since().is_some() {
+                live.remove(&id);
+                sandbox.end();
+            }
+            return Err(Missing::of(text));
+        }
+        let in_flight = sandbox.begin();
+        Ok(Entered { sandbox, in_flight })
+    }
+
+    /// The live sandbox named by `text`, if any, without holding it (a transport stamping a
+    /// call's arrival as it reads it; the call itself then [`enter`](Self::enter)s).
+    pub fn peek(&self, text: &str) -> Option<Arc<Sandbox>> {
+        let id = SandboxId::parse(text)?;
+        self.live().get(&id).cloned()
+    }
+
+    /// Takes the sandbox named by `text` out of the registry (`destroy_sandbox`): later uses
+    /// get [`Missing`]. The caller ends it.
+    ///
+    /// Errors: [`Missing`] when `text` names no live sandbox.
+    pub fn remove_named(&self, text: &str) -> Result<Arc<Sandbox>, Missing> {
+        let id = SandboxId::parse(text).ok_or_else(|| Missing::of(text))?;
+        self.live().remove(&id).ok_or_else(|| Missing::of(text))
+    }
+
+    /// Takes `id` out of the registry and ends it (its session ended).
+    pub fn end(&self, id: &SandboxId) {
+        if let Some(sandbox) = self.live().remove(id) {
+            sandbox.end();
+        }
+    }
+
+    /// Ends the sandboxes past a limit that have nothing in flight.
+    pub fn sweep(&self) {
+        self.sweep_locked(&mut self.live());
+    }
+
+    fn sweep_locked(&self, live: &mut HashMap<SandboxId, Arc<Sandbox>>) {
+        let now = Instant::now();
+        live.retain(|_, sandbox| {
+            let gone = self.expired(sandbox, now) && sandbox.activity().idle_since().is_some();
+            if gone {
+                tracing::debug!("sandbox {} expired", sandbox.id.short());
+                sandbox.end();
+            }
+            !gone
+        });
+    }
+
+    /// How often to sweep: a quarter of the shortest limit, within bounds; `None` without
+    /// limits.
+    fn sweep_interval(&self) -> Option<Duration> {
+        let shortest = match (self.limits.idle, self.limits.lifetime) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => return None,
+        };
+        Some((shortest / SWEEPS_PER_LIMIT).clamp(MIN_SWEEP, MAX_SWEEP))
+    }
+
+    /// Sweeps in the background until `shutdown`, then ends every sandbox.
+    pub fn spawn_sweeper(self: &Arc<Self>, shutdown: CancellationToken) {
+        let this = self.clone();
+        let interval = self.sweep_interval();
+        tokio::spawn(async move {
+            match interval {
+                Some(interval) => {
+                    let mut tick = tokio::time::interval(interval);
+                    loop {
+                        tokio::select! {
+                            _ = tick.tick() => this.sweep(),
+                            _ = shutdown.cancelled() => break,
+                        }
+                    }
+                }
+                None => shutdown.cancelled().await,
+            }
+            this.end_all();
+        });
+    }
+
+    /// Ends every sandbox (at shutdown).
+    pub fn end_all(&self) {
+        for (_, sandbox) in self.live().drain() {
+            sandbox.end();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry(max: usize, idle: Option<u64>) -> Arc<Registry> {
+        Registry::new(RegistryLimits {
+            max,
+            idle: idle.map(Duration::from_secs),
+            lifetime: None,
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handle_finds_its_sandbox_and_nothing_else() {
+        let r = registry(4, None);
+        let a = r.create(Owner::Handle, Vec::new()).expect("room");
+        let found = r.enter(a.id.as_str()).expect("live");
+        assert!(Arc::ptr_eq(&found.sandbox, &a));
+        let unknown = SandboxId::mint().expect("random");
+        let missing = r.enter(unknown.as_str()).err().expect("unknown");
+        let malformed = r.enter("nonsense").err().expect("malformed");
+        drop(found);
+        r.remove_named(a.id.as_str()).expect("live").end();
+        let destroyed = r.enter(a.id.as_str()).err().expect("destroyed");
+        // The same words whichever it was, but for the echoed handle.
+        let words = |m: Missing, given: &str| m.to_string().replace(given, "<id>");
+        assert_eq!(
+            words(missing, unknown.as_str()),
+            words(destroyed, a.id.as_str())
+        );
+        assert!(words(malformed, "nonsense").contains("does not exist or has expired"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_the_cap_the_least_recently_used_idle_sandbox_gives_way() {
+        let r = registry(2, None);
+        let old = r.create(Owner::Handle, Vec::new()).expect("room");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let busy = r.create(Owner::Handle, Vec::new()).expect("room");
+        let held = r.enter(busy.id.as_str()).expect("live");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let new = r
+            .create(Owner::Handle, Vec::new())
+            .expect("the idle one gives way");
+        assert!(old.has_ended() && r.enter(old.id.as_str()).is_err());
+        assert!(!busy.has_ended());
+        // Now one is busy and the other is a session's: nothing may give way.
+        r.end(&new.id);
+        let session = r.create(Owner::Session, Vec::new()).expect("room");
+        assert!(matches!(
+            r.create(Owner::Handle, Vec::new()),
+            Err(RegistryError::Full { max: 2 })
+        ));
+        drop(held);
+        assert!(!session.has_ended());
+        r.create(Owner::Handle, Vec::new())
+            .expect("the busy one is idle now");
+        assert!(busy.has_ended());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_handle_sandboxes_expire_but_session_ones_and_busy_ones_do_not() {
+        let r = registry(8, Some(10));
+        let idle = r.create(Owner::Handle, Vec::new()).expect("room");
+        let busy = r.create(Owner::Handle, Vec::new()).expect("room");
+        let session = r.create(Owner::Session, Vec::new()).expect("room");
+        let held = r.enter(busy.id.as_str()).expect("live");
+        tokio::time::advance(Duration::from_secs(11)).await;
+        r.sweep();
+        assert!(idle.has_ended());
+        assert!(!busy.has_ended() && !session.has_ended());
+        drop(held);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(r.enter(busy.id.as_str()).is_ok(), "idle for 5 s only");
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(r.enter(busy.id.as_str()).is_err());
+        assert_eq!(r.len(), 1);
+    }
+}

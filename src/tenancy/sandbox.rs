@@ -1,0 +1,221 @@
+//! One sandbox: an interpreter slot with its files and, with `--stateful`, its globals, the
+//! arrival order of its calls, and its activity (docs/architecture.md §3).
+//!
+//! A sandbox gets an interpreter at its first call and keeps it for its whole life; calls to
+//! one sandbox run one at a time, in the order they arrived, while different sandboxes run in
+//! parallel. Transports that read a session's messages in order (stdio, SSE) stamp each call
+//! with its [`Arrival`] in the sandbox it names as the message is read; a call then queues for
+//! the interpreter (a fair mutex) only after every earlier stamped call has. [`Sandbox::end`]
+//! kills the interpreter.
+
+use super::activity::{Activity, InFlight};
+use super::files::SandboxFiles;
+use super::handle::SandboxId;
+use crate::sandbox::worker::Worker;
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Notify, OwnedMutexGuard};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Who holds a sandbox, which decides how it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// The default sandbox of a session (a stdio connection, a 2025-11-25 streamable-HTTP
+    /// session, an SSE stream): it ends with the session, and the registry neither evicts nor
+    /// expires it (the session's own idle time bounds it).
+    Session,
+    /// A sandbox reached by its handle alone (`create_sandbox`, or a call without a session):
+    /// it ends when destroyed, idle past `--sandbox-idle-timeout`, older than
+    /// `--sandbox-max-lifetime`, or evicted at `--max-sandboxes`. Whoever holds the handle may
+    /// use it while there is no authentication; the scale-out issue binds it to a principal.
+    Handle,
+    /// A sandbox for one call only, never registered (a sessionless call of the drop-in
+    /// mode, `warmup`, `example`).
+    Call,
+}
+
+/// A call's place in its sandbox's arrival order, stamped by the transport as the request is
+/// read (before rmcp hands it to a task of its own, where calls could overtake each other).
+/// It counts only in the sandbox it was stamped for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arrival {
+    sandbox: SandboxId,
+    n: u64,
+}
+
+/// How long a stamped call may take to reach its turn before later calls stop waiting for it
+/// (seconds): a request the MCP layer answers without calling the tool never claims its turn.
+const UNCLAIMED_ARRIVAL: Duration = Duration::from_secs(2);
+
+/// Calls of a sandbox that were read but have not yet queued for its interpreter.
+#[derive(Default)]
+struct Arrivals {
+    next: u64,
+    /// Arrival number → when it was stamped.
+    pending: BTreeMap<u64, Instant>,
+}
+
+/// One sandbox (see the module's documentation).
+pub struct Sandbox {
+    /// Its handle, as clients name it.
+    pub id: SandboxId,
+    /// Who holds it.
+    pub owner: Owner,
+    /// When it was made.
+    pub created: Instant,
+    /// Requirements given to `create_sandbox` (PEP 508): installed before it answered, and
+    /// again into every later interpreter of the sandbox.
+    pub dependencies: Vec<String>,
+    /// The interpreter, once the first call took one.
+    pub(crate) worker: Arc<tokio::sync::Mutex<Option<Worker>>>,
+    /// Whether the sandbox has had an interpreter (so a new one means its state was lost).
+    pub(crate) had_interpreter: AtomicBool,
+    /// `--stateful`: the `state` note for the sandbox's next call, when its interpreter was
+    /// replaced since its last one (what was lost, which files were restored).
+    pub(crate) new_interpreter_note: Mutex<Option<String>>,
+    /// `--stateful`: the files in the interpreter's working directory after the last call (the
+    /// sandbox's MCP resources), with the copies that outlive a stopped interpreter.
+    files: Mutex<SandboxFiles>,
+    /// Cancelled when the sandbox ends: a running call stops and sends no result.
+    pub(crate) ended: CancellationToken,
+    arrivals: Mutex<Arrivals>,
+    /// Woken when a call leaves `arrivals`.
+    queued: Notify,
+    /// Its calls in flight and last use (for idle expiry and eviction).
+    activity: Arc<Activity>,
+}
+
+impl Sandbox {
+    /// A sandbox named `id`, held by `owner`, with no interpreter yet (it gets one at its first
+    /// call) and `dependencies` to install into each of its interpreters.
+    pub fn new(id: SandboxId, owner: Owner, dependencies: Vec<String>) -> Arc<Sandbox> {
+        Arc::new(Sandbox {
+            id,
+            owner,
+            created: Instant::now(),
+            dependencies,
+            worker: Arc::default(),
+            had_interpreter: AtomicBool::new(false),
+            new_interpreter_note: Mutex::default(),
+            files: Mutex::default(),
+            ended: CancellationToken::new(),
+            arrivals: Mutex::default(),
+            queued: Notify::new(),
+            activity: Activity::new(),
+        })
+    }
+
+    /// Its activity: in flight while a call of it runs or waits, idle since the last one.
+    pub fn activity(&self) -> &Arc<Activity> {
+        &self.activity
+    }
+
+    /// A use of the sandbox starts (a call, a file operation): it is neither evicted nor
+    /// expired until the guard is dropped.
+    pub fn begin(&self) -> InFlight {
+        self.activity.begin()
+    }
+
+    /// Stamps a call as it is read: it will queue after every call stamped before it.
+    pub fn arrive(&self) -> Arrival {
+        let mut a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+        let n = a.next;
+        a.next += 1;
+        a.pending.insert(n, Instant::now());
+        Arrival {
+            sandbox: self.id.clone(),
+            n,
+        }
+    }
+
+    /// Whether arrival `n` is the earliest call still to queue (forgetting calls stamped long
+    /// ago that never came to queue).
+    fn is_next(&self, n: u64) -> bool {
+        let mut a = self.arrivals.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        a.pending
+            .retain(|m, at| *m >= n || now.duration_since(*at) < UNCLAIMED_ARRIVAL);
+        a.pending.keys().next().is_none_or(|first| *first >= n)
+    }
+
+    /// Arrival `n` has queued (or gave up): the next call may queue.
+    fn leave(&self, n: u64) {
+        self.arrivals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pending
+            .remove(&n);
+        self.queued.notify_waiters();
+    }
+
+    /// Queues for the interpreter after every call stamped before `arrival` (when it was
+    /// stamped for this sandbox; otherwise simply in the mutex's FIFO order).
+    pub async fn queue(&self, arrival: Option<&Arrival>) -> OwnedMutexGuard<Option<Worker>> {
+        let Some(n) = arrival.filter(|a| a.sandbox == self.id).map(|a| a.n) else {
+            return self.worker.clone().lock_owned().await;
+        };
+        // Leaves the arrival order however this future ends (also when it is dropped).
+        struct Leave<'a>(&'a Sandbox, u64);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.leave(self.1);
+            }
+        }
+        let leave = Leave(self, n);
+        loop {
+            let queued = self.queued.notified();
+            tokio::pin!(queued);
+            queued.as_mut().enable();
+            if self.is_next(n) {
+                break;
+            }
+            // Wake up at least when an unclaimed earlier call expires.
+            let _ = tokio::time::timeout(UNCLAIMED_ARRIVAL, queued).await;
+        }
+        let lock = self.worker.clone().lock_owned();
+        tokio::pin!(lock);
+        // Take a place in the mutex's FIFO queue before letting the next call queue.
+        if let std::task::Poll::Ready(guard) = futures::poll!(lock.as_mut()) {
+            return guard;
+        }
+        drop(leave);
+        lock.await
+    }
+
+    /// The sandbox's files as the last call left them (path, size in bytes).
+    pub fn files(&self) -> Vec<(String, u64)> {
+        self.with_files(|f| f.listing())
+    }
+
+    /// Runs `f` on the sandbox's files (never across an `await`).
+    pub(crate) fn with_files<T>(&self, f: impl FnOnce(&mut SandboxFiles) -> T) -> T {
+        f(&mut self.files.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Whether the sandbox has ended (destroyed, expired, evicted, or its session ended).
+    pub fn has_ended(&self) -> bool {
+        self.ended.is_cancelled()
+    }
+
+    /// Ends the sandbox: its interpreter is killed now if idle, or by the running call, which
+    /// then sends no result.
+    pub fn end(&self) {
+        self.ended.cancel();
+        let idle = match self.worker.try_lock() {
+            Ok(mut slot) => slot.take(),
+            // A call holds it: the call sees `ended` and kills it.
+            Err(_) => None,
+        };
+        if let Some(worker) = idle {
+            match tokio::runtime::Handle::try_current() {
+                // Kill and reap it now rather than leave a zombie until tokio's orphan reaper.
+                Ok(runtime) => drop(runtime.spawn(worker.kill())),
+                // Dropping a worker kills it.
+                Err(_) => drop(worker),
+            }
+        }
+    }
+}
