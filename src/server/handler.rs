@@ -238,6 +238,10 @@ impl RunPythonServer {
         let ClientRequest::CallToolRequest(call) = &request.request else {
             return;
         };
+        if call.params.name == tool::CREATE_TOOL_NAME {
+            // It makes a sandbox rather than working in one.
+            return;
+        }
         let named = call
             .params
             .arguments

@@ -93,7 +93,8 @@ def model_that_runs_in_turn(codes):
 
 
 async def test_stateful_state_lasts_across_an_agents_calls():
-    """`--stateful` (issue 14) over stdio: the second call sees the first one's variable."""
+    """`--stateful` (issue 14) over stdio: the second call sees the first one's variable, in the
+    connection's own sandbox."""
     transport = StdioTransport(BINARY, [*STDIO_ARGS, "--stateful"], env=server_env(), keep_alive=False)
     toolset = MCPToolset(transport, init_timeout=INIT_TIMEOUT, read_timeout=CALL_TIMEOUT)
     codes = ["x = 21", "x * 2", "open('out.csv', 'w').write(f'x\\n{x * 2}\\n')"]
@@ -101,8 +102,9 @@ async def test_stateful_state_lasts_across_an_agents_calls():
     async with agent:
         result = await agent.run("Double a number in two steps, then save it.")
     returns = [p.content for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
-    assert returns[1] == "<status>success</status>\n<return_value>\n42\n</return_value>"
+    # A text-only result reaches the model as its structured form, which names the sandbox.
+    assert returns[1]["return_value"] == 42 and returns[1]["sandbox_id"] == returns[0]["sandbox_id"], returns
     # The written file is linked after the text; MCPToolset hands the model its URI.
     text, link = returns[2]
-    assert text.startswith("<status>success</status>") and re.fullmatch(r"session://\w+/out\.csv", link), returns
-
+    sandbox = returns[0]["sandbox_id"]
+    assert text.startswith("<status>success</status>") and link == f"sandbox://{sandbox}/out.csv", returns

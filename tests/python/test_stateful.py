@@ -21,6 +21,12 @@ from raw_http import call_message, rpc_result, sse_message, sse_session_by_hand,
 pytestmark = pytest.mark.anyio
 
 
+SANDBOX_TOOLS = {"run_python_code", "create_sandbox", "list_sandbox_files", "destroy_sandbox",
+                 "upload_file", "delete_file", "reset_session"}
+# A well-formed handle that no server minted.
+UNKNOWN = "sbx_" + "A" * 22
+
+
 def state_of(text):
     """The one-line `<state>` section of a result, or None."""
     found = re.search(r"^<state>(.*)</state>$", text, re.MULTILINE)
@@ -30,7 +36,7 @@ def state_of(text):
 async def test_state_lasts_within_a_session_and_says_when_it_was_lost():
     async with mcp_session("--stateful", "--timeout", "5") as session:
         tools = await session.list_tools()
-        assert "State persists between calls in this session" in tools.tools[0].description
+        assert "State persists between calls in the same sandbox" in tools.tools[0].description
         assert return_value(await run(session, "x = 42\nimport json\ndef double(v):\n    return v * 2")) is None
         assert return_value(await run(session, "double(x)")) == "84"
         assert return_value(await run(session, "json.dumps({'y': y, 'x': x})", y=1)) == '{"y": 1, "x": 42}'
@@ -55,14 +61,14 @@ async def test_state_lasts_within_a_session_and_says_when_it_was_lost():
 async def test_reset_session_clears_the_state():
     async with mcp_session("--stateful") as session:
         tools = {t.name: t for t in (await session.list_tools()).tools}
-        assert set(tools) == {"run_python_code", "upload_file", "delete_file", "reset_session"}
+        assert set(tools) == SANDBOX_TOOLS
         assert tools["reset_session"].annotations.destructiveHint is True
         await run(session, "x = 42")
         done = await session.call_tool("reset_session", {})
         assert not done.isError and "state was cleared" in done.content[0].text, done
         text = await run(session, "x")
         assert "NameError" in text and "<state>" not in text, text
-        with pytest.raises(McpError, match="takes no arguments"):
+        with pytest.raises(McpError, match="unknown field `hard`"):
             await session.call_tool("reset_session", {"hard": True})
 
 
@@ -176,7 +182,6 @@ async def test_a_call_longer_than_the_idle_time_keeps_its_sse_session(tmp_path):
 @pytest.mark.parametrize("args", [
     ["stdio", "--stateful", "--isolation", "call"],
     ["stdio", "--stateful", "--isolation", "shared"],
-    ["streamable-http-stateless", "--stateful", "--port", "1"],
 ])
 def test_stateful_needs_sessions_with_interpreters_of_their_own(args):
     done = subprocess.run([BINARY, *args, "--cache-dir", SHARED_CACHE], env=server_env(),
@@ -221,7 +226,7 @@ async def test_an_image_the_code_writes_comes_back_as_image_content():
         assert [(i.type, i.mimeType) for i in images] == [("image", "image/png")], result.content
         assert base64.b64decode(images[0].data) == png
         # The text is the drop-in's; an unchanged image is not sent again; a rewritten one is.
-        assert text.startswith("<status>success</status>\n<return_value>\n")
+        assert re.match(r"<status>success</status>\n<sandbox_id>sbx_[\w-]{22}</sandbox_id>\n<return_value>\n", text), text
         again = await session.call_tool("run_python_code", {"python_code": "1"})
         assert len(again.content) == 1, again.content
         # Over the cap, or a file whose bytes are not an image: no image (a link only).
@@ -281,14 +286,14 @@ async def test_files_are_the_sessions_resources():
             got = await session.read_resource(listed["out/raw.bin"].uri)
             assert base64.b64decode(got.contents[0].blob) == bytes(range(256))
             templates = (await session.list_resource_templates()).resourceTemplates
-            assert [t.uriTemplate for t in templates] == ["session://{session}/{+path}"]
-            session_name = str(listed["data.csv"].uri).split("/")[2]
-            for bad in (f"session://{session_name}/../etc/passwd", f"session://{session_name}/nope.txt",
-                        "session://someone-else/data.csv"):
+            assert [t.uriTemplate for t in templates] == ["sandbox://{sandbox_id}/{+path}"]
+            sandbox = str(listed["data.csv"].uri).split("/")[2]
+            for bad in (f"sandbox://{sandbox}/../etc/passwd", f"sandbox://{sandbox}/nope.txt",
+                        f"sandbox://{UNKNOWN}/data.csv", "session://someone-else/data.csv"):
                 with pytest.raises(McpError, match="not found"):
                     await session.read_resource(bad)
             with pytest.raises(McpError, match="no such file"):
-                await session.read_resource(f"session://{session_name}/nope.txt")
+                await session.read_resource(f"sandbox://{sandbox}/nope.txt")
             # Reading waits for nothing and changes nothing; a call that changes no file
             # notifies nothing.
             count = len(changed)
@@ -296,21 +301,23 @@ async def test_files_are_the_sessions_resources():
             assert len(changed) == count
 
 
-async def test_one_session_cannot_read_anothers_files(tmp_path):
+async def test_one_session_cannot_find_anothers_files(tmp_path):
+    """A session lists its own sandbox's files only. A file's URI carries its sandbox's handle,
+    a bearer capability (SEP-2567) of 128 random bits: without it nothing is found."""
     with http_server("streamable_http", "--stateful", stderr_path=tmp_path / "server.log") as base:
         async with http_session(base) as a, http_session(base) as b:
             await run(a, "open('secret.txt', 'w').write('A only')")
             (resource,) = (await a.list_resources()).resources
             assert (await a.read_resource(resource.uri)).contents[0].text == "A only"
-            with pytest.raises(McpError, match="not found"):
-                await b.read_resource(resource.uri)
             assert (await b.list_resources()).resources == []
+            with pytest.raises(McpError, match="not found"):
+                await b.read_resource(f"sandbox://{UNKNOWN}/secret.txt")
 
 
 async def test_uploaded_files_are_read_by_the_code_and_names_stay_inside():
     async with mcp_session("--stateful") as session:
         names = [t.name for t in (await session.list_tools()).tools]
-        assert names == ["run_python_code", "upload_file", "delete_file", "reset_session"]
+        assert set(names) == SANDBOX_TOOLS
         done = await session.call_tool("upload_file", {"name": "in/data.csv", "text": CSV})
         assert not done.isError and "wrote in/data.csv" in done.content[0].text, done
         done = await session.call_tool("upload_file", {"name": "raw.bin", "base64": base64.b64encode(b"\0\1\2").decode()})

@@ -110,10 +110,11 @@ async def test_json_return_mode():
 async def test_bad_arguments_get_mcp_errors():
     async with mcp_session("--workers", "1", "--max-code-size", "100") as session:
         for arguments, message in [
-            ({"python_code": 5}, "must be a string"),
-            ({}, "missing required argument"),
-            ({"python_code": "1", "other": 1}, "unknown argument"),
-            ({"python_code": "1", "global_variables": [1]}, "must be an object"),
+            ({"python_code": 5}, "expected a string"),
+            ({}, "missing field `python_code`"),
+            ({"python_code": "1", "other": 1}, "unknown field `other`"),
+            ({"python_code": "1", "sandbox_id": "sbx_x"}, "unknown field `sandbox_id`"),
+            ({"python_code": "1", "global_variables": [1]}, "expected a map"),
             ({"python_code": "x" * 101}, "more than the limit"),
         ]:
             with pytest.raises(Exception, match=message):
