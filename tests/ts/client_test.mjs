@@ -96,9 +96,9 @@ function canConnect(port) {
 
 /** Runs `body(url)` against `mcp-run-python <mode>` on a free loopback port; the server must
  * then stop cleanly on SIGTERM. */
-async function withHttpServer(mode, body) {
+async function withHttpServer(mode, body, extraArgs = []) {
   const port = await freePort();
-  const proc = spawn(BINARY, [mode, '--host', '127.0.0.1', '--port', String(port), '--workers', '1', '--cache-dir', CACHE], {
+  const proc = spawn(BINARY, [mode, '--host', '127.0.0.1', '--port', String(port), '--workers', '1', '--cache-dir', CACHE, ...extraArgs], {
     env: serverEnv(),
     stdio: ['ignore', 'inherit', 'inherit'],
   });
@@ -142,10 +142,46 @@ async function overStreamableHttp(mode) {
   });
 }
 
+/** `--stateful` (issue 26): a sandbox made by one client keeps its state for another session
+ * that holds its handle; the SDK validates every structured result against the tool's output
+ * schema; a destroyed handle is a tool error. */
+async function sandboxes() {
+  await withHttpServer('streamable-http', async (url) => {
+    const connect = async () => {
+      const client = newClient();
+      await client.connect(new StreamableHTTPClientTransport(new URL(url)), { timeout: INIT_TIMEOUT_MS });
+      // Listing caches the output schemas, which callTool then validates results against.
+      const { tools } = await client.listTools(undefined, { timeout: INIT_TIMEOUT_MS });
+      assert.equal(tools.find((t) => t.name === TOOL).inputSchema.properties.sandbox_id['x-mcp-header'], 'Sandbox-Id');
+      return client;
+    };
+    const call = (client, name, args) => client.callTool({ name, arguments: args }, undefined, { timeout: CALL_TIMEOUT_MS });
+    const first = await connect();
+    const second = await connect();
+    try {
+      const made = await call(first, 'create_sandbox', {});
+      const sandbox = made.structuredContent.sandbox_id;
+      assert.match(sandbox, /^sbx_[A-Za-z0-9_-]{22}$/);
+      let result = await call(first, TOOL, { python_code: 'x = 41', sandbox_id: sandbox });
+      assert.equal(result.structuredContent.sandbox_id, sandbox);
+      result = await call(second, TOOL, { python_code: 'x + 1', sandbox_id: sandbox });
+      assert.equal(result.structuredContent.return_value, 42, JSON.stringify(result));
+      assert.ok(result.content[0].text.includes(`<sandbox_id>${sandbox}</sandbox_id>`), result.content[0].text);
+      await call(second, 'destroy_sandbox', { sandbox_id: sandbox });
+      result = await call(first, TOOL, { python_code: 'x', sandbox_id: sandbox });
+      assert.ok(result.isError && result.content[0].text.includes('does not exist or has expired'), JSON.stringify(result));
+    } finally {
+      await first.close();
+      await second.close();
+    }
+  }, ['--stateful']);
+}
+
 const cases = [
   ['stdio', overStdio],
   ['streamable-http', () => overStreamableHttp('streamable-http')],
   ['streamable-http-stateless', () => overStreamableHttp('streamable-http-stateless')],
+  ['streamable-http --stateful sandboxes', sandboxes],
 ];
 
 // A stuck client or server fails the run instead of hanging it.
