@@ -1,6 +1,6 @@
 //! Build script: links JavaScriptCore and prepares the embedded Pyodide assets.
 //!
-//! The assets (DESIGN §7) come from `pyodide-assets/` (fetched by `scripts/setup.sh`) or from
+//! The assets (docs/architecture.md §7) come from `pyodide-assets/` (fetched by `scripts/setup.sh`) or from
 //! the directory named by `PYODIDE_ASSETS_DIR`. They are copied to `$OUT_DIR/pyodide/`, with
 //! `pyodide.asm.mjs` rewritten into a classic script because the JavaScriptCore C API has no
 //! ES-module loader. The rewrite fails the build loudly if the upstream text changes.

@@ -1,5 +1,5 @@
 // Runs first in every sandbox engine. It turns the native `__host` object into the few standard
-// globals Pyodide touches while booting and running (DESIGN §2), then removes `__host` from
+// globals Pyodide touches while booting and running (docs/architecture.md §2), then removes `__host` from
 // the global scope so user code reaches the host only through these wrappers.
 (function () {
   "use strict";

@@ -1,4 +1,4 @@
-"""Runs inside Pyodide: executes one call's code and shapes its result (DESIGN §4).
+"""Runs inside Pyodide: executes one call's code and shapes its result (docs/architecture.md §4).
 
 Loaded into a module object named ``_mcp_runner`` (before the memory snapshot is taken, so
 that restored interpreters start with it), which is out of ``sys.modules`` before any user code

@@ -2,7 +2,7 @@
 # Installs what building mcp-run-python needs, and is quick when all is already there:
 #  - the JavaScriptCore C API (Debian/Ubuntu package libjavascriptcoregtk-4.1-dev) and pkg-config;
 #  - pyodide@314.0.7 from the npm registry, its tarball checked against the pinned sha512
-#    integrity (DESIGN §7), unpacked into pyodide-assets/ (or $PYODIDE_ASSETS_DIR).
+#    integrity (docs/architecture.md §7), unpacked into pyodide-assets/ (or $PYODIDE_ASSETS_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,4 +1,4 @@
-//! Command line (DESIGN §6).
+//! Command line (docs/architecture.md §6).
 
 use crate::server::execute::Isolation;
 use crate::server::format::ReturnMode;

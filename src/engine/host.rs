@@ -1,4 +1,4 @@
-//! Host functions: the only native capabilities JavaScript gets (DESIGN §2).
+//! Host functions: the only native capabilities JavaScript gets (docs/architecture.md §2).
 //!
 //! They live on one object, `__host`, that `js/bootstrap.js` wraps into the standard globals
 //! Pyodide expects (`setTimeout`, `performance.now`, `crypto.getRandomValues`, `console`, …) and
@@ -356,7 +356,7 @@ fn host_done(call: &HostCall<'_>) -> JSValueRef {
 }
 
 /// Unhandled-rejection callback `(promise, reason)`: recorded so that a failure inside a promise
-/// chain surfaces as an error instead of looking like a hang (DESIGN §2).
+/// chain surfaces as an error instead of looking like a hang (docs/architecture.md §2).
 fn host_rejected(call: &HostCall<'_>) -> JSValueRef {
     let ctx = call.ctx;
     let reason = call.arg(1);

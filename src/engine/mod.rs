@@ -1,4 +1,4 @@
-//! The JavaScript engine seam: JavaScriptCore through its C API (DESIGN §2).
+//! The JavaScript engine seam: JavaScriptCore through its C API (docs/architecture.md §2).
 //!
 //! Everything engine-specific lives in this module; the rest of the program sees [`Engine`]:
 //! evaluate a script, hand it files, and drive its event loop until the awaited work settles.

@@ -1,4 +1,4 @@
-//! Bounds on untrusted text, checked before any recursive parser sees it (DESIGN §9).
+//! Bounds on untrusted text, checked before any recursive parser sees it (docs/architecture.md §9).
 //!
 //! Requirement strings come from user code (PEP 723 `dependencies`, imports) and from the
 //! `Requires-Dist` of downloaded wheels; `pep508_rs` parses them recursively (one stack frame

@@ -1,4 +1,4 @@
-//! Packages (DESIGN §5): PEP 723 metadata, the Pyodide lock file, the PyPI JSON API, the
+//! Packages (docs/architecture.md §5): PEP 723 metadata, the Pyodide lock file, the PyPI JSON API, the
 //! download cache and the resolver policy. Runs in the front only; workers never download.
 
 pub mod bounds;

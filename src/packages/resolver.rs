@@ -1,4 +1,4 @@
-//! The resolver policy (DESIGN §5): which files make up a call's requirements, in three
+//! The resolver policy (docs/architecture.md §5): which files make up a call's requirements, in three
 //! separate steps as uv splits them: resolve (metadata only, with backtracking, on `pubgrub`
 //! over the sources of [`super::sources`]), then fetch (every chosen file at once, bounded,
 //! verified by SHA-256 into the cache), then install (the worker, given the files as they are).

@@ -1,4 +1,4 @@
-//! Where a package's versions come from (DESIGN §5), and their metadata and files: Pyodide's
+//! Where a package's versions come from (docs/architecture.md §5), and their metadata and files: Pyodide's
 //! lock file (its files at the packages URL), the lock file of a mirror made by `packages
 //! download` (at a `file://` packages URL), and the index's JSON API.
 //!

@@ -2,7 +2,7 @@
 
 /// Python and platform facts of the Pyodide runtime, for tags and markers.
 pub mod target {
-    /// The embedded Pyodide's version (`pyodide@314.0.7` on npm, DESIGN §7).
+    /// The embedded Pyodide's version (`pyodide@314.0.7` on npm, docs/architecture.md §7).
     pub const PYODIDE_VERSION: &str = "314.0.7";
     /// CPython version inside Pyodide 314.0.7 (lock file `info.python`).
     pub const PYTHON_FULL_VERSION: &str = "3.14.2";

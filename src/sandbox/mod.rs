@@ -1,5 +1,5 @@
 //! The sandbox: worker processes that each own one Pyodide, and the front's pool of them
-//! (DESIGN §3).
+//! (docs/architecture.md §3).
 
 pub mod confine;
 pub mod fork_memory;

@@ -1,4 +1,4 @@
-//! The network policy for user code (DESIGN §9): the front performs `fetch` requests from the
+//! The network policy for user code (docs/architecture.md §9): the front performs `fetch` requests from the
 //! sandbox only for hosts named with `--allow-net`; everything else is refused. Responses are
 //! capped while they stream, and user code cannot set headers that would let it speak for the
 //! front (`Host`, proxy credentials) or break the framing of the connection.

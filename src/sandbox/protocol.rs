@@ -7,7 +7,7 @@
 //! base64-inflated.
 //!
 //! Every request after `boot` carries a [`CallId`] chosen by the front, and every reply about it
-//! repeats that id. The front treats the worker as hostile (DESIGN §3): it reads replies under a
+//! repeats that id. The front treats the worker as hostile (docs/architecture.md §3): it reads replies under a
 //! [`FrameLimits`] chosen per phase (so a worker cannot make the front allocate more than the
 //! phase's caps), and a reply for another call, a second answer, or any frame outside a call is
 //! a protocol violation that ends the worker.

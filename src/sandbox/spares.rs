@@ -1,5 +1,5 @@
 //! Clean spare interpreters, booted ahead (from the memory snapshot) so that a new session or
-//! a fresh-per-call interpreter rarely waits for a boot (DESIGN §3). A spare has run nothing; it
+//! a fresh-per-call interpreter rarely waits for a boot (docs/architecture.md §3). A spare has run nothing; it
 //! is handed out once and never comes back.
 
 use super::snapshot::Launcher;

@@ -1,6 +1,6 @@
 //! The front's handle on one sandbox worker process.
 //!
-//! The worker is treated as hostile (DESIGN §3): every read has a deadline, every frame is read
+//! The worker is treated as hostile (docs/architecture.md §3): every read has a deadline, every frame is read
 //! under limits chosen for the phase, every reply must carry the id of the request it answers,
 //! and output is counted against the call's cap as it arrives. Any breach ends the worker.
 

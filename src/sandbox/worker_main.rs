@@ -25,7 +25,7 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-/// Pyodide 314.0.7 (DESIGN §7), `pyodide.asm.mjs` already rewritten as a classic script.
+/// Pyodide 314.0.7 (docs/architecture.md §7), `pyodide.asm.mjs` already rewritten as a classic script.
 pub static PYODIDE: Dir = include_dir!("$OUT_DIR/pyodide");
 const BOOTSTRAP_JS: &str = include_str!("../../js/bootstrap.js");
 const RUNNER_JS: &str = include_str!("../../js/runner.js");

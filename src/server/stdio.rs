@@ -2,7 +2,7 @@
 //! message per line.
 //!
 //! Lines are read here rather than by rmcp's own stdio transport so that bad input is
-//! answered and the session goes on (DESIGN §9): a line that is not UTF-8 or not JSON gets a
+//! answered and the session goes on (docs/architecture.md §9): a line that is not UTF-8 or not JSON gets a
 //! JSON-RPC parse error, JSON that is not a JSON-RPC message an invalid-request error, and a
 //! line longer than the HTTP transports' body limit (read on to its end without being kept)
 //! the same error as a too-large HTTP body ([`super::errors`] words them all). Everything else

@@ -1,4 +1,4 @@
-"""Dependency rules (DESIGN §5) with real PyPI downloads."""
+"""Dependency rules (docs/architecture.md §5) with real PyPI downloads."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""Every call is answered and bounded (DESIGN §9): memory, crashes and exits, output floods,
+"""Every call is answered and bounded (docs/architecture.md §9): memory, crashes and exits, output floods,
 host isolation, the network policy, fresh workers, and a mixed stress run."""
 
 import json
