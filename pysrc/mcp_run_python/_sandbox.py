@@ -10,7 +10,7 @@ import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union, cast
 
 from ._binary import binary_path, server_args
 
@@ -49,9 +49,15 @@ class RunError(TypedDict):
 
 @dataclass
 class CodeSandbox:
-    """A running server with one interpreter of its own; made by `code_sandbox`."""
+    """A running server with one interpreter of its own; made by `code_sandbox`.
+
+    With `stateful=True` the interpreter is the server's sandbox `sandbox_id`, and its globals
+    last from one `eval` to the next; otherwise `sandbox_id` is `None` and every `eval` starts
+    from fresh globals.
+    """
 
     _session: ClientSession
+    sandbox_id: str | None = None
 
     async def eval(self, code: str, globals: dict[str, Any] | None = None) -> RunSuccess | RunError:
         """Runs `code` and returns its result.
@@ -63,7 +69,9 @@ class CodeSandbox:
 
         Returns:
             `{'status': 'success', 'output': [...], 'return_value': ...}` or
-            `{'status': 'run-error' | 'install-error', 'output': [...], 'error': '...'}`.
+            `{'status': 'run-error' | 'install-error', 'output': [...], 'error': '...'}`;
+            with `stateful=True`, also `'state': '...'` when the sandbox's globals were lost
+            (a timeout stopped its interpreter, say) or are new.
 
         Raises:
             ValueError: the server answered with something other than one text block.
@@ -72,12 +80,16 @@ class CodeSandbox:
         arguments: dict[str, Any] = {'python_code': code}
         if globals is not None:
             arguments['global_variables'] = globals
+        if self.sandbox_id is not None:
+            arguments['sandbox_id'] = self.sandbox_id
         result = await self._session.call_tool('run_python_code', arguments)
         block = result.content[0] if result.content else None
         if block is None or block.type != 'text':
             raise ValueError(f'unexpected tool result: {result.content!r}')
-        answer: RunSuccess | RunError = json.loads(block.text)
-        return answer
+        parsed: dict[str, Any] = json.loads(block.text)
+        # The sandbox is named by `self.sandbox_id`; the result keeps the original's keys.
+        parsed.pop('sandbox_id', None)
+        return cast('RunSuccess | RunError', parsed)
 
 
 @asynccontextmanager
@@ -86,12 +98,13 @@ async def code_sandbox(
     dependencies: Sequence[str] | None = None,
     log_handler: LogHandler | None = None,
     allow_networking: bool | Sequence[str] = False,
+    stateful: bool = False,
     extra_args: Sequence[str] = (),
 ) -> AsyncIterator[CodeSandbox]:
     """Starts the server over stdio and yields a `CodeSandbox` on it; stops it on exit.
 
     Every `eval` of one sandbox runs in the same interpreter (its own process, one per
-    sandbox), each call with fresh globals.
+    sandbox), each call with fresh globals, unless `stateful`.
 
     Args:
         dependencies: Requirements (PEP 508, e.g. `['numpy', 'rich<13']`) installed before
@@ -100,6 +113,8 @@ async def code_sandbox(
         allow_networking: `False` (the default): the code has no network. A list of hosts
             (`'host'` or `'host:port'`): the code may fetch from those (`--allow-net`).
             `True` is refused: this server never opens the whole network to sandboxed code.
+        stateful: Keep globals (variables, functions, imports) from one `eval` to the next:
+            the server runs with `--stateful`, and the sandbox it makes is `sandbox_id`.
         extra_args: More command-line options for the binary (e.g. `['--timeout=10']`).
 
     Raises:
@@ -116,7 +131,7 @@ async def code_sandbox(
             dependencies=dependencies,
             return_mode='json',
             allow_networking=allow_networking,
-            extra_args=extra_args,
+            extra_args=[*(['--stateful'] if stateful else []), *extra_args],
         ),
     )
     logging_callback = None
@@ -135,4 +150,10 @@ async def code_sandbox(
                     # output lines as log messages, and the level is what turns them on.
                     warnings.simplefilter('ignore', DeprecationWarning)
                     await session.set_logging_level('debug')
-            yield CodeSandbox(session)
+            sandbox_id = None
+            if stateful:
+                made = await session.call_tool('create_sandbox', {})
+                if made.isError or not isinstance(made.structuredContent, dict):
+                    raise ValueError(f'the server made no sandbox: {made.content!r}')
+                sandbox_id = str(made.structuredContent['sandbox_id'])
+            yield CodeSandbox(session, sandbox_id)

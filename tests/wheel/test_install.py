@@ -79,6 +79,10 @@ async def main():
         assert missing['status'] == 'install-error', missing
         assert 'no-such-package-mcp-run-python' in missing['error'], missing
     assert ('info', '1.0 MB') in logged, logged
+    async with code_sandbox(stateful=True) as sandbox:
+        assert sandbox.sandbox_id.startswith('sbx_'), sandbox.sandbox_id
+        assert await sandbox.eval('x = 41') == {'status': 'success', 'output': [], 'return_value': None}
+        assert await sandbox.eval('x + 1') == {'status': 'success', 'output': [], 'return_value': 42}
     try:
         async with code_sandbox(allow_networking=True):
             raise AssertionError('allow_networking=True was accepted')
