@@ -615,9 +615,13 @@ impl Executor {
         };
         let scanned = scan_started.elapsed();
         result.dependencies = if inferred {
-            // Imports that `--deps` (or the sandbox's own dependencies) already satisfy are no
-            // requirement of this call's, as the Deno original prints them.
-            let given = given_names(self.startup_deps.iter().chain(sandbox_deps));
+            // Imports that `--deps` (what they install, dependencies included) or the sandbox's
+            // own dependencies already satisfy are no requirement of this call's: the Deno
+            // original prints none for them.
+            let mut given = given_names(self.startup_deps.iter().chain(sandbox_deps));
+            if let Ok(startup) = self.startup_plan().await {
+                given.extend(startup.iter().map(|p| crate::packages::lock::normalize(&p.name)));
+            }
             requirements
                 .iter()
                 .filter(|r| !given.contains(&crate::packages::lock::normalize(r)))

@@ -47,10 +47,14 @@ async def test_requirements_come_from_the_wheels_metadata():
     assert LOCK["packages"]["httpx"]["depends"] == []
     async with mcp_session("--workers", "1", "--deps", "httpx") as session:
         text = await run(session, "import httpx, idna, httpcore, anyio, certifi\nhttpx.__version__")
+        # What --deps installed is no requirement of the call's own: no <dependencies> line, as
+        # the Deno original (issue 26).
         assert text == (
-            f'<status>success</status>\n<dependencies>["anyio","certifi","httpcore","httpx","idna"]</dependencies>\n'
-            f"<return_value>\n{LOCK['packages']['httpx']['version']}\n</return_value>"
+            f"<status>success</status>\n<return_value>\n{LOCK['packages']['httpx']['version']}\n</return_value>"
         ), text
+        # A package --deps did not bring is the call's own.
+        text = await run(session, "import six\nsix.__name__")
+        assert text.startswith('<status>success</status>\n<dependencies>["six"]</dependencies>\n'), text
 
 
 async def test_conflicts_name_both_sides_and_installed_versions_are_pinned():
