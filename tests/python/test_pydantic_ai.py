@@ -119,6 +119,9 @@ async def test_mcp_server_stdio_stateful():
     async with agent:
         result = await agent.run("Double a number in two steps, then save it.")
     returns = [p.content for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
-    assert returns[1] == "<status>success</status>\n<return_value>\n42\n</return_value>"
+    # A text-only result reaches the model as its structured form, which names the sandbox.
+    sandbox = returns[0]["sandbox_id"]
+    assert returns[1] == {"status": "success", "sandbox_id": sandbox, "output": [], "return_value": 42}, returns
     # The written file is linked after the text; MCPServer reads the link for the model.
-    assert returns[2] == ["<status>success</status>\n<return_value>\n5\n</return_value>", "x\n42\n"], returns
+    assert returns[2] == [f"<status>success</status>\n<sandbox_id>{sandbox}</sandbox_id>\n<return_value>\n5\n</return_value>",
+                          "x\n42\n"], returns
