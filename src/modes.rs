@@ -14,7 +14,7 @@ use crate::sandbox::snapshot::Launcher;
 use crate::sandbox::spares::Spares;
 use crate::sandbox::worker_main::PYODIDE;
 use crate::server::execute::{Executor, Isolation, Limits};
-use crate::server::format::{render, Status};
+use crate::server::format::{render, Outcome, Status};
 use crate::server::handler::RunPythonServer;
 use crate::server::http::HttpMode;
 use crate::server::sessions::Sessions;
@@ -428,14 +428,17 @@ async fn warmup(server: &RunPythonServer) -> i32 {
         return 1;
     };
     sandbox.end();
-    if result.status != Status::Success {
+    if result.status() != Status::Success {
         eprintln!(
             "warmup failed:\n{}",
             render(&result, server.return_mode, None)
         );
         return 1;
     }
-    let version = result.return_value.unwrap_or_default();
+    let version = match &result.outcome {
+        Outcome::Success(Some(value)) => value.text().to_owned(),
+        _ => String::new(),
+    };
     println!("Pyodide booted: Python {version}");
     if let Some(report) = executor.spares.sandbox_report() {
         println!("{}", report.line);
@@ -472,7 +475,7 @@ async fn example(server: &RunPythonServer) -> i32 {
         "Tool result:\n{}",
         render(&result, server.return_mode, None)
     );
-    if result.status == Status::Success {
+    if result.status() == Status::Success {
         0
     } else {
         1

@@ -8,7 +8,7 @@
 //! belongs to one [`Sandbox`] for its whole life and dies with it; [`Isolation::Call`] gives
 //! every call a clean interpreter; [`Isolation::Shared`] reuses interpreters across sandboxes.
 
-use super::format::{CallResult, Image, Status};
+use super::format::{CallResult, Image, Outcome, ReturnValue};
 use super::startup_deps::{install_items, StartupPlan};
 use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, Resolver};
@@ -449,14 +449,13 @@ impl Executor {
         on_output: OutputSink,
         cancel: &CancellationToken,
     ) -> Option<CallResult> {
-        let mut result = CallResult::new();
+        let mut result = CallResult::new(Outcome::Success(None));
         let declared = match script_dependencies(code) {
             Ok(d) => d,
             Err(e) => {
-                return Some(install_error(
-                    result,
-                    format!("invalid script metadata: {e}"),
-                ))
+                return Some(CallResult::new(Outcome::install_error(format!(
+                    "invalid script metadata: {e}"
+                ))))
             }
         };
         let stop = async {
@@ -471,7 +470,6 @@ impl Executor {
         let waiting = Waiting(&self.waiting);
         if queued >= self.limits.max_queue {
             return Some(run_error(
-                result,
                 format!(
                     "the server is busy: {queued} calls are already waiting for an interpreter (--max-queue {}); try again later",
                     self.limits.max_queue
@@ -490,7 +488,7 @@ impl Executor {
         let (mut held, _permit) = tokio::select! {
             t = turn => match t {
                 Some(t) => t,
-                None => return Some(run_error(result, WorkerError::Closed.to_string())),
+                None => return Some(run_error(WorkerError::Closed)),
             },
             _ = &mut stop => return None,
         };
@@ -534,7 +532,7 @@ impl Executor {
                     }
                     *held.slot() = Some(w)
                 }
-                Err(e) => return Some(run_error(result, e.to_string())),
+                Err(e) => return Some(run_error(e)),
             }
         }
         if stateful {
@@ -546,7 +544,7 @@ impl Executor {
         }
         let verdict = {
             let Some(worker) = held.slot().as_mut() else {
-                return Some(run_error(result, WorkerError::Closed.to_string()));
+                return Some(run_error(WorkerError::Closed));
             };
             tokio::select! {
                 v = async {
@@ -620,7 +618,11 @@ impl Executor {
             // original prints none for them.
             let mut given = given_names(self.startup_deps.iter().chain(sandbox_deps));
             if let Ok(startup) = self.startup_plan().await {
-                given.extend(startup.iter().map(|p| crate::packages::lock::normalize(&p.name)));
+                given.extend(
+                    startup
+                        .iter()
+                        .map(|p| crate::packages::lock::normalize(&p.name)),
+                );
             }
             requirements
                 .iter()
@@ -638,7 +640,7 @@ impl Executor {
         match installed {
             Ok(Ok(())) => {}
             Ok(Err(InstallFailure::Install(msg))) => {
-                *result = install_error(std::mem::take(result), msg);
+                result.outcome = Outcome::install_error(msg);
                 return Verdict::Keep;
             }
             Ok(Err(InstallFailure::Worker(e))) | Err(e) => return self.failed(result, e),
@@ -679,13 +681,10 @@ impl Executor {
             Ok(Err(e)) => return self.failed(result, e),
             Err(used) => {
                 let limit = self.limits.memory_limit.unwrap_or_default() >> 20;
-                *result = run_error(
-                    std::mem::take(result),
-                    format!(
-                        "MemoryError: the worker exceeded its memory limit of {limit} MiB (it used {} MiB) and was stopped",
-                        used >> 20
-                    ),
-                );
+                result.outcome = Outcome::RunError(format!(
+                    "MemoryError: the worker exceeded its memory limit of {limit} MiB (it used {} MiB) and was stopped",
+                    used >> 20
+                ));
                 return Verdict::Discard;
             }
         };
@@ -707,18 +706,15 @@ impl Executor {
                 result.images.push(Image { mime, bytes });
             }
         }
-        match outcome.status {
+        result.outcome = match outcome.status {
             RunStatus::Success => {
-                if let Some(value) = outcome.return_value {
-                    result.return_is_json = value.kind == ReturnKind::Json;
-                    result.return_value = Some(value.text);
-                }
+                Outcome::Success(outcome.return_value.map(|value| match value.kind {
+                    ReturnKind::Json => ReturnValue::Json(value.text),
+                    ReturnKind::Str | ReturnKind::Repr => ReturnValue::Text(value.text),
+                }))
             }
-            RunStatus::RunError => {
-                result.status = Status::RunError;
-                result.error = outcome.error;
-            }
-        }
+            RunStatus::RunError => Outcome::RunError(outcome.error.unwrap_or_default()),
+        };
         // WebAssembly memory never shrinks: a worker that grew to within MEMORY_HEADROOM of the
         // limit, or one whose interpreter ended, is replaced before the next call.
         let over = self.limits.memory_limit.is_some_and(|max| {
@@ -808,32 +804,24 @@ impl Executor {
 
     /// Turns a worker failure into the call's error; the worker is discarded.
     fn failed(&self, result: &mut CallResult, e: WorkerError) -> Verdict {
-        let taken = std::mem::take(result);
-        *result = match e {
+        result.outcome = match e {
             WorkerError::Deadline {
                 phase: Phase::Installing,
                 seconds,
-            } => install_error(
-                taken,
-                format!(
-                    "installing took longer than {} s (--install-timeout); the interpreter was stopped",
-                    seconds.as_secs_f64()
-                ),
-            ),
-            WorkerError::Deadline { seconds, .. } => run_error(
-                taken,
-                format!(
-                    "TimeoutError: the code timed out after {} s",
-                    seconds.as_secs_f64()
-                ),
-            ),
+            } => Outcome::install_error(format!(
+                "installing took longer than {} s (--install-timeout); the interpreter was stopped",
+                seconds.as_secs_f64()
+            )),
+            WorkerError::Deadline { seconds, .. } => Outcome::RunError(format!(
+                "TimeoutError: the code timed out after {} s",
+                seconds.as_secs_f64()
+            )),
             e @ (WorkerError::OutputFlood { .. } | WorkerError::Protocol(_)) => {
-                run_error(taken, e.to_string())
+                Outcome::RunError(e.to_string())
             }
-            e => run_error(
-                taken,
-                format!("the sandbox worker failed while running the code: {e}"),
-            ),
+            e => Outcome::RunError(format!(
+                "the sandbox worker failed while running the code: {e}"
+            )),
         };
         Verdict::Discard
     }
@@ -855,16 +843,9 @@ enum InstallFailure {
     Worker(WorkerError),
 }
 
-fn install_error(mut r: CallResult, msg: String) -> CallResult {
-    r.status = Status::InstallError;
-    r.error = Some(format!("Error installing dependencies: {msg}"));
-    r
-}
-
-fn run_error(mut r: CallResult, msg: String) -> CallResult {
-    r.status = Status::RunError;
-    r.error = Some(msg);
-    r
+/// A call that ended before its code ran, for `why` (no interpreter, a full queue).
+fn run_error(why: impl std::fmt::Display) -> CallResult {
+    CallResult::new(Outcome::RunError(why.to_string()))
 }
 
 /// Resolves with the resident bytes once worker `pid` uses more than `limit`; never without one.

@@ -5,10 +5,9 @@
 use crate::tenancy::handle::SandboxId;
 use serde_json::json;
 
-/// How a call ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How a call ended, as the result's `status` words it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
-    #[default]
     Success,
     InstallError,
     RunError,
@@ -25,21 +24,62 @@ impl Status {
     }
 }
 
+/// The last expression's value as the worker rendered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReturnValue {
+    /// JSON text (indent 2), embedded as a value by the JSON mode.
+    Json(String),
+    /// A `str` as is, or a repr: text.
+    Text(String),
+}
+
+impl ReturnValue {
+    /// The value's text, as the XML mode shows it.
+    pub fn text(&self) -> &str {
+        match self {
+            ReturnValue::Json(text) | ReturnValue::Text(text) => text,
+        }
+    }
+}
+
+/// How a call ended, with what belongs to that ending alone: a success has a return value (or
+/// none), a failure an error text; never both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The code ran to its end.
+    Success(Option<ReturnValue>),
+    /// A requirement could not be installed: why, naming the package.
+    InstallError(String),
+    /// The code raised, or a limit stopped it: the traceback and message, or the limit's words.
+    RunError(String),
+}
+
+impl Outcome {
+    /// The `status` of this outcome.
+    pub fn status(&self) -> Status {
+        match self {
+            Outcome::Success(_) => Status::Success,
+            Outcome::InstallError(_) => Status::InstallError,
+            Outcome::RunError(_) => Status::RunError,
+        }
+    }
+
+    /// An install failure, in the original's words (`Error installing dependencies: …`).
+    pub fn install_error(why: impl std::fmt::Display) -> Outcome {
+        Outcome::InstallError(format!("Error installing dependencies: {why}"))
+    }
+}
+
 /// Everything a call produced.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct CallResult {
-    pub status: Status,
+    /// How it ended.
+    pub outcome: Outcome,
     /// The requirements this call asked for, as written (PEP 723) or inferred.
     pub dependencies: Vec<String>,
     /// stdout and stderr lines in the order written.
     pub output: Vec<String>,
-    /// The last expression's value: JSON text (indent 2), a `str` as is, or a repr.
-    pub return_value: Option<String>,
-    /// Whether `return_value` is JSON text (so JSON mode embeds it as a value).
-    pub return_is_json: bool,
-    /// Traceback and message, or the install failure.
-    pub error: Option<String>,
-    /// `--stateful` only: the session's files (its resources) changed with this call.
+    /// `--stateful` only: the sandbox's files (its resources) changed with this call.
     pub files_changed: bool,
     /// `--stateful` only: the files this call created or changed (path, size in bytes),
     /// returned as `resource_link` content after the text.
@@ -47,15 +87,29 @@ pub struct CallResult {
     /// `--stateful` only: images the call made in its working directory, returned as `image`
     /// content after the text (which does not change).
     pub images: Vec<Image>,
-    /// `--stateful` only: why the session's state is gone (its interpreter was stopped by this
-    /// call, or this call ran in a new one). `None` otherwise, and always without the flag.
+    /// `--stateful` only: why the sandbox's state is gone or new (its interpreter was stopped
+    /// by this call, this call ran in a new one, or made the sandbox). `None` otherwise, and
+    /// always without the flag.
     pub state: Option<String>,
 }
 
 impl CallResult {
-    /// A successful result with nothing in it yet.
-    pub fn new() -> CallResult {
-        CallResult::default()
+    /// A result that ended with `outcome` and has nothing else yet.
+    pub fn new(outcome: Outcome) -> CallResult {
+        CallResult {
+            outcome,
+            dependencies: Vec::new(),
+            output: Vec::new(),
+            files_changed: false,
+            written: Vec::new(),
+            images: Vec::new(),
+            state: None,
+        }
+    }
+
+    /// The status of its outcome.
+    pub fn status(&self) -> Status {
+        self.outcome.status()
     }
 }
 
@@ -119,7 +173,7 @@ pub fn render(result: &CallResult, mode: ReturnMode, sandbox: Option<&SandboxId>
 }
 
 fn render_xml(r: &CallResult, sandbox: Option<&SandboxId>) -> String {
-    let mut lines = vec![format!("<status>{}</status>", r.status.as_str())];
+    let mut lines = vec![format!("<status>{}</status>", r.status().as_str())];
     if let Some(id) = sandbox {
         // A handle is `sbx_` and URL-safe base64: nothing in it to escape.
         lines.push(format!("<sandbox_id>{id}</sandbox_id>"));
@@ -139,16 +193,18 @@ fn render_xml(r: &CallResult, sandbox: Option<&SandboxId>) -> String {
         lines.extend(r.output.iter().map(|l| escape_tag(l, "output")));
         lines.push("</output>".into());
     }
-    if r.status == Status::Success {
-        if let Some(v) = &r.return_value {
+    match &r.outcome {
+        Outcome::Success(None) => {}
+        Outcome::Success(Some(value)) => {
             lines.push("<return_value>".into());
-            lines.push(escape_tag(v, "return_value"));
+            lines.push(escape_tag(value.text(), "return_value"));
             lines.push("</return_value>".into());
         }
-    } else {
-        lines.push("<error>".into());
-        lines.push(escape_tag(r.error.as_deref().unwrap_or(""), "error"));
-        lines.push("</error>".into());
+        Outcome::InstallError(error) | Outcome::RunError(error) => {
+            lines.push("<error>".into());
+            lines.push(escape_tag(error, "error"));
+            lines.push("</error>".into());
+        }
     }
     lines.join("\n")
 }
@@ -190,36 +246,37 @@ fn json_result<'a>(
     sandbox: Option<&'a SandboxId>,
     with_dependencies: bool,
 ) -> JsonResult<'a> {
-    let status = r.status.as_str();
+    let status = r.status().as_str();
     let output = r.output.as_slice();
     let sandbox_id = sandbox.map(SandboxId::as_str);
     let dependencies =
         (with_dependencies && !r.dependencies.is_empty()).then_some(r.dependencies.as_slice());
-    if r.status == Status::Success {
-        let return_value = match &r.return_value {
-            None => serde_json::Value::Null,
-            Some(text) if r.return_is_json => {
-                serde_json::from_str(text).unwrap_or_else(|_| json!(text))
+    match &r.outcome {
+        Outcome::Success(value) => {
+            let return_value = match value {
+                None => serde_json::Value::Null,
+                Some(ReturnValue::Json(text)) => {
+                    serde_json::from_str(text).unwrap_or_else(|_| json!(text))
+                }
+                Some(ReturnValue::Text(text)) => json!(text),
+            };
+            JsonResult::Success {
+                status,
+                sandbox_id,
+                dependencies,
+                output,
+                return_value,
+                state: r.state.as_deref(),
             }
-            Some(text) => json!(text),
-        };
-        JsonResult::Success {
+        }
+        Outcome::InstallError(error) | Outcome::RunError(error) => JsonResult::Failure {
             status,
             sandbox_id,
             dependencies,
             output,
-            return_value,
+            error,
             state: r.state.as_deref(),
-        }
-    } else {
-        JsonResult::Failure {
-            status,
-            sandbox_id,
-            dependencies,
-            output,
-            error: r.error.as_deref().unwrap_or(""),
-            state: r.state.as_deref(),
-        }
+        },
     }
 }
 
@@ -238,18 +295,11 @@ mod tests {
     use super::*;
 
     fn result() -> CallResult {
-        CallResult {
-            status: Status::Success,
-            dependencies: vec![],
-            output: vec!["[1 2 3]".into()],
-            return_value: Some("[\n  1,\n  2,\n  3\n]".into()),
-            return_is_json: true,
-            error: None,
-            images: Vec::new(),
-            files_changed: false,
-            written: Vec::new(),
-            state: None,
-        }
+        let mut r = CallResult::new(Outcome::Success(Some(ReturnValue::Json(
+            "[\n  1,\n  2,\n  3\n]".into(),
+        ))));
+        r.output = vec!["[1 2 3]".into()];
+        r
     }
 
     #[test]
@@ -274,9 +324,8 @@ mod tests {
     #[test]
     fn errors_replace_return_value() {
         let mut r = result();
-        r.status = Status::RunError;
+        r.outcome = Outcome::RunError("ZeroDivisionError: division by zero".into());
         r.output.clear();
-        r.error = Some("ZeroDivisionError: division by zero".into());
         assert_eq!(
             render(&r, ReturnMode::Xml, None),
             "<status>run-error</status>\n<error>\nZeroDivisionError: division by zero\n</error>"
@@ -327,8 +376,7 @@ mod tests {
             r#"{"status":"success","output":["[1 2 3]"],"return_value":[1,2,3]}"#
         );
         let mut r = result();
-        r.status = Status::RunError;
-        r.error = Some("E\n".into());
+        r.outcome = Outcome::RunError("E\n".into());
         assert_eq!(
             render(&r, ReturnMode::Json, None),
             r#"{"status":"run-error","output":["[1 2 3]"],"error":"E\n"}"#
