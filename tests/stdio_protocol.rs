@@ -122,7 +122,7 @@ fn handshake_errors_and_a_call_over_raw_pipes() {
     assert!(wrong_type["error"]["message"]
         .as_str()
         .unwrap()
-        .contains("must be a string"));
+        .contains("expected a string"));
 
     let call = server.request(
         5,
