@@ -1,5 +1,6 @@
 // Baseline: Pyodide in Node, from the same embedded-asset files. Prints JSON timings in
-// milliseconds: process start → first `print(1)` result, and the median of 50 tiny runs.
+// milliseconds: process start → first `print(1)` result, and the median of 50 tiny runs; and the
+// process's proportional set size once they ran (KiB, from /proc/self/smaps_rollup).
 //
 //   node node_baseline.js ASSETS START_MS                 plain boot
 //   node node_baseline.js ASSETS START_MS --make FILE     plain boot, then write a memory snapshot
@@ -30,5 +31,13 @@ const { loadPyodide } = require(dir + "pyodide.js");
     times.push(Number(process.hrtime.bigint() - s) / 1e6);
   }
   times.sort((a, b) => a - b);
-  console.log(JSON.stringify({ cold_ms: cold, warm_median_ms: times[25], out: out.length }));
+  let pssKib = null;
+  try {
+    const rollup = fs.readFileSync("/proc/self/smaps_rollup", "utf8");
+    const line = rollup.split("\n").find((l) => l.startsWith("Pss:"));
+    pssKib = line ? Number(line.split(/\s+/)[1]) : null;
+  } catch (e) {
+    pssKib = null;
+  }
+  console.log(JSON.stringify({ cold_ms: cold, warm_median_ms: times[25], pss_kib: pssKib, out: out.length }));
 })();

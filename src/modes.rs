@@ -264,8 +264,9 @@ const INTERPRETER_MIB: u64 = 256;
 /// the zygote's). Used to size the default `--max-sessions` when a zygote is on.
 const FORKED_INTERPRETER_MIB: u64 = 32;
 
-/// Memory of one idle sandbox's interpreter forked from the zygote, rounded up (MiB of PSS;
-/// measured ~15 MiB by `bench/sandboxes.py` with hundreds live). Used to size the default
+/// Memory of one idle sandbox's interpreter forked from the zygote, with room to grow (MiB of
+/// PSS; `bench/sandboxes.py` measured 5.4 MiB each with 300 live after one call, and an idle
+/// forked interpreter that had run more measured ~15 MiB). Used to size the default
 /// `--max-sandboxes`.
 const IDLE_SANDBOX_MIB: u64 = 16;
 
