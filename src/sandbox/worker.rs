@@ -72,15 +72,15 @@ pub enum WorkerError {
     #[error("could not start the sandbox worker: {0}")]
     Spawn(#[source] std::io::Error),
     #[error("the sandbox worker failed to boot Pyodide: {0}")]
-    Boot(String),
+    Boot(#[source] BootFailure),
     #[error("the sandbox worker did not boot within {0} s")]
     BootTimeout(u64),
     #[error("the sandbox worker stopped unexpectedly{0}")]
-    Died(String),
+    Died(#[source] Exit),
     #[error("the sandbox worker was stopped from outside while booting{0}")]
-    Stopped(String),
+    Stopped(#[source] Exit),
     #[error("the sandbox broke its protocol ({0}); its interpreter was stopped")]
-    Protocol(String),
+    Protocol(#[source] Violation),
     #[error("the sandbox worker did not finish {phase} within {} s", seconds.as_secs_f64())]
     Deadline { phase: Phase, seconds: Duration },
     #[error("the code wrote more than {limit} bytes of output (the output cap plus {OUTPUT_SLACK} bytes) and its interpreter was stopped")]
@@ -90,6 +90,64 @@ pub enum WorkerError {
     /// `--sandbox strict` and a layer is off; the text names it and says why.
     #[error("the sandbox worker refused to serve: {0}")]
     Unconfined(String),
+}
+
+/// How the front saw a worker end. Each wording starts with its own separator, so that it
+/// follows "stopped unexpectedly" as a clause (or says nothing when nothing is known).
+#[derive(Debug, Error)]
+pub enum Exit {
+    /// Its exit status (the front's own child).
+    #[error(" ({0})")]
+    Status(std::process::ExitStatus),
+    /// The pipe to or from it failed before an exit status could be had.
+    #[error(": {0}")]
+    Pipe(#[source] FrameError),
+    /// It reported a fatal error as it ended: its own words.
+    #[error(": {0}")]
+    Fatal(String),
+    /// It ended; only its parent knows how (a forked interpreter, reaped by the zygote).
+    #[error("")]
+    Unknown,
+}
+
+/// Why a worker did not boot.
+#[derive(Debug, Error)]
+pub enum BootFailure {
+    /// It said why: its own words (the engine's or Pyodide's error).
+    #[error("{0}")]
+    Reported(String),
+    /// It ended before it was ready.
+    #[error("the worker exited{0}")]
+    Exited(#[source] Exit),
+}
+
+/// A message from a worker that breaks the protocol (the worker is then killed).
+#[derive(Debug, Error)]
+pub enum Violation {
+    #[error("worker pipes missing")]
+    NoPipes,
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    #[error("a `{0}` message while booting")]
+    WhileBooting(&'static str),
+    #[error("a `{kind}` message for call {got} while call {awaited} was awaited")]
+    OtherCall {
+        kind: &'static str,
+        got: String,
+        awaited: CallId,
+    },
+    #[error("an unexpected `{0}` message")]
+    Unexpected(&'static str),
+    #[error("a file answer without its bytes")]
+    FileWithoutBytes,
+    #[error("an answer with {images} images for {names} names (at most {MAX_IMAGES} of {cap} bytes each)")]
+    Images {
+        images: usize,
+        names: usize,
+        cap: usize,
+    },
+    #[error("an answer that lists {0} files (at most {MAX_LISTED_FILES})")]
+    TooManyFiles(usize),
 }
 
 /// What one `run` asks of a worker, and the caps it runs under.
@@ -258,7 +316,7 @@ impl Worker {
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
-            return Err(WorkerError::Protocol("worker pipes missing".into()));
+            return Err(WorkerError::Protocol(Violation::NoPipes));
         };
         drain_stderr(child.id(), Box::new(stderr));
         Ok(Worker::new(
@@ -342,7 +400,7 @@ impl Worker {
                 worker.kill().await;
                 Err(match e {
                     WorkerError::Died(why) if stopped_from_outside => WorkerError::Stopped(why),
-                    WorkerError::Died(why) => WorkerError::Boot(format!("the worker exited{why}")),
+                    WorkerError::Died(why) => WorkerError::Boot(BootFailure::Exited(why)),
                     e => e,
                 })
             }
@@ -384,7 +442,7 @@ impl Worker {
                 ..
             })) => {
                 worker.kill().await;
-                Err(WorkerError::Boot(error))
+                Err(WorkerError::Boot(BootFailure::Reported(error)))
             }
             Ok(Ok(Frame {
                 header: Reply::Unconfined { reason },
@@ -395,9 +453,8 @@ impl Worker {
             }
             Ok(Ok(other)) => {
                 worker.kill().await;
-                Err(WorkerError::Protocol(format!(
-                    "a `{}` message while booting",
-                    other.header.kind()
+                Err(WorkerError::Protocol(Violation::WhileBooting(
+                    other.header.kind(),
                 )))
             }
         }
@@ -408,8 +465,8 @@ impl Worker {
             Ok(Some(frame)) => Ok(frame),
             Ok(None) => Err(WorkerError::Died(self.exit_reason().await)),
             Err(e) if e.is_eof() => Err(WorkerError::Died(self.exit_reason().await)),
-            Err(e @ FrameError::Io(_)) => Err(WorkerError::Died(format!(": {e}"))),
-            Err(e) => Err(WorkerError::Protocol(e.to_string())),
+            Err(e @ FrameError::Io(_)) => Err(WorkerError::Died(Exit::Pipe(e))),
+            Err(e) => Err(WorkerError::Protocol(Violation::Frame(e))),
         }
     }
 
@@ -423,13 +480,13 @@ impl Worker {
     ) -> Result<Frame<Reply>, WorkerError> {
         let frame = deadline.bound(self.next_frame(limits)).await??;
         match (&frame.header, frame.header.call_id()) {
-            (Reply::Fatal { error }, _) => Err(WorkerError::Died(format!(": {error}"))),
+            (Reply::Fatal { error }, _) => Err(WorkerError::Died(Exit::Fatal(error.clone()))),
             (_, Some(got)) if got == id => Ok(frame),
-            (reply, got) => Err(WorkerError::Protocol(format!(
-                "a `{}` message for call {} while call {id} was awaited",
-                reply.kind(),
-                got.map_or("none".to_owned(), |g| g.to_string())
-            ))),
+            (reply, got) => Err(WorkerError::Protocol(Violation::OtherCall {
+                kind: reply.kind(),
+                got: got.map_or("none".to_owned(), |g| g.to_string()),
+                awaited: id,
+            })),
         }
     }
 
@@ -442,21 +499,20 @@ impl Worker {
         )
     }
 
-    async fn exit_reason(&mut self) -> String {
+    /// How the process ended, waiting for it at most two seconds.
+    async fn exit_reason(&mut self) -> Exit {
         match tokio::time::timeout(Duration::from_secs(2), self.process.wait()).await {
-            Ok(Some(Ended::Status(status))) => format!(" ({status})"),
+            Ok(Some(Ended::Status(status))) => Exit::Status(status),
             // Only the zygote sees how a forked interpreter ended.
-            _ => String::new(),
+            _ => Exit::Unknown,
         }
     }
 
     async fn send(&mut self, request: &Request, attachments: &[&[u8]]) -> Result<(), WorkerError> {
         if let Err(e) = write_frame_async(&mut self.stdin, request, attachments).await {
-            let why = self.exit_reason().await;
-            return Err(WorkerError::Died(if why.is_empty() {
-                format!(": {e}")
-            } else {
-                why
+            return Err(WorkerError::Died(match self.exit_reason().await {
+                Exit::Unknown => Exit::Pipe(e),
+                known => known,
             }));
         }
         Ok(())
@@ -541,9 +597,7 @@ impl Worker {
             Reply::File { error: Some(e), .. } => Ok(Err(e)),
             Reply::File { error: None, .. } => match frame.attachments.into_iter().next() {
                 Some(bytes) => Ok(Ok(bytes)),
-                None => Err(WorkerError::Protocol(
-                    "a file answer without its bytes".into(),
-                )),
+                None => Err(WorkerError::Protocol(Violation::FileWithoutBytes)),
             },
             other => Err(unexpected(&other)),
         }
@@ -672,12 +726,11 @@ impl Worker {
                         || images.len() > MAX_IMAGES
                         || images.iter().any(|b| b.len() > request.image_cap)
                     {
-                        return Err(WorkerError::Protocol(format!(
-                            "an answer with {} images for {} names (at most {MAX_IMAGES} of {} bytes each)",
-                            images.len(),
-                            outcome.images.len(),
-                            request.image_cap
-                        )));
+                        return Err(WorkerError::Protocol(Violation::Images {
+                            images: images.len(),
+                            names: outcome.images.len(),
+                            cap: request.image_cap,
+                        }));
                     }
                     let listed = outcome
                         .files
@@ -685,9 +738,7 @@ impl Worker {
                         .max(outcome.written.len())
                         .max(outcome.refresh.len());
                     if listed > MAX_LISTED_FILES {
-                        return Err(WorkerError::Protocol(format!(
-                            "an answer that lists {listed} files (at most {MAX_LISTED_FILES})"
-                        )));
+                        return Err(WorkerError::Protocol(Violation::TooManyFiles(listed)));
                     }
                     outcome.image_bytes = images;
                     return Ok(outcome);
@@ -776,7 +827,7 @@ impl Deadline {
 }
 
 fn unexpected(reply: &Reply) -> WorkerError {
-    WorkerError::Protocol(format!("an unexpected `{}` message", reply.kind()))
+    WorkerError::Protocol(Violation::Unexpected(reply.kind()))
 }
 
 /// Resident memory (bytes) of process `pid` from `/proc/<pid>/statm` (Linux); `None` elsewhere.
@@ -866,7 +917,10 @@ while True:
                 .await;
         let e = w.ping(soon()).await.unwrap_err();
         assert!(
-            matches!(e, WorkerError::Protocol(ref m) if m.contains("over its limit")),
+            matches!(
+                e,
+                WorkerError::Protocol(Violation::Frame(FrameError::TooLarge { .. }))
+            ),
             "{e}"
         );
     }

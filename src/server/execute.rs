@@ -11,7 +11,7 @@
 use super::format::{CallResult, Image, Outcome, ReturnValue};
 use super::startup_deps::{install_items, StartupPlan};
 use crate::packages::pep723::script_dependencies;
-use crate::packages::resolver::{Planned, Resolver};
+use crate::packages::resolver::{Planned, ResolveError, Resolver};
 use crate::sandbox::net::NetPolicy;
 use crate::sandbox::pool::{Lease, Pool};
 use crate::sandbox::protocol::{ReturnKind, RunStatus, Stream};
@@ -235,7 +235,7 @@ impl Executor {
     }
 
     /// Resolves `--deps` once (downloads them into the cache); errors name the package.
-    pub async fn startup_plan(&self) -> Result<Arc<Vec<Planned>>, String> {
+    pub async fn startup_plan(&self) -> Result<Arc<Vec<Planned>>, Arc<ResolveError>> {
         self.startup_plan.clone().await
     }
 
@@ -257,12 +257,12 @@ impl Executor {
     /// most `--result-cap` of them, once the session's running call is done; between
     /// interpreters, the front's copy. Errors say why in words: no such file, too large; a
     /// worker that fails to answer is stopped (its files' copies are kept).
-    pub async fn read_file(&self, sandbox: &Sandbox, path: &str) -> Result<Vec<u8>, String> {
+    pub async fn read_file(&self, sandbox: &Sandbox, path: &str) -> Result<Vec<u8>, FileError> {
         let mut slot = sandbox.queue(None).await;
         let Some(worker) = slot.as_mut() else {
             return match sandbox.with_files(|f| f.copy_of(path)) {
                 Some(bytes) => Ok(bytes.as_ref().clone()),
-                None => Err(format!("the sandbox has no file {path:?}")),
+                None => Err(FileError::Missing(path.to_owned())),
             };
         };
         let deadline = Deadline::after(FILE_TIMEOUT, Phase::Reading);
@@ -270,13 +270,13 @@ impl Executor {
             .read_file(path, self.limits.result_cap, deadline)
             .await
         {
-            Ok(read) => read,
+            Ok(read) => read.map_err(FileError::Refused),
             Err(e) => {
                 if let Some(worker) = slot.take() {
                     worker.kill_soon();
                 }
                 sandbox.with_files(SandboxFiles::survive);
-                Err(e.to_string())
+                Err(e.into())
             }
         }
     }
@@ -293,18 +293,18 @@ impl Executor {
         arrival: Option<&Arrival>,
         path: &str,
         bytes: Option<&[u8]>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, FileError> {
         let mut slot = sandbox.queue(arrival).await;
         if slot.is_none() {
             if bytes.is_none() && sandbox.with_files(|f| f.copy_of(path)).is_none() {
-                return Err(format!("there is no file {path:?}"));
+                return Err(FileError::Missing(path.to_owned()));
             }
-            let mut worker = self.spares.take().await.map_err(|e| e.to_string())?;
+            let mut worker = self.spares.take().await.map_err(FileError::NoInterpreter)?;
             self.adopt(sandbox, &mut worker, Restart::Stopped).await;
             *slot = Some(worker);
         }
         let Some(worker) = slot.as_mut() else {
-            return Err(WorkerError::Closed.to_string());
+            return Err(FileError::NoInterpreter(WorkerError::Closed));
         };
         let deadline = Deadline::after(FILE_TIMEOUT, Phase::Writing);
         match worker.write_file(path, bytes, deadline).await {
@@ -312,13 +312,13 @@ impl Executor {
                 Some(bytes) => f.keep(path, bytes.to_vec(), self.limits.max_session_file_bytes),
                 None => f.remove(path),
             })),
-            Ok(Err(why)) => Err(why),
+            Ok(Err(why)) => Err(FileError::Refused(why)),
             Err(e) => {
                 if let Some(worker) = slot.take() {
                     worker.kill_soon();
                 }
                 sandbox.with_files(SandboxFiles::survive);
-                Err(e.to_string())
+                Err(e.into())
             }
         }
     }
@@ -396,36 +396,34 @@ impl Executor {
     ///
     /// Errors: the install failure in words (naming the package), or why no interpreter could
     /// be had; the interpreter is then stopped.
-    pub async fn prepare(&self, sandbox: &Sandbox) -> Result<(), String> {
+    pub async fn prepare(&self, sandbox: &Sandbox) -> Result<(), InstallError> {
         let mut slot = sandbox.queue(None).await;
         let _permit = self
             .running
             .clone()
             .acquire_owned()
             .await
-            .map_err(|_| WorkerError::Closed.to_string())?;
+            .map_err(|_| WorkerError::Closed)?;
         if slot.is_none() {
-            let mut worker = self.spares.take().await.map_err(|e| e.to_string())?;
+            let mut worker = self.spares.take().await?;
             self.adopt(sandbox, &mut worker, Restart::Stopped).await;
             *slot = Some(worker);
         }
         let Some(worker) = slot.as_mut() else {
-            return Err(WorkerError::Closed.to_string());
+            return Err(WorkerError::Closed.into());
         };
         let deadline = Deadline::after(self.limits.install_timeout, Phase::Installing);
         let installed = deadline
             .bound(self.install(worker, &sandbox.dependencies, &[], deadline))
-            .await;
-        match installed {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(InstallFailure::Install(why))) => Err(why),
-            Ok(Err(InstallFailure::Worker(e))) | Err(e) => {
-                if let Some(worker) = slot.take() {
-                    worker.kill_soon();
-                }
-                Err(e.to_string())
+            .await
+            .map_err(InstallError::Worker)
+            .and_then(|r| r);
+        if let Err(InstallError::Worker(_)) = &installed {
+            if let Some(worker) = slot.take() {
+                worker.kill_soon();
             }
         }
+        installed
     }
 
     /// Kills every interpreter (at shutdown).
@@ -639,11 +637,11 @@ impl Executor {
             .await;
         match installed {
             Ok(Ok(())) => {}
-            Ok(Err(InstallFailure::Install(msg))) => {
-                result.outcome = Outcome::install_error(msg);
+            Ok(Err(InstallError::Worker(e))) | Err(e) => return self.failed(result, e),
+            Ok(Err(refused)) => {
+                result.outcome = Outcome::install_error(refused);
                 return Verdict::Keep;
             }
-            Ok(Err(InstallFailure::Worker(e))) | Err(e) => return self.failed(result, e),
         }
 
         let mut output = Vec::new();
@@ -742,11 +740,11 @@ impl Executor {
         sandbox_deps: &[String],
         requirements: &[String],
         deadline: Deadline,
-    ) -> Result<(), InstallFailure> {
+    ) -> Result<(), InstallError> {
         let startup = self
             .startup_plan()
             .await
-            .map_err(|e| InstallFailure::Install(format!("error installing --deps: {e}")))?;
+            .map_err(InstallError::StartupDeps)?;
         // The call's requirements are resolved together with `--deps`, the sandbox's own and
         // what the interpreter already has, pinned: one consistent set, or a conflict in words.
         let plan = if requirements.is_empty() && sandbox_deps.is_empty() {
@@ -764,11 +762,7 @@ impl Executor {
                 .iter()
                 .map(|(name, version)| format!("{name}=={version}"))
                 .collect();
-            let plan = self
-                .resolver
-                .plan(&wanted, &pins)
-                .await
-                .map_err(|e| InstallFailure::Install(e.to_string()))?;
+            let plan = self.resolver.plan(&wanted, &pins).await?;
             Arc::new(plan)
         };
         let todo: Vec<&Planned> = plan
@@ -779,12 +773,8 @@ impl Executor {
             return Ok(());
         }
         let (files, items) = install_items(&todo);
-        match worker
-            .install(files, items, deadline)
-            .await
-            .map_err(InstallFailure::Worker)?
-        {
-            Some(reason) => Err(InstallFailure::Install(reason)),
+        match worker.install(files, items, deadline).await? {
+            Some(reason) => Err(InstallError::Refused(reason)),
             None => {
                 for p in todo {
                     // One line per package (shown with --verbose); names are escaped, as they
@@ -838,9 +828,38 @@ fn given_names<'a>(
         .collect()
 }
 
-enum InstallFailure {
-    Install(String),
-    Worker(WorkerError),
+/// Why packages could not be installed into an interpreter.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// `--deps` could not be resolved or fetched.
+    #[error("error installing --deps: {0}")]
+    StartupDeps(#[source] Arc<ResolveError>),
+    /// The requirements could not be resolved or fetched (the error names the package).
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    /// The interpreter could not install a file: its own words.
+    #[error("{0}")]
+    Refused(String),
+    /// The worker failed while installing (it is stopped).
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+}
+
+/// Why a file of a sandbox could not be read, written or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// No such file, in the interpreter nor among the front's copies.
+    #[error("the sandbox has no file {0:?}")]
+    Missing(String),
+    /// The interpreter refused: its own words (no such file, a directory, too large …).
+    #[error("{0}")]
+    Refused(String),
+    /// The worker failed to answer (it is stopped; the copies of its files are kept).
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// No interpreter could be had to write into.
+    #[error("no interpreter: {0}")]
+    NoInterpreter(#[source] WorkerError),
 }
 
 /// A call that ended before its code ran, for `why` (no interpreter, a full queue).

@@ -4,7 +4,7 @@
 //! and an import (~0.65 s) in each new interpreter. An interpreter that booted without them
 //! (resolved too late, or failed) gets them at its first call, which reports any error.
 
-use crate::packages::resolver::{Planned, Resolver};
+use crate::packages::resolver::{Planned, ResolveError, Resolver};
 use crate::packages::sources::Origin;
 use crate::sandbox::snapshot::PreinstallSource;
 use crate::sandbox::worker::{InstallFiles, Preinstall};
@@ -12,8 +12,8 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use std::sync::Arc;
 
 /// `--deps` resolved and fetched, shared by every call and every boot that waits for it; the
-/// error in words (it names the package) when they cannot be had.
-pub type StartupPlan = Shared<BoxFuture<'static, Result<Arc<Vec<Planned>>, String>>>;
+/// resolver's error (it names the package) when they cannot be had.
+pub type StartupPlan = Shared<BoxFuture<'static, Result<Arc<Vec<Planned>>, Arc<ResolveError>>>>;
 
 /// The plan of `deps` (PEP 508 requirements), made by `resolver` when first awaited.
 pub fn startup_plan(resolver: Arc<Resolver>, deps: Vec<String>) -> StartupPlan {
@@ -23,7 +23,7 @@ pub fn startup_plan(resolver: Arc<Resolver>, deps: Vec<String>) -> StartupPlan {
         }
         match resolver.plan(&deps, &[]).await {
             Ok(plan) => Ok(Arc::new(plan)),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(Arc::new(e)),
         }
     }
     .boxed()
