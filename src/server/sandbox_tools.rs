@@ -145,7 +145,8 @@ impl RunPythonServer {
         if self.executor.reset(&in_use.sandbox, arrival).await {
             self.files_changed(&in_use, context).await;
         }
-        Ok(CallToolResult::success(vec![ContentBlock::text(RESET_DONE)]).into())
+        let done = format!("Sandbox {}: {RESET_DONE}", in_use.sandbox.id);
+        Ok(CallToolResult::success(vec![ContentBlock::text(done)]).into())
     }
 
     /// `upload_file` and `delete_file`.
@@ -200,9 +201,10 @@ impl RunPythonServer {
                 if changed {
                     self.files_changed(&in_use, context).await;
                 }
+                let id = &in_use.sandbox.id;
                 let done = match &content {
-                    Some(bytes) => format!("wrote {path} ({} bytes)", bytes.len()),
-                    None => format!("deleted {path}"),
+                    Some(bytes) => format!("wrote {path} ({} bytes) in sandbox {id}", bytes.len()),
+                    None => format!("deleted {path} in sandbox {id}"),
                 };
                 Ok(CallToolResult::success(vec![ContentBlock::text(done)]).into())
             }

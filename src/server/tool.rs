@@ -108,7 +108,7 @@ pub fn run_output_schema() -> JsonObject {
 pub const RESET_TOOL_NAME: &str = "reset_session";
 
 /// What `reset_session` answers.
-pub const RESET_DONE: &str = "The sandbox's state was cleared: its interpreter was stopped, and its next run_python_code call starts in a new one with fresh globals and no files.";
+pub const RESET_DONE: &str = "its state was cleared: its interpreter was stopped, and its next run_python_code call starts in a new one with fresh globals and no files.";
 
 /// `--stateful`: makes a sandbox and names its handle (SEP-2567's pattern).
 pub const CREATE_TOOL_NAME: &str = "create_sandbox";
