@@ -249,7 +249,7 @@ impl Executor {
             worker.kill_soon();
             self.spares.replenish();
         }
-        sandbox.had_interpreter.store(false, Ordering::SeqCst);
+        sandbox.forget_interpreters();
         sandbox.with_files(SandboxFiles::clear)
     }
 
@@ -326,7 +326,7 @@ impl Executor {
     /// A new interpreter for `sandbox` (`--stateful`): when the session had one before, its kept
     /// files are written into it and its next call gets a `state` note that says so.
     async fn adopt(&self, sandbox: &Sandbox, worker: &mut Worker, why: Restart) {
-        if !sandbox.had_interpreter.swap(true, Ordering::SeqCst) {
+        if sandbox.first_interpreter() {
             return;
         }
         let mut restored = Vec::new();
@@ -350,10 +350,7 @@ impl Executor {
             note.push_str("; these files could not be restored: ");
             note.push_str(&name_list(&lost));
         }
-        *sandbox
-            .new_interpreter_note
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(note);
+        sandbox.set_note(note);
     }
 
     /// After a call that kept its interpreter (`--stateful`): takes its listing of the working
@@ -459,7 +456,7 @@ impl Executor {
         let stop = async {
             tokio::select! {
                 _ = cancel.cancelled() => {}
-                _ = sandbox.ended.cancelled() => {}
+                _ = sandbox.until_ended() => {}
             }
         };
         tokio::pin!(stop);
@@ -534,11 +531,7 @@ impl Executor {
             }
         }
         if stateful {
-            result.state = sandbox
-                .new_interpreter_note
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
+            result.state = sandbox.take_note();
         }
         let verdict = {
             let Some(worker) = held.slot().as_mut() else {
@@ -570,7 +563,7 @@ impl Executor {
                 }
             }
             held.discard().await;
-            if self.isolation != Isolation::Call && !sandbox.ended.is_cancelled() {
+            if self.isolation != Isolation::Call && !sandbox.has_ended() {
                 // The session's (or the shared slot's) next call will want a clean interpreter.
                 self.spares.replenish();
             }

@@ -10,8 +10,8 @@
 #![allow(deprecated)]
 
 use super::arguments;
-use super::execute::Executor;
-use super::format::{render, structured, ReturnMode};
+use super::execute::{Executor, OutputSink};
+use super::format::{render, structured, CallResult, ReturnMode};
 use super::sessions::{SessionGuard, Sessions, SessionsFull};
 use super::tool::{self, TOOL_NAME};
 use crate::sandbox::protocol::Stream;
@@ -310,28 +310,15 @@ impl RunPythonServer {
         }
     }
 
-    /// `run_python_code`: runs the code in its sandbox and answers with the result's text
-    /// (and, with `--stateful`, its structured form, images and links to the files it wrote).
-    async fn run_code(
+    /// The sink for a call's output lines, and the task that sends them to the client as
+    /// `notifications/message` (stdout at `info`, stderr at `warning`) in order while the code
+    /// runs; it ends once the sink is dropped. The channel holds at most the call's output,
+    /// which the front caps.
+    fn forward_output(
         &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        let stateful = self.stateful();
-        let args = arguments::run(
-            TOOL_NAME,
-            request.arguments.clone(),
-            stateful,
-            self.max_code_bytes,
-        )?;
-        let in_use =
-            match self.sandbox_for(args.sandbox_id.as_deref(), &context, WithoutHandle::Create) {
-                Ok(in_use) => in_use,
-                Err(no) => return Ok(tool_error(no)),
-            };
-        // Output lines become `notifications/message` (stdout at `info`, stderr at `warning`)
-        // as they are written; a task sends them in order while the code runs. The channel
-        // holds at most the call's output, which the front caps.
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> (OutputSink, tokio::task::JoinHandle<()>) {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(LoggingLevel, String)>();
         // The level set for this session (`logging/setLevel`), or the one this request asks
         // for in its `_meta` (`io.modelcontextprotocol/logLevel`, SEP-2575: sessionless
@@ -354,12 +341,6 @@ impl RunPythonServer {
                 let _ = tx.send((level, line.to_owned()));
             }
         });
-        let token = request
-            .meta
-            .as_ref()
-            .and_then(|m| m.get_progress_token())
-            .or_else(|| context.meta.get_progress_token());
-        let progress = token.map(|t| report_progress(context.peer.clone(), t));
         let peer = context.peer.clone();
         let forward = tokio::spawn(async move {
             while let Some((level, line)) = rx.recv().await {
@@ -371,6 +352,62 @@ impl RunPythonServer {
                 }
             }
         });
+        (on_output, forward)
+    }
+
+    /// The answer to a `run_python_code` call that ran in `in_use`: the result's text, then
+    /// its images and links to the files it wrote; with `--stateful`, its structured form.
+    fn answer(&self, mut result: CallResult, in_use: &InUse) -> CallToolResult {
+        let stateful = self.stateful();
+        let id = &in_use.sandbox.id;
+        if stateful && in_use.reached == Reached::Created && result.state.is_none() {
+            result.state = Some(created_note(id));
+        }
+        let text = render(&result, self.return_mode, stateful.then_some(id));
+        let mut content = vec![ContentBlock::text(text)];
+        for image in &result.images {
+            use base64::Engine as _;
+            let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
+            content.push(ContentBlock::image(data, image.mime));
+        }
+        // Files the call created or changed, as links to the sandbox's resources.
+        for (path, size) in &result.written {
+            let link = super::resources::describe(id.as_str(), path, *size);
+            content.push(ContentBlock::resource_link(link));
+        }
+        let mut answer = CallToolResult::success(content);
+        if stateful {
+            answer.structured_content = Some(structured(&result, id));
+        }
+        answer
+    }
+
+    /// `run_python_code`: runs the code in its sandbox and answers with the result's text
+    /// (and, with `--stateful`, its structured form, images and links to the files it wrote).
+    async fn run_code(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let stateful = self.stateful();
+        let args = arguments::run(
+            TOOL_NAME,
+            request.arguments.clone(),
+            stateful,
+            self.max_code_bytes,
+        )?;
+        let in_use =
+            match self.sandbox_for(args.sandbox_id.as_deref(), &context, WithoutHandle::Create) {
+                Ok(in_use) => in_use,
+                Err(no) => return Ok(tool_error(no)),
+            };
+        let (on_output, forward) = self.forward_output(&request, &context);
+        let token = request
+            .meta
+            .as_ref()
+            .and_then(|m| m.get_progress_token())
+            .or_else(|| context.meta.get_progress_token());
+        let progress = token.map(|t| report_progress(context.peer.clone(), t));
         // The call runs on its own task, which holds the sandbox but not the session: when the
         // session or the sandbox ends, or the client cancels the request
         // (`notifications/cancelled`), the interpreter is killed at once and no result is sent.
@@ -397,7 +434,7 @@ impl RunPythonServer {
         }
         let result = result?;
         let _ = forward.await;
-        let Some(mut result) = result else {
+        let Some(result) = result else {
             return Err(McpError::internal_error(
                 "the call was cancelled (its interpreter was stopped)",
                 None,
@@ -406,28 +443,7 @@ impl RunPythonServer {
         if result.files_changed {
             self.files_changed(&in_use, &context).await;
         }
-        let id = &in_use.sandbox.id;
-        if stateful && in_use.reached == Reached::Created && result.state.is_none() {
-            result.state = Some(created_note(id));
-        }
-        let named = stateful.then_some(id);
-        let text = render(&result, self.return_mode, named);
-        let mut content = vec![ContentBlock::text(text)];
-        for image in &result.images {
-            use base64::Engine as _;
-            let data = base64::engine::general_purpose::STANDARD.encode(&image.bytes);
-            content.push(ContentBlock::image(data, image.mime));
-        }
-        // Files the call created or changed, as links to the sandbox's resources.
-        for (path, size) in &result.written {
-            let link = super::resources::describe(id.as_str(), path, *size);
-            content.push(ContentBlock::resource_link(link));
-        }
-        let mut answer = CallToolResult::success(content);
-        if stateful {
-            answer.structured_content = Some(structured(&result, id));
-        }
-        Ok(answer.into())
+        Ok(self.answer(result, &in_use).into())
     }
 }
 

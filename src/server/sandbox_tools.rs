@@ -111,14 +111,15 @@ impl RunPythonServer {
             Ok(sandbox) => sandbox,
             Err(missing) => return Ok(tool_error(missing)),
         };
-        let arrival = context.extensions.get::<Arrival>();
-        drop(sandbox.queue(arrival).await);
-        sandbox.end();
+        // Whether it is this session's own sandbox, the one `resources/list` shows.
         let default = self
             .session_of(context)
             .and_then(|s| s.current_default())
             .is_some_and(|d| d.id == sandbox.id);
-        if default || sandbox.owner == Owner::Session {
+        let arrival = context.extensions.get::<Arrival>();
+        drop(sandbox.queue(arrival).await);
+        sandbox.end();
+        if default {
             let _ = context.peer.notify_resource_list_changed().await;
         }
         tracing::debug!("sandbox {} destroyed", sandbox.id.short());

@@ -13,7 +13,7 @@ use super::files::SandboxFiles;
 use super::handle::SandboxId;
 use crate::sandbox::worker::Worker;
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, OwnedMutexGuard};
@@ -70,17 +70,17 @@ pub struct Sandbox {
     /// again into every later interpreter of the sandbox.
     pub dependencies: Vec<String>,
     /// The interpreter, once the first call took one.
-    pub(crate) worker: Arc<tokio::sync::Mutex<Option<Worker>>>,
+    worker: Arc<tokio::sync::Mutex<Option<Worker>>>,
     /// Whether the sandbox has had an interpreter (so a new one means its state was lost).
-    pub(crate) had_interpreter: AtomicBool,
+    had_interpreter: AtomicBool,
     /// `--stateful`: the `state` note for the sandbox's next call, when its interpreter was
     /// replaced since its last one (what was lost, which files were restored).
-    pub(crate) new_interpreter_note: Mutex<Option<String>>,
+    new_interpreter_note: Mutex<Option<String>>,
     /// `--stateful`: the files in the interpreter's working directory after the last call (the
     /// sandbox's MCP resources), with the copies that outlive a stopped interpreter.
     files: Mutex<SandboxFiles>,
     /// Cancelled when the sandbox ends: a running call stops and sends no result.
-    pub(crate) ended: CancellationToken,
+    ended: CancellationToken,
     arrivals: Mutex<Arrivals>,
     /// Woken when a call leaves `arrivals`.
     queued: Notify,
@@ -193,6 +193,39 @@ impl Sandbox {
     /// Runs `f` on the sandbox's files (never across an `await`).
     pub(crate) fn with_files<T>(&self, f: impl FnOnce(&mut SandboxFiles) -> T) -> T {
         f(&mut self.files.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// A new interpreter is taken: whether it is the sandbox's first (otherwise the state of
+    /// an earlier one was lost).
+    pub fn first_interpreter(&self) -> bool {
+        !self.had_interpreter.swap(true, Ordering::SeqCst)
+    }
+
+    /// The state was cleared on purpose (`reset_session`): the next interpreter counts as the
+    /// first, with no note.
+    pub fn forget_interpreters(&self) {
+        self.had_interpreter.store(false, Ordering::SeqCst);
+    }
+
+    /// Sets the `state` note of the sandbox's next call.
+    pub fn set_note(&self, note: String) {
+        *self
+            .new_interpreter_note
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(note);
+    }
+
+    /// Takes the `state` note for this call, if any.
+    pub fn take_note(&self) -> Option<String> {
+        self.new_interpreter_note
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    /// Resolves once the sandbox has ended.
+    pub async fn until_ended(&self) {
+        self.ended.cancelled().await
     }
 
     /// Whether the sandbox has ended (destroyed, expired, evicted, or its session ended).
