@@ -45,14 +45,16 @@ pub enum RegistryError {
     Mint(#[from] MintError),
 }
 
-/// Longest part of an unknown handle echoed back in [`Missing`]'s words (characters).
-const ECHO_CHARS: usize = 40;
+/// How much of the handle a caller gave is echoed back in [`Missing`]'s words (characters):
+/// enough for the caller to tell which, too little to use, since errors are logged (rmcp logs
+/// a failed `resources/read` at `warn`) and a handle is a bearer capability.
+const ECHO_CHARS: usize = 10;
 
 /// A handle that names no live sandbox: never made, destroyed, expired, evicted or malformed.
 /// The words are the same in every case, so that they tell a caller nothing about handles it
 /// does not hold (seed 002's "not found or has expired").
 #[derive(Debug, thiserror::Error)]
-#[error("sandbox {given:?} does not exist or has expired; create a new one (create_sandbox, or a run_python_code call without sandbox_id) and run its setup again")]
+#[error("sandbox \"{given}…\" does not exist or has expired; create a new one (create_sandbox, or a run_python_code call without sandbox_id) and run its setup again")]
 pub struct Missing {
     given: String,
 }
@@ -60,7 +62,11 @@ pub struct Missing {
 impl Missing {
     fn of(text: &str) -> Missing {
         Missing {
-            given: text.chars().take(ECHO_CHARS).collect(),
+            given: text
+                .chars()
+                .take(ECHO_CHARS)
+                .flat_map(char::escape_debug)
+                .collect(),
         }
     }
 }
@@ -291,17 +297,20 @@ mod tests {
         assert!(Arc::ptr_eq(&found.sandbox, &a));
         let unknown = SandboxId::mint().expect("random");
         let missing = r.enter(unknown.as_str()).err().expect("unknown");
-        let malformed = r.enter("nonsense").err().expect("malformed");
+        let malformed = r.enter("nonsense!!").err().expect("malformed");
         drop(found);
         r.remove_named(a.id.as_str()).expect("live").end();
         let destroyed = r.enter(a.id.as_str()).err().expect("destroyed");
-        // The same words whichever it was, but for the echoed handle.
-        let words = |m: Missing, given: &str| m.to_string().replace(given, "<id>");
+        // The same words whichever it was, but for the echoed start of the handle.
+        let words = |m: Missing, given: &str| m.to_string().replace(&given[..ECHO_CHARS], "<id>");
         assert_eq!(
             words(missing, unknown.as_str()),
             words(destroyed, a.id.as_str())
         );
-        assert!(words(malformed, "nonsense").contains("does not exist or has expired"));
+        assert!(words(malformed, "nonsense!!").contains("does not exist or has expired"));
+        // Never the whole handle: errors are logged.
+        let echoed = r.enter(a.id.as_str()).err().expect("destroyed").to_string();
+        assert!(!echoed.contains(a.id.as_str()), "{echoed}");
     }
 
     #[tokio::test(start_paused = true)]
