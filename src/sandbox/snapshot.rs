@@ -210,9 +210,14 @@ impl Launcher {
         }
     }
 
-    /// Whether new interpreters are forked now (the zygote is ready).
+    /// Whether this launcher forks interpreters from a zygote once one is ready.
+    pub fn uses_zygote(&self) -> bool {
+        self.zygote.is_some()
+    }
+
+    /// Whether new interpreters are forked now (the zygote is ready, and alive).
     pub fn forks(&self) -> bool {
-        self.ready_zygote().is_some()
+        self.ready_zygote().is_some_and(|zygote| zygote.is_alive())
     }
 
     /// The zygote, when it is ready to fork.

@@ -15,6 +15,21 @@ use tokio::sync::Notify;
 /// (SIGSTOP) or wedged is replaced.
 pub const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Why a new interpreter is not cheap now ([`Spares::readiness`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// The zygote is starting (or restarting after a failure): new interpreters are restored
+    /// from the memory snapshot meanwhile, ~0.5 s and ~170 MiB each instead of a fork's ~10 ms.
+    #[error("the zygote is not ready: new interpreters are restored from the snapshot (slow) until it is")]
+    Zygote,
+    /// Every spare was handed out and none is ready yet.
+    #[error("no spare interpreter is ready")]
+    NoSpare,
+    /// The server is stopping.
+    #[error("the server is shutting down")]
+    Closed,
+}
+
 /// Keeps up to `target` booted, unused workers ready.
 pub struct Spares {
     launcher: Arc<Launcher>,
@@ -168,6 +183,23 @@ impl Spares {
     /// inherits compiled (`--isolation shared` keeps its interpreters for the server's life).
     pub fn outdated(&self, worker: &Worker) -> bool {
         !worker.is_forked() && self.launcher.forks()
+    }
+
+    /// Whether a new interpreter is cheap now (`GET /readyz`): the zygote, where the server
+    /// uses one, is ready to fork, and a spare is ready where spares are kept.
+    ///
+    /// Errors: [`NotReady`], which says why not.
+    pub fn readiness(&self) -> Result<(), NotReady> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(NotReady::Closed);
+        }
+        if self.launcher.uses_zygote() && !self.launcher.forks() {
+            return Err(NotReady::Zygote);
+        }
+        if self.target > 0 && self.ready_count() == 0 {
+            return Err(NotReady::NoSpare);
+        }
+        Ok(())
     }
 
     /// The confinement report of the last worker booted (`None` before the first).

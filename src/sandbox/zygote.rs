@@ -194,6 +194,15 @@ impl Zygote {
         Ok(worker)
     }
 
+    /// Whether the zygote process is still there (not killed from outside, not crashed).
+    pub fn is_alive(&self) -> bool {
+        self.process
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+            .is_some_and(|worker| !worker.has_ended())
+    }
+
     /// Kills the zygote (its interpreters die with it: `PR_SET_PDEATHSIG`).
     pub async fn kill(&self) {
         let process = self

@@ -17,6 +17,8 @@
 //! | every path | `Origin` present and not allowed (spec: MUST validate `Origin`) | 403 | -32000 |
 //! | every path | `Host` missing or not allowed | 403 | -32000 |
 //! | every path | OPTIONS preflight from an allowed `Origin` (Fetch standard, CORS) | 200, `Access-Control-Allow-*` | |
+//! | `/healthz` | GET (outside the guard: probes) | 200 | |
+//! | `/readyz` | GET (outside the guard): a new sandbox is cheap / not (zygote, spares, shutdown) | 200 / 503 | |
 //! | other paths | any | 404 | -32000 |
 //! | `/mcp` | POST `initialize` (stateful) | 200, event stream, `Mcp-Session-Id` | |
 //! | `/mcp` | POST request | 200, event stream (stateless: JSON) | |
@@ -49,6 +51,7 @@
 
 use super::errors::{self, Refusal};
 use super::handler::{RunPythonServer, SESSION_HEADER};
+use super::health;
 use super::idle::StreamableSessions;
 use super::sessions::{Sessions, SessionsFull};
 use super::sse;
@@ -634,7 +637,7 @@ pub async fn serve(
     let routes = router.fallback(move || async move { errors::unknown_path(endpoints) });
     // The routes as one service inside an outer router, so that the two layers see the
     // responses whole: axum adds the `Allow` header of a 405 outside layers on the routes.
-    let router = Router::new()
+    let guarded = Router::new()
         .fallback_service(routes)
         .layer(axum::middleware::from_fn(move |req, next| {
             json_errors(req, next, max_body)
@@ -642,7 +645,10 @@ pub async fn serve(
         .layer(cors())
         .layer(axum::middleware::from_fn(move |req, next| {
             guard(req, next, access.clone())
-        }))
+        }));
+    // `/healthz` and `/readyz` answer probes outside the guard (see [`health`]).
+    let router = health::router(server.executor.spares.clone(), shutdown.clone())
+        .fallback_service(guarded)
         .layer(axum::middleware::from_fn(unread_body::close_if_body_unread));
 
     let addr = format!("{host}:{port}");

@@ -6,6 +6,7 @@ pub mod errors;
 pub mod execute;
 pub mod format;
 pub mod handler;
+pub mod health;
 pub mod http;
 pub mod idle;
 pub mod resources;

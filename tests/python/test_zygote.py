@@ -11,6 +11,7 @@ import json
 import os
 import signal
 
+import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
@@ -130,10 +131,15 @@ async def test_forked_sessions_are_confined_apart_and_reaped_and_die_with_the_zy
     log = tmp_path / "server.log"
     with open(log, "w") as errlog, http_server("streamable-http", *FORK_ON_DEMAND, errlog=errlog) as url:
         stack = contextlib.AsyncExitStack()
+        # Alive at once; ready (new sandboxes are cheap) only once the zygote is (issue 27).
+        assert httpx.get(f"{url}/healthz").status_code == 200
+        not_ready = httpx.get(f"{url}/readyz")
+        assert not_ready.status_code == 503 and "zygote" in not_ready.json()["reason"], not_ready.text
         # The zygote starts after the first interpreter booted: one session starts it.
         (first,) = await sessions_on(stack, url, 1)
         await run(first, "1")
         zygote = await zygote_ready(url.pid, log)
+        assert await wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 200, 10)
         # The zygote was never sealed for calls: it runs none (its workers are).
         assert status_field(zygote, "Seccomp") == "0"
         # Its memory is laid out for cheap forks (src/sandbox/fork_memory.rs): the engine's
@@ -180,6 +186,7 @@ async def test_forked_sessions_are_confined_apart_and_reaped_and_die_with_the_zy
         doomed_pid = next(pid for pid in child_pids(url.pid) if int(status_field(pid, "PPid")) == zygote)
         os.kill(zygote, signal.SIGKILL)
         assert await wait_until(lambda: not os.path.exists(f"/proc/{doomed_pid}"), 15)
+        assert await wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 503, 15)
         # The interpreter that ended between calls is replaced before the next call's code is
         # sent: that call runs, in a clean interpreter (issue 26).
         text = await run(doomed, "x")
