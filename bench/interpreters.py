@@ -55,14 +55,20 @@ async def wait_for_log(path, line, timeout):
     raise SystemExit(f"the server never logged {line!r}")
 
 
-def node(mode=None, snapshot=None):
-    """Node + Pyodide: start -> first print(1) result (ms), and runPython's warm median (ms)."""
+def node_run(mode=None, snapshot=None):
+    """One run of Node + Pyodide (node_baseline.js): its JSON report, with `cold_ms` (start ->
+    first print(1) result), `warm_median_ms` and `pss_kib` (its memory after the runs)."""
     args = [shutil.which("node") or "node", str(ROOT / "bench" / "node_baseline.js"), str(ROOT / "pyodide-assets"),
             str(int(time.time() * 1000))]
     if mode:
         args += [mode, snapshot]
     out = subprocess.run(args, capture_output=True, text=True, timeout=300, check=True)
-    data = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def node(mode=None, snapshot=None):
+    """Node + Pyodide: start -> first print(1) result (ms), and runPython's warm median (ms)."""
+    data = node_run(mode, snapshot)
     return data["cold_ms"], data["warm_median_ms"]
 
 

@@ -19,15 +19,13 @@ import argparse
 import asyncio
 import json
 import pathlib
-import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 
 import httpx
 
-from interpreters import ZYGOTE_READY, Http, descendants, node, pss_kib
+from interpreters import ZYGOTE_READY, Http, descendants, node_run, pss_kib
 from throughput import percentile, settle
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -110,14 +108,6 @@ async def ours(binary, cache, sandboxes):
     return latencies, total / sandboxes, total, len(pids)
 
 
-def node_memory(snapshot):
-    """PSS (MiB) of one Node + Pyodide process restored from `snapshot`, after 51 runs."""
-    out = subprocess.run([shutil.which("node") or "node", str(ROOT / "bench" / "node_baseline.js"),
-                          str(ROOT / "pyodide-assets"), str(int(time.time() * 1000)), "--load", snapshot],
-                         capture_output=True, text=True, timeout=300, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])["pss_kib"] / 1024
-
-
 def monty_latencies(runs):
     """Monty: checkout of a REPL session from a warm pool -> its first result (s), or `None`
     when `pydantic_monty` is not installed."""
@@ -144,9 +134,9 @@ async def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as scratch:
         snapshot = str(pathlib.Path(scratch) / "node.snapshot")
-        node("--make", snapshot)
-        node_cold_ms, _ = node("--load", snapshot)
-        node_pss_mib = node_memory(snapshot)
+        node_run("--make", snapshot)
+        baseline = node_run("--load", snapshot)
+        node_cold_ms, node_pss_mib = baseline["cold_ms"], baseline["pss_kib"] / 1024
         latencies, per_sandbox, total, processes = await ours(args.binary, cache, args.sandboxes)
     p50 = statistics.median(latencies) * 1000
     p95 = percentile(latencies, 95) * 1000

@@ -19,9 +19,8 @@ use crate::server::handler::RunPythonServer;
 use crate::server::http::HttpMode;
 use crate::server::sessions::Sessions;
 use crate::server::startup_deps;
-use crate::tenancy::handle::SandboxId;
 use crate::tenancy::registry::{Registry, RegistryLimits};
-use crate::tenancy::sandbox::{Owner, Sandbox};
+use crate::tenancy::sandbox::Sandbox;
 use anyhow::{anyhow, Context, Result};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -224,7 +223,7 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
     };
     let sessions = Sessions::new(
         cli.max_sessions
-            .unwrap_or_else(|| default_max_sessions(interpreter_mib)),
+            .unwrap_or_else(|| default_max_live(interpreter_mib, MAX_DEFAULT_SESSIONS)),
     );
     let sandbox_mib = if zygote {
         IDLE_SANDBOX_MIB
@@ -234,7 +233,7 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
     let registry = Registry::new(RegistryLimits {
         max: cli
             .max_sandboxes
-            .unwrap_or_else(|| default_max_sessions(sandbox_mib)),
+            .unwrap_or_else(|| default_max_live(sandbox_mib, MAX_DEFAULT_SANDBOXES)),
         idle: seconds(cli.sandbox_idle_timeout, "--sandbox-idle-timeout")?,
         lifetime: seconds(cli.sandbox_max_lifetime, "--sandbox-max-lifetime")?,
     });
@@ -273,13 +272,15 @@ const IDLE_SANDBOX_MIB: u64 = 16;
 /// Share of the machine's memory that live interpreters may take by default (percent).
 const SESSION_MEMORY_PERCENT: u64 = 75;
 
-/// Bounds of the default `--max-sessions`.
+/// Bounds of the default `--max-sessions` and `--max-sandboxes`.
 const MIN_DEFAULT_SESSIONS: usize = 4;
-const MAX_DEFAULT_SESSIONS: usize = 4096;
+const MAX_DEFAULT_SESSIONS: usize = 1024;
+const MAX_DEFAULT_SANDBOXES: usize = 4096;
 
-/// `--max-sessions` by default: as many idle interpreters of `interpreter_mib` MiB as fit in
-/// 75% of the memory.
-fn default_max_sessions(interpreter_mib: u64) -> usize {
+/// `--max-sessions` (or `--max-sandboxes`) by default: as many idle interpreters of
+/// `interpreter_mib` MiB as fit in 75% of the memory, at least [`MIN_DEFAULT_SESSIONS`] and at
+/// most `most`.
+fn default_max_live(interpreter_mib: u64, most: usize) -> usize {
     let total_kib = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
@@ -291,8 +292,8 @@ fn default_max_sessions(interpreter_mib: u64) -> usize {
         .unwrap_or(8 << 20);
     let fit = total_kib / 1024 * SESSION_MEMORY_PERCENT / 100 / interpreter_mib;
     usize::try_from(fit)
-        .unwrap_or(MAX_DEFAULT_SESSIONS)
-        .clamp(MIN_DEFAULT_SESSIONS, MAX_DEFAULT_SESSIONS)
+        .unwrap_or(most)
+        .clamp(MIN_DEFAULT_SESSIONS, most)
 }
 
 /// A time limit option: `None` for 0 (no limit).
@@ -407,8 +408,8 @@ async fn warmup(server: &RunPythonServer) -> i32 {
         eprintln!("warmup failed: cannot install --deps: {e}");
         return 1;
     }
-    let sandbox = match SandboxId::mint() {
-        Ok(id) => Sandbox::new(id, Owner::Call, Vec::new()),
+    let sandbox = match Sandbox::for_one_call() {
+        Ok(sandbox) => sandbox,
         Err(e) => {
             eprintln!("warmup failed: {e}");
             return 1;
@@ -453,10 +454,9 @@ async fn warmup(server: &RunPythonServer) -> i32 {
 
 async fn example(server: &RunPythonServer) -> i32 {
     println!("Running:\n{EXAMPLE_CODE}");
-    let Ok(id) = SandboxId::mint() else {
+    let Ok(sandbox) = Sandbox::for_one_call() else {
         return 1;
     };
-    let sandbox = Sandbox::new(id, Owner::Call, Vec::new());
     let Some(result) = server
         .executor
         .run(

@@ -2,7 +2,7 @@
 //! that an argument of the wrong name or type is an MCP `invalid_params` error naming it, and
 //! the handler never walks JSON by hand (the input schemas are in [`super::tool`]).
 
-use rmcp::model::JsonObject;
+use rmcp::model::{CallToolRequestParams, JsonObject};
 use rmcp::ErrorData as McpError;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -71,6 +71,19 @@ pub struct CreateArguments {
     /// PEP 508 requirements to install before the sandbox is handed out.
     #[serde(default)]
     pub dependencies: Vec<String>,
+}
+
+/// The argument that names a sandbox, in every tool that takes one.
+pub const SANDBOX_ARGUMENT: &str = "sandbox_id";
+
+/// The sandbox a `tools/call` names in its arguments, read before the call is parsed (a
+/// transport stamping its arrival, the `Mcp-Param-Sandbox-Id` check); `None` when it names
+/// none, or not as a string.
+pub fn named_sandbox(call: &CallToolRequestParams) -> Option<&str> {
+    call.arguments
+        .as_ref()
+        .and_then(|a| a.get(SANDBOX_ARGUMENT))
+        .and_then(|v| v.as_str())
 }
 
 /// Most requirements `create_sandbox` takes.

@@ -810,13 +810,13 @@ impl Executor {
     }
 }
 
-/// The normalized names of `requirements` (PEP 508; PEP 503 normalization); those that do
-/// not parse name nothing.
+/// The normalized names of `requirements` (PEP 508, bounded first: `create_sandbox`'s come
+/// from clients; PEP 503 normalization); those that do not parse name nothing.
 fn given_names<'a>(
     requirements: impl Iterator<Item = &'a String>,
 ) -> std::collections::HashSet<String> {
     requirements
-        .filter_map(|r| r.parse::<pep508_rs::Requirement>().ok())
+        .filter_map(|r| crate::packages::resolver::parse_requirement(r).ok())
         .map(|r| crate::packages::lock::normalize(r.name.as_ref()))
         .collect()
 }

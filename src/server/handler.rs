@@ -242,13 +242,7 @@ impl RunPythonServer {
             // It makes a sandbox rather than working in one.
             return;
         }
-        let named = call
-            .params
-            .arguments
-            .as_ref()
-            .and_then(|a| a.get("sandbox_id"))
-            .and_then(|v| v.as_str());
-        let sandbox = match named {
+        let sandbox = match arguments::named_sandbox(&call.params) {
             Some(text) => self.registry.peek(text),
             None => self.session.as_ref().and_then(|s| s.default_sandbox().ok()),
         };
@@ -286,11 +280,7 @@ impl RunPythonServer {
             ),
             (None, true, WithoutHandle::Refuse) => return Err(NoSandbox::NeedsHandle),
             (None, false, _) => (
-                Sandbox::new(
-                    SandboxId::mint().map_err(RegistryError::from)?,
-                    Owner::Call,
-                    Vec::new(),
-                ),
+                Sandbox::for_one_call().map_err(RegistryError::from)?,
                 Reached::OneCall,
             ),
         };
@@ -476,9 +466,9 @@ impl ServerHandler for RunPythonServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tool::tools(
-            self.stateful(),
-        )))
+        Ok(ListToolsResult::with_all_items(
+            tool::tools(self.stateful()).to_vec(),
+        ))
     }
 
     /// The tool `name` (rmcp checks `Mcp-Param-*` headers against its input schema, SEP-2243).

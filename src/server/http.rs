@@ -63,7 +63,10 @@ use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, ProtocolVersion};
+use rmcp::transport::common::http_header::{
+    BASE64_HEADER_PREFIX, BASE64_HEADER_SUFFIX, HEADER_MCP_PROTOCOL_VERSION,
+};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{
     SessionId, SessionManager, StreamableHttpServerConfig, StreamableHttpService,
@@ -447,16 +450,10 @@ async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Resp
     }
 }
 
-/// The header a client mirrors a tool's `sandbox_id` argument into (SEP-2243: `Mcp-Param-` and
-/// the `x-mcp-header` name of [`super::tool::SANDBOX_HEADER`]).
+/// The header a client mirrors a tool's `sandbox_id` argument into (SEP-2243: rmcp's
+/// `Mcp-Param-` prefix and the `x-mcp-header` name of [`super::tool::SANDBOX_HEADER`]), in
+/// lower case for the CORS list.
 const SANDBOX_PARAM_HEADER: &str = "mcp-param-sandbox-id";
-
-/// The first protocol revision whose requests rmcp checks against their `Mcp-*` headers.
-const STANDARD_HEADERS_VERSION: &str = "2026-07-28";
-
-/// The value-encoding sentinel of SEP-2243 (`=?base64?…?=`) for values that cannot travel as
-/// plain header text.
-const BASE64_SENTINEL: (&str, &str) = ("=?base64?", "?=");
 
 /// The refusal for a `tools/call` whose `Mcp-Param-Sandbox-Id` header differs from its body's
 /// `sandbox_id` (or that has the header and no such argument), for the requests rmcp does not
@@ -464,9 +461,9 @@ const BASE64_SENTINEL: (&str, &str) = ("=?base64?", "?=");
 /// the header for a load balancer. `None` when the header is absent or agrees.
 fn sandbox_header_mismatch(headers: &HeaderMap, message: &ClientJsonRpcMessage) -> Option<Refusal> {
     let checked_by_rmcp = headers
-        .get("mcp-protocol-version")
+        .get(HEADER_MCP_PROTOCOL_VERSION)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v >= STANDARD_HEADERS_VERSION);
+        .is_some_and(|v| v >= ProtocolVersion::STANDARD_HEADERS.as_str());
     let mut values = headers.get_all(SANDBOX_PARAM_HEADER).iter();
     let first = values.next()?;
     let ClientJsonRpcMessage::Request(request) = message else {
@@ -486,12 +483,7 @@ fn sandbox_header_mismatch(headers: &HeaderMap, message: &ClientJsonRpcMessage) 
         ));
     }
     let header = first.to_str().ok().and_then(decode_header_value);
-    let body = call
-        .params
-        .arguments
-        .as_ref()
-        .and_then(|a| a.get("sandbox_id"))
-        .and_then(|v| v.as_str());
+    let body = super::arguments::named_sandbox(&call.params);
     match (header.as_deref(), body) {
         (Some(h), Some(b)) if h == b => None,
         (_, None) => Some(errors::header_mismatch(
@@ -509,8 +501,8 @@ fn sandbox_header_mismatch(headers: &HeaderMap, message: &ClientJsonRpcMessage) 
 fn decode_header_value(raw: &str) -> Option<String> {
     use base64::Engine as _;
     match raw
-        .strip_prefix(BASE64_SENTINEL.0)
-        .and_then(|inner| inner.strip_suffix(BASE64_SENTINEL.1))
+        .strip_prefix(BASE64_HEADER_PREFIX)
+        .and_then(|inner| inner.strip_suffix(BASE64_HEADER_SUFFIX))
     {
         Some(inner) => {
             let bytes = base64::engine::general_purpose::STANDARD
@@ -822,6 +814,16 @@ mod tests {
             Err(AccessError::Host(_))
         ));
         assert!(Access::new("127.0.0.1", &none(), &strings(&["fe80::1", "[fe80::1]:80"])).is_ok());
+    }
+
+    #[test]
+    fn the_sandbox_header_is_the_tools_annotation_under_rmcps_prefix() {
+        use rmcp::transport::common::http_header::HEADER_MCP_PARAM_PREFIX;
+        let mirrored = format!(
+            "{HEADER_MCP_PARAM_PREFIX}{}",
+            super::super::tool::SANDBOX_HEADER
+        );
+        assert_eq!(SANDBOX_PARAM_HEADER, mirrored.to_ascii_lowercase());
     }
 
     #[test]

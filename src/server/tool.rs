@@ -4,7 +4,7 @@
 use crate::packages::wheel::target;
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::json;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The tool's name, as in the Deno original.
 pub const TOOL_NAME: &str = "run_python_code";
@@ -85,7 +85,7 @@ pub fn tool(stateful: bool) -> Tool {
 /// ([`super::format::structured`]): the JSON mode's keys, plus `sandbox_id` and
 /// `dependencies`.
 pub fn run_output_schema() -> JsonObject {
-    let mut schema = object_schema(
+    open(object_schema(
         json!({
             "status": {"type": "string", "enum": ["success", "install-error", "run-error"]},
             "sandbox_id": {"type": "string", "description": "The sandbox the code ran in: pass it to later calls to continue there"},
@@ -96,10 +96,7 @@ pub fn run_output_schema() -> JsonObject {
             "state": {"type": "string", "description": "Present when the sandbox's state was lost or is new, and why"},
         }),
         &["status", "sandbox_id", "output"],
-    );
-    // Later keys may come; clients must not break on them.
-    schema.insert("additionalProperties".into(), json!(true));
-    schema
+    ))
 }
 
 /// `--stateful`: clears a sandbox's state (issue 14). A tool of its own rather than an argument
@@ -143,26 +140,32 @@ pub fn tool_names(stateful: bool) -> &'static [&'static str] {
     }
 }
 
-/// Every tool, in the order of [`tool_names`].
-pub fn tools(stateful: bool) -> Vec<Tool> {
+/// Every tool, in the order of [`tool_names`], built once per server kind: `tools/list` reads
+/// them, and so does every 2026-07-28 `tools/call`, whose `Mcp-Param-*` headers rmcp checks
+/// against the tool's schema ([`find`]).
+pub fn tools(stateful: bool) -> &'static [Tool] {
+    static DROP_IN: OnceLock<Vec<Tool>> = OnceLock::new();
+    static STATEFUL: OnceLock<Vec<Tool>> = OnceLock::new();
     if stateful {
-        vec![
-            tool(true),
-            create_tool(),
-            list_files_tool(),
-            destroy_tool(),
-            upload_tool(),
-            delete_tool(),
-            reset_tool(),
-        ]
+        STATEFUL.get_or_init(|| {
+            vec![
+                tool(true),
+                create_tool(),
+                list_files_tool(),
+                destroy_tool(),
+                upload_tool(),
+                delete_tool(),
+                reset_tool(),
+            ]
+        })
     } else {
-        vec![tool(false)]
+        DROP_IN.get_or_init(|| vec![tool(false)])
     }
 }
 
 /// The tool named `name`, if this server has it.
 pub fn find(name: &str, stateful: bool) -> Option<Tool> {
-    tools(stateful).into_iter().find(|t| t.name == name)
+    tools(stateful).iter().find(|t| t.name == name).cloned()
 }
 
 /// The description of an optional `sandbox_id` argument of the file tools.
@@ -250,7 +253,7 @@ pub fn destroy_tool() -> Tool {
     )
 }
 
-/// An output schema that lets later keys come.
+/// An output schema that lets later keys come: clients must not break on them.
 fn open(mut schema: JsonObject) -> JsonObject {
     schema.insert("additionalProperties".into(), json!(true));
     schema

@@ -10,7 +10,7 @@
 
 use super::activity::{Activity, InFlight};
 use super::files::SandboxFiles;
-use super::handle::SandboxId;
+use super::handle::{MintError, SandboxId};
 use crate::sandbox::worker::Worker;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -106,6 +106,13 @@ impl Sandbox {
             queued: Notify::new(),
             activity: Activity::new(),
         })
+    }
+
+    /// A sandbox for one call, never registered ([`Owner::Call`]): the caller ends it.
+    ///
+    /// Errors: [`MintError`] when the OS random source fails.
+    pub fn for_one_call() -> Result<Arc<Sandbox>, MintError> {
+        Ok(Sandbox::new(SandboxId::mint()?, Owner::Call, Vec::new()))
     }
 
     /// Its activity: in flight while a call of it runs or waits, idle since the last one.
