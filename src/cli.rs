@@ -93,6 +93,19 @@ pub struct Cli {
     #[arg(long)]
     pub max_sandboxes: Option<usize>,
 
+    /// With `--stateful`: a directory every replica mounts (a Kubernetes ReadWriteMany volume,
+    /// NFS, EFS). Each sandbox reached by its `sandbox_id` is saved there after every completed
+    /// call (its files and dependencies), and a replica that gets a call for a sandbox it does
+    /// not hold restores it from there (its globals are lost; the answer says so).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<std::path::PathBuf>,
+
+    /// HTTP modes: after SIGTERM, how long calls in flight may run on before the server stops,
+    /// in seconds (0 = until they end) [default: --timeout]. New work is refused meanwhile
+    /// (HTTP 503) and `/readyz` answers 503.
+    #[arg(long, value_name = "SECONDS")]
+    pub drain_timeout: Option<f64>,
+
     /// Clean interpreters kept booted ahead, so that a new session rarely waits for a boot
     /// [default: 2 for HTTP, `--workers` with `--isolation call`; 0 for stdio and `shared`, which
     /// still boot theirs at start and one after losing an interpreter].

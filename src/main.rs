@@ -2,6 +2,7 @@
 
 mod cli;
 mod engine;
+mod metrics;
 mod modes;
 mod packages;
 mod sandbox;

@@ -21,6 +21,7 @@ use crate::server::sessions::Sessions;
 use crate::server::startup_deps;
 use crate::tenancy::registry::{Registry, RegistryLimits};
 use crate::tenancy::sandbox::Sandbox;
+use crate::tenancy::state_dir::StateDir;
 use anyhow::{anyhow, Context, Result};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -230,13 +231,27 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
     } else {
         INTERPRETER_MIB
     };
-    let registry = Registry::new(RegistryLimits {
-        max: cli
-            .max_sandboxes
-            .unwrap_or_else(|| default_max_live(sandbox_mib, MAX_DEFAULT_SANDBOXES)),
-        idle: seconds(cli.sandbox_idle_timeout, "--sandbox-idle-timeout")?,
-        lifetime: seconds(cli.sandbox_max_lifetime, "--sandbox-max-lifetime")?,
-    });
+    let state = match &cli.state_dir {
+        Some(_) if !cli.stateful => {
+            anyhow::bail!("--state-dir keeps sandboxes' files across replicas: it needs --stateful")
+        }
+        Some(dir) => Some(
+            StateDir::open(dir, replica_name(), cli.max_session_file_bytes)
+                .context("--state-dir")?,
+        ),
+        None => None,
+    };
+    let registry = Registry::with_state(
+        RegistryLimits {
+            max: cli
+                .max_sandboxes
+                .unwrap_or_else(|| default_max_live(sandbox_mib, MAX_DEFAULT_SANDBOXES)),
+            idle: seconds(cli.sandbox_idle_timeout, "--sandbox-idle-timeout")?,
+            lifetime: seconds(cli.sandbox_max_lifetime, "--sandbox-max-lifetime")?,
+        },
+        state,
+        cli.max_session_file_bytes,
+    );
     let mut server = RunPythonServer::new(
         Arc::new(executor),
         registry,
@@ -247,6 +262,23 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
     server.session_idle = seconds(cli.session_idle_timeout, "--session-idle-timeout")?;
     Ok(server)
 }
+
+/// This replica's name in the state directory's ownership records and in `state` notes: the
+/// host name (a Kubernetes pod's name) and the process id.
+fn replica_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    let host: String = host
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.'))
+        .take(MAX_HOST_NAME_CHARS)
+        .collect();
+    format!("{host}-{}", std::process::id())
+}
+
+/// Longest host name kept in a replica's name (characters; RFC 1035's limit).
+const MAX_HOST_NAME_CHARS: usize = 253;
 
 /// Spares kept ready in the HTTP modes with `--isolation session`.
 const DEFAULT_HTTP_SPARES: usize = 2;
@@ -351,20 +383,33 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 _ => HttpMode::Sse,
             };
             let shutdown = CancellationToken::new();
-            let trigger = shutdown.clone();
-            tokio::spawn(async move {
-                shutdown_signal().await;
-                tracing::info!("shutting down");
-                trigger.cancel();
-            });
+            let drain_timeout = match cli.drain_timeout {
+                Some(t) => seconds(t, "--drain-timeout")?,
+                None => seconds(cli.timeout, "--timeout")?,
+            };
+            tokio::spawn(drain_then_stop(
+                server.drain.clone(),
+                drain_timeout,
+                shutdown.clone(),
+            ));
+            let metrics = match crate::metrics::install() {
+                Ok(handle) => Some(handle),
+                Err(e) => {
+                    tracing::warn!("metrics are off: {e}");
+                    None
+                }
+            };
             crate::server::http::serve(
                 server,
                 mode,
-                &cli.host,
-                cli.port,
-                &cli.allow_origin,
-                &cli.allow_host,
+                crate::server::http::Listen {
+                    host: &cli.host,
+                    port: cli.port,
+                    allow_origins: &cli.allow_origin,
+                    allow_hosts: &cli.allow_host,
+                },
                 shutdown,
+                metrics,
             )
             .await?;
             0
@@ -481,6 +526,35 @@ async fn example(server: &RunPythonServer) -> i32 {
     } else {
         1
     }
+}
+
+/// At SIGTERM or SIGINT: drains (see [`crate::server::drain`]) for up to `timeout`, or until
+/// a second signal, then cancels `shutdown`.
+async fn drain_then_stop(
+    drain: Arc<crate::server::drain::Drain>,
+    timeout: Option<Duration>,
+    shutdown: CancellationToken,
+) {
+    shutdown_signal().await;
+    drain.start();
+    tracing::info!(
+        "draining: /readyz answers 503, new work is refused; calls in flight may run {}",
+        match timeout {
+            Some(t) => format!("for up to {} s", t.as_secs_f64()),
+            None => "until they end".to_owned(),
+        }
+    );
+    tokio::select! {
+        done = drain.until_calls_done(timeout) => {
+            if done {
+                tracing::info!("drained: no call in flight; shutting down");
+            } else {
+                tracing::warn!("calls were still running at the drain timeout; stopping them");
+            }
+        }
+        _ = shutdown_signal() => tracing::warn!("a second signal: shutting down without waiting"),
+    }
+    shutdown.cancel();
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -238,8 +238,10 @@ impl Fetcher {
     /// network I/O), else downloaded, verified and cached.
     pub async fn download(&self, url: &str, sha256: &str) -> Result<Vec<u8>, FetchError> {
         if let Some(bytes) = self.cache.get(sha256) {
+            crate::metrics::package_file(true);
             return Ok(bytes);
         }
+        crate::metrics::package_file(false);
         let bytes = self.get(url, MAX_FILE_BYTES, true).await?;
         let actual = sha256_hex(&bytes);
         if !actual.eq_ignore_ascii_case(sha256) {

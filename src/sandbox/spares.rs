@@ -25,8 +25,8 @@ pub enum NotReady {
     /// Every spare was handed out and none is ready yet.
     #[error("no spare interpreter is ready")]
     NoSpare,
-    /// The server is stopping.
-    #[error("the server is shutting down")]
+    /// The server is draining or stopping.
+    #[error("the server is draining before it stops")]
     Closed,
 }
 
@@ -58,7 +58,13 @@ impl Spares {
         })
     }
 
-    fn ready_count(&self) -> usize {
+    /// Spares booting now.
+    pub fn booting_count(&self) -> usize {
+        self.booting.load(Ordering::SeqCst)
+    }
+
+    /// Spares ready now.
+    pub fn ready_count(&self) -> usize {
         self.ready.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 

@@ -181,6 +181,21 @@ pub fn sessions_full(full: &SessionsFull) -> Refusal {
     )
 }
 
+/// New work on a draining replica (after SIGTERM, [`super::drain`]): HTTP 503 with
+/// `Retry-After`, answering the request's `id`. Nothing ran, so a load balancer may send the
+/// request to another replica (deploy/haproxy.cfg retries on 503).
+pub fn draining(id: Value) -> Refusal {
+    Refusal::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorData::new(
+            SERVER_ERROR,
+            "this server is draining before it stops: the request was not run; send it again (a load balancer sends it to another replica, where sandboxes continue from the shared state directory)",
+            None,
+        ),
+    )
+    .with_id(id)
+}
+
 /// An `Origin` header that is present and not allowed: HTTP 403 (MCP spec 2025-11-25,
 /// streamable HTTP, security warning: servers "MUST validate the Origin header" against DNS
 /// rebinding and answer an invalid one with 403 Forbidden).

@@ -10,6 +10,7 @@
 
 use super::format::{CallResult, Image, Outcome, ReturnValue};
 use super::startup_deps::{install_items, StartupPlan};
+use crate::metrics::KillReason;
 use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, ResolveError, Resolver};
 use crate::sandbox::net::NetPolicy;
@@ -149,6 +150,8 @@ pub struct Executor {
     shared: Option<Arc<Pool>>,
     /// Bounds the calls running at once (`--workers`); FIFO.
     running: Arc<Semaphore>,
+    /// `--workers`: the running slots.
+    workers: usize,
     /// Calls waiting for their turn (bounded by `limits.max_queue`).
     waiting: AtomicUsize,
     /// `--deps`, resolved once (shared with the launcher, whose workers install it as they boot).
@@ -223,9 +226,21 @@ impl Executor {
             stateful: false,
             shared: (isolation == Isolation::Shared).then(|| Pool::new(workers)),
             running: Arc::new(Semaphore::new(workers)),
+            workers,
             waiting: AtomicUsize::new(0),
             startup_plan,
         }
+    }
+
+    /// Calls waiting for their turn now.
+    pub fn queue_depth(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+
+    /// Calls running now (holding a running slot of `--workers`).
+    pub fn busy(&self) -> usize {
+        self.workers
+            .saturating_sub(self.running.available_permits())
     }
 
     /// Whether calls keep their session's state (`--stateful`, which needs
@@ -341,7 +356,10 @@ impl Executor {
                 }
             }
         }
-        let mut note = why.note().to_owned();
+        // A sandbox restored from the state directory says so rather than why a restart.
+        let mut note = sandbox
+            .take_restored_note()
+            .unwrap_or_else(|| why.note().to_owned());
         if !restored.is_empty() {
             note.push_str("; the sandbox's files were restored: ");
             note.push_str(&name_list(&restored));
@@ -480,6 +498,7 @@ impl Executor {
             let permit = self.running.clone().acquire_owned().await.ok()?;
             Some((held, permit))
         };
+        let queued_at = std::time::Instant::now();
         let (mut held, _permit) = tokio::select! {
             t = turn => match t {
                 Some(t) => t,
@@ -488,6 +507,7 @@ impl Executor {
             _ = &mut stop => return None,
         };
         drop(waiting);
+        crate::metrics::queue_wait(queued_at.elapsed());
         let stateful = self.keeps_state();
         if let Held::Shared(lease) = &mut held {
             // A shared interpreter restored before the zygote was ready gives way to a fork
@@ -546,7 +566,10 @@ impl Executor {
                     }
                     verdict
                 } => Some(v),
-                _ = &mut stop => None,
+                _ = &mut stop => {
+                    crate::metrics::worker_killed(KillReason::Cancelled);
+                    None
+                }
             }
         };
         let keep = verdict
@@ -676,6 +699,7 @@ impl Executor {
                     "MemoryError: the worker exceeded its memory limit of {limit} MiB (it used {} MiB) and was stopped",
                     used >> 20
                 ));
+                crate::metrics::worker_killed(KillReason::Memory);
                 return Verdict::Discard;
             }
         };
@@ -714,6 +738,11 @@ impl Executor {
                 .is_some_and(|rss| rss > max.saturating_sub(MEMORY_HEADROOM))
         });
         if outcome.fatal || over {
+            crate::metrics::worker_killed(if over {
+                KillReason::Memory
+            } else {
+                KillReason::Fatal
+            });
             Verdict::Discard
         } else {
             Verdict::Keep
@@ -766,7 +795,9 @@ impl Executor {
             return Ok(());
         }
         let (files, items) = install_items(&todo);
-        match worker.install(files, items, deadline).await? {
+        let installed = worker.install(files, items, deadline).await;
+        crate::metrics::install_finished(matches!(installed, Ok(None)));
+        match installed? {
             Some(reason) => Err(InstallError::Refused(reason)),
             None => {
                 for p in todo {
@@ -787,6 +818,16 @@ impl Executor {
 
     /// Turns a worker failure into the call's error; the worker is discarded.
     fn failed(&self, result: &mut CallResult, e: WorkerError) -> Verdict {
+        crate::metrics::worker_killed(match &e {
+            WorkerError::Deadline {
+                phase: Phase::Installing,
+                ..
+            } => KillReason::InstallTimeout,
+            WorkerError::Deadline { .. } => KillReason::Timeout,
+            WorkerError::OutputFlood { .. } => KillReason::Output,
+            WorkerError::Protocol(_) => KillReason::Protocol,
+            _ => KillReason::Failed,
+        });
         result.outcome = match e {
             WorkerError::Deadline {
                 phase: Phase::Installing,

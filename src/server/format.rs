@@ -14,6 +14,13 @@ pub enum Status {
 }
 
 impl Status {
+    /// The status named by its word in results.
+    pub fn parse(word: &str) -> Option<Status> {
+        [Status::Success, Status::InstallError, Status::RunError]
+            .into_iter()
+            .find(|s| s.as_str() == word)
+    }
+
     /// The status word used in results.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -17,8 +17,9 @@ use super::tool::{self, TOOL_NAME};
 use crate::sandbox::protocol::Stream;
 use crate::tenancy::activity::{Activity, InFlight};
 use crate::tenancy::handle::SandboxId;
-use crate::tenancy::registry::{Missing, Registry, RegistryError};
+use crate::tenancy::registry::{OpenError, Registry, RegistryError};
 use crate::tenancy::sandbox::{Arrival, Owner, Sandbox};
+use crate::tenancy::state_dir::StateError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ClientRequest,
     ContentBlock, GetExtensions, Implementation, ListResourceTemplatesResult, ListResourcesResult,
@@ -55,6 +56,8 @@ pub struct RunPythonServer {
     /// This session's activity, for a transport that expires idle sessions itself (SSE): a
     /// call holds it in flight while it runs.
     activity: Option<Arc<Activity>>,
+    /// Whether the server is draining, and its calls in flight (which a drain waits for).
+    pub drain: Arc<super::drain::Drain>,
 }
 
 /// How a request came to its sandbox.
@@ -76,6 +79,18 @@ pub(super) struct InUse {
     pub sandbox: Arc<Sandbox>,
     pub reached: Reached,
     _in_flight: InFlight,
+}
+
+impl InUse {
+    /// `sandbox`, reached by its handle, held in flight.
+    pub(super) fn named(sandbox: Arc<Sandbox>) -> InUse {
+        let in_flight = sandbox.begin();
+        InUse {
+            sandbox,
+            reached: Reached::Named,
+            _in_flight: in_flight,
+        }
+    }
 }
 
 impl Drop for InUse {
@@ -101,11 +116,27 @@ pub(super) enum WithoutHandle {
 #[derive(Debug, thiserror::Error)]
 pub(super) enum NoSandbox {
     #[error(transparent)]
-    Missing(#[from] Missing),
+    Open(#[from] OpenError),
     #[error(transparent)]
     Registry(#[from] RegistryError),
     #[error("this request has no session, so it must name its sandbox: pass `sandbox_id` as a result or create_sandbox named it")]
     NeedsHandle,
+}
+
+/// The handle the HTTP front minted for the sandbox a request will make, if it makes one
+/// (a sessionless `run_python_code` without `sandbox_id`, or `create_sandbox`): named in the
+/// response's `Sandbox-Id` header before the call runs, so that a load balancer learns where
+/// the sandbox lives from the first answer (issue 27). Set in the HTTP request's extensions.
+#[derive(Debug, Clone)]
+pub struct MintedSandbox(pub SandboxId);
+
+/// The handle minted for `context`'s request by the HTTP front, if any.
+pub(super) fn minted(context: &RequestContext<RoleServer>) -> Option<SandboxId> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<MintedSandbox>())
+        .map(|m| m.0.clone())
 }
 
 /// A tool error (`isError: true`) that says `why`.
@@ -184,6 +215,7 @@ impl RunPythonServer {
             session: None,
             session_idle: None,
             activity: None,
+            drain: super::drain::Drain::new(),
         }
     }
 
@@ -258,14 +290,14 @@ impl RunPythonServer {
     ///
     /// Errors: [`NoSandbox`]: an unknown, ended or expired handle; no room under
     /// `--max-sandboxes`; no handle where one is needed.
-    pub(super) fn sandbox_for(
+    pub(super) async fn sandbox_for(
         &self,
         given: Option<&str>,
         context: &RequestContext<RoleServer>,
         without: WithoutHandle,
     ) -> Result<InUse, NoSandbox> {
         if let Some(text) = given {
-            let entered = self.registry.enter(text)?;
+            let entered = self.registry.open(text).await?;
             return Ok(InUse {
                 sandbox: entered.sandbox,
                 reached: Reached::Named,
@@ -274,10 +306,13 @@ impl RunPythonServer {
         }
         let (sandbox, reached) = match (self.session_of(context), self.stateful(), without) {
             (Some(session), _, _) => (session.default_sandbox()?, Reached::SessionDefault),
-            (None, true, WithoutHandle::Create) => (
-                self.registry.create(Owner::Handle, Vec::new())?,
-                Reached::Created,
-            ),
+            (None, true, WithoutHandle::Create) => {
+                let made = match minted(context) {
+                    Some(id) => self.registry.create_as(id, Owner::Handle, Vec::new()),
+                    None => self.registry.create(Owner::Handle, Vec::new()),
+                };
+                (made?, Reached::Created)
+            }
             (None, true, WithoutHandle::Refuse) => return Err(NoSandbox::NeedsHandle),
             (None, false, _) => (
                 Sandbox::for_one_call().map_err(RegistryError::from)?,
@@ -290,6 +325,25 @@ impl RunPythonServer {
             reached,
             _in_flight: in_flight,
         })
+    }
+
+    /// After a completed call or file operation in `in_use`: saves its sandbox to the state
+    /// directory (`--state-dir`), before the answer goes out, so that another replica that
+    /// gets its next call finds this call's files. A `state` note when the save failed.
+    pub(super) async fn save(&self, in_use: &InUse) -> Option<String> {
+        if in_use.reached == Reached::OneCall {
+            return None;
+        }
+        match self.registry.save(&in_use.sandbox).await {
+            Ok(()) => None,
+            Err(e @ StateError::Superseded { .. }) => Some(format!(
+                "moved: {e} while this call ran, so this call's changes to its files are not kept there; its next call runs on that replica"
+            )),
+            Err(e) => {
+                tracing::error!("sandbox {}: {e}", in_use.sandbox.id.short());
+                Some(format!("unsaved: {e}; this call's files are kept on this replica only"))
+            }
+        }
     }
 
     /// Tells a session's client that its resources changed, when `in_use` is its default
@@ -386,11 +440,13 @@ impl RunPythonServer {
             stateful,
             self.max_code_bytes,
         )?;
-        let in_use =
-            match self.sandbox_for(args.sandbox_id.as_deref(), &context, WithoutHandle::Create) {
-                Ok(in_use) => in_use,
-                Err(no) => return Ok(tool_error(no)),
-            };
+        let in_use = match self
+            .sandbox_for(args.sandbox_id.as_deref(), &context, WithoutHandle::Create)
+            .await
+        {
+            Ok(in_use) => in_use,
+            Err(no) => return Ok(tool_error(no)),
+        };
         let (on_output, forward) = self.forward_output(&request, &context);
         let token = request
             .meta
@@ -424,16 +480,53 @@ impl RunPythonServer {
         }
         let result = result?;
         let _ = forward.await;
-        let Some(result) = result else {
+        let Some(mut result) = result else {
             return Err(McpError::internal_error(
                 "the call was cancelled (its interpreter was stopped)",
                 None,
             ));
         };
+        if let Some(note) = self.save(&in_use).await {
+            result.state = Some(match result.state.take() {
+                Some(before) => format!("{before}; {note}"),
+                None => note,
+            });
+        }
         if result.files_changed {
             self.files_changed(&in_use, &context).await;
         }
         Ok(self.answer(result, &in_use).into())
+    }
+
+    /// Runs the tool `request` names.
+    async fn dispatch(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        use super::tool::{
+            CREATE_TOOL_NAME, DELETE_TOOL_NAME, DESTROY_TOOL_NAME, LIST_FILES_TOOL_NAME,
+            RESET_TOOL_NAME, UPLOAD_TOOL_NAME,
+        };
+        match request.name.as_ref() {
+            TOOL_NAME => return self.run_code(request, context).await,
+            _ if !self.stateful() => {}
+            CREATE_TOOL_NAME => return self.create(request, &context).await,
+            LIST_FILES_TOOL_NAME => return self.list_files(request, &context).await,
+            DESTROY_TOOL_NAME => return self.destroy(request, &context).await,
+            UPLOAD_TOOL_NAME | DELETE_TOOL_NAME => return self.write_file(request, &context).await,
+            RESET_TOOL_NAME => return self.reset(request, &context).await,
+            _ => {}
+        }
+        let names = tool::tool_names(self.stateful())
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Err(McpError::invalid_params(
+            format!("unknown tool `{}`: this server has {names}", request.name),
+            None,
+        ))
     }
 }
 
@@ -482,29 +575,25 @@ impl ServerHandler for RunPythonServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let _in_flight = self.activity.as_ref().map(|a| a.begin());
-        use super::tool::{
-            CREATE_TOOL_NAME, DELETE_TOOL_NAME, DESTROY_TOOL_NAME, LIST_FILES_TOOL_NAME,
-            RESET_TOOL_NAME, UPLOAD_TOOL_NAME,
+        let _call = self.drain.begin_call();
+        let started = std::time::Instant::now();
+        let tool = tool::known_name(&request.name, self.stateful());
+        let answer = self.dispatch(request, context).await;
+        let status = match &answer {
+            Err(_) => "invalid",
+            Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => "error",
+            Ok(CallToolResponse::Complete(result)) => result
+                .structured_content
+                .as_ref()
+                .and_then(|s| s.get("status"))
+                .and_then(|s| s.as_str())
+                .and_then(super::format::Status::parse)
+                .map(super::format::Status::as_str)
+                .unwrap_or("success"),
+            Ok(_) => "success",
         };
-        match request.name.as_ref() {
-            TOOL_NAME => return self.run_code(request, context).await,
-            _ if !self.stateful() => {}
-            CREATE_TOOL_NAME => return self.create(request).await,
-            LIST_FILES_TOOL_NAME => return self.list_files(request, &context).await,
-            DESTROY_TOOL_NAME => return self.destroy(request, &context).await,
-            UPLOAD_TOOL_NAME | DELETE_TOOL_NAME => return self.write_file(request, &context).await,
-            RESET_TOOL_NAME => return self.reset(request, &context).await,
-            _ => {}
-        }
-        let names = tool::tool_names(self.stateful())
-            .iter()
-            .map(|n| format!("`{n}`"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        Err(McpError::invalid_params(
-            format!("unknown tool `{}`: this server has {names}", request.name),
-            None,
-        ))
+        crate::metrics::tool_call(tool.unwrap_or("other"), status, started.elapsed());
+        answer
     }
 
     /// The default sandbox's files, for a session that has one. Sandboxes reached by handle
@@ -560,7 +649,11 @@ impl ServerHandler for RunPythonServer {
         }
         let (handle, path) = super::resources::parse(&request.uri)
             .ok_or_else(|| not_found(&"it is not a sandbox://{sandbox_id}/{path} URI of a file"))?;
-        let entered = self.registry.enter(handle).map_err(|m| not_found(&m))?;
+        let entered = self
+            .registry
+            .open(handle)
+            .await
+            .map_err(|m| not_found(&m))?;
         let bytes = self
             .executor
             .read_file(&entered.sandbox, &path)

@@ -5,6 +5,7 @@
 //! with the reason. Both sit outside the DNS-rebinding guard: they reveal nothing and run
 //! nothing, and a probe's `Host` is the pod's address.
 
+use super::drain::Drain;
 use crate::sandbox::spares::{NotReady, Spares};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -12,7 +13,6 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 /// The liveness path.
 pub const HEALTH_PATH: &str = "/healthz";
@@ -20,8 +20,8 @@ pub const HEALTH_PATH: &str = "/healthz";
 /// The readiness path.
 pub const READY_PATH: &str = "/readyz";
 
-/// The two routes: readiness from `spares`, and 503 once `shutdown` is cancelled.
-pub fn router(spares: Arc<Spares>, shutdown: CancellationToken) -> Router {
+/// The two routes: readiness from `spares`, and 503 once the server drains.
+pub fn router(spares: Arc<Spares>, drain: Arc<Drain>) -> Router {
     Router::new()
         .route(
             HEALTH_PATH,
@@ -29,12 +29,12 @@ pub fn router(spares: Arc<Spares>, shutdown: CancellationToken) -> Router {
         )
         .route(
             READY_PATH,
-            get(move || async move { readiness(&spares, &shutdown) }).fallback(only_get),
+            get(move || async move { readiness(&spares, &drain) }).fallback(only_get),
         )
 }
 
 /// Another method than GET: 405 with `Allow` and the JSON-RPC error every refusal has.
-async fn only_get() -> Response {
+pub(super) async fn only_get() -> Response {
     let mut response = super::errors::method_not_allowed("GET").into_response();
     response
         .headers_mut()
@@ -43,8 +43,8 @@ async fn only_get() -> Response {
 }
 
 /// 200 `{"status": "ready"}`, or 503 `{"status": "not ready", "reason": …}`.
-fn readiness(spares: &Spares, shutdown: &CancellationToken) -> Response {
-    let state = if shutdown.is_cancelled() {
+fn readiness(spares: &Spares, drain: &Drain) -> Response {
+    let state = if drain.is_draining() {
         Err(NotReady::Closed)
     } else {
         spares.readiness()

@@ -50,12 +50,13 @@
 //! plain text, and has no body limit.
 
 use super::errors::{self, Refusal};
-use super::handler::{RunPythonServer, SESSION_HEADER};
+use super::handler::{MintedSandbox, RunPythonServer, SESSION_HEADER};
 use super::health;
 use super::idle::StreamableSessions;
 use super::sessions::{Sessions, SessionsFull};
 use super::sse;
 use super::unread_body;
+use crate::tenancy::handle::SandboxId;
 use anyhow::{Context, Result};
 use axum::body::Body;
 use axum::extract::Request;
@@ -95,9 +96,13 @@ const CORS_REQUEST_HEADERS: [&str; 9] = [
     SANDBOX_PARAM_HEADER,
 ];
 
-/// Response headers a browser page may read: the session id it must send back, and the
-/// protocol version.
-const CORS_EXPOSED_HEADERS: [&str; 2] = ["mcp-session-id", "mcp-protocol-version"];
+/// Response headers a browser page may read: the session id it must send back, the protocol
+/// version, and the sandbox a call works in.
+const CORS_EXPOSED_HEADERS: [&str; 3] = [
+    "mcp-session-id",
+    "mcp-protocol-version",
+    SANDBOX_RESPONSE_HEADER,
+];
 
 /// CORS (the Fetch standard) for requests the guard let through: their `Origin`, if any, is a
 /// loopback one or an `--allow-origin` one, so it is mirrored back; a preflight (`OPTIONS` with
@@ -362,6 +367,10 @@ async fn guard(req: Request, next: Next, access: Arc<Access>) -> Response {
 /// What [`mcp_prechecks`] needs.
 struct McpChecks {
     max_body: usize,
+    /// Whether the server is draining (new work is refused).
+    drain: Arc<super::drain::Drain>,
+    /// `--stateful`: calls work in sandboxes, named in the `Sandbox-Id` response header.
+    sandboxes: bool,
     sessions: Arc<Sessions>,
     /// rmcp's sessions, in stateful mode.
     manager: Option<Arc<LocalSessionManager>>,
@@ -378,6 +387,7 @@ struct McpChecks {
 /// ([`StreamableSessions`]): a request holds its session in flight until its answer is sent.
 async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Response {
     let method = req.method().clone();
+    let mut sandbox_named = None;
     let session = req
         .headers()
         .get(SESSION_HEADER)
@@ -400,11 +410,23 @@ async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Resp
             };
             return errors::sessions_full(&full).into_response();
         }
+        if let Some(refusal) = checks.drain.refusal_for(&message) {
+            return refusal.into_response();
+        }
         if let Some(refusal) = sandbox_header_mismatch(&parts.headers, &message) {
             return refusal.into_response();
         }
+        let mut parts = parts;
+        if checks.sandboxes {
+            sandbox_named = sandbox_of_call(&mut parts, &message, session.is_some());
+        }
         Request::from_parts(parts, Body::from(bytes))
     } else {
+        if method == Method::GET {
+            if let Some(refusal) = checks.drain.refuse_stream() {
+                return refusal.into_response();
+            }
+        }
         req
     };
     if method == Method::DELETE {
@@ -427,6 +449,13 @@ async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Resp
         _ => None,
     };
     let mut response = next.run(req).await;
+    if let Some(id) = sandbox_named {
+        if let Ok(value) = axum::http::HeaderValue::from_str(id.as_str()) {
+            response
+                .headers_mut()
+                .insert(SANDBOX_RESPONSE_HEADER, value);
+        }
+    }
     if method == Method::DELETE && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::OK;
     }
@@ -454,6 +483,41 @@ async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Resp
 /// `Mcp-Param-` prefix and the `x-mcp-header` name of [`super::tool::SANDBOX_HEADER`]), in
 /// lower case for the CORS list.
 const SANDBOX_PARAM_HEADER: &str = "mcp-param-sandbox-id";
+
+/// The response header that names the sandbox a `tools/call` works in (`--stateful`), for a
+/// load balancer's stick table to learn where the sandbox lives (deploy/haproxy.cfg): on every
+/// answer to a call that names a sandbox, and on the answer to a call that makes one, whose
+/// handle is minted before the call runs since the headers go out before the result.
+pub const SANDBOX_RESPONSE_HEADER: &str = "sandbox-id";
+
+/// The sandbox `message` works in, when it is a `tools/call` that names one or will make one
+/// (`create_sandbox`; `run_python_code` without `sandbox_id` and without a session, given by
+/// `in_session`): for the latter a handle is minted now and left in `parts`' extensions for
+/// the handler ([`MintedSandbox`]).
+fn sandbox_of_call(
+    parts: &mut axum::http::request::Parts,
+    message: &ClientJsonRpcMessage,
+    in_session: bool,
+) -> Option<SandboxId> {
+    let ClientJsonRpcMessage::Request(request) = message else {
+        return None;
+    };
+    let ClientRequest::CallToolRequest(call) = &request.request else {
+        return None;
+    };
+    if let Some(named) = super::arguments::named_sandbox(&call.params) {
+        return SandboxId::parse(named);
+    }
+    let makes_one = call.params.name == super::tool::CREATE_TOOL_NAME
+        || (call.params.name == super::tool::TOOL_NAME && !in_session);
+    if !makes_one {
+        return None;
+    }
+    // Without a handle here the handler mints its own; the header is then left out.
+    let id = SandboxId::mint().ok()?;
+    parts.extensions.insert(MintedSandbox(id.clone()));
+    Some(id)
+}
 
 /// The refusal for a `tools/call` whose `Mcp-Param-Sandbox-Id` header differs from its body's
 /// `sandbox_id` (or that has the header and no such argument), for the requests rmcp does not
@@ -563,21 +627,35 @@ async fn json_errors(req: Request, next: Next, max_body: usize) -> Response {
     reply
 }
 
-/// Serves `mode` on `host:port` until `shutdown` is cancelled; in-flight requests then get up
-/// to five seconds to finish. `allow_origins` and `allow_hosts` are `--allow-origin` and
-/// `--allow-host` (see [`Access`]).
+/// Where the HTTP listener listens, and whom it lets in (`--host`, `--port`, `--allow-origin`,
+/// `--allow-host`; see [`Access`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Listen<'a> {
+    pub host: &'a str,
+    pub port: u16,
+    pub allow_origins: &'a [String],
+    pub allow_hosts: &'a [String],
+}
+
+/// Serves `mode` where `listen` says until `shutdown` is cancelled (after the drain, see
+/// [`super::drain`]); responses still being written then get up to five seconds. `metrics`,
+/// when given, is served at `/metrics` ([`super::scrape`]).
 ///
 /// Errors: an `--allow-origin`/`--allow-host` value is malformed, the address cannot be bound,
 /// or the server fails.
 pub async fn serve(
     server: RunPythonServer,
     mode: HttpMode,
-    host: &str,
-    port: u16,
-    allow_origins: &[String],
-    allow_hosts: &[String],
+    listen: Listen<'_>,
     shutdown: CancellationToken,
+    metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 ) -> Result<()> {
+    let Listen {
+        host,
+        port,
+        allow_origins,
+        allow_hosts,
+    } = listen;
     let access = Arc::new(Access::new(host, allow_origins, allow_hosts)?);
     let max_body = max_body_bytes(server.max_code_bytes);
     let (router, endpoints) = match mode {
@@ -607,6 +685,8 @@ pub async fn serve(
             );
             let checks = Arc::new(McpChecks {
                 max_body,
+                drain: server.drain.clone(),
+                sandboxes: server.executor.stateful,
                 sessions: server.sessions.clone(),
                 idle: server.session_idle.filter(|_| stateful).map(|idle| {
                     StreamableSessions::new(idle, manager.clone(), shutdown.child_token())
@@ -639,7 +719,8 @@ pub async fn serve(
             guard(req, next, access.clone())
         }));
     // `/healthz` and `/readyz` answer probes outside the guard (see [`health`]).
-    let router = health::router(server.executor.spares.clone(), shutdown.clone())
+    let router = health::router(server.executor.spares.clone(), server.drain.clone())
+        .merge(super::scrape::router(&server, metrics))
         .fallback_service(guarded)
         .layer(axum::middleware::from_fn(unread_body::close_if_body_unread));
 

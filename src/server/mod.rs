@@ -2,6 +2,7 @@
 //! and the transports.
 
 pub mod arguments;
+pub mod drain;
 pub mod errors;
 pub mod execute;
 pub mod format;
@@ -11,6 +12,7 @@ pub mod http;
 pub mod idle;
 pub mod resources;
 pub mod sandbox_tools;
+pub mod scrape;
 pub mod sessions;
 pub mod sse;
 pub mod startup_deps;

@@ -8,7 +8,7 @@
 use super::arguments::{
     self, CreateArguments, DestroyArguments, FileArguments, SandboxArguments, MAX_DEPENDENCIES,
 };
-use super::handler::{tool_error, RunPythonServer, WithoutHandle};
+use super::handler::{minted, tool_error, InUse, RunPythonServer, WithoutHandle};
 use super::tool::{
     CREATE_TOOL_NAME, DESTROY_TOOL_NAME, LIST_FILES_TOOL_NAME, RESET_DONE, RESET_TOOL_NAME,
     UPLOAD_TOOL_NAME,
@@ -42,6 +42,7 @@ impl RunPythonServer {
     pub(super) async fn create(
         &self,
         request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let args: CreateArguments = arguments::parse(CREATE_TOOL_NAME, request.arguments)?;
         if args.dependencies.len() > MAX_DEPENDENCIES {
@@ -50,16 +51,25 @@ impl RunPythonServer {
                 None,
             ));
         }
-        let sandbox = match self.registry.create(Owner::Handle, args.dependencies) {
+        let made = match minted(context) {
+            Some(id) => self
+                .registry
+                .create_as(id, Owner::Handle, args.dependencies),
+            None => self.registry.create(Owner::Handle, args.dependencies),
+        };
+        let sandbox = match made {
             Ok(sandbox) => sandbox,
             Err(full) => return Ok(tool_error(full)),
         };
-        let _in_flight = sandbox.begin();
+        let in_use = InUse::named(sandbox.clone());
         if let Err(why) = self.executor.prepare(&sandbox).await {
             self.registry.end(&sandbox.id);
             return Ok(tool_error(format!(
                 "the sandbox could not be made ready: Error installing dependencies: {why}"
             )));
+        }
+        if let Some(note) = self.save(&in_use).await {
+            tracing::warn!("sandbox {}: {note}", sandbox.id.short());
         }
         let id = &sandbox.id;
         let text = format!(
@@ -76,11 +86,13 @@ impl RunPythonServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let args: SandboxArguments = arguments::parse(LIST_FILES_TOOL_NAME, request.arguments)?;
-        let in_use =
-            match self.sandbox_for(args.sandbox_id.as_deref(), context, WithoutHandle::Refuse) {
-                Ok(in_use) => in_use,
-                Err(no) => return Ok(tool_error(no)),
-            };
+        let in_use = match self
+            .sandbox_for(args.sandbox_id.as_deref(), context, WithoutHandle::Refuse)
+            .await
+        {
+            Ok(in_use) => in_use,
+            Err(no) => return Ok(tool_error(no)),
+        };
         let id = &in_use.sandbox.id;
         let files = in_use.sandbox.files();
         let mut text = match files.len() {
@@ -107,6 +119,10 @@ impl RunPythonServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let args: DestroyArguments = arguments::parse(DESTROY_TOOL_NAME, request.arguments)?;
+        // Opened first, so that a sandbox saved by another replica is destroyed too.
+        if let Err(no) = self.registry.open(&args.sandbox_id).await {
+            return Ok(tool_error(no));
+        }
         let sandbox = match self.registry.remove_named(&args.sandbox_id) {
             Ok(sandbox) => sandbox,
             Err(missing) => return Ok(tool_error(missing)),
@@ -137,14 +153,19 @@ impl RunPythonServer {
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let args: SandboxArguments = arguments::parse(RESET_TOOL_NAME, request.arguments)?;
-        let in_use =
-            match self.sandbox_for(args.sandbox_id.as_deref(), context, WithoutHandle::Refuse) {
-                Ok(in_use) => in_use,
-                Err(no) => return Ok(tool_error(no)),
-            };
+        let in_use = match self
+            .sandbox_for(args.sandbox_id.as_deref(), context, WithoutHandle::Refuse)
+            .await
+        {
+            Ok(in_use) => in_use,
+            Err(no) => return Ok(tool_error(no)),
+        };
         let arrival = context.extensions.get::<Arrival>();
         if self.executor.reset(&in_use.sandbox, arrival).await {
             self.files_changed(&in_use, context).await;
+        }
+        if let Some(note) = self.save(&in_use).await {
+            return Ok(tool_error(note));
         }
         let done = format!("Sandbox {}: {RESET_DONE}", in_use.sandbox.id);
         Ok(CallToolResult::success(vec![ContentBlock::text(done)]).into())
@@ -187,11 +208,13 @@ impl RunPythonServer {
             Ok(path) => path,
             Err(bad) => return Ok(tool_error(format!("{:?}: {bad}", args.name))),
         };
-        let in_use =
-            match self.sandbox_for(args.sandbox_id.as_deref(), context, WithoutHandle::Refuse) {
-                Ok(in_use) => in_use,
-                Err(no) => return Ok(tool_error(no)),
-            };
+        let in_use = match self
+            .sandbox_for(args.sandbox_id.as_deref(), context, WithoutHandle::Refuse)
+            .await
+        {
+            Ok(in_use) => in_use,
+            Err(no) => return Ok(tool_error(no)),
+        };
         let arrival = context.extensions.get::<Arrival>();
         let written = self
             .executor
@@ -199,6 +222,9 @@ impl RunPythonServer {
             .await;
         match written {
             Ok(changed) => {
+                if let Some(note) = self.save(&in_use).await {
+                    return Ok(tool_error(note));
+                }
                 if changed {
                     self.files_changed(&in_use, context).await;
                 }

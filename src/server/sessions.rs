@@ -32,6 +32,11 @@ impl Sessions {
         })
     }
 
+    /// How many sessions are live.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+
     /// Whether a new session would be refused now.
     pub fn is_full(&self) -> bool {
         self.live.load(Ordering::SeqCst) >= self.max

@@ -91,6 +91,9 @@ impl Drop for SessionGuard {
 }
 
 async fn open_stream(State(state): State<AppState>) -> Response {
+    if let Some(refusal) = state.server.drain.refuse_stream() {
+        return refusal.into_response();
+    }
     match state.server.for_new_session() {
         Ok(handler) => session_stream(state, handler).into_response(),
         Err(full) => errors::sessions_full(&full).into_response(),
@@ -196,6 +199,9 @@ async fn post_message(
         Ok((_, message)) => message,
         Err(refusal) => return refusal.into_response(),
     };
+    if let Some(refusal) = handler.drain.refusal_for(&message) {
+        return refusal.into_response();
+    }
     handler.stamp_arrival(&mut message);
     if sender.send(message).await.is_err() {
         // The stream closed between the lookup and now: the session has ended.

@@ -168,6 +168,12 @@ pub fn find(name: &str, stateful: bool) -> Option<Tool> {
     tools(stateful).iter().find(|t| t.name == name).cloned()
 }
 
+/// `name` as one of this server's tool names (`stateful`: `--stateful`), a fixed string fit
+/// for a metric label; `None` for a name the server does not have.
+pub fn known_name(name: &str, stateful: bool) -> Option<&'static str> {
+    tool_names(stateful).iter().copied().find(|n| *n == name)
+}
+
 /// The description of an optional `sandbox_id` argument of the file tools.
 const OPTIONAL_SANDBOX: &str = "The sandbox, as a result or create_sandbox named it; may be left out by a client with a session, for the connection's own sandbox";
 

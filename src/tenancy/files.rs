@@ -19,6 +19,8 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct SandboxFiles {
     entries: BTreeMap<String, Entry>,
+    /// Bumped by every change (`--state-dir` saves the files again only after one).
+    version: u64,
 }
 
 /// What a kept call's worker said of its working directory (`--stateful`): every file with its
@@ -42,6 +44,20 @@ pub struct Survivors {
 }
 
 impl SandboxFiles {
+    /// A number that changes whenever the files or their copies do.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The files the front holds no copy of (path order).
+    pub fn without_copy(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.bytes.is_none())
+            .map(|(path, _)| path.clone())
+            .collect()
+    }
+
     /// The files (path, size in bytes), in path order.
     pub fn listing(&self) -> Vec<(String, u64)> {
         self.entries
@@ -64,6 +80,7 @@ impl SandboxFiles {
             entries.insert(path.clone(), Entry { size: *size, bytes });
         }
         self.entries = entries;
+        self.version += 1;
         before != self.listing()
     }
 
@@ -71,6 +88,7 @@ impl SandboxFiles {
     pub fn room_for(&mut self, path: &str, cap: u64) -> u64 {
         if let Some(entry) = self.entries.get_mut(path) {
             entry.bytes = None;
+            self.version += 1;
         }
         cap.saturating_sub(self.held())
     }
@@ -83,24 +101,28 @@ impl SandboxFiles {
         let room = self.room_for(path, cap);
         let bytes = (size <= room).then(|| Arc::new(bytes));
         self.entries.insert(path.to_owned(), Entry { size, bytes });
+        self.version += 1;
         changed
     }
 
     /// Forgets file `path`; whether it was there.
     pub fn remove(&mut self, path: &str) -> bool {
+        self.version += 1;
         self.entries.remove(path).is_some()
     }
 
     /// Forgets every file (`reset_session`); whether there were any.
     pub fn clear(&mut self) -> bool {
         let had = !self.entries.is_empty();
-        *self = SandboxFiles::default();
+        self.entries.clear();
+        self.version += 1;
         had
     }
 
     /// The interpreter was stopped: files without a copy are gone with it. Returns which files
     /// survive and which were lost (in path order).
     pub fn survive(&mut self) -> Survivors {
+        self.version += 1;
         let mut survivors = Survivors::default();
         self.entries.retain(|path, entry| {
             let kept = entry.bytes.is_some();

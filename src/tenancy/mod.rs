@@ -13,3 +13,4 @@ pub mod files;
 pub mod handle;
 pub mod registry;
 pub mod sandbox;
+pub mod state_dir;

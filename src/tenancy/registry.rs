@@ -14,6 +14,8 @@
 use super::activity::InFlight;
 use super::handle::{MintError, SandboxId};
 use super::sandbox::{Owner, Sandbox};
+use super::state_dir::{Claim, Expiry, Snapshot, StateDir, StateError};
+use crate::metrics::SaveResult;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -77,11 +79,36 @@ pub struct Entered {
     pub in_flight: InFlight,
 }
 
+/// Why a handle could not be opened ([`Registry::open`]).
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Missing(#[from] Missing),
+    /// The state directory failed while restoring the sandbox.
+    #[error("sandbox {short} could not be restored: {source}")]
+    State {
+        short: String,
+        #[source]
+        source: StateError,
+    },
+}
+
 /// The live sandboxes (see the module's documentation).
 pub struct Registry {
     limits: RegistryLimits,
     live: Mutex<HashMap<SandboxId, Arc<Sandbox>>>,
+    /// `--state-dir`: where sandboxes reached by handle are saved after each call and restored
+    /// from by any replica.
+    state: Option<Arc<StateDir>>,
+    /// Most bytes of files a restored sandbox keeps copies of (`--max-session-file-bytes`).
+    file_cap: u64,
+    /// Held while a sandbox is restored, so that two calls for it restore it once.
+    restoring: tokio::sync::Mutex<()>,
 }
+
+/// How often the state directory is swept for sandboxes past their limits whose replica is
+/// gone (seconds).
+const STATE_SWEEP: Duration = Duration::from_secs(60);
 
 /// Bounds of how often the registry looks for expired sandboxes.
 const MIN_SWEEP: Duration = Duration::from_millis(100);
@@ -91,15 +118,44 @@ const MAX_SWEEP: Duration = Duration::from_secs(30);
 const SWEEPS_PER_LIMIT: u32 = 4;
 
 impl Registry {
-    /// An empty registry under `limits` (a `max` of 0 counts as 1).
+    /// An empty registry under `limits` (a `max` of 0 counts as 1), without a state directory.
+    #[cfg(test)]
     pub fn new(limits: RegistryLimits) -> Arc<Registry> {
+        Registry::with_state(limits, None, 0)
+    }
+
+    /// An empty registry under `limits` that saves sandboxes reached by handle to `state` and
+    /// restores them from it, keeping at most `file_cap` bytes of a restored sandbox's files.
+    pub fn with_state(
+        limits: RegistryLimits,
+        state: Option<StateDir>,
+        file_cap: u64,
+    ) -> Arc<Registry> {
         Arc::new(Registry {
             limits: RegistryLimits {
                 max: limits.max.max(1),
                 ..limits
             },
             live: Mutex::default(),
+            state: state.map(Arc::new),
+            file_cap,
+            restoring: tokio::sync::Mutex::const_new(()),
         })
+    }
+
+    /// How many sandboxes are live, and how many of them hold an interpreter between calls
+    /// (for metrics).
+    pub fn counts(&self) -> (usize, usize) {
+        let live = self.live();
+        let idle = live.values().filter(|s| s.has_idle_interpreter()).count();
+        (live.len(), idle)
+    }
+
+    fn expiry(&self) -> Expiry {
+        Expiry {
+            idle: self.limits.idle,
+            lifetime: self.limits.lifetime,
+        }
     }
 
     /// How long a sandbox reached by its handle alone may go without a call.
@@ -145,8 +201,27 @@ impl Registry {
         owner: Owner,
         dependencies: Vec<String>,
     ) -> Result<Arc<Sandbox>, RegistryError> {
-        let id = SandboxId::mint()?;
-        let sandbox = Sandbox::new(id.clone(), owner, dependencies);
+        self.create_as(SandboxId::mint()?, owner, dependencies)
+    }
+
+    /// [`create`](Self::create) under a handle minted before (the HTTP front names a sandbox a
+    /// call will make in its response headers, for the load balancer, before the call runs).
+    ///
+    /// Errors: [`RegistryError::Full`].
+    pub fn create_as(
+        &self,
+        id: SandboxId,
+        owner: Owner,
+        dependencies: Vec<String>,
+    ) -> Result<Arc<Sandbox>, RegistryError> {
+        let sandbox = Sandbox::new(id, owner, dependencies);
+        self.insert(sandbox.clone())?;
+        tracing::debug!("sandbox {} created ({:?})", sandbox.id.short(), owner);
+        Ok(sandbox)
+    }
+
+    /// Registers `sandbox`; at the cap it takes an idle sandbox's place.
+    fn insert(&self, sandbox: Arc<Sandbox>) -> Result<(), RegistryError> {
         let mut live = self.live();
         if live.len() >= self.limits.max {
             self.sweep_locked(&mut live);
@@ -169,12 +244,146 @@ impl Registry {
                     since.elapsed().as_secs(),
                     self.limits.max
                 );
-                evicted.end();
+                self.forget(&evicted);
             }
         }
-        live.insert(id, sandbox.clone());
-        tracing::debug!("sandbox {} created ({:?})", sandbox.id.short(), owner);
-        Ok(sandbox)
+        live.insert(sandbox.id.clone(), sandbox);
+        Ok(())
+    }
+
+    /// Ends `sandbox` for good: also its saved state, unless another replica holds it now.
+    fn forget(&self, sandbox: &Arc<Sandbox>) {
+        sandbox.end();
+        self.forget_state(sandbox);
+    }
+
+    /// The sandbox named by `text`, held in flight until the result is dropped: a live one
+    /// (after checking, with `--state-dir`, that no other replica took it over since), else one
+    /// restored from the state directory. This is where a handle is checked against its
+    /// holder once the server authenticates callers.
+    ///
+    /// Errors: [`OpenError::Missing`] when `text` names no sandbox, live or saved;
+    /// [`OpenError::State`] when the state directory fails.
+    pub async fn open(&self, text: &str) -> Result<Entered, OpenError> {
+        let Some(state) = &self.state else {
+            return Ok(self.enter(text)?);
+        };
+        let entered = match self.enter(text) {
+            Ok(entered) if entered.sandbox.owner != Owner::Handle => return Ok(entered),
+            Ok(entered) => entered,
+            Err(missing) => return self.restore(text, missing).await,
+        };
+        let (state, id) = (state.clone(), entered.sandbox.id.clone());
+        let now = blocking(move || state.generation(&id)).await;
+        let ours = entered.sandbox.generation();
+        match now {
+            Ok(Some(theirs)) if theirs > ours => {
+                tracing::info!(
+                    "sandbox {} was taken over by another replica (generation {theirs} > {ours}); dropping this replica's copy",
+                    entered.sandbox.id.short()
+                );
+                let stale = entered.sandbox.clone();
+                drop(entered);
+                self.live().remove(&stale.id);
+                stale.end();
+                self.restore(text, Missing::of(text)).await
+            }
+            Ok(_) => Ok(entered),
+            Err(source) => Err(OpenError::State {
+                short: entered.sandbox.id.short().to_string(),
+                source,
+            }),
+        }
+    }
+
+    /// Restores the sandbox named by `text` from the state directory (see [`open`](Self::open)).
+    async fn restore(&self, text: &str, missing: Missing) -> Result<Entered, OpenError> {
+        let (Some(state), Some(id)) = (&self.state, SandboxId::parse(text)) else {
+            return Err(missing.into());
+        };
+        let _one_at_a_time = self.restoring.lock().await;
+        // Another call may have restored it while this one waited.
+        if let Ok(entered) = self.enter(text) {
+            return Ok(entered);
+        }
+        let claim = {
+            let (state, id, expiry) = (state.clone(), id.clone(), self.expiry());
+            blocking(move || state.claim(&id, expiry)).await
+        };
+        let restored = match claim {
+            Ok(Claim::Restored(restored)) => restored,
+            Ok(Claim::Absent) => return Err(missing.into()),
+            Err(source) => {
+                return Err(OpenError::State {
+                    short: id.short().to_string(),
+                    source,
+                })
+            }
+        };
+        tracing::info!(
+            "sandbox {} restored from the state directory (generation {}, held before by replica {})",
+            id.short(),
+            restored.generation,
+            restored.previous_replica
+        );
+        let note = restored_note(&restored);
+        let sandbox = Sandbox::restored(id, restored, self.file_cap, note);
+        crate::metrics::sandbox_restored();
+        // No room: the restored sandbox is dropped again; its saved state stays for a retry.
+        if let Err(full) = self.insert(sandbox.clone()) {
+            tracing::warn!("sandbox {}: {full}", sandbox.id.short());
+            return Err(missing.into());
+        }
+        let in_flight = sandbox.begin();
+        Ok(Entered { sandbox, in_flight })
+    }
+
+    /// Saves `sandbox` to the state directory after a completed call (its files only when they
+    /// changed); nothing without `--state-dir` or for a sandbox that is not reached by handle.
+    ///
+    /// Errors: [`StateError::Superseded`] when another replica took it over while the call
+    /// ran (this replica's copy is then dropped); the file system's.
+    pub async fn save(&self, sandbox: &Arc<Sandbox>) -> Result<(), StateError> {
+        let Some(state) = &self.state else {
+            return Ok(());
+        };
+        if sandbox.owner != Owner::Handle || sandbox.has_ended() {
+            return Ok(());
+        }
+        let version = sandbox.unsaved_files();
+        let snapshot = version.map(|_| Snapshot {
+            dependencies: sandbox.dependencies.clone(),
+            files: sandbox.with_files(|f| f.copies()),
+            not_kept: sandbox.with_files(|f| f.without_copy()),
+        });
+        let (state, id) = (state.clone(), sandbox.id.clone());
+        let (generation, created) = (sandbox.generation(), sandbox.created_unix);
+        let saved = blocking(move || state.save(&id, generation, created, snapshot.as_ref())).await;
+        match saved {
+            Ok(generation) => {
+                crate::metrics::state_saved(SaveResult::Ok);
+                sandbox.saved(generation, version);
+                Ok(())
+            }
+            Err(e) => {
+                crate::metrics::state_saved(match e {
+                    StateError::Superseded { .. } => SaveResult::Superseded,
+                    _ => SaveResult::Error,
+                });
+                if let StateError::Superseded { .. } = e {
+                    let mut live = self.live();
+                    if live
+                        .get(&sandbox.id)
+                        .is_some_and(|s| Arc::ptr_eq(s, sandbox))
+                    {
+                        live.remove(&sandbox.id);
+                    }
+                    drop(live);
+                    sandbox.end();
+                }
+                Err(e)
+            }
+        }
     }
 
     /// The live sandbox named by `text`, held in flight until the result is dropped. This is
@@ -189,7 +398,7 @@ impl Registry {
         if sandbox.has_ended() || self.expired(&sandbox, Instant::now()) {
             if sandbox.activity().idle_since().is_some() {
                 live.remove(&id);
-                sandbox.end();
+                self.forget(&sandbox);
             }
             return Err(Missing::of(text));
         }
@@ -210,7 +419,31 @@ impl Registry {
     /// Errors: [`Missing`] when `text` names no live sandbox.
     pub fn remove_named(&self, text: &str) -> Result<Arc<Sandbox>, Missing> {
         let id = SandboxId::parse(text).ok_or_else(|| Missing::of(text))?;
-        self.live().remove(&id).ok_or_else(|| Missing::of(text))
+        let sandbox = self.live().remove(&id).ok_or_else(|| Missing::of(text))?;
+        self.forget_state(&sandbox);
+        Ok(sandbox)
+    }
+
+    /// Removes `sandbox`'s saved state, unless another replica holds it under a newer
+    /// generation, in the background; the sandbox itself is not ended.
+    fn forget_state(&self, sandbox: &Arc<Sandbox>) {
+        let (Some(state), Owner::Handle) = (&self.state, sandbox.owner) else {
+            return;
+        };
+        let generation = sandbox.generation();
+        if generation == 0 {
+            return;
+        }
+        let (state, id) = (state.clone(), sandbox.id.clone());
+        let remove = move || {
+            if let Err(e) = state.remove(&id, generation) {
+                tracing::warn!("sandbox {}: {e}", id.short());
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(remove)),
+            Err(_) => remove(),
+        }
     }
 
     /// Takes `id` out of the registry and ends it (its session ended).
@@ -231,7 +464,7 @@ impl Registry {
             let gone = self.expired(sandbox, now) && sandbox.activity().idle_since().is_some();
             if gone {
                 tracing::debug!("sandbox {} expired", sandbox.id.short());
-                sandbox.end();
+                self.forget(sandbox);
             }
             !gone
         });
@@ -248,8 +481,31 @@ impl Registry {
         Some((shortest / SWEEPS_PER_LIMIT).clamp(MIN_SWEEP, MAX_SWEEP))
     }
 
-    /// Sweeps in the background until `shutdown`, then ends every sandbox.
+    /// Sweeps in the background until `shutdown`, then ends every sandbox (their saved state
+    /// stays, for other replicas); with `--state-dir`, also sweeps the state directory for
+    /// sandboxes past their limits every [`STATE_SWEEP`].
     pub fn spawn_sweeper(self: &Arc<Self>, shutdown: CancellationToken) {
+        if let Some(state) = self.state.clone() {
+            let expiry = self.expiry();
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(STATE_SWEEP);
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = stop.cancelled() => break,
+                    }
+                    let state = state.clone();
+                    match blocking(move || state.sweep(expiry)).await {
+                        Ok(0) => {}
+                        Ok(n) => {
+                            tracing::info!("removed {n} expired sandboxes from the state directory")
+                        }
+                        Err(e) => tracing::warn!("{e}"),
+                    }
+                }
+            });
+        }
         let this = self.clone();
         let interval = self.sweep_interval();
         tokio::spawn(async move {
@@ -275,6 +531,36 @@ impl Registry {
             sandbox.end();
         }
     }
+}
+
+/// Runs file-system work off the async threads; a task that panicked counts as an I/O error.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StateError> + Send + 'static,
+) -> Result<T, StateError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(StateError::Io {
+            action: "finish work in",
+            path: std::path::PathBuf::from("--state-dir"),
+            source: std::io::Error::other(e.to_string()),
+        })
+    })
+}
+
+/// The first words of the `state` note of a restored sandbox's first call.
+fn restored_note(restored: &super::state_dir::Restored) -> String {
+    let mut note = format!(
+        "new: this sandbox was restored from the shared state directory on another replica (replica {} that held it stopped, was drained or lost it); the variables, functions and imports of earlier calls are gone",
+        restored.previous_replica
+    );
+    if !restored.dependencies.is_empty() {
+        note.push_str("; its dependencies are installed again: ");
+        note.push_str(&restored.dependencies.join(", "));
+    }
+    if !restored.not_kept.is_empty() {
+        note.push_str("; these files were too large to keep and are gone: ");
+        note.push_str(&restored.not_kept.join(", "));
+    }
+    note
 }
 
 #[cfg(test)]

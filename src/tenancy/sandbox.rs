@@ -13,7 +13,7 @@ use super::files::SandboxFiles;
 use super::handle::{MintError, SandboxId};
 use crate::sandbox::worker::Worker;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, OwnedMutexGuard};
@@ -66,6 +66,9 @@ pub struct Sandbox {
     pub owner: Owner,
     /// When it was made.
     pub created: Instant,
+    /// When it was made, in seconds since the Unix epoch (on the replica that made it, for a
+    /// restored sandbox): what the state directory records.
+    pub created_unix: u64,
     /// Requirements given to `create_sandbox` (PEP 508): installed before it answered, and
     /// again into every later interpreter of the sandbox.
     pub dependencies: Vec<String>,
@@ -86,6 +89,13 @@ pub struct Sandbox {
     queued: Notify,
     /// Its calls in flight and last use (for idle expiry and eviction).
     activity: Arc<Activity>,
+    /// `--state-dir`: the generation this replica holds it under (0: never saved).
+    generation: AtomicU64,
+    /// `--state-dir`: the [`SandboxFiles::version`] last saved.
+    saved_files: Mutex<Option<u64>>,
+    /// `--state-dir`: the first words of the `state` note of the first call after a restore
+    /// from the state directory (what came back, what was lost).
+    restored_note: Mutex<Option<String>>,
 }
 
 impl Sandbox {
@@ -96,6 +106,7 @@ impl Sandbox {
             id,
             owner,
             created: Instant::now(),
+            created_unix: crate::tenancy::state_dir::unix_now(),
             dependencies,
             worker: Arc::default(),
             had_interpreter: AtomicBool::new(false),
@@ -105,7 +116,78 @@ impl Sandbox {
             arrivals: Mutex::default(),
             queued: Notify::new(),
             activity: Activity::new(),
+            generation: AtomicU64::new(0),
+            saved_files: Mutex::default(),
+            restored_note: Mutex::default(),
         })
+    }
+
+    /// A sandbox taken over from the state directory: named `id`, made at `created_unix` (seconds
+    /// since the Unix epoch) on another replica, held under `generation`, with `files` (path,
+    /// bytes, kept within `cap` bytes in all) as copies that its first interpreter gets, and
+    /// `note` as the first words of that call's `state` note.
+    pub fn restored(
+        id: SandboxId,
+        restored: crate::tenancy::state_dir::Restored,
+        cap: u64,
+        note: String,
+    ) -> Arc<Sandbox> {
+        let now_unix = crate::tenancy::state_dir::unix_now();
+        let age = Duration::from_secs(now_unix.saturating_sub(restored.created_unix));
+        let mut sandbox = Sandbox::new(id, Owner::Handle, restored.dependencies);
+        if let Some(sandbox) = Arc::get_mut(&mut sandbox) {
+            sandbox.created = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
+            sandbox.created_unix = restored.created_unix;
+        }
+        sandbox.with_files(|f| {
+            for (path, bytes) in restored.files {
+                f.keep(&path, bytes, cap);
+            }
+        });
+        // Its files as saved count as saved.
+        *sandbox
+            .saved_files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(sandbox.with_files(|f| f.version()));
+        sandbox
+            .generation
+            .store(restored.generation, Ordering::SeqCst);
+        // Its first interpreter is not its first: the kept files go into it, with the note.
+        sandbox.had_interpreter.store(true, Ordering::SeqCst);
+        *sandbox
+            .restored_note
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(note);
+        sandbox
+    }
+
+    /// The generation this replica holds it under in the state directory (0: never saved).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Records a save under `generation`, of its files at `files_version` when they were
+    /// written.
+    pub fn saved(&self, generation: u64, files_version: Option<u64>) {
+        self.generation.store(generation, Ordering::SeqCst);
+        if let Some(version) = files_version {
+            *self.saved_files.lock().unwrap_or_else(|p| p.into_inner()) = Some(version);
+        }
+    }
+
+    /// The files' version if they changed since the last save (`None`: nothing to write).
+    pub fn unsaved_files(&self) -> Option<u64> {
+        let version = self.with_files(|f| f.version());
+        let saved = *self.saved_files.lock().unwrap_or_else(|p| p.into_inner());
+        (saved != Some(version)).then_some(version)
+    }
+
+    /// Takes the first words of the `state` note due after a restore, if any.
+    pub fn take_restored_note(&self) -> Option<String> {
+        self.restored_note
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 
     /// A sandbox for one call, never registered ([`Owner::Call`]): the caller ends it.
@@ -228,6 +310,11 @@ impl Sandbox {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
+    }
+
+    /// Whether it holds an interpreter that is not running a call now (for metrics).
+    pub fn has_idle_interpreter(&self) -> bool {
+        self.worker.try_lock().is_ok_and(|slot| slot.is_some())
     }
 
     /// Resolves once the sandbox has ended.

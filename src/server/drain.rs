@@ -1,0 +1,118 @@
+//! Graceful drain (issue 27): what a replica does between SIGTERM and its exit, so that a load
+//! balancer can move its sandboxes without a wrong answer.
+//!
+//! What a client sees at each step:
+//! 1. SIGTERM: `/readyz` answers 503 at once (the balancer's health check takes the replica
+//!    out). New work is refused with HTTP 503 and a JSON-RPC error that says nothing ran
+//!    ([`super::errors::draining`]): a request (`initialize`, `tools/list`, `tools/call`…)
+//!    on `/mcp` or `/messages`, a new `GET /mcp` or `/sse` stream. A balancer that retries on
+//!    503 (deploy/haproxy.cfg) sends it to another replica, which restores the sandbox from
+//!    `--state-dir`. Notifications (a cancellation) and responses still pass.
+//! 2. Calls in flight run to their end, for up to `--drain-timeout` seconds (default: the
+//!    call timeout), and are answered as usual. Each saves its sandbox to the state directory
+//!    before its answer, as every call does, so there is nothing left to flush after.
+//! 3. Then the listener stops (responses being written get a few more seconds), every
+//!    interpreter is killed and reaped, and the process exits 0. A call still running at the
+//!    drain timeout is stopped: its client sees its stream end without an answer.
+//!
+//! A second SIGTERM or SIGINT during the drain skips to step 3. Over stdio there is one client
+//! and no balancer: a signal stops the server at once.
+
+use super::errors::Refusal;
+use crate::tenancy::activity::{Activity, InFlight};
+use rmcp::model::ClientJsonRpcMessage;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How often a drain looks whether the calls in flight are done.
+const DRAIN_POLL: Duration = Duration::from_millis(100);
+
+/// The server's drain state: whether it is draining, and its calls in flight.
+#[derive(Debug)]
+pub struct Drain {
+    draining: CancellationToken,
+    calls: Arc<Activity>,
+}
+
+impl Drain {
+    /// A server serving, with no call in flight.
+    pub fn new() -> Arc<Drain> {
+        Arc::new(Drain {
+            draining: CancellationToken::new(),
+            calls: Activity::new(),
+        })
+    }
+
+    /// Starts draining (SIGTERM).
+    pub fn start(&self) {
+        self.draining.cancel();
+    }
+
+    /// Whether the server is draining: it refuses new work.
+    pub fn is_draining(&self) -> bool {
+        self.draining.is_cancelled()
+    }
+
+    /// The refusal for `message` while draining: a request (new work) is refused, a
+    /// notification or a response passes. `None` while serving.
+    pub fn refusal_for(&self, message: &ClientJsonRpcMessage) -> Option<Refusal> {
+        if !self.is_draining() {
+            return None;
+        }
+        let ClientJsonRpcMessage::Request(request) = message else {
+            return None;
+        };
+        let id = serde_json::to_value(&request.id).unwrap_or(serde_json::Value::Null);
+        Some(super::errors::draining(id))
+    }
+
+    /// The refusal of a new stream (`GET /mcp`, `GET /sse`) while draining.
+    pub fn refuse_stream(&self) -> Option<Refusal> {
+        self.is_draining()
+            .then(|| super::errors::draining(serde_json::Value::Null))
+    }
+
+    /// A call starts; the drain waits for it until the returned guard is dropped.
+    pub fn begin_call(&self) -> InFlight {
+        self.calls.begin()
+    }
+
+    /// Waits until no call is in flight (true), or `timeout` passed first (false); `None`: no
+    /// limit.
+    pub async fn until_calls_done(&self, timeout: Option<Duration>) -> bool {
+        let done = async {
+            while self.calls.idle_since().is_none() {
+                tokio::time::sleep(DRAIN_POLL).await;
+            }
+        };
+        match timeout {
+            Some(timeout) => tokio::time::timeout(timeout, done).await.is_ok(),
+            None => {
+                done.await;
+                true
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_waits_for_calls_in_flight_up_to_its_timeout() {
+        let drain = Drain::new();
+        assert!(!drain.is_draining());
+        assert!(drain.until_calls_done(Some(Duration::from_secs(1))).await);
+        let call = drain.begin_call();
+        drain.start();
+        assert!(drain.is_draining());
+        assert!(!drain.until_calls_done(Some(Duration::from_secs(1))).await);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            drop(call);
+        });
+        assert!(drain.until_calls_done(Some(Duration::from_secs(10))).await);
+    }
+}

@@ -1,0 +1,606 @@
+//! The shared state directory (`--state-dir`, issue 27): where every replica writes its
+//! sandboxes' files and metadata after each completed call, so that a sandbox outlives the
+//! replica that held it. A replica that gets a call for a sandbox it does not hold (the load
+//! balancer moved it after its replica died or drained) restores it from here: a fresh
+//! interpreter, its files back, its dependencies installed; its globals are lost, and the
+//! call's `state` note says so.
+//!
+//! Layout, one directory per sandbox, named by the SHA-256 of its handle (the directory
+//! reveals no handle: a handle is a bearer capability):
+//!
+//! ```text
+//! DIR/<sha256 of the handle, hex>/lock        the lock taken around every read-modify-write
+//! DIR/<…>/owner.json                          Ownership: generation, replica, times
+//! DIR/<…>/state.zip                           manifest.json + files/<path>, stored uncompressed
+//! ```
+//!
+//! Every file is written whole under a temporary name, then renamed over the old one (atomic
+//! on POSIX file systems and NFS), so a reader sees one call's state or the next, never a mix;
+//! `state.zip` is written before `owner.json`, so a restore never pairs new ownership with
+//! older files than the last completed call's.
+//!
+//! **One owner at a time: a generation number, fenced under a lock.** Taking a sandbox over
+//! ([`StateDir::claim`]) increments its generation under the sandbox's file lock (`flock`,
+//! honoured by local file systems, NFSv4 and EFS). The replica that held it before learns it
+//! has lost it before its next call ([`StateDir::generation`]: its own number is lower) and
+//! drops its copy; if it was mid-call, its save after the call is refused
+//! ([`StateError::Superseded`]) and its answer says so. The load balancer decides where calls
+//! go; the state directory only makes sure a stale holder never writes over a newer owner.
+//! On a split (two balancers sending one sandbox's calls to two replicas at once) each call
+//! runs where it lands, each takeover restores the files of the last call saved, globals are
+//! lost at every switch, and of two calls running at once the later save wins whole.
+
+use super::handle::SandboxId;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The ownership record's file name.
+const OWNER_FILE: &str = "owner.json";
+
+/// The files' archive's file name.
+const STATE_FILE: &str = "state.zip";
+
+/// The lock file's name.
+const LOCK_FILE: &str = "lock";
+
+/// The manifest's name inside the archive.
+const MANIFEST: &str = "manifest.json";
+
+/// The folder of the sandbox's files inside the archive.
+const FILES_PREFIX: &str = "files/";
+
+/// The archive format this build writes and reads.
+const FORMAT: u32 = 1;
+
+/// Largest `owner.json` read (bytes): a few numbers and a replica name.
+const MAX_OWNER_BYTES: u64 = 4096;
+
+/// Largest manifest read (bytes): the dependency list and the file names.
+const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+
+/// Most sandbox directories one sweep looks at, so that a sweep stays short however large
+/// the directory grows (later sweeps see the rest).
+const SWEEP_BATCH: usize = 10_000;
+
+/// Who owns a sandbox now (`owner.json`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+struct Ownership {
+    /// Incremented by every takeover; a holder with a lower number has lost the sandbox.
+    generation: u64,
+    /// The replica that holds it (its random name, for logs).
+    replica: String,
+    /// When the sandbox was made (seconds since the Unix epoch): `--sandbox-max-lifetime`
+    /// counts from here on every replica.
+    created_unix: u64,
+    /// When its last call completed (seconds since the Unix epoch): `--sandbox-idle-timeout`
+    /// counts from here.
+    last_used_unix: u64,
+}
+
+/// What the archive says besides the files' bytes.
+#[derive(Debug, Serialize, Deserialize)]
+struct Manifest {
+    format: u32,
+    /// The sandbox's requirements (PEP 508), installed again into a restored interpreter.
+    dependencies: Vec<String>,
+    /// Files the sandbox had but the front held no copy of (over `--max-session-file-bytes`):
+    /// a restore says they are gone.
+    not_kept: Vec<String>,
+}
+
+/// A sandbox's state as of its last completed call, to save.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub dependencies: Vec<String>,
+    /// The files the front holds copies of (path relative to the working directory, bytes).
+    pub files: Vec<(String, Arc<Vec<u8>>)>,
+    /// Files without a copy.
+    pub not_kept: Vec<String>,
+}
+
+/// A sandbox's files: path relative to its working directory, bytes.
+pub type Files = Vec<(String, Vec<u8>)>;
+
+/// A sandbox taken over from the state directory.
+#[derive(Debug)]
+pub struct Restored {
+    /// The generation this replica now holds it under.
+    pub generation: u64,
+    /// When it was made (seconds since the Unix epoch).
+    pub created_unix: u64,
+    pub dependencies: Vec<String>,
+    pub files: Files,
+    pub not_kept: Vec<String>,
+    /// The replica that held it before.
+    pub previous_replica: String,
+}
+
+/// What a takeover found.
+#[derive(Debug)]
+pub enum Claim {
+    /// The sandbox, now held by this replica.
+    Restored(Restored),
+    /// No sandbox of that handle was saved, or it expired (and is removed now).
+    Absent,
+}
+
+/// A state-directory operation that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The file system refused.
+    #[error("the state directory could not {action} {path}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A saved file is not what this build writes.
+    #[error("the state directory's {path} is malformed")]
+    Malformed {
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The saved files are larger than this replica keeps (`--max-session-file-bytes`).
+    #[error("the state directory's {path} holds more than {max} bytes of files (--max-session-file-bytes)")]
+    TooLarge { path: PathBuf, max: u64 },
+    /// Another replica took the sandbox over since this one's generation.
+    #[error("replica {replica} took this sandbox over (generation {generation})")]
+    Superseded { replica: String, generation: u64 },
+}
+
+/// Limits a takeover checks: a sandbox idle or old past them is gone, as it would be on the
+/// replica that held it.
+#[derive(Debug, Clone, Copy)]
+pub struct Expiry {
+    pub idle: Option<Duration>,
+    pub lifetime: Option<Duration>,
+}
+
+impl Expiry {
+    fn expired(&self, owner: &Ownership, now: u64) -> bool {
+        let idle = self
+            .idle
+            .is_some_and(|d| now.saturating_sub(owner.last_used_unix) >= d.as_secs());
+        let old = self
+            .lifetime
+            .is_some_and(|d| now.saturating_sub(owner.created_unix) >= d.as_secs());
+        idle || old
+    }
+}
+
+/// Seconds since the Unix epoch now.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The shared state directory (see the module's documentation).
+#[derive(Debug)]
+pub struct StateDir {
+    root: PathBuf,
+    /// This replica's name in ownership records: random per process.
+    replica: String,
+    /// Most bytes of files restored into one sandbox (`--max-session-file-bytes`).
+    max_file_bytes: u64,
+}
+
+/// `result`'s I/O error as a [`StateError`] about `path`.
+fn io<T>(result: std::io::Result<T>, action: &'static str, path: &Path) -> Result<T, StateError> {
+    result.map_err(|source| StateError::Io {
+        action,
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The exclusive lock of one sandbox's directory, released when dropped.
+struct Locked(File);
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
+}
+
+impl StateDir {
+    /// The state directory at `root` (made if missing) for a replica named `replica`, restoring
+    /// at most `max_file_bytes` of files per sandbox.
+    ///
+    /// Errors: [`StateError::Io`] when `root` cannot be made or written.
+    pub fn open(root: &Path, replica: String, max_file_bytes: u64) -> Result<StateDir, StateError> {
+        io(std::fs::create_dir_all(root), "create", root)?;
+        let probe = root.join(format!(".probe-{replica}"));
+        io(std::fs::write(&probe, b""), "write in", root)?;
+        let _ = std::fs::remove_file(&probe);
+        Ok(StateDir {
+            root: root.to_owned(),
+            replica,
+            max_file_bytes,
+        })
+    }
+
+    /// The directory of sandbox `id`.
+    fn dir_of(&self, id: &SandboxId) -> PathBuf {
+        self.root
+            .join(hex::encode(Sha256::digest(id.as_str().as_bytes())))
+    }
+
+    /// Locks `dir` (made if `create`), or `None` when it does not exist and `create` is false.
+    fn lock(&self, dir: &Path, create: bool) -> Result<Option<Locked>, StateError> {
+        if create {
+            io(std::fs::create_dir_all(dir), "create", dir)?;
+        } else if !dir.is_dir() {
+            return Ok(None);
+        }
+        let path = dir.join(LOCK_FILE);
+        let file = io(
+            File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path),
+            "open",
+            &path,
+        )?;
+        io(file.lock(), "lock", &path)?;
+        Ok(Some(Locked(file)))
+    }
+
+    /// `dir`'s ownership record, if it has one.
+    fn read_owner(dir: &Path) -> Result<Option<Ownership>, StateError> {
+        let path = dir.join(OWNER_FILE);
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return io(Err(e), "open", &path),
+        };
+        let mut text = Vec::new();
+        io(
+            file.take(MAX_OWNER_BYTES).read_to_end(&mut text),
+            "read",
+            &path,
+        )?;
+        serde_json::from_slice(&text)
+            .map(Some)
+            .map_err(|e| StateError::Malformed {
+                path,
+                source: e.into(),
+            })
+    }
+
+    /// Writes `bytes` to `dir/name` whole: a temporary file, flushed, renamed over the old one.
+    fn replace(
+        &self,
+        dir: &Path,
+        name: &str,
+        write: impl FnOnce(&mut File) -> std::io::Result<()>,
+    ) -> Result<(), StateError> {
+        let tmp = dir.join(format!(".{name}.{}.tmp", self.replica));
+        let path = dir.join(name);
+        let mut file = io(File::create(&tmp), "create", &tmp)?;
+        io(write(&mut file), "write", &tmp)?;
+        io(file.sync_all(), "flush", &tmp)?;
+        io(std::fs::rename(&tmp, &path), "rename into", &path)
+    }
+
+    fn write_owner(&self, dir: &Path, owner: &Ownership) -> Result<(), StateError> {
+        let text = serde_json::to_vec(owner).map_err(|e| StateError::Malformed {
+            path: dir.join(OWNER_FILE),
+            source: e.into(),
+        })?;
+        self.replace(dir, OWNER_FILE, |f| f.write_all(&text))
+    }
+
+    fn write_state(&self, dir: &Path, snapshot: &Snapshot) -> Result<(), StateError> {
+        let manifest = Manifest {
+            format: FORMAT,
+            dependencies: snapshot.dependencies.clone(),
+            not_kept: snapshot.not_kept.clone(),
+        };
+        self.replace(dir, STATE_FILE, |file| {
+            let mut zip = zip::ZipWriter::new(file);
+            // Stored: the files are written after every call that changed them, and most are
+            // small or already compressed.
+            let options = zip::write::SimpleFileOptions::default()
+                .compression_method(zip::CompressionMethod::Stored)
+                .large_file(true);
+            zip.start_file(MANIFEST, options)
+                .map_err(std::io::Error::other)?;
+            serde_json::to_writer(&mut zip, &manifest).map_err(std::io::Error::other)?;
+            for (path, bytes) in &snapshot.files {
+                zip.start_file(format!("{FILES_PREFIX}{path}"), options)
+                    .map_err(std::io::Error::other)?;
+                zip.write_all(bytes)?;
+            }
+            zip.finish().map_err(std::io::Error::other)?;
+            Ok(())
+        })
+    }
+
+    /// Saves sandbox `id` as of a completed call, held under `generation` (0: never saved, so
+    /// this save makes it generation 1); `snapshot` is `None` when its files did not change
+    /// since the last save. `created_unix` is when it was made. Returns the generation it is
+    /// held under.
+    ///
+    /// Errors: [`StateError::Superseded`] when another replica took it over since; the file
+    /// system's errors.
+    pub fn save(
+        &self,
+        id: &SandboxId,
+        generation: u64,
+        created_unix: u64,
+        snapshot: Option<&Snapshot>,
+    ) -> Result<u64, StateError> {
+        let dir = self.dir_of(id);
+        let _lock = self.lock(&dir, true)?;
+        let current = Self::read_owner(&dir)?;
+        let generation = match current {
+            Some(owner) if owner.generation > generation => {
+                return Err(StateError::Superseded {
+                    replica: owner.replica,
+                    generation: owner.generation,
+                })
+            }
+            _ => generation.max(1),
+        };
+        if let Some(snapshot) = snapshot {
+            self.write_state(&dir, snapshot)?;
+        }
+        self.write_owner(
+            &dir,
+            &Ownership {
+                generation,
+                replica: self.replica.clone(),
+                created_unix,
+                last_used_unix: unix_now(),
+            },
+        )?;
+        Ok(generation)
+    }
+
+    /// The generation sandbox `id` is held under now, if it was saved.
+    ///
+    /// Errors: the file system's, or a malformed record.
+    pub fn generation(&self, id: &SandboxId) -> Result<Option<u64>, StateError> {
+        Ok(Self::read_owner(&self.dir_of(id))?.map(|o| o.generation))
+    }
+
+    /// Takes sandbox `id` over: increments its generation under its lock, makes this replica
+    /// its owner and reads its files. A sandbox past `expiry` is removed instead.
+    ///
+    /// Errors: the file system's; a malformed or oversized archive.
+    pub fn claim(&self, id: &SandboxId, expiry: Expiry) -> Result<Claim, StateError> {
+        let dir = self.dir_of(id);
+        let Some(lock) = self.lock(&dir, false)? else {
+            return Ok(Claim::Absent);
+        };
+        let Some(owner) = Self::read_owner(&dir)? else {
+            return Ok(Claim::Absent);
+        };
+        let now = unix_now();
+        if expiry.expired(&owner, now) {
+            drop(lock);
+            let _ = std::fs::remove_dir_all(&dir);
+            return Ok(Claim::Absent);
+        }
+        let (manifest, files) = self.read_state(&dir)?;
+        let generation = owner.generation + 1;
+        self.write_owner(
+            &dir,
+            &Ownership {
+                generation,
+                replica: self.replica.clone(),
+                created_unix: owner.created_unix,
+                last_used_unix: now,
+            },
+        )?;
+        Ok(Claim::Restored(Restored {
+            generation,
+            created_unix: owner.created_unix,
+            dependencies: manifest.dependencies,
+            files,
+            not_kept: manifest.not_kept,
+            previous_replica: owner.replica,
+        }))
+    }
+
+    /// The archive's manifest and files, bounded by `max_file_bytes`.
+    fn read_state(&self, dir: &Path) -> Result<(Manifest, Files), StateError> {
+        let path = dir.join(STATE_FILE);
+        let malformed = |e: zip::result::ZipError| StateError::Malformed {
+            path: path.clone(),
+            source: e.into(),
+        };
+        let file = io(File::open(&path), "open", &path)?;
+        let mut archive = zip::ZipArchive::new(file).map_err(malformed)?;
+        let manifest: Manifest = {
+            let entry = archive.by_name(MANIFEST).map_err(malformed)?;
+            let mut text = Vec::new();
+            io(
+                entry.take(MAX_MANIFEST_BYTES).read_to_end(&mut text),
+                "read",
+                &path,
+            )?;
+            serde_json::from_slice(&text).map_err(|e| StateError::Malformed {
+                path: path.clone(),
+                source: e.into(),
+            })?
+        };
+        let mut files = Vec::new();
+        let mut total: u64 = 0;
+        for i in 0..archive.len() {
+            let entry = archive.by_index(i).map_err(malformed)?;
+            let Some(name) = entry.name().strip_prefix(FILES_PREFIX).map(str::to_owned) else {
+                continue;
+            };
+            // Bounded by what is left under the cap, whatever the entry claims its size is.
+            let room = self.max_file_bytes.saturating_sub(total);
+            let mut bytes = Vec::new();
+            io(
+                entry.take(room.saturating_add(1)).read_to_end(&mut bytes),
+                "read",
+                &path,
+            )?;
+            total = total.saturating_add(bytes.len() as u64);
+            if total > self.max_file_bytes {
+                return Err(StateError::TooLarge {
+                    path,
+                    max: self.max_file_bytes,
+                });
+            }
+            files.push((name, bytes));
+        }
+        Ok((manifest, files))
+    }
+
+    /// Removes sandbox `id` (destroyed, expired, evicted), unless another replica holds it
+    /// under a newer generation than `generation`.
+    ///
+    /// Errors: the file system's.
+    pub fn remove(&self, id: &SandboxId, generation: u64) -> Result<(), StateError> {
+        let dir = self.dir_of(id);
+        let Some(lock) = self.lock(&dir, false)? else {
+            return Ok(());
+        };
+        if Self::read_owner(&dir)?.is_some_and(|o| o.generation > generation) {
+            return Ok(());
+        }
+        drop(lock);
+        io(std::fs::remove_dir_all(&dir), "remove", &dir)
+    }
+
+    /// Removes the saved sandboxes past `expiry` (those whose replica is gone are nobody
+    /// else's to remove); at most [`SWEEP_BATCH`] directories a sweep. Returns how many went.
+    ///
+    /// Errors: the root cannot be listed.
+    pub fn sweep(&self, expiry: Expiry) -> Result<usize, StateError> {
+        let entries = io(std::fs::read_dir(&self.root), "list", &self.root)?;
+        let now = unix_now();
+        let mut removed = 0;
+        for entry in entries.flatten().take(SWEEP_BATCH) {
+            let dir = entry.path();
+            if !dir.is_dir() {
+                continue;
+            }
+            let Ok(Some(lock)) = self.lock(&dir, false) else {
+                continue;
+            };
+            if let Ok(Some(owner)) = Self::read_owner(&dir) {
+                if expiry.expired(&owner, now) {
+                    drop(lock);
+                    if std::fs::remove_dir_all(&dir).is_ok() {
+                        removed += 1;
+                    }
+                }
+            }
+        }
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NO_EXPIRY: Expiry = Expiry {
+        idle: None,
+        lifetime: None,
+    };
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            dependencies: vec!["humanize".into()],
+            files: vec![
+                ("a.txt".into(), Arc::new(b"one".to_vec())),
+                ("d/b.bin".into(), Arc::new(vec![0, 1, 2])),
+            ],
+            not_kept: vec!["big.dat".into()],
+        }
+    }
+
+    #[test]
+    fn a_saved_sandbox_is_restored_by_another_replica_which_then_owns_it() {
+        let root = tempfile::tempdir().expect("a temp dir");
+        let a = StateDir::open(root.path(), "a".into(), 1 << 20).expect("open");
+        let b = StateDir::open(root.path(), "b".into(), 1 << 20).expect("open");
+        let id = SandboxId::mint().expect("random");
+        let created = unix_now();
+        let generation = a.save(&id, 0, created, Some(&snapshot())).expect("saved");
+        assert_eq!(generation, 1);
+        // A later save without changed files keeps the files.
+        assert_eq!(a.save(&id, generation, created, None).expect("saved"), 1);
+        let Claim::Restored(r) = b.claim(&id, NO_EXPIRY).expect("claimed") else {
+            panic!("absent");
+        };
+        assert_eq!(r.generation, 2);
+        assert_eq!(r.previous_replica, "a");
+        assert_eq!(r.created_unix, created);
+        assert_eq!(r.dependencies, ["humanize"]);
+        assert_eq!(r.not_kept, ["big.dat"]);
+        assert_eq!(
+            r.files,
+            [
+                ("a.txt".to_owned(), b"one".to_vec()),
+                ("d/b.bin".to_owned(), vec![0, 1, 2])
+            ]
+        );
+        // The old holder is fenced off: its save is refused, and it can tell before a call.
+        assert!(matches!(
+            a.save(&id, 1, created, None),
+            Err(StateError::Superseded { generation: 2, .. })
+        ));
+        assert_eq!(a.generation(&id).expect("read"), Some(2));
+        // Nor may it remove what the new owner holds.
+        a.remove(&id, 1).expect("removed nothing");
+        assert_eq!(b.generation(&id).expect("read"), Some(2));
+        b.remove(&id, 2).expect("removed");
+        assert!(matches!(b.claim(&id, NO_EXPIRY), Ok(Claim::Absent)));
+    }
+
+    #[test]
+    fn the_directory_names_no_handle_and_expired_sandboxes_are_gone() {
+        let root = tempfile::tempdir().expect("a temp dir");
+        let a = StateDir::open(root.path(), "a".into(), 1 << 20).expect("open");
+        let id = SandboxId::mint().expect("random");
+        a.save(&id, 0, unix_now() - 100, Some(&snapshot()))
+            .expect("saved");
+        let names: Vec<String> = std::fs::read_dir(root.path())
+            .expect("listed")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names.iter().all(|n| !n.contains(&id.as_str()[4..])),
+            "{names:?}"
+        );
+        let old = Expiry {
+            idle: None,
+            lifetime: Some(Duration::from_secs(50)),
+        };
+        assert_eq!(a.sweep(NO_EXPIRY).expect("swept"), 0);
+        assert!(matches!(a.claim(&id, old), Ok(Claim::Absent)));
+        assert!(matches!(a.claim(&id, NO_EXPIRY), Ok(Claim::Absent)));
+    }
+
+    #[test]
+    fn files_over_the_cap_are_not_restored() {
+        let root = tempfile::tempdir().expect("a temp dir");
+        let a = StateDir::open(root.path(), "a".into(), 4).expect("open");
+        let id = SandboxId::mint().expect("random");
+        a.save(&id, 0, unix_now(), Some(&snapshot()))
+            .expect("saved");
+        assert!(matches!(
+            a.claim(&id, NO_EXPIRY),
+            Err(StateError::TooLarge { max: 4, .. })
+        ));
+    }
+}

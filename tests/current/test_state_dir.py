@@ -1,0 +1,197 @@
+"""Replicas sharing `--state-dir` (issue 27), addressed directly, without a balancer (the
+balancer's part is tests/current/test_haproxy.py): a sandbox made on one replica continues on
+another with its files and a state note, the replica that lost it is fenced off by the
+generation number, the response header names the sandbox for a balancer, `/metrics` counts what
+happened, and SIGTERM drains: `/readyz` turns 503, new work is refused with a JSON-RPC error
+that says nothing ran, the call in flight finishes, and the process exits 0."""
+
+import asyncio
+import json
+import re
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
+
+from conftest import CALL_TIMEOUT, INIT_TIMEOUT, TOOL, http_server
+
+pytestmark = pytest.mark.anyio
+
+HANDLE = re.compile(r"sbx_[A-Za-z0-9_-]{22}")
+# Seconds a draining server may take to exit once its call in flight is done.
+EXIT_TIMEOUT = 30
+# The protocol version of raw requests: sessionless, no `initialize` (SEP-2575), so each request
+# says in `_meta` who it is.
+RAW_VERSION = "2026-07-28"
+RAW_META = {"io.modelcontextprotocol/protocolVersion": RAW_VERSION,
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def client_for(base):
+    return Client(StreamableHttpTransport(f"{base}/mcp"), init_timeout=INIT_TIMEOUT, timeout=CALL_TIMEOUT)
+
+
+def replica(state_dir, *args, errlog=None):
+    return http_server("streamable-http", "--stateful", "--workers", "1", "--state-dir", str(state_dir), *args,
+                       errlog=errlog)
+
+
+async def run(client, code, sandbox_id):
+    result = await client.call_tool(TOOL, {"python_code": code, "sandbox_id": sandbox_id}, raise_on_error=False)
+    assert not result.is_error, result
+    return result.structured_content
+
+
+def get(url):
+    """(status, body text) of a GET."""
+    try:
+        with urllib.request.urlopen(url, timeout=CALL_TIMEOUT) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def post(base, message, headers=None):
+    """(status, headers, body text) of a raw JSON-RPC POST to /mcp (MCP 2026-07-28, sessionless)."""
+    message = {**message, "params": {**message.get("params", {}), "_meta": RAW_META}}
+    routing = {"Mcp-Method": message["method"]}
+    if message["method"] == "tools/call":
+        routing["Mcp-Name"] = message["params"]["name"]
+    headers = {**routing, **(headers or {})}
+    request = urllib.request.Request(
+        f"{base}/mcp", data=json.dumps(message).encode(), method="POST",
+        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                 "MCP-Protocol-Version": RAW_VERSION, **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=CALL_TIMEOUT) as r:
+            return r.status, r.headers, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read().decode()
+
+
+def metric(text, name, **labels):
+    """The value of one sample of the Prometheus text `text` (0 when absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        sample, _, rest = key.partition("{")
+        got = ",".join(sorted(rest.rstrip("}").split(","))) if rest else ""
+        if sample == name and got == want:
+            return float(value)
+    return 0.0
+
+
+async def test_a_sandbox_continues_on_another_replica_with_its_files(tmp_path):
+    with replica(tmp_path) as a, replica(tmp_path) as b:
+        async with client_for(a) as on_a, client_for(b) as on_b:
+            await on_a.list_tools()
+            await on_b.list_tools()
+            made = await on_a.call_tool("create_sandbox", {"dependencies": ["six"]})
+            sandbox = made.structured_content["sandbox_id"]
+            first = await run(on_a, "x = 1\nopen('n.txt', 'w').write('1')\nx", sandbox)
+            assert first["return_value"] == 1 and "state" not in first, first
+            # The state directory names no handle: a handle is a bearer capability.
+            assert all(sandbox[4:] not in p.name for p in tmp_path.iterdir())
+
+            moved = await run(on_b, "import six\n[globals().get('x'), open('n.txt').read(), six.__name__]", sandbox)
+            assert moved["return_value"] == [None, "1", "six"], moved
+            state = moved["state"]
+            assert state.startswith("new:") and "restored" in state and "n.txt" in state, state
+            assert "six" in state and "gone" in state, state
+            await run(on_b, "open('n.txt', 'w').write('2')", sandbox)
+
+            # The replica that held it before was superseded: it restores B's files, not its own.
+            back = await run(on_a, "open('n.txt').read()", sandbox)
+            assert back["return_value"] == "2" and "restored" in back["state"], back
+            assert "state" not in await run(on_a, "1", sandbox)
+
+            done = await on_b.call_tool("destroy_sandbox", {"sandbox_id": sandbox})
+            assert "Destroyed" in done.content[0].text
+            gone = await on_b.call_tool(TOOL, {"python_code": "1", "sandbox_id": sandbox}, raise_on_error=False)
+            assert gone.is_error and "does not exist" in gone.content[0].text
+
+        metrics = get(f"{b}/metrics")[1]
+        # B restored it twice: when it moved there, and to destroy it after A had taken it back.
+        assert metric(metrics, "mcp_run_python_sandboxes_restored_total") == 2, metrics
+        assert metric(metrics, "mcp_run_python_tool_calls_total", tool=TOOL, status="success") == 2, metrics
+        assert metric(metrics, "mcp_run_python_tool_calls_total", tool=TOOL, status="error") == 1, metrics
+        assert metric(metrics, "mcp_run_python_tool_calls_total", tool="destroy_sandbox", status="success") == 1
+        assert metric(metrics, "mcp_run_python_tool_call_duration_seconds_count", tool=TOOL) == 3, metrics
+        assert metric(metrics, "mcp_run_python_state_saves_total", result="ok") == 2, metrics
+        assert metric(metrics, "mcp_run_python_sandboxes") == 0, metrics
+        assert "mcp_run_python_interpreters" in metrics and "mcp_run_python_queue_wait_seconds" in metrics
+
+
+async def test_every_call_names_its_sandbox_in_a_response_header(tmp_path):
+    with replica(tmp_path) as base:
+        listed = post(base, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert listed[0] == 200, listed
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": TOOL, "arguments": {"python_code": "7"}}}
+        status, headers, body = post(base, call)
+        assert status == 200, body
+        minted = headers["Sandbox-Id"]
+        assert HANDLE.fullmatch(minted) and minted in body, (headers, body)
+        call["params"]["arguments"]["sandbox_id"] = minted
+        status, headers, body = post(base, call, {"Mcp-Param-Sandbox-Id": minted})
+        assert status == 200 and headers["Sandbox-Id"] == minted, body
+        status, headers, body = post(base, {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                            "params": {"name": "create_sandbox", "arguments": {}}})
+        assert status == 200 and headers["Sandbox-Id"] in body and headers["Sandbox-Id"] != minted, body
+        assert "Sandbox-Id" not in post(base, {"jsonrpc": "2.0", "id": 4, "method": "tools/list"})[1]
+
+
+async def test_sigterm_drains_calls_in_flight_and_refuses_new_work(tmp_path):
+    log = tmp_path / "server.log"
+    with open(log, "wb") as errlog, replica(tmp_path / "state", errlog=errlog) as base:
+        assert get(f"{base}/readyz")[0] in (200, 503)
+        async with client_for(base) as client:
+            await client.list_tools()
+            sandbox = (await client.call_tool("create_sandbox", {})).structured_content["sandbox_id"]
+            slow = asyncio.create_task(run(client, "import time\ntime.sleep(4)\nopen('f', 'w').write('done')\n'finished'", sandbox))
+            await asyncio.sleep(1.5)
+            subprocess.run(["kill", "-TERM", str(base.pid)], check=True)
+            deadline = time.monotonic() + 2
+            while get(f"{base}/readyz")[0] != 503:
+                assert time.monotonic() < deadline, "readyz did not turn 503 at once"
+                await asyncio.sleep(0.05)
+            status, body = get(f"{base}/readyz")
+            assert json.loads(body)["reason"] == "the server is draining before it stops", body
+            refused = post(base, {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                                  "params": {"name": TOOL, "arguments": {"python_code": "1", "sandbox_id": sandbox}}},
+                           {"Mcp-Param-Sandbox-Id": sandbox})
+            assert refused[0] == 503, refused
+            error = json.loads(refused[2])
+            assert error["id"] == 9 and "draining" in error["error"]["message"] and "not run" in error["error"]["message"]
+            finished = await slow
+            assert finished["return_value"] == "finished", finished
+        # The server exits by itself once its call is done; the fixture's SIGTERM then finds it gone.
+        deadline = time.monotonic() + EXIT_TIMEOUT
+        while True:
+            try:
+                get(f"{base}/healthz")
+            except OSError:
+                break
+            assert time.monotonic() < deadline, "the server did not stop after draining"
+            await asyncio.sleep(0.1)
+    assert "draining" in log.read_text()
+    # Its files were saved before the answer: another replica continues with them.
+    with replica(tmp_path / "state") as other:
+        async with client_for(other) as client:
+            await client.list_tools()
+            moved = await run(client, "open('f').read()", sandbox)
+            assert moved["return_value"] == "done" and "restored" in moved["state"], moved
+
+
+def test_the_state_dir_needs_stateful(tmp_path):
+    from conftest import BINARY
+    done = subprocess.run([BINARY, "streamable-http", "--state-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=CALL_TIMEOUT)
+    assert done.returncode != 0 and "--state-dir" in done.stderr and "--stateful" in done.stderr, done.stderr
