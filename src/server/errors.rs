@@ -295,32 +295,43 @@ pub async fn read_message(
     body: Body,
     max_bytes: usize,
 ) -> Result<(Bytes, ClientJsonRpcMessage), Refusal> {
-    let bytes = read_limited(body, max_bytes)
-        .await
-        .ok_or_else(|| too_large(max_bytes))?;
+    let bytes = read_limited(body, max_bytes).await.map_err(|id| {
+        let refusal = too_large(max_bytes);
+        match id {
+            Some(id) => refusal.with_id(id),
+            None => refusal,
+        }
+    })?;
     let message = decode(&bytes)?;
     Ok((bytes, message))
 }
 
 /// The body if it has at most `max` bytes and arrives whole. A larger body is read on (up to
-/// [`DISCARD_MAX_BYTES`] more) and dropped.
-async fn read_limited(body: Body, max: usize) -> Option<Bytes> {
+/// [`DISCARD_MAX_BYTES`] more) and dropped: the error is its request id when its first or last
+/// bytes show one ([`super::oversized`]).
+async fn read_limited(body: Body, max: usize) -> Result<Bytes, Option<Value>> {
     use http_body_util::BodyExt;
     let mut body = body;
     let mut buf = Vec::new();
     let mut seen = 0usize;
+    let mut scan = super::oversized::IdScan::default();
     while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else { return None };
+        let Ok(frame) = frame else { return Err(None) };
         if let Ok(data) = frame.into_data() {
             seen = seen.saturating_add(data.len());
+            scan.feed(&data);
             if seen <= max {
                 buf.extend_from_slice(&data);
             } else if seen > max.saturating_add(DISCARD_MAX_BYTES) {
-                return None;
+                return Err(scan.id());
             }
         }
     }
-    (seen <= max).then(|| buf.into())
+    if seen <= max {
+        Ok(buf.into())
+    } else {
+        Err(scan.id())
+    }
 }
 
 #[cfg(test)]

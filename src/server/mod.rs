@@ -10,6 +10,7 @@ pub mod handler;
 pub mod health;
 pub mod http;
 pub mod idle;
+pub mod oversized;
 pub mod resources;
 pub mod sandbox_tools;
 pub mod scrape;

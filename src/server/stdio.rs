@@ -38,8 +38,9 @@ enum Line {
     Text(String),
     /// A line that is not UTF-8; the byte offset where it stops being UTF-8.
     NotUtf8 { valid_up_to: usize },
-    /// A line longer than the limit; it was read to its end and dropped.
-    TooLong,
+    /// A line longer than the limit; it was read to its end and dropped. Its request id, when
+    /// its first or last bytes show one ([`super::oversized`]).
+    TooLong { id: Option<serde_json::Value> },
     /// The stream ended.
     Eof,
 }
@@ -53,6 +54,7 @@ async fn read_line(reader: &mut (impl AsyncBufRead + Unpin), max_bytes: usize) -
     let mut line: Vec<u8> = Vec::new();
     let mut too_long = false;
     let mut read_any = false;
+    let mut scan = super::oversized::IdScan::default();
     loop {
         let available = reader.fill_buf().await?;
         if available.is_empty() {
@@ -70,10 +72,14 @@ async fn read_line(reader: &mut (impl AsyncBufRead + Unpin), max_bytes: usize) -
         if !too_long {
             if line.len().saturating_add(content.len()) > max_bytes {
                 too_long = true;
+                scan.feed(&line);
                 line = Vec::new();
             } else {
                 line.extend_from_slice(content);
             }
+        }
+        if too_long {
+            scan.feed(content);
         }
         reader.consume(used);
         if ended {
@@ -81,7 +87,7 @@ async fn read_line(reader: &mut (impl AsyncBufRead + Unpin), max_bytes: usize) -
         }
     }
     if too_long {
-        return Ok(Line::TooLong);
+        return Ok(Line::TooLong { id: scan.id() });
     }
     if line.last() == Some(&b'\r') {
         line.pop();
@@ -225,7 +231,10 @@ pub async fn serve(server: RunPythonServer) -> Result<()> {
                 Line::Text(line) if line.trim().is_empty() => continue,
                 Line::Text(line) => decode_line(&line),
                 Line::NotUtf8 { valid_up_to } => Err(errors::not_utf8(valid_up_to)),
-                Line::TooLong => Err(errors::too_large(max_line_bytes)),
+                Line::TooLong { id: None } => Err(errors::too_large(max_line_bytes)),
+                Line::TooLong { id: Some(id) } => {
+                    Err(errors::too_large(max_line_bytes).with_id(id))
+                }
             };
             let mut message = match decoded {
                 Ok(message) => message,
@@ -371,9 +380,16 @@ mod tests {
         input.extend_from_slice(b"\nshort\n");
         input.extend(vec![b'y'; 11]);
         let lines = read_all(&input, 10, 64).await;
-        assert_eq!(lines, vec![Line::TooLong, text("short"), Line::TooLong]);
+        assert_eq!(
+            lines,
+            vec![
+                Line::TooLong { id: None },
+                text("short"),
+                Line::TooLong { id: None }
+            ]
+        );
         // Exactly the limit is accepted: the newline is not counted, a `\r` before it is.
         let lines = read_all(b"0123456789\n0123456789\r\n", 10, 4).await;
-        assert_eq!(lines, vec![text("0123456789"), Line::TooLong]);
+        assert_eq!(lines, vec![text("0123456789"), Line::TooLong { id: None }]);
     }
 }

@@ -319,11 +319,18 @@ async def test_one_wording_per_failure_on_every_transport():
         stdio_invalid = pipe.receive(timeout=60)
         pipe.send(too_large_body)
         stdio_too_large = pipe.receive(timeout=60)
+        # The TypeScript SDK writes the id last: it is read from the message's last bytes.
+        id_last = call_message(9, "x" * MAX_BODY)
+        id_last = {**{k: v for k, v in id_last.items() if k != "id"}, "id": "ts-10"}
+        pipe.send(id_last)
+        stdio_id_last = pipe.receive(timeout=60)
     finally:
         pipe.close()
     assert stdio_parse == {"jsonrpc": "2.0", "id": None, "error": PARSE_ERROR}
     assert stdio_invalid["id"] == 7 and stdio_invalid["error"]["code"] == -32600
-    assert stdio_too_large == {"jsonrpc": "2.0", "id": None, "error": TOO_LARGE}
+    # Too large to parse, yet answered with its own id (read from the message's first bytes).
+    assert stdio_too_large == {"jsonrpc": "2.0", "id": 9, "error": TOO_LARGE}
+    assert stdio_id_last == {"jsonrpc": "2.0", "id": "ts-10", "error": TOO_LARGE}
 
     args = ("--workers", "1", "--max-code-size", str(MAX_CODE_SIZE), "--max-sessions", "1")
     with http_server("streamable_http", *args) as base:
@@ -331,7 +338,7 @@ async def test_one_wording_per_failure_on_every_transport():
             headers = await start_session(client, base)
             assert error_of(await client.post(f"{base}/mcp", content=NOT_JSON, headers=headers), 400) == PARSE_ERROR
             assert error_of(await client.post(f"{base}/mcp", content=NOT_A_MESSAGE, headers=headers), 400, 7) == stdio_invalid["error"]
-            assert error_of(await client.post(f"{base}/mcp", content=too_large_body, headers=headers), 413) == TOO_LARGE
+            assert error_of(await client.post(f"{base}/mcp", content=too_large_body, headers=headers), 413, 9) == TOO_LARGE
             r = await client.post(f"{base}/mcp", json=call_message(2, "1"), headers={**headers, "Mcp-Session-Id": "nope"})
             assert error_of(r, 404) == UNKNOWN_SESSION
             no_id = {k: v for k, v in headers.items() if k != "Mcp-Session-Id"}
@@ -345,7 +352,7 @@ async def test_one_wording_per_failure_on_every_transport():
                 url = f"{base}{endpoint}"
                 assert error_of(await client.post(url, content=NOT_JSON), 400) == PARSE_ERROR
                 assert error_of(await client.post(url, content=NOT_A_MESSAGE), 400, 7) == stdio_invalid["error"]
-                assert error_of(await client.post(url, content=too_large_body), 413) == TOO_LARGE
+                assert error_of(await client.post(url, content=too_large_body), 413, 9) == TOO_LARGE
                 assert error_of(await client.post(f"{base}/messages?session_id=nope", json=INIT), 404) == UNKNOWN_SESSION
                 assert error_of(await client.post(f"{base}/messages", json=INIT), 400) == SESSION_REQUIRED
                 assert error_of(await client.get(f"{base}/sse"), 503) == SESSIONS_FULL
