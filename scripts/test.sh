@@ -22,6 +22,12 @@ cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
 cargo build
 cargo test
+# The replica tests (issue 27) run three replicas behind a real HAProxy (Debian's package) with
+# deploy/haproxy.cfg.
+if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq haproxy >/dev/null
+fi
 MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python "$@"
 
 # Today's clients (issue 9): mcp 2.x, PydanticAI 2.x and fastmcp in a second venv, then the
