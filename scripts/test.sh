@@ -18,6 +18,10 @@ if [ ! -x .venv/bin/python ] || ! cmp -s tests/python/requirements.txt "$stamp";
   cp tests/python/requirements.txt "$stamp"
 fi
 
+# The deployment files (issue 27): Kubernetes schemas, hadolint, checkov, consistency with the
+# binary's options and deploy/haproxy.cfg.
+scripts/check-deploy.sh
+
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
 cargo build
