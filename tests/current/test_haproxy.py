@@ -123,6 +123,8 @@ async def run_all(agents, calls, strict_globals=False):
 async def test_three_replicas_behind_haproxy():
     with cluster(3, "--workers", "2") as (base, replicas):
         await asyncio.to_thread(wait_ready, replicas)
+        # The replicas' metrics are for the operators' scraper, not for clients of the balancer.
+        assert status_of(f"{base}/metrics") == 404
         clients = [client_for(base) for _ in range(AGENTS)]
         async with contextlib.AsyncExitStack() as stack:
             for c in clients:
