@@ -160,7 +160,8 @@ async def test_three_replicas_behind_haproxy():
                 assert time.monotonic() < deadline, "a draining replica's /readyz did not turn 503"
                 await asyncio.sleep(0.05)
             await run
-            assert all(a.n == 2 * CALLS and not a.errors for a in agents), [(a.n, a.errors) for a in agents]
+            failed = [(a.n, a.errors) for a in agents if a.n != 2 * CALLS or a.errors]
+            assert not failed, failed
             moved = [a for a in agents if any("restored" in note for note in a.notes)]
             assert moved, "replica 1 held sandboxes, which moved"
             assert await asyncio.to_thread(drained.proc.wait, DRAIN_EXIT) == 0
