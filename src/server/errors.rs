@@ -487,7 +487,8 @@ mod tests {
         let refusal = read_message(Body::from(&ping[..]), ping.len() - 1)
             .await
             .unwrap_err();
-        assert_eq!(refusal, too_large(ping.len() - 1));
+        // Bound to the request's id, read from the body's first bytes.
+        assert_eq!(refusal, too_large(ping.len() - 1).with_id(json!(1)));
         let refusal = read_message(Body::from("{"), 10).await.unwrap_err();
         assert_eq!(refusal.error.code, ErrorCode::PARSE_ERROR);
     }
