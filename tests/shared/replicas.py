@@ -22,6 +22,9 @@ HAPROXY_CONFIG = ROOT / "deploy" / "haproxy.cfg"
 # Seconds to wait for every replica's /readyz to say 200 (three zygotes booting at once on two
 # cores take longer than one).
 READY_TIMEOUT = 180
+# Seconds HAProxy needs to see a replica that turned ready again as UP: deploy/haproxy.cfg checks
+# every second and wants 2 good answers in a row (`inter 1s rise 2`), plus a margin.
+BALANCER_SETTLE = 3
 
 
 def free_port():
@@ -103,6 +106,8 @@ def cluster(n=3, *args):
         try:
             for i in range(n):
                 replicas.append(Replica(state, tmp, i + 1, *args))
+            # Started once every replica is ready, so that HAProxy's first checks find them UP.
+            wait_ready(replicas, settle=0)
             port = free_port()
             env = {**server_env(), "MCP_LB_BIND": f"{LOOPBACK}:{port}"}
             for i, replica in enumerate(replicas):
@@ -123,11 +128,13 @@ def cluster(n=3, *args):
             assert all(c in (0, -signal.SIGKILL) for c in codes), codes
 
 
-def wait_ready(replicas, timeout=READY_TIMEOUT):
-    """Waits until every replica's /readyz says 200 (its zygote and a spare are ready)."""
+def wait_ready(replicas, timeout=READY_TIMEOUT, settle=BALANCER_SETTLE):
+    """Waits until every replica's /readyz says 200 (its zygote and a spare are ready), then
+    `settle` seconds for the balancer to see it (a replica briefly out of spares is NOLB there)."""
     deadline = time.monotonic() + timeout
     for replica in replicas:
         while status_of(f"{replica.base}/readyz") != 200:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{replica.base} did not become ready")
             time.sleep(0.2)
+    time.sleep(settle)
