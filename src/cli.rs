@@ -100,6 +100,27 @@ pub struct Cli {
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<std::path::PathBuf>,
 
+    /// HTTP modes: accept only `Authorization: Bearer` JWTs signed by a key of this JWK set (a
+    /// file, or an http(s) URL fetched at start), for `--auth-audience`, not expired; others get
+    /// 401 naming /.well-known/oauth-protected-resource. A sandbox belongs to the token's
+    /// principal (`iss`, `sub`).
+    #[arg(long, value_name = "FILE|URL")]
+    pub auth_jwks: Option<String>,
+
+    /// With `--auth-jwks`: the audience (`aud`) tokens must be meant for: this server's
+    /// resource URI.
+    #[arg(long, value_name = "AUD")]
+    pub auth_audience: Option<String>,
+
+    /// HTTP modes: accept one static bearer token, the first line of this file, instead of JWTs
+    /// (small setups).
+    #[arg(long, value_name = "FILE", conflicts_with = "auth_jwks")]
+    pub auth_token_file: Option<std::path::PathBuf>,
+
+    /// An authorization server the protected resource metadata names (repeatable).
+    #[arg(long, value_name = "URL")]
+    pub auth_server: Vec<String>,
+
     /// HTTP modes: after SIGTERM, how long calls in flight may run on before the server stops,
     /// in seconds (0 = until they end) [default: --timeout]. New work is refused meanwhile
     /// (HTTP 503) and `/readyz` answers 503.

@@ -392,6 +392,18 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 drain_timeout,
                 shutdown.clone(),
             ));
+            let verifier = crate::server::auth::Verifier::load(
+                cli.auth_jwks.as_deref(),
+                cli.auth_audience.as_deref(),
+                cli.auth_token_file.as_deref(),
+            )
+            .await?;
+            let auth = verifier.map(|verifier| {
+                Arc::new(crate::server::auth::Auth {
+                    verifier,
+                    authorization_servers: cli.auth_server.clone(),
+                })
+            });
             let metrics = match crate::metrics::install() {
                 Ok(handle) => Some(handle),
                 Err(e) => {
@@ -407,6 +419,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
                     port: cli.port,
                     allow_origins: &cli.allow_origin,
                     allow_hosts: &cli.allow_host,
+                    auth,
                 },
                 shutdown,
                 metrics,

@@ -196,6 +196,21 @@ pub fn draining(id: Value) -> Refusal {
     .with_id(id)
 }
 
+/// A request without a valid bearer token while the server authenticates (`--auth-jwks`,
+/// `--auth-token-file`): HTTP 401 (MCP spec 2025-11-25, authorization; RFC 6750 §3); the
+/// caller adds `WWW-Authenticate` naming the protected resource metadata (RFC 9728 §5.1).
+pub fn unauthorized(invalid: bool) -> Refusal {
+    let message = if invalid {
+        "Unauthorized: the bearer token is not valid here (malformed, not signed by this server's keys, expired, or meant for another audience)"
+    } else {
+        "Unauthorized: this server needs an `Authorization: Bearer` token; see the WWW-Authenticate header's resource_metadata"
+    };
+    Refusal::new(
+        StatusCode::UNAUTHORIZED,
+        ErrorData::new(SERVER_ERROR, message, None),
+    )
+}
+
 /// An `Origin` header that is present and not allowed: HTTP 403 (MCP spec 2025-11-25,
 /// streamable HTTP, security warning: servers "MUST validate the Origin header" against DNS
 /// rebinding and answer an invalid one with 403 Forbidden).

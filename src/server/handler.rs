@@ -17,8 +17,9 @@ use super::tool::{self, TOOL_NAME};
 use crate::sandbox::protocol::Stream;
 use crate::tenancy::activity::{Activity, InFlight};
 use crate::tenancy::handle::SandboxId;
+use crate::tenancy::registry::Missing;
 use crate::tenancy::registry::{OpenError, Registry, RegistryError};
-use crate::tenancy::sandbox::{Arrival, Owner, Sandbox};
+use crate::tenancy::sandbox::{Arrival, Owner, Principal, Sandbox};
 use crate::tenancy::state_dir::StateError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ClientRequest,
@@ -58,6 +59,9 @@ pub struct RunPythonServer {
     activity: Option<Arc<Activity>>,
     /// Whether the server is draining, and its calls in flight (which a drain waits for).
     pub drain: Arc<super::drain::Drain>,
+    /// The principal of this session's stream, for a transport whose messages carry no HTTP
+    /// request of their own (SSE: the `GET /sse` that opened it).
+    principal: Option<Principal>,
 }
 
 /// How a request came to its sandbox.
@@ -216,6 +220,7 @@ impl RunPythonServer {
             session_idle: None,
             activity: None,
             drain: super::drain::Drain::new(),
+            principal: None,
         }
     }
 
@@ -238,6 +243,28 @@ impl RunPythonServer {
             activity: Some(activity),
             ..self
         }
+    }
+
+    /// This session's server, for requests authenticated as `principal` (SSE: its stream's).
+    pub fn with_principal(self, principal: Option<Principal>) -> Self {
+        RunPythonServer { principal, ..self }
+    }
+
+    /// Whether a message authenticated as `principal` may use this session (SSE): the same
+    /// principal as the stream's, or no authentication at all.
+    pub fn opened_by(&self, principal: Option<&Principal>) -> bool {
+        self.principal.as_ref() == principal
+    }
+
+    /// Who `context`'s request was authenticated as, when the server authenticates: the HTTP
+    /// request's [`Principal`], else the session's.
+    pub(super) fn principal_of(&self, context: &RequestContext<RoleServer>) -> Option<Principal> {
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Principal>())
+            .cloned()
+            .or_else(|| self.principal.clone())
     }
 
     /// Whether calls keep state and the sandbox tools are offered (`--stateful`).
@@ -276,7 +303,10 @@ impl RunPythonServer {
         }
         let sandbox = match arguments::named_sandbox(&call.params) {
             Some(text) => self.registry.peek(text),
-            None => self.session.as_ref().and_then(|s| s.default_sandbox().ok()),
+            None => self
+                .session
+                .as_ref()
+                .and_then(|s| s.default_sandbox(self.principal.clone()).ok()),
         };
         if let Some(sandbox) = sandbox {
             let arrival = sandbox.arrive();
@@ -296,8 +326,9 @@ impl RunPythonServer {
         context: &RequestContext<RoleServer>,
         without: WithoutHandle,
     ) -> Result<InUse, NoSandbox> {
+        let principal = self.principal_of(context);
         if let Some(text) = given {
-            let entered = self.registry.open(text).await?;
+            let entered = self.registry.open(text, principal.as_ref()).await?;
             return Ok(InUse {
                 sandbox: entered.sandbox,
                 reached: Reached::Named,
@@ -305,12 +336,21 @@ impl RunPythonServer {
             });
         }
         let (sandbox, reached) = match (self.session_of(context), self.stateful(), without) {
-            (Some(session), _, _) => (session.default_sandbox()?, Reached::SessionDefault),
+            (Some(session), _, _) => {
+                let sandbox = session.default_sandbox(principal.clone())?;
+                if !sandbox.belongs_to(principal.as_ref()) {
+                    return Err(OpenError::from(Missing::of(sandbox.id.as_str())).into());
+                }
+                (sandbox, Reached::SessionDefault)
+            }
             (None, true, WithoutHandle::Create) => {
-                let made = match minted(context) {
-                    Some(id) => self.registry.create_as(id, Owner::Handle, Vec::new()),
-                    None => self.registry.create(Owner::Handle, Vec::new()),
+                let id = match minted(context) {
+                    Some(id) => id,
+                    None => SandboxId::mint().map_err(RegistryError::from)?,
                 };
+                let made = self
+                    .registry
+                    .create_as(id, Owner::Handle, Vec::new(), principal);
                 (made?, Reached::Created)
             }
             (None, true, WithoutHandle::Refuse) => return Err(NoSandbox::NeedsHandle),
@@ -604,10 +644,12 @@ impl ServerHandler for RunPythonServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
+        let principal = self.principal_of(&context);
         let default = self
             .session_of(&context)
             .filter(|_| self.stateful())
-            .and_then(SessionGuard::current_default);
+            .and_then(SessionGuard::current_default)
+            .filter(|sandbox| sandbox.belongs_to(principal.as_ref()));
         let Some(sandbox) = default else {
             return Ok(ListResourcesResult::default());
         };
@@ -636,7 +678,7 @@ impl ServerHandler for RunPythonServer {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let not_found = |why: &dyn std::fmt::Display| {
             McpError::resource_not_found(
@@ -649,9 +691,10 @@ impl ServerHandler for RunPythonServer {
         }
         let (handle, path) = super::resources::parse(&request.uri)
             .ok_or_else(|| not_found(&"it is not a sandbox://{sandbox_id}/{path} URI of a file"))?;
+        let principal = self.principal_of(&context);
         let entered = self
             .registry
-            .open(handle)
+            .open(handle, principal.as_ref())
             .await
             .map_err(|m| not_found(&m))?;
         let bytes = self

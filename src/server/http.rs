@@ -98,10 +98,11 @@ const CORS_REQUEST_HEADERS: [&str; 9] = [
 
 /// Response headers a browser page may read: the session id it must send back, the protocol
 /// version, and the sandbox a call works in.
-const CORS_EXPOSED_HEADERS: [&str; 3] = [
+const CORS_EXPOSED_HEADERS: [&str; 4] = [
     "mcp-session-id",
     "mcp-protocol-version",
     SANDBOX_RESPONSE_HEADER,
+    "www-authenticate",
 ];
 
 /// CORS (the Fetch standard) for requests the guard let through: their `Origin`, if any, is a
@@ -629,12 +630,14 @@ async fn json_errors(req: Request, next: Next, max_body: usize) -> Response {
 
 /// Where the HTTP listener listens, and whom it lets in (`--host`, `--port`, `--allow-origin`,
 /// `--allow-host`; see [`Access`]).
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct Listen<'a> {
     pub host: &'a str,
     pub port: u16,
     pub allow_origins: &'a [String],
     pub allow_hosts: &'a [String],
+    /// Bearer-token authentication of the MCP routes (`--auth-jwks`, `--auth-token-file`).
+    pub auth: Option<Arc<super::auth::Auth>>,
 }
 
 /// Serves `mode` where `listen` says until `shutdown` is cancelled (after the drain, see
@@ -655,6 +658,7 @@ pub async fn serve(
         port,
         allow_origins,
         allow_hosts,
+        auth,
     } = listen;
     let access = Arc::new(Access::new(host, allow_origins, allow_hosts)?);
     let max_body = max_body_bytes(server.max_code_bytes);
@@ -706,7 +710,13 @@ pub async fn serve(
             "the MCP endpoints are /sse and /messages",
         ),
     };
-    let routes = router.fallback(move || async move { errors::unknown_path(endpoints) });
+    let mut routes = router.fallback(move || async move { errors::unknown_path(endpoints) });
+    // Inside CORS, so that a browser's preflight is answered without a token.
+    if let Some(auth) = auth.clone() {
+        routes = routes.layer(axum::middleware::from_fn(move |req, next| {
+            super::auth::require(req, next, auth.clone())
+        }));
+    }
     // The routes as one service inside an outer router, so that the two layers see the
     // responses whole: axum adds the `Allow` header of a 405 outside layers on the routes.
     let guarded = Router::new()
@@ -721,6 +731,10 @@ pub async fn serve(
     // `/healthz` and `/readyz` answer probes outside the guard (see [`health`]).
     let router = health::router(server.executor.spares.clone(), server.drain.clone())
         .merge(super::scrape::router(&server, metrics))
+        .merge(match &auth {
+            Some(auth) => super::auth::metadata_router(auth.authorization_servers.clone()),
+            None => Router::new(),
+        })
         .fallback_service(guarded)
         .layer(axum::middleware::from_fn(unread_body::close_if_body_unread));
 

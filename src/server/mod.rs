@@ -2,6 +2,7 @@
 //! and the transports.
 
 pub mod arguments;
+pub mod auth;
 pub mod drain;
 pub mod errors;
 pub mod execute;

@@ -13,6 +13,8 @@ use super::tool::{
     CREATE_TOOL_NAME, DESTROY_TOOL_NAME, LIST_FILES_TOOL_NAME, RESET_DONE, RESET_TOOL_NAME,
     UPLOAD_TOOL_NAME,
 };
+use crate::tenancy::handle::SandboxId;
+use crate::tenancy::registry::RegistryError;
 use crate::tenancy::sandbox::{Arrival, Owner};
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock};
 use rmcp::service::RequestContext;
@@ -51,12 +53,15 @@ impl RunPythonServer {
                 None,
             ));
         }
-        let made = match minted(context) {
-            Some(id) => self
-                .registry
-                .create_as(id, Owner::Handle, args.dependencies),
-            None => self.registry.create(Owner::Handle, args.dependencies),
+        let id = match minted(context) {
+            Some(id) => Ok(id),
+            None => SandboxId::mint().map_err(RegistryError::from),
         };
+        let principal = self.principal_of(context);
+        let made = id.and_then(|id| {
+            self.registry
+                .create_as(id, Owner::Handle, args.dependencies, principal)
+        });
         let sandbox = match made {
             Ok(sandbox) => sandbox,
             Err(full) => return Ok(tool_error(full)),
@@ -120,7 +125,12 @@ impl RunPythonServer {
     ) -> Result<CallToolResponse, McpError> {
         let args: DestroyArguments = arguments::parse(DESTROY_TOOL_NAME, request.arguments)?;
         // Opened first, so that a sandbox saved by another replica is destroyed too.
-        if let Err(no) = self.registry.open(&args.sandbox_id).await {
+        let principal = self.principal_of(context);
+        if let Err(no) = self
+            .registry
+            .open(&args.sandbox_id, principal.as_ref())
+            .await
+        {
             return Ok(tool_error(no));
         }
         let sandbox = match self.registry.remove_named(&args.sandbox_id) {

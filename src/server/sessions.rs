@@ -3,8 +3,9 @@
 //! sandbox, made at its first use, that calls without `sandbox_id` run in and that ends with the
 //! session (docs/architecture.md §3).
 
+use crate::tenancy::handle::SandboxId;
 use crate::tenancy::registry::{Registry, RegistryError};
-use crate::tenancy::sandbox::{Owner, Sandbox};
+use crate::tenancy::sandbox::{Owner, Principal, Sandbox};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -80,15 +81,20 @@ pub struct SessionGuard {
 
 impl SessionGuard {
     /// The session's default sandbox, made at its first use (and again after
-    /// `destroy_sandbox` ended it).
+    /// `destroy_sandbox` ended it), belonging to `principal` when it is made.
     ///
     /// Errors: [`RegistryError`] when `--max-sandboxes` leaves no room.
-    pub fn default_sandbox(&self) -> Result<Arc<Sandbox>, RegistryError> {
+    pub fn default_sandbox(
+        &self,
+        principal: Option<Principal>,
+    ) -> Result<Arc<Sandbox>, RegistryError> {
         let mut slot = self.default.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(live) = slot.as_ref().filter(|s| !s.has_ended()) {
             return Ok(live.clone());
         }
-        let made = self.registry.create(Owner::Session, Vec::new())?;
+        let made =
+            self.registry
+                .create_as(SandboxId::mint()?, Owner::Session, Vec::new(), principal)?;
         *slot = Some(made.clone());
         Ok(made)
     }

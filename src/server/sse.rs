@@ -6,12 +6,14 @@
 use super::errors;
 use super::handler::RunPythonServer;
 use crate::tenancy::activity::{until_idle, Activity};
+use crate::tenancy::sandbox::Principal;
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::Router;
 use futures::channel::mpsc;
 use futures::{SinkExt, Stream, StreamExt};
@@ -90,12 +92,18 @@ impl Drop for SessionGuard {
     }
 }
 
-async fn open_stream(State(state): State<AppState>) -> Response {
+async fn open_stream(
+    State(state): State<AppState>,
+    principal: Option<Extension<Principal>>,
+) -> Response {
     if let Some(refusal) = state.server.drain.refuse_stream() {
         return refusal.into_response();
     }
     match state.server.for_new_session() {
-        Ok(handler) => session_stream(state, handler).into_response(),
+        Ok(handler) => {
+            let handler = handler.with_principal(principal.map(|Extension(p)| p));
+            session_stream(state, handler).into_response()
+        }
         Err(full) => errors::sessions_full(&full).into_response(),
     }
 }
@@ -175,6 +183,7 @@ struct SessionQuery {
 async fn post_message(
     State(state): State<AppState>,
     Query(query): Query<SessionQuery>,
+    principal: Option<Extension<Principal>>,
     body: Body,
 ) -> Response {
     let Some(id) = query.session_id else {
@@ -194,6 +203,10 @@ async fn post_message(
     else {
         return errors::unknown_session().into_response();
     };
+    // A session belongs to the principal that opened its stream: to anyone else it is unknown.
+    if !handler.opened_by(principal.as_ref().map(|Extension(p)| p)) {
+        return errors::unknown_session().into_response();
+    }
     activity.touch();
     let mut message = match errors::read_message(body, state.max_body).await {
         Ok((_, message)) => message,

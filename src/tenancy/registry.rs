@@ -13,7 +13,7 @@
 
 use super::activity::InFlight;
 use super::handle::{MintError, SandboxId};
-use super::sandbox::{Owner, Sandbox};
+use super::sandbox::{Owner, Principal, Sandbox};
 use super::state_dir::{Claim, Expiry, Snapshot, StateDir, StateError};
 use crate::metrics::SaveResult;
 use std::collections::HashMap;
@@ -62,7 +62,8 @@ pub struct Missing {
 }
 
 impl Missing {
-    fn of(text: &str) -> Missing {
+    /// The refusal for `text`, a handle given by a caller.
+    pub fn of(text: &str) -> Missing {
         Missing {
             given: text
                 .chars()
@@ -191,17 +192,19 @@ impl Registry {
         idle || old
     }
 
-    /// A new sandbox held by `owner`, with `dependencies` for each of its interpreters,
+    /// A new sandbox held by `owner` (tests: the server makes its own through
+    /// [`create_as`](Self::create_as)), with `dependencies` for each of its interpreters,
     /// registered under a fresh handle; at the cap it takes an idle sandbox's place.
     ///
     /// Errors: [`RegistryError::Full`] when `--max-sandboxes` are live and none may give way;
     /// [`RegistryError::Mint`] when the random source fails.
+    #[cfg(test)]
     pub fn create(
         &self,
         owner: Owner,
         dependencies: Vec<String>,
     ) -> Result<Arc<Sandbox>, RegistryError> {
-        self.create_as(SandboxId::mint()?, owner, dependencies)
+        self.create_as(SandboxId::mint()?, owner, dependencies, None)
     }
 
     /// [`create`](Self::create) under a handle minted before (the HTTP front names a sandbox a
@@ -213,8 +216,9 @@ impl Registry {
         id: SandboxId,
         owner: Owner,
         dependencies: Vec<String>,
+        principal: Option<Principal>,
     ) -> Result<Arc<Sandbox>, RegistryError> {
-        let sandbox = Sandbox::new(id, owner, dependencies);
+        let sandbox = Sandbox::owned(id, owner, dependencies, principal);
         self.insert(sandbox.clone())?;
         tracing::debug!("sandbox {} created ({:?})", sandbox.id.short(), owner);
         Ok(sandbox)
@@ -259,19 +263,35 @@ impl Registry {
 
     /// The sandbox named by `text`, held in flight until the result is dropped: a live one
     /// (after checking, with `--state-dir`, that no other replica took it over since), else one
-    /// restored from the state directory. This is where a handle is checked against its
-    /// holder once the server authenticates callers.
+    /// restored from the state directory. The handle is checked against its holder here: a
+    /// sandbox of another `principal` is [`Missing`], as an unknown one (SEP-2567).
     ///
-    /// Errors: [`OpenError::Missing`] when `text` names no sandbox, live or saved;
-    /// [`OpenError::State`] when the state directory fails.
-    pub async fn open(&self, text: &str) -> Result<Entered, OpenError> {
+    /// Errors: [`OpenError::Missing`] when `text` names no sandbox of `principal`, live or
+    /// saved; [`OpenError::State`] when the state directory fails.
+    pub async fn open(
+        &self,
+        text: &str,
+        principal: Option<&Principal>,
+    ) -> Result<Entered, OpenError> {
+        let entered = self.open_any(text, principal).await?;
+        if !entered.sandbox.belongs_to(principal) {
+            return Err(Missing::of(text).into());
+        }
+        Ok(entered)
+    }
+
+    async fn open_any(
+        &self,
+        text: &str,
+        principal: Option<&Principal>,
+    ) -> Result<Entered, OpenError> {
         let Some(state) = &self.state else {
             return Ok(self.enter(text)?);
         };
         let entered = match self.enter(text) {
             Ok(entered) if entered.sandbox.owner != Owner::Handle => return Ok(entered),
             Ok(entered) => entered,
-            Err(missing) => return self.restore(text, missing).await,
+            Err(missing) => return self.restore(text, missing, principal).await,
         };
         let (state, id) = (state.clone(), entered.sandbox.id.clone());
         let now = blocking(move || state.generation(&id)).await;
@@ -286,7 +306,7 @@ impl Registry {
                 drop(entered);
                 self.live().remove(&stale.id);
                 stale.end();
-                self.restore(text, Missing::of(text)).await
+                self.restore(text, Missing::of(text), principal).await
             }
             Ok(_) => Ok(entered),
             Err(source) => Err(OpenError::State {
@@ -297,7 +317,12 @@ impl Registry {
     }
 
     /// Restores the sandbox named by `text` from the state directory (see [`open`](Self::open)).
-    async fn restore(&self, text: &str, missing: Missing) -> Result<Entered, OpenError> {
+    async fn restore(
+        &self,
+        text: &str,
+        missing: Missing,
+        principal: Option<&Principal>,
+    ) -> Result<Entered, OpenError> {
         let (Some(state), Some(id)) = (&self.state, SandboxId::parse(text)) else {
             return Err(missing.into());
         };
@@ -308,7 +333,8 @@ impl Registry {
         }
         let claim = {
             let (state, id, expiry) = (state.clone(), id.clone(), self.expiry());
-            blocking(move || state.claim(&id, expiry)).await
+            let owner = principal.map(|p| p.0.clone());
+            blocking(move || state.claim(&id, expiry, owner.as_deref())).await
         };
         let restored = match claim {
             Ok(Claim::Restored(restored)) => restored,
@@ -327,7 +353,7 @@ impl Registry {
             restored.previous_replica
         );
         let note = restored_note(&restored);
-        let sandbox = Sandbox::restored(id, restored, self.file_cap, note);
+        let sandbox = Sandbox::restored(id, restored, principal.cloned(), self.file_cap, note);
         crate::metrics::sandbox_restored();
         // No room: the restored sandbox is dropped again; its saved state stays for a retry.
         if let Err(full) = self.insert(sandbox.clone()) {
@@ -358,7 +384,17 @@ impl Registry {
         });
         let (state, id) = (state.clone(), sandbox.id.clone());
         let (generation, created) = (sandbox.generation(), sandbox.created_unix);
-        let saved = blocking(move || state.save(&id, generation, created, snapshot.as_ref())).await;
+        let principal = sandbox.principal.as_ref().map(|p| p.0.clone());
+        let saved = blocking(move || {
+            state.save(
+                &id,
+                generation,
+                created,
+                principal.as_deref(),
+                snapshot.as_ref(),
+            )
+        })
+        .await;
         match saved {
             Ok(generation) => {
                 crate::metrics::state_saved(SaveResult::Ok);

@@ -37,6 +37,12 @@ pub enum Owner {
     Call,
 }
 
+/// Who a request was authenticated as (`--auth-jwks`: the token's `iss` and `sub`;
+/// `--auth-token-file`: the static token): a sandbox belongs to the principal that made it, and
+/// only that principal reaches it (SEP-2567). Set by the HTTP front in the request's extensions.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Principal(pub String);
+
 /// A call's place in its sandbox's arrival order, stamped by the transport as the request is
 /// read (before rmcp hands it to a task of its own, where calls could overtake each other).
 /// It counts only in the sandbox it was stamped for.
@@ -64,6 +70,9 @@ pub struct Sandbox {
     pub id: SandboxId,
     /// Who holds it.
     pub owner: Owner,
+    /// The principal that made it, when the server authenticates callers: nobody else
+    /// reaches it.
+    pub principal: Option<Principal>,
     /// When it was made.
     pub created: Instant,
     /// When it was made, in seconds since the Unix epoch (on the replica that made it, for a
@@ -102,9 +111,20 @@ impl Sandbox {
     /// A sandbox named `id`, held by `owner`, with no interpreter yet (it gets one at its first
     /// call) and `dependencies` to install into each of its interpreters.
     pub fn new(id: SandboxId, owner: Owner, dependencies: Vec<String>) -> Arc<Sandbox> {
+        Sandbox::owned(id, owner, dependencies, None)
+    }
+
+    /// [`new`](Self::new), belonging to `principal`.
+    pub fn owned(
+        id: SandboxId,
+        owner: Owner,
+        dependencies: Vec<String>,
+        principal: Option<Principal>,
+    ) -> Arc<Sandbox> {
         Arc::new(Sandbox {
             id,
             owner,
+            principal,
             created: Instant::now(),
             created_unix: crate::tenancy::state_dir::unix_now(),
             dependencies,
@@ -129,12 +149,13 @@ impl Sandbox {
     pub fn restored(
         id: SandboxId,
         restored: crate::tenancy::state_dir::Restored,
+        principal: Option<Principal>,
         cap: u64,
         note: String,
     ) -> Arc<Sandbox> {
         let now_unix = crate::tenancy::state_dir::unix_now();
         let age = Duration::from_secs(now_unix.saturating_sub(restored.created_unix));
-        let mut sandbox = Sandbox::new(id, Owner::Handle, restored.dependencies);
+        let mut sandbox = Sandbox::owned(id, Owner::Handle, restored.dependencies, principal);
         if let Some(sandbox) = Arc::get_mut(&mut sandbox) {
             sandbox.created = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
             sandbox.created_unix = restored.created_unix;
@@ -195,6 +216,11 @@ impl Sandbox {
     /// Errors: [`MintError`] when the OS random source fails.
     pub fn for_one_call() -> Result<Arc<Sandbox>, MintError> {
         Ok(Sandbox::new(SandboxId::mint()?, Owner::Call, Vec::new()))
+    }
+
+    /// Whether `principal` may reach it: its own principal, or anyone when it has none.
+    pub fn belongs_to(&self, principal: Option<&Principal>) -> bool {
+        self.principal.is_none() || self.principal.as_ref() == principal
     }
 
     /// Its activity: in flight while a call of it runs or waits, idle since the last one.

@@ -80,6 +80,15 @@ struct Ownership {
     /// When its last call completed (seconds since the Unix epoch): `--sandbox-idle-timeout`
     /// counts from here.
     last_used_unix: u64,
+    /// The SHA-256 of the principal that owns it (hex), when the server authenticates: only
+    /// that principal restores it. The principal itself is not written.
+    #[serde(default)]
+    principal_sha256: Option<String>,
+}
+
+/// The record of `principal`, as [`Ownership::principal_sha256`] keeps it.
+fn principal_digest(principal: Option<&str>) -> Option<String> {
+    principal.map(|p| hex::encode(Sha256::digest(p.as_bytes())))
 }
 
 /// What the archive says besides the files' bytes.
@@ -338,6 +347,7 @@ impl StateDir {
         id: &SandboxId,
         generation: u64,
         created_unix: u64,
+        principal: Option<&str>,
         snapshot: Option<&Snapshot>,
     ) -> Result<u64, StateError> {
         let dir = self.dir_of(id);
@@ -362,6 +372,7 @@ impl StateDir {
                 replica: self.replica.clone(),
                 created_unix,
                 last_used_unix: unix_now(),
+                principal_sha256: principal_digest(principal),
             },
         )?;
         Ok(generation)
@@ -374,11 +385,17 @@ impl StateDir {
         Ok(Self::read_owner(&self.dir_of(id))?.map(|o| o.generation))
     }
 
-    /// Takes sandbox `id` over: increments its generation under its lock, makes this replica
-    /// its owner and reads its files. A sandbox past `expiry` is removed instead.
+    /// Takes sandbox `id` over for `principal`: increments its generation under its lock, makes
+    /// this replica its owner and reads its files. A sandbox past `expiry` is removed instead;
+    /// one of another principal is [`Claim::Absent`] and left as it is.
     ///
     /// Errors: the file system's; a malformed or oversized archive.
-    pub fn claim(&self, id: &SandboxId, expiry: Expiry) -> Result<Claim, StateError> {
+    pub fn claim(
+        &self,
+        id: &SandboxId,
+        expiry: Expiry,
+        principal: Option<&str>,
+    ) -> Result<Claim, StateError> {
         let dir = self.dir_of(id);
         let Some(lock) = self.lock(&dir, false)? else {
             return Ok(Claim::Absent);
@@ -386,6 +403,10 @@ impl StateDir {
         let Some(owner) = Self::read_owner(&dir)? else {
             return Ok(Claim::Absent);
         };
+        if owner.principal_sha256.is_some() && owner.principal_sha256 != principal_digest(principal)
+        {
+            return Ok(Claim::Absent);
+        }
         let now = unix_now();
         if expiry.expired(&owner, now) {
             drop(lock);
@@ -401,6 +422,7 @@ impl StateDir {
                 replica: self.replica.clone(),
                 created_unix: owner.created_unix,
                 last_used_unix: now,
+                principal_sha256: owner.principal_sha256.clone(),
             },
         )?;
         Ok(Claim::Restored(Restored {
@@ -534,11 +556,23 @@ mod tests {
         let b = StateDir::open(root.path(), "b".into(), 1 << 20).expect("open");
         let id = SandboxId::mint().expect("random");
         let created = unix_now();
-        let generation = a.save(&id, 0, created, Some(&snapshot())).expect("saved");
+        let generation = a
+            .save(&id, 0, created, Some("alice"), Some(&snapshot()))
+            .expect("saved");
         assert_eq!(generation, 1);
         // A later save without changed files keeps the files.
-        assert_eq!(a.save(&id, generation, created, None).expect("saved"), 1);
-        let Claim::Restored(r) = b.claim(&id, NO_EXPIRY).expect("claimed") else {
+        assert_eq!(
+            a.save(&id, generation, created, Some("alice"), None)
+                .expect("saved"),
+            1
+        );
+        // Another principal finds nothing, and takes nothing over.
+        assert!(matches!(
+            b.claim(&id, NO_EXPIRY, Some("mallory")),
+            Ok(Claim::Absent)
+        ));
+        assert!(matches!(b.claim(&id, NO_EXPIRY, None), Ok(Claim::Absent)));
+        let Claim::Restored(r) = b.claim(&id, NO_EXPIRY, Some("alice")).expect("claimed") else {
             panic!("absent");
         };
         assert_eq!(r.generation, 2);
@@ -555,7 +589,7 @@ mod tests {
         );
         // The old holder is fenced off: its save is refused, and it can tell before a call.
         assert!(matches!(
-            a.save(&id, 1, created, None),
+            a.save(&id, 1, created, Some("alice"), None),
             Err(StateError::Superseded { generation: 2, .. })
         ));
         assert_eq!(a.generation(&id).expect("read"), Some(2));
@@ -563,7 +597,10 @@ mod tests {
         a.remove(&id, 1).expect("removed nothing");
         assert_eq!(b.generation(&id).expect("read"), Some(2));
         b.remove(&id, 2).expect("removed");
-        assert!(matches!(b.claim(&id, NO_EXPIRY), Ok(Claim::Absent)));
+        assert!(matches!(
+            b.claim(&id, NO_EXPIRY, Some("alice")),
+            Ok(Claim::Absent)
+        ));
     }
 
     #[test]
@@ -571,7 +608,7 @@ mod tests {
         let root = tempfile::tempdir().expect("a temp dir");
         let a = StateDir::open(root.path(), "a".into(), 1 << 20).expect("open");
         let id = SandboxId::mint().expect("random");
-        a.save(&id, 0, unix_now() - 100, Some(&snapshot()))
+        a.save(&id, 0, unix_now() - 100, None, Some(&snapshot()))
             .expect("saved");
         let names: Vec<String> = std::fs::read_dir(root.path())
             .expect("listed")
@@ -587,8 +624,8 @@ mod tests {
             lifetime: Some(Duration::from_secs(50)),
         };
         assert_eq!(a.sweep(NO_EXPIRY).expect("swept"), 0);
-        assert!(matches!(a.claim(&id, old), Ok(Claim::Absent)));
-        assert!(matches!(a.claim(&id, NO_EXPIRY), Ok(Claim::Absent)));
+        assert!(matches!(a.claim(&id, old, None), Ok(Claim::Absent)));
+        assert!(matches!(a.claim(&id, NO_EXPIRY, None), Ok(Claim::Absent)));
     }
 
     #[test]
@@ -596,10 +633,10 @@ mod tests {
         let root = tempfile::tempdir().expect("a temp dir");
         let a = StateDir::open(root.path(), "a".into(), 4).expect("open");
         let id = SandboxId::mint().expect("random");
-        a.save(&id, 0, unix_now(), Some(&snapshot()))
+        a.save(&id, 0, unix_now(), None, Some(&snapshot()))
             .expect("saved");
         assert!(matches!(
-            a.claim(&id, NO_EXPIRY),
+            a.claim(&id, NO_EXPIRY, None),
             Err(StateError::TooLarge { max: 4, .. })
         ));
     }
