@@ -674,7 +674,14 @@ pub async fn serve(
             // list turns rmcp's own `Host` check off.
             config.allowed_hosts = Vec::new();
             let factory = server.clone();
+            // SSE responses are kept with event ids, so that a client whose connection dropped
+            // mid-call gets its result with `Last-Event-ID` (super::event_store). The stateless
+            // mode answers in JSON: nothing to resume, and `GET /mcp` stays 405.
             let mut manager = LocalSessionManager::default();
+            if mode == HttpMode::Stateful {
+                manager = manager
+                    .with_event_store(Arc::new(super::event_store::MemoryEventStore::default()));
+            }
             // rmcp would end a session after `keep_alive` without a message (its default is
             // 300 s), even with a call in flight; `StreamableSessions` ends it once idle
             // instead, and the session's interpreter, and with `--stateful` its state, go

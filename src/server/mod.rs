@@ -5,6 +5,7 @@ pub mod arguments;
 pub mod auth;
 pub mod drain;
 pub mod errors;
+pub mod event_store;
 pub mod execute;
 pub mod format;
 pub mod handler;
