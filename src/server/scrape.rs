@@ -4,7 +4,8 @@
 //! Like `/healthz` and `/readyz` it sits outside the DNS-rebinding guard, for a scraper that
 //! reaches the pod by its address: it runs nothing and carries no user data (counts and
 //! durations only, labels from fixed sets). Put the listener on a private network, or in front
-//! of it a balancer that does not route `/metrics` (deploy/haproxy.cfg does not).
+//! of it a balancer that does not route `/metrics` (deploy/haproxy.cfg does not). It needs no
+//! token with `--auth-jwks` either: a scraper holds no user token, and it shows counts only.
 
 use super::handler::RunPythonServer;
 use crate::metrics::{set_gauges, Gauges};
