@@ -126,6 +126,24 @@ async def test_a_sandbox_belongs_to_the_principal_that_made_it(server, key):
         assert mine.structured_content["return_value"] == "alice"
 
 
+async def test_the_keys_may_come_from_a_url(key, jwks_file):
+    """`--auth-jwks` with an http(s) URL: fetched at start from a real local HTTP server."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(jwks_file.parent))
+    keys = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=keys.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{keys.server_address[1]}/{jwks_file.name}"
+        with http_server("streamable-http", "--auth-jwks", url, "--auth-audience", AUDIENCE) as base:
+            assert post(base, token(key, "alice"))[0] == 200
+            assert post(base, token(rsa_key(), "alice"))[0] == 401
+    finally:
+        keys.shutdown()
+
+
 async def test_a_static_token_from_a_file(tmp_path):
     (tmp_path / "token").write_text("s3cret-static-token\n")
     with http_server("streamable-http", "--auth-token-file", str(tmp_path / "token")) as base:
