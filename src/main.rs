@@ -1,5 +1,7 @@
 //! `mcp-run-python`: an MCP server that runs Python in Pyodide inside JavaScriptCore.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 mod cli;
 mod engine;
 mod metrics;

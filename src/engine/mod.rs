@@ -5,9 +5,9 @@
 //! A `deno_core`/V8 backend could later implement the same surface behind a cargo feature.
 //!
 //! Every unsafe operation, inside an `unsafe fn` too, sits in its own `unsafe` block with the
-//! reason it is sound.
-#![deny(unsafe_op_in_unsafe_fn)]
+//! reason it is sound (`unsafe_op_in_unsafe_fn` is denied crate-wide).
 
+pub mod allocator;
 mod ffi;
 mod host;
 mod mapped;

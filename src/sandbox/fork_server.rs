@@ -14,7 +14,7 @@
 //! Why one thread: JavaScriptCore's helper threads (JIT, wasm compilers, GC, the libpas
 //! scavenger) would be missing in the child while their state says they exist, and the child
 //! could wait for them for ever. Once idle for about ten seconds they exit; the scavenger is
-//! suspended by hand ([`pas_scavenger_suspend`]).
+//! suspended by hand ([`crate::engine::allocator::suspend_scavenger`]).
 
 use anyhow::{anyhow, bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -56,26 +56,11 @@ const THREAD_POLL: Duration = Duration::from_millis(100);
 /// `waitpid` and touches no engine memory.
 const REAP_INTERVAL_MS: u16 = 100;
 
-extern "C" {
-    /// libpas (JavaScriptCore's allocator): stops the scavenger thread and waits until it has
-    /// exited; the suspension is inherited by a forked child. Exported by
-    /// libjavascriptcoregtk (`bmalloc/libpas/src/libpas/pas_scavenger.h`).
-    fn pas_scavenger_suspend();
-    /// Lets the scavenger run again (it starts its thread when there is work).
-    fn pas_scavenger_resume();
-    /// Returns libpas's free memory to the system now, on the calling thread.
-    fn pas_scavenger_run_synchronously_now();
-}
-
 /// Gives free memory back to the system before the zygote forks: fewer resident pages make
 /// a faster `fork` (page tables are copied) and less to share. Runs after the engine's last
 /// garbage collection.
 fn release_free_memory() {
-    // SAFETY: no arguments; both only return free memory (libpas's, glibc's) to the system.
-    unsafe {
-        pas_scavenger_run_synchronously_now();
-        libc::malloc_trim(0);
-    }
+    crate::engine::allocator::release_free_memory();
 }
 
 /// What a forked child needs to know.
@@ -90,15 +75,13 @@ pub struct Forked {
 /// on the other core, each of the first call's thousand or so faults also costs an
 /// inter-processor interrupt, which made that call several times slower.
 pub fn resume_scavenger() {
-    // SAFETY: takes no arguments; undoes the zygote's suspension in this child.
-    unsafe { pas_scavenger_resume() };
+    crate::engine::allocator::resume_scavenger();
 }
 
 /// Waits until the process has one thread, with the scavenger suspended.
 fn wait_single_threaded(proc_status: &File) -> Result<()> {
     release_free_memory();
-    // SAFETY: takes no arguments; waits for the scavenger thread to exit.
-    unsafe { pas_scavenger_suspend() };
+    crate::engine::allocator::suspend_scavenger();
     let until = Instant::now() + SINGLE_THREAD_WAIT;
     loop {
         match super::confine::thread_count(proc_status) {

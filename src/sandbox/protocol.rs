@@ -353,7 +353,12 @@ fn encode_head<T: Serialize>(header: &T, attachments: usize) -> Result<Vec<u8>, 
     let mut head = Vec::with_capacity(json.len() + 8);
     head.extend_from_slice(&len.to_le_bytes());
     head.extend_from_slice(&json);
-    head.extend_from_slice(&(attachments as u32).to_le_bytes());
+    let count = u32::try_from(attachments).map_err(|_| FrameError::TooLarge {
+        what: "attachment count",
+        size: attachments as u64,
+        limit: u32::MAX as usize,
+    })?;
+    head.extend_from_slice(&count.to_le_bytes());
     Ok(head)
 }
 
@@ -556,6 +561,20 @@ pub async fn read_frame_async<T: for<'de> Deserialize<'de>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_attachment_count_past_the_frame_format_is_refused() {
+        assert!(encode_head(&"x", 3).is_ok());
+        if let Ok(too_many) = usize::try_from(u64::from(u32::MAX) + 1) {
+            assert!(matches!(
+                encode_head(&"x", too_many),
+                Err(FrameError::TooLarge {
+                    what: "attachment count",
+                    ..
+                })
+            ));
+        }
+    }
 
     #[test]
     fn a_boot_carries_its_packages_or_none() {
