@@ -32,6 +32,9 @@ use std::sync::Arc;
 /// The path of the protected resource metadata (RFC 9728 §3).
 pub const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 
+/// The protected resource: the MCP endpoint (RFC 9728 §2, `resource`).
+const MCP_PATH: &str = "/mcp";
+
 /// Largest JWKS document or token file read (bytes).
 const MAX_KEYS_BYTES: u64 = 1 << 20;
 
@@ -280,9 +283,9 @@ async fn fetch(url: &str) -> Result<String, reqwest::Error> {
     Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())
 }
 
-/// The URL of the metadata document for a request with `headers` (scheme from
+/// This server's URL as a request with `headers` reached it, without a path (scheme from
 /// `X-Forwarded-Proto` behind a TLS-terminating balancer, else `http`).
-fn metadata_url(headers: &HeaderMap) -> String {
+fn base_url(headers: &HeaderMap) -> String {
     let host = headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
@@ -294,12 +297,15 @@ fn metadata_url(headers: &HeaderMap) -> String {
         Some("https") => "https",
         _ => "http",
     };
-    format!("{scheme}://{host}{METADATA_PATH}")
+    format!("{scheme}://{host}")
 }
 
 /// The 401 answer: the JSON-RPC error body and `WWW-Authenticate` naming the metadata.
 fn unauthorized(denied: Denied, headers: &HeaderMap) -> Response {
-    let mut challenge = format!("Bearer resource_metadata=\"{}\"", metadata_url(headers));
+    let mut challenge = format!(
+        "Bearer resource_metadata=\"{}{METADATA_PATH}\"",
+        base_url(headers)
+    );
     if denied == Denied::Invalid {
         challenge.push_str(", error=\"invalid_token\"");
     }
@@ -333,7 +339,7 @@ pub fn metadata_router(authorization_servers: Vec<String>) -> Router {
         get(move |headers: HeaderMap| {
             let servers = authorization_servers.clone();
             async move {
-                let resource = metadata_url(&headers).replace(METADATA_PATH, "/mcp");
+                let resource = format!("{}{MCP_PATH}", base_url(&headers));
                 Json(json!({
                     "resource": resource,
                     "authorization_servers": servers,

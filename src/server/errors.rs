@@ -162,14 +162,11 @@ pub fn unknown_session() -> Refusal {
 /// another is refused): HTTP 400 with rmcp's `HeaderMismatch` (-32020, MCP 2026-07-28), the
 /// same error rmcp gives the requests it checks itself.
 pub fn header_mismatch(id: Option<Value>, detail: impl Display) -> Refusal {
-    let refusal = Refusal::new(
+    Refusal::new(
         StatusCode::BAD_REQUEST,
         ErrorData::header_mismatch(detail.to_string(), None),
-    );
-    match id {
-        Some(id) => refusal.with_id(id),
-        None => refusal,
-    }
+    )
+    .with_id(id.unwrap_or_default())
 }
 
 /// A new session while `--max-sessions` are live: HTTP 503, as the server is full, not the
@@ -181,8 +178,8 @@ pub fn sessions_full(full: &SessionsFull) -> Refusal {
     )
 }
 
-/// New work on a draining replica (after SIGTERM, [`super::drain`]): HTTP 503 with
-/// `Retry-After`, answering the request's `id`. Nothing ran, so a load balancer may send the
+/// New work on a draining replica (after SIGTERM, [`super::drain`]): HTTP 503 answering the
+/// request's `id`. Nothing ran, so a load balancer may send the
 /// request to another replica (deploy/haproxy.cfg retries on 503).
 pub fn draining(id: Value) -> Refusal {
     Refusal::new(
@@ -310,13 +307,9 @@ pub async fn read_message(
     body: Body,
     max_bytes: usize,
 ) -> Result<(Bytes, ClientJsonRpcMessage), Refusal> {
-    let bytes = read_limited(body, max_bytes).await.map_err(|id| {
-        let refusal = too_large(max_bytes);
-        match id {
-            Some(id) => refusal.with_id(id),
-            None => refusal,
-        }
-    })?;
+    let bytes = read_limited(body, max_bytes)
+        .await
+        .map_err(|id| too_large(max_bytes).with_id(id.unwrap_or_default()))?;
     let message = decode(&bytes)?;
     Ok((bytes, message))
 }

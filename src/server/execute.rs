@@ -18,7 +18,7 @@ use crate::sandbox::pool::{Lease, Pool};
 use crate::sandbox::protocol::{ReturnKind, RunStatus, Stream};
 use crate::sandbox::spares::Spares;
 use crate::sandbox::worker::{Deadline, Phase, RunRequest, Worker, WorkerError};
-use crate::tenancy::files::{Listing, SandboxFiles, Survivors};
+use crate::tenancy::files::{name_list, Listing, SandboxFiles, Survivors};
 use crate::tenancy::sandbox::{Arrival, Sandbox};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -94,23 +94,6 @@ impl Restart {
             Restart::Died => "new: this call ran in a new interpreter (the previous one had ended since the last call: it was killed from outside, ran out of memory or crashed); the variables, functions and imports of earlier calls are gone",
         }
     }
-}
-
-/// How many file names a `state` note spells out before it says how many more there are.
-const NOTE_NAMES: usize = 10;
-
-/// `names` as a short list for a `state` note.
-fn name_list(names: &[String]) -> String {
-    let mut text = names
-        .iter()
-        .take(NOTE_NAMES)
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .join(", ");
-    if names.len() > NOTE_NAMES {
-        text.push_str(&format!(" and {} more", names.len() - NOTE_NAMES));
-    }
-    text
 }
 
 /// The `state` note of a call that stopped its sandbox's interpreter: what is lost, which

@@ -134,13 +134,13 @@ pub(super) enum NoSandbox {
 #[derive(Debug, Clone)]
 pub struct MintedSandbox(pub SandboxId);
 
-/// The handle minted for `context`'s request by the HTTP front, if any.
-pub(super) fn minted(context: &RequestContext<RoleServer>) -> Option<SandboxId> {
+/// What the HTTP front left in the extensions of `context`'s HTTP request (a
+/// [`MintedSandbox`], a [`Principal`]); `None` over stdio and SSE, whose messages have none.
+fn http_extension<T: Send + Sync + 'static>(context: &RequestContext<RoleServer>) -> Option<&T> {
     context
         .extensions
         .get::<axum::http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<MintedSandbox>())
-        .map(|m| m.0.clone())
+        .and_then(|parts| parts.extensions.get::<T>())
 }
 
 /// A tool error (`isError: true`) that says `why`.
@@ -259,12 +259,29 @@ impl RunPythonServer {
     /// Who `context`'s request was authenticated as, when the server authenticates: the HTTP
     /// request's [`Principal`], else the session's.
     pub(super) fn principal_of(&self, context: &RequestContext<RoleServer>) -> Option<Principal> {
-        context
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<Principal>())
+        http_extension::<Principal>(context)
             .cloned()
             .or_else(|| self.principal.clone())
+    }
+
+    /// A new sandbox reached by its handle, belonging to `context`'s principal, with
+    /// `dependencies`: under the handle the HTTP front minted for the request (and named in its
+    /// response header), else a fresh one.
+    ///
+    /// Errors: [`RegistryError`] when no handle could be minted or `--max-sandboxes` leaves no
+    /// room.
+    pub(super) fn create_for(
+        &self,
+        context: &RequestContext<RoleServer>,
+        dependencies: Vec<String>,
+    ) -> Result<Arc<Sandbox>, RegistryError> {
+        let id = match http_extension::<MintedSandbox>(context) {
+            Some(minted) => minted.0.clone(),
+            None => SandboxId::mint()?,
+        };
+        let principal = self.principal_of(context);
+        self.registry
+            .create_as(id, Owner::Handle, dependencies, principal)
     }
 
     /// Whether calls keep state and the sandbox tools are offered (`--stateful`).
@@ -344,14 +361,7 @@ impl RunPythonServer {
                 (sandbox, Reached::SessionDefault)
             }
             (None, true, WithoutHandle::Create) => {
-                let id = match minted(context) {
-                    Some(id) => id,
-                    None => SandboxId::mint().map_err(RegistryError::from)?,
-                };
-                let made = self
-                    .registry
-                    .create_as(id, Owner::Handle, Vec::new(), principal);
-                (made?, Reached::Created)
+                (self.create_for(context, Vec::new())?, Reached::Created)
             }
             (None, true, WithoutHandle::Refuse) => return Err(NoSandbox::NeedsHandle),
             (None, false, _) => (

@@ -8,14 +8,12 @@
 use super::arguments::{
     self, CreateArguments, DestroyArguments, FileArguments, SandboxArguments, MAX_DEPENDENCIES,
 };
-use super::handler::{minted, tool_error, InUse, RunPythonServer, WithoutHandle};
+use super::handler::{tool_error, InUse, RunPythonServer, WithoutHandle};
 use super::tool::{
     CREATE_TOOL_NAME, DESTROY_TOOL_NAME, LIST_FILES_TOOL_NAME, RESET_DONE, RESET_TOOL_NAME,
     UPLOAD_TOOL_NAME,
 };
-use crate::tenancy::handle::SandboxId;
-use crate::tenancy::registry::RegistryError;
-use crate::tenancy::sandbox::{Arrival, Owner};
+use crate::tenancy::sandbox::Arrival;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
@@ -53,16 +51,7 @@ impl RunPythonServer {
                 None,
             ));
         }
-        let id = match minted(context) {
-            Some(id) => Ok(id),
-            None => SandboxId::mint().map_err(RegistryError::from),
-        };
-        let principal = self.principal_of(context);
-        let made = id.and_then(|id| {
-            self.registry
-                .create_as(id, Owner::Handle, args.dependencies, principal)
-        });
-        let sandbox = match made {
+        let sandbox = match self.create_for(context, args.dependencies) {
             Ok(sandbox) => sandbox,
             Err(full) => return Ok(tool_error(full)),
         };

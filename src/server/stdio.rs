@@ -231,9 +231,8 @@ pub async fn serve(server: RunPythonServer) -> Result<()> {
                 Line::Text(line) if line.trim().is_empty() => continue,
                 Line::Text(line) => decode_line(&line),
                 Line::NotUtf8 { valid_up_to } => Err(errors::not_utf8(valid_up_to)),
-                Line::TooLong { id: None } => Err(errors::too_large(max_line_bytes)),
-                Line::TooLong { id: Some(id) } => {
-                    Err(errors::too_large(max_line_bytes).with_id(id))
+                Line::TooLong { id } => {
+                    Err(errors::too_large(max_line_bytes).with_id(id.unwrap_or_default()))
                 }
             };
             let mut message = match decoded {

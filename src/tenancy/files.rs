@@ -43,6 +43,23 @@ pub struct Survivors {
     pub lost: Vec<String>,
 }
 
+/// How many file names a `state` note spells out before it says how many more there are.
+const NOTE_NAMES: usize = 10;
+
+/// `names` as a short list for a `state` note.
+pub fn name_list(names: &[String]) -> String {
+    let mut text = names
+        .iter()
+        .take(NOTE_NAMES)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > NOTE_NAMES {
+        text.push_str(&format!(" and {} more", names.len() - NOTE_NAMES));
+    }
+    text
+}
+
 impl SandboxFiles {
     /// A number that changes whenever the files or their copies do.
     pub fn version(&self) -> u64 {

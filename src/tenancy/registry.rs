@@ -304,8 +304,7 @@ impl Registry {
                 );
                 let stale = entered.sandbox.clone();
                 drop(entered);
-                self.live().remove(&stale.id);
-                stale.end();
+                self.drop_stale(&stale);
                 self.restore(text, Missing::of(text), principal).await
             }
             Ok(_) => Ok(entered),
@@ -314,6 +313,17 @@ impl Registry {
                 source,
             }),
         }
+    }
+
+    /// Ends this replica's copy of a sandbox another replica took over (its saved state is the
+    /// new owner's): out of the registry, unless a newer copy took its place there already.
+    fn drop_stale(&self, stale: &Arc<Sandbox>) {
+        let mut live = self.live();
+        if live.get(&stale.id).is_some_and(|s| Arc::ptr_eq(s, stale)) {
+            live.remove(&stale.id);
+        }
+        drop(live);
+        stale.end();
     }
 
     /// Restores the sandbox named by `text` from the state directory (see [`open`](Self::open)).
@@ -377,10 +387,14 @@ impl Registry {
             return Ok(());
         }
         let version = sandbox.unsaved_files();
-        let snapshot = version.map(|_| Snapshot {
-            dependencies: sandbox.dependencies.clone(),
-            files: sandbox.with_files(|f| f.copies()),
-            not_kept: sandbox.with_files(|f| f.without_copy()),
+        // Copies and the files without one, read together: one state of the files.
+        let snapshot = version.map(|_| {
+            let (files, not_kept) = sandbox.with_files(|f| (f.copies(), f.without_copy()));
+            Snapshot {
+                dependencies: sandbox.dependencies.clone(),
+                files,
+                not_kept,
+            }
         });
         let (state, id) = (state.clone(), sandbox.id.clone());
         let (generation, created) = (sandbox.generation(), sandbox.created_unix);
@@ -407,15 +421,7 @@ impl Registry {
                     _ => SaveResult::Error,
                 });
                 if let StateError::Superseded { .. } = e {
-                    let mut live = self.live();
-                    if live
-                        .get(&sandbox.id)
-                        .is_some_and(|s| Arc::ptr_eq(s, sandbox))
-                    {
-                        live.remove(&sandbox.id);
-                    }
-                    drop(live);
-                    sandbox.end();
+                    self.drop_stale(sandbox);
                 }
                 Err(e)
             }
@@ -594,7 +600,7 @@ fn restored_note(restored: &super::state_dir::Restored) -> String {
     }
     if !restored.not_kept.is_empty() {
         note.push_str("; these files were too large to keep and are gone: ");
-        note.push_str(&restored.not_kept.join(", "));
+        note.push_str(&super::files::name_list(&restored.not_kept));
     }
     note
 }

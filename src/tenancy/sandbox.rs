@@ -121,7 +121,17 @@ impl Sandbox {
         dependencies: Vec<String>,
         principal: Option<Principal>,
     ) -> Arc<Sandbox> {
-        Arc::new(Sandbox {
+        Arc::new(Sandbox::fresh(id, owner, dependencies, principal))
+    }
+
+    /// A sandbox made now, not yet shared.
+    fn fresh(
+        id: SandboxId,
+        owner: Owner,
+        dependencies: Vec<String>,
+        principal: Option<Principal>,
+    ) -> Sandbox {
+        Sandbox {
             id,
             owner,
             principal,
@@ -139,7 +149,7 @@ impl Sandbox {
             generation: AtomicU64::new(0),
             saved_files: Mutex::default(),
             restored_note: Mutex::default(),
-        })
+        }
     }
 
     /// A sandbox taken over from the state directory: named `id`, made at `created_unix` (seconds
@@ -155,31 +165,20 @@ impl Sandbox {
     ) -> Arc<Sandbox> {
         let now_unix = crate::tenancy::state_dir::unix_now();
         let age = Duration::from_secs(now_unix.saturating_sub(restored.created_unix));
-        let mut sandbox = Sandbox::owned(id, Owner::Handle, restored.dependencies, principal);
-        if let Some(sandbox) = Arc::get_mut(&mut sandbox) {
-            sandbox.created = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
-            sandbox.created_unix = restored.created_unix;
+        let mut sandbox = Sandbox::fresh(id, Owner::Handle, restored.dependencies, principal);
+        sandbox.created = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
+        sandbox.created_unix = restored.created_unix;
+        let files = sandbox.files.get_mut().unwrap_or_else(|p| p.into_inner());
+        for (path, bytes) in restored.files {
+            files.keep(&path, bytes, cap);
         }
-        sandbox.with_files(|f| {
-            for (path, bytes) in restored.files {
-                f.keep(&path, bytes, cap);
-            }
-        });
         // Its files as saved count as saved.
-        *sandbox
-            .saved_files
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(sandbox.with_files(|f| f.version()));
-        sandbox
-            .generation
-            .store(restored.generation, Ordering::SeqCst);
+        sandbox.saved_files = Mutex::new(Some(files.version()));
+        sandbox.generation = AtomicU64::new(restored.generation);
         // Its first interpreter is not its first: the kept files go into it, with the note.
-        sandbox.had_interpreter.store(true, Ordering::SeqCst);
-        *sandbox
-            .restored_note
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(note);
-        sandbox
+        sandbox.had_interpreter = AtomicBool::new(true);
+        sandbox.restored_note = Mutex::new(Some(note));
+        Arc::new(sandbox)
     }
 
     /// The generation this replica holds it under in the state directory (0: never saved).

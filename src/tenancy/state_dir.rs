@@ -211,6 +211,21 @@ fn io<T>(result: std::io::Result<T>, action: &'static str, path: &Path) -> Resul
     })
 }
 
+/// The JSON document `reader` holds, read up to `max` bytes (a longer one is cut, so it does
+/// not parse); `path` names it in errors.
+fn read_json<T: serde::de::DeserializeOwned>(
+    reader: impl Read,
+    max: u64,
+    path: &Path,
+) -> Result<T, StateError> {
+    let mut text = Vec::new();
+    io(reader.take(max).read_to_end(&mut text), "read", path)?;
+    serde_json::from_slice(&text).map_err(|e| StateError::Malformed {
+        path: path.to_owned(),
+        source: e.into(),
+    })
+}
+
 /// The exclusive lock of one sandbox's directory, released when dropped.
 struct Locked(File);
 
@@ -272,18 +287,7 @@ impl StateDir {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return io(Err(e), "open", &path),
         };
-        let mut text = Vec::new();
-        io(
-            file.take(MAX_OWNER_BYTES).read_to_end(&mut text),
-            "read",
-            &path,
-        )?;
-        serde_json::from_slice(&text)
-            .map(Some)
-            .map_err(|e| StateError::Malformed {
-                path,
-                source: e.into(),
-            })
+        read_json(file, MAX_OWNER_BYTES, &path).map(Some)
     }
 
     /// Writes `bytes` to `dir/name` whole: a temporary file, flushed, renamed over the old one.
@@ -444,19 +448,11 @@ impl StateDir {
         };
         let file = io(File::open(&path), "open", &path)?;
         let mut archive = zip::ZipArchive::new(file).map_err(malformed)?;
-        let manifest: Manifest = {
-            let entry = archive.by_name(MANIFEST).map_err(malformed)?;
-            let mut text = Vec::new();
-            io(
-                entry.take(MAX_MANIFEST_BYTES).read_to_end(&mut text),
-                "read",
-                &path,
-            )?;
-            serde_json::from_slice(&text).map_err(|e| StateError::Malformed {
-                path: path.clone(),
-                source: e.into(),
-            })?
-        };
+        let manifest: Manifest = read_json(
+            archive.by_name(MANIFEST).map_err(malformed)?,
+            MAX_MANIFEST_BYTES,
+            &path,
+        )?;
         let mut files = Vec::new();
         let mut total: u64 = 0;
         for i in 0..archive.len() {
