@@ -108,7 +108,7 @@
 
   // One request through the host: {method, url, headers} and the body in, the answer out.
   const send = (method, url, headers, bytes) => {
-    const out = hostCall("fetch", JSON.stringify({ method, url, headers: [...headers.entries()] }), bytes);
+    const out = hostCall(JSON.stringify({ op: "fetch", request: { method, url, headers: [...headers.entries()] } }), bytes);
     const meta = JSON.parse(out.json);
     if (meta.error) throw new TypeError(`NetworkError when attempting to fetch resource: ${meta.error}`);
     return { meta, body: new Uint8Array(out.body) };

@@ -9,6 +9,15 @@
   delete globalThis.__mcpHost;
   // The host's synchronous call, kept here before fetch.js takes it off the global.
   const hostCall = globalThis.__mcpHostCall;
+  // The host call's typed messages (src/sandbox/worker_main.rs, HostRequest).
+  const HOST_SNAPSHOT = JSON.stringify({ op: "snapshot" });
+  const HOST_FILE = JSON.stringify({ op: "file" });
+  // Code mode: user code's call of an upstream MCP tool (`callJson`: a ToolCall's JSON, made by
+  // python/mcp_tools.py); answers [the ToolAnswer's JSON, its images' bytes one after another].
+  const toolCall = (callJson) => {
+    const out = hostCall(`{"op":"tool","call":${callJson}}`);
+    return [out.json, new Uint8Array(out.body)];
+  };
   // The session's working directory (python/runner.py's WORKDIR).
   const WORKDIR = "/home/pyodide/";
   // Words for Emscripten's file system errors (its errno numbers: ENOENT 44, EISDIR 31,
@@ -44,14 +53,15 @@
     return { error: errorText(e) };
   };
   // Python that makes the helper module from `_mcp_source` (a str the JavaScript side put in
-  // __main__, removed here) and leaves it in sys.modules, only until TAKE_HELPER.
+  // __main__, removed here, as is `_mcp_tools_source`, python/mcp_tools.py, which it keeps) and leaves it in sys.modules, only until TAKE_HELPER.
   const MAKE_HELPER =
     "import sys as _sys, types as _types\n" +
     "_m = _types.ModuleType('_mcp_runner')\n" +
     "_m.__file__ = '/lib/_mcp_runner.py'\n" +
     "exec(compile(_mcp_source, _m.__file__, 'exec'), _m.__dict__)\n" +
+    "_m._tools_source = _mcp_tools_source\n" +
     "_sys.modules['_mcp_runner'] = _m\n" +
-    "del _sys, _types, _m, _mcp_source\n";
+    "del _sys, _types, _m, _mcp_source, _mcp_tools_source\n";
   // Takes the helper module out of sys.modules; its value is the module.
   const TAKE_HELPER = "__import__('sys').modules.pop('_mcp_runner')";
   // `text` is sent as is (the helper already made it one JSON object); failures are wrapped.
@@ -62,11 +72,12 @@
     );
 
   return {
-    // Boots Pyodide from the virtual files under /pyodide/ and loads the Python helper.
+    // Boots Pyodide from the virtual files under /pyodide/ and loads the Python helper (with
+    // the source of code mode's `mcp_tools`, which it keeps).
     // snapshotMode: "load" restores the memory snapshot at /snapshot.bin (skipping Python's
     // start-up), "make" boots normally and hands a snapshot to the host, "none" just boots.
     // Answers `{"version": …}`.
-    boot(id, helperSource, envJson, wasmMaxBytes, snapshotMode) {
+    boot(id, helperSource, toolsSource, envJson, wasmMaxBytes, snapshotMode) {
       answer(id, (async () => {
         if (wasmMaxBytes) {
           // Refuse to grow WebAssembly memory past the budget, as a memory with that maximum
@@ -99,17 +110,18 @@
         // second of a restore). Only Python objects exist then, as Pyodide's snapshot requires.
         if (snapshotMode !== "load") {
           pyodide.globals.set("_mcp_source", helperSource);
+          pyodide.globals.set("_mcp_tools_source", toolsSource);
           pyodide.runPython(MAKE_HELPER);
         }
         if (snapshotMode === "make") {
           const snapshot = new Uint8Array(pyodide.makeMemorySnapshot());
-          hostCall("snapshot", "{}", snapshot.slice());
+          hostCall(HOST_SNAPSHOT, snapshot.slice());
         }
         // The boot's table growth is over (see js/bootstrap.js).
         endTableRoom();
         // Out of sys.modules before any user code runs; from now on only this closure holds it.
         const mod = pyodide.runPython(TAKE_HELPER);
-        mod.setup(emit);
+        mod.setup(emit, toolCall);
         helperRun = mod.run;
         helperFindImports = mod.find_imports;
         helperReseed = mod.reseed_before_next_run;
@@ -171,18 +183,18 @@
           return JSON.stringify({ error: fsReason(e) });
         }
         if (bytes.length > cap) return JSON.stringify({ error: `it has more than ${cap} bytes` });
-        hostCall("file", "{}", bytes.slice());
+        hostCall(HOST_FILE, bytes.slice());
         return "{}";
       }));
     },
 
     // Writes the virtual file /upload to `path` under the working directory (its folders made
-    // first), or removes `path` when `remove` is 1. Answers `{}`, or `{"error": …}`.
+    // first), or removes `path` when `remove` is true. Answers `{}`, or `{"error": …}`.
     writeFile(id, path, remove) {
       answer(id, Promise.resolve().then(() => {
         const target = WORKDIR + path;
         try {
-          if (remove === 1) {
+          if (remove === true) {
             pyodide.FS.unlink(target);
           } else {
             const folder = target.slice(0, target.lastIndexOf("/"));
@@ -231,13 +243,14 @@
       }));
     },
 
-    // Runs user code (in the globals earlier runs left when keepGlobals is 1: --stateful);
-    // answers with the helper's result object (one JSON text). The helper
-    // answers at once, or with an awaitable when the code uses top-level `await`.
-    run(id, code, globalsJson, outputCap, resultCap, keepGlobals) {
+    // Runs user code (in the globals earlier runs left when keepGlobals is true: --stateful);
+    // answers with the helper's result object (one JSON text). `toolsJson`: code mode's tool
+    // catalog when it changed, else null. The helper answers at once, or with an awaitable
+    // when the code uses top-level `await`.
+    run(id, code, globalsJson, outputCap, resultCap, keepGlobals, toolsJson) {
       let result;
       try {
-        result = helperRun(code, globalsJson, outputCap, resultCap, keepGlobals === 1);
+        result = helperRun(code, globalsJson, outputCap, resultCap, keepGlobals === true, toolsJson);
       } catch (e) {
         done(id, JSON.stringify(failure(e)));
         return;

@@ -27,7 +27,7 @@ from pyodide.code import find_imports as _find_imports, should_quiet
 
 _emit = None
 # Modules that come with Pyodide itself and are never packages to install.
-_BUILTIN = {"js", "pyodide", "pyodide_js", "_pyodide", "_mcp_runner"}
+_BUILTIN = {"js", "pyodide", "pyodide_js", "_pyodide", "_mcp_runner", "mcp_tools"}
 # The user's code is `main.py` in tracebacks, as in the Deno original.
 USER_FILENAME = "main.py"
 # Top-level `await` is allowed, as in Pyodide's `eval_code_async`.
@@ -59,9 +59,11 @@ def show(*args, **kwargs):
 '''
 
 
-def setup(emit):
-    global _emit
+def setup(emit, tool_call):
+    global _emit, _tool_call
     _emit = emit
+    _tool_call = tool_call
+    sys.meta_path.insert(0, _ToolsFinder())
     reseed()
     for folder in sys.path:
         if folder.endswith("site-packages"):
@@ -114,6 +116,44 @@ def _canonical(name):
 
 
 _reseed_pending = False
+
+# Code mode: ``mcp_tools``'s source (python/mcp_tools.py, put here by the JavaScript runner as
+# the helper is made), the catalog of tools it is built from (src/upstream/catalog.rs's JSON,
+# given by the front with a run when it changed; ``None`` without ``--tools-config``) and the
+# runner's host call that makes a tool call.
+_tools_source = None
+_tools_catalog = None
+_tool_call = None
+
+
+class _ToolsFinder:
+    """Finds ``mcp_tools``: a module built from the current catalog when it is imported."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "mcp_tools":
+            return None
+        return importlib.util.spec_from_loader(name, self)
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        if _tools_catalog is None:
+            raise ModuleNotFoundError(
+                "No module named 'mcp_tools': this server calls no MCP tools (its operator names them with --tools-config)",
+                name="mcp_tools",
+            )
+        module.__file__ = "/lib/mcp_tools.py"
+        exec(compile(_tools_source, module.__file__, "exec"), module.__dict__)
+        module._build(_tools_catalog, _tool_call)
+        del module._build
+
+
+def _set_tools(tools_json):
+    """A run brought a new catalog: the next ``import mcp_tools`` builds from it."""
+    global _tools_catalog
+    _tools_catalog = json.loads(tools_json)
+    sys.modules.pop("mcp_tools", None)
 
 
 def reseed_before_next_run():
@@ -489,7 +529,7 @@ class _Call:
         return json.dumps(result)
 
 
-def run(code, globals_json, output_cap, result_cap, keep_globals=False):
+def run(code, globals_json, output_cap, result_cap, keep_globals=False, tools_json=None):
     """Runs ``code`` with fresh globals (or, with ``keep_globals``, in the globals earlier such
     runs left); returns the result as one JSON object's text:
     ``{"status", "return_value": {"kind", "text"} | null, "error", "truncated"}``, or, when
@@ -500,7 +540,11 @@ def run(code, globals_json, output_cap, result_cap, keep_globals=False):
     ``images`` among the written.
 
     Code without top-level ``await`` runs here and now rather than in an asyncio task: the
-    task, its future and the promise around it cost more than the rest of a trivial call."""
+    task, its future and the promise around it cost more than the rest of a trivial call.
+
+    ``tools_json``: code mode's tool catalog, when it changed since the last run."""
+    if tools_json is not None:
+        _set_tools(tools_json)
     call = _Call(code, globals_json, output_cap, result_cap, keep_globals)
     try:
         body, last = _compile(code, call.filename)

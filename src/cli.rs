@@ -185,6 +185,21 @@ pub struct Cli {
     #[arg(long, value_delimiter = ',')]
     pub allow_host: Vec<String>,
 
+    /// Code mode: upstream MCP servers whose tools the sandboxed code may call through
+    /// `import mcp_tools`, in the `mcpServers` JSON format of MCP clients (`command`, `args`,
+    /// `env` for stdio; `url`, `headers` for streamable HTTP; `allowedTools` globs). Their
+    /// credentials stay in this process.
+    #[arg(long, value_name = "FILE")]
+    pub tools_config: Option<PathBuf>,
+
+    /// Code mode: most upstream tool calls one `run_python_code` call may make.
+    #[arg(long, default_value_t = crate::upstream::DEFAULT_MAX_TOOL_CALLS)]
+    pub max_tool_calls: usize,
+
+    /// Code mode: most bytes of upstream tool answers one `run_python_code` call may receive.
+    #[arg(long, default_value_t = crate::upstream::DEFAULT_MAX_TOOL_BYTES)]
+    pub max_tool_bytes: usize,
+
     /// Largest response body user code may fetch from an `--allow-net` host, in bytes.
     #[arg(long, default_value_t = crate::sandbox::net::DEFAULT_MAX_FETCH_BYTES)]
     pub max_fetch_bytes: usize,

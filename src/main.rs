@@ -10,6 +10,7 @@ mod packages;
 mod sandbox;
 mod server;
 mod tenancy;
+mod upstream;
 
 use anyhow::Result;
 use clap::Parser;

@@ -115,7 +115,7 @@ fn mirror_lock(packages_url: &str) -> Result<Option<Lockfile>> {
     }
 }
 
-fn build(cli: &Cli) -> Result<RunPythonServer> {
+async fn build(cli: &Cli) -> Result<RunPythonServer> {
     let (resolver, _) = resolver(&cli.packages)?;
     let cache_dir = cli
         .packages
@@ -217,6 +217,14 @@ fn build(cli: &Cli) -> Result<RunPythonServer> {
         net,
     );
     executor.stateful = cli.stateful;
+    if let Some(path) = &cli.tools_config {
+        let servers = crate::upstream::config::load(path)?;
+        let limits = crate::upstream::ToolLimits {
+            calls: cli.max_tool_calls,
+            bytes: cli.max_tool_bytes,
+        };
+        executor.upstreams = Some(crate::upstream::Upstreams::start(servers, limits).await);
+    }
     let interpreter_mib = if zygote {
         FORKED_INTERPRETER_MIB
     } else {
@@ -355,7 +363,7 @@ fn wasm_budget_mib(memory: u64) -> u64 {
 
 /// Runs the chosen mode; returns the process exit code.
 pub async fn run(cli: Cli) -> Result<i32> {
-    let server = build(&cli)?;
+    let server = build(&cli).await?;
     let executor = server.executor.clone();
     let registry = server.registry.clone();
     // Idle and old sandboxes end in the background; all of them at the end.

@@ -29,9 +29,10 @@ pub enum OwnedBytes {
 /// Receives messages that JavaScript sends to the embedder with `__host.emit(text)`.
 pub type EmitSink = Box<dyn FnMut(&str)>;
 
-/// Answers synchronous requests JavaScript makes with `__host.call(name, json, bytes)`:
-/// `(name, json, bytes)` in, `(json, bytes)` out, or an error message that becomes a JS `Error`.
-pub type CallHandler = Box<dyn FnMut(&str, &str, Vec<u8>) -> Result<(String, Vec<u8>), String>>;
+/// Answers synchronous requests JavaScript makes with `__host.call(json, bytes)`: a JSON
+/// message (the embedder parses it into its typed requests) and bytes in, `(json, bytes)` out,
+/// or an error message that becomes a JS `Error`.
+pub type CallHandler = Box<dyn FnMut(&str, Vec<u8>) -> Result<(String, Vec<u8>), String>>;
 
 /// An unhandled promise rejection: its text, and whether it ended the interpreter.
 #[derive(Debug, Clone)]
@@ -396,9 +397,8 @@ fn host_rejected(call: &HostCall<'_>) -> JSValueRef {
 /// memory, whose buffer must not be pinned).
 fn host_call(call: &HostCall<'_>) -> JSValueRef {
     let ctx = call.ctx;
-    let name = call.string(0);
-    let json = call.string(1);
-    let bytes_arg = call.arg(2);
+    let json = call.string(0);
+    let bytes_arg = call.arg(1);
     let mut bytes = Vec::new();
     // SAFETY: a value of the call's context, read as a typed array only once known to be a
     // `Uint8Array`, within its own offset and length.
@@ -420,7 +420,7 @@ fn host_call(call: &HostCall<'_>) -> JSValueRef {
     let Some(mut handler) = handler else {
         return call.throw("host calls are not available");
     };
-    let answer = handler(&name, &json, bytes);
+    let answer = handler(&json, bytes);
     call.state.borrow_mut().call = Some(handler);
     match answer {
         // SAFETY: objects and values made in the call's live context.

@@ -59,6 +59,7 @@ pub struct JsFunction(JSObjectRef);
 pub enum Arg<'a> {
     Str(&'a str),
     Num(f64),
+    Bool(bool),
     Null,
 }
 
@@ -255,6 +256,7 @@ impl Engine {
                 .map(|a| match a {
                     Arg::Str(s) => make_string(self.ctx, s),
                     Arg::Num(n) => JSValueMakeNumber(self.ctx, *n),
+                    Arg::Bool(b) => JSValueMakeBoolean(self.ctx, *b),
                     Arg::Null => JSValueMakeNull(self.ctx),
                 })
                 .collect();

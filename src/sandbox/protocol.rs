@@ -108,6 +108,9 @@ pub enum Request {
     },
     /// Answer to [`Reply::Fetch`]; the body is attachment 0.
     FetchResult { id: CallId, response: FetchResponse },
+    /// Answer to [`Reply::ToolCall`] (code mode, issue 28): attachment `i` holds the bytes of
+    /// the answer's `i`-th image.
+    ToolResult { id: CallId, answer: ToolAnswer },
     /// Runs `code` with fresh globals plus `globals` (with `keep_globals`, in the globals the
     /// interpreter's earlier `keep_globals` runs left, plus `globals`: `--stateful`). Output
     /// beyond `output_cap` bytes is cut; a return value whose text is longer than
@@ -124,6 +127,53 @@ pub enum Request {
         /// carry; 0 for none.
         #[serde(default)]
         image_cap: usize,
+        /// Code mode: the tools `import mcp_tools` offers (`upstream::catalog::Catalog` as
+        /// JSON), sent when they differ from what the interpreter was last given; `None`:
+        /// unchanged.
+        #[serde(default)]
+        tools: Option<serde_json::Value>,
+    },
+}
+
+/// A call of an upstream MCP tool by user code (code mode, issue 28): the server's name in
+/// `--tools-config` and the tool's name upstream.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCall {
+    pub server: String,
+    pub tool: String,
+    #[serde(default)]
+    pub arguments: serde_json::Map<String, serde_json::Value>,
+}
+
+/// What a [`ToolCall`] gave, as the sandbox's `mcp_tools` turns it into Python values.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToolAnswer {
+    /// The tool's `structuredContent`.
+    Structured { value: serde_json::Value },
+    /// The tool's content blocks (without structured content).
+    Content { items: Vec<ToolItem> },
+    /// The tool failed (`isError`), could not be reached, or a limit of the call was reached:
+    /// `mcp_tools.ToolError` with this message.
+    Error { message: String },
+}
+
+/// One content block of a [`ToolAnswer::Content`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToolItem {
+    Text {
+        text: String,
+    },
+    /// An image whose `size` bytes are the frame's next attachment.
+    Image {
+        mime_type: String,
+        size: usize,
+    },
+    /// Any other block (audio, an embedded resource, a resource link), as MCP writes it.
+    Other {
+        value: serde_json::Value,
     },
 }
 
@@ -173,6 +223,9 @@ pub enum Reply {
     /// User code of call `id` asks for an HTTP request (body: attachment 0); the worker waits
     /// for [`Request::FetchResult`].
     Fetch { id: CallId, request: FetchRequest },
+    /// User code of call `id` calls an upstream MCP tool (code mode); the worker waits for
+    /// [`Request::ToolResult`].
+    ToolCall { id: CallId, call: ToolCall },
     /// The worker cannot go on (boot failed, engine error); it exits after sending this.
     Fatal { error: String },
     /// Under `--sandbox strict`, a confinement layer could not be applied (`reason` names it
@@ -191,7 +244,8 @@ impl Reply {
             | Reply::File { id, .. }
             | Reply::Output { id, .. }
             | Reply::Ran { id, .. }
-            | Reply::Fetch { id, .. } => Some(*id),
+            | Reply::Fetch { id, .. }
+            | Reply::ToolCall { id, .. } => Some(*id),
         }
     }
 
@@ -206,6 +260,7 @@ impl Reply {
             Reply::Output { .. } => "output",
             Reply::Ran { .. } => "ran",
             Reply::Fetch { .. } => "fetch",
+            Reply::ToolCall { .. } => "tool_call",
             Reply::Fatal { .. } => "fatal",
             Reply::Unconfined { .. } => "unconfined",
         }

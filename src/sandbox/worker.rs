@@ -9,10 +9,11 @@ use super::net::NetPolicy;
 use super::process::{Ended, Process};
 use super::protocol::{
     read_frame_async, write_frame_async, BootInstall, CallId, Frame, FrameError, FrameLimits,
-    Reply, Request, RunOutcome, SnapshotMode, Stream, MAX_IMAGES, MAX_LISTED_FILES,
+    Reply, Request, RunOutcome, SnapshotMode, Stream, ToolAnswer, MAX_IMAGES, MAX_LISTED_FILES,
     MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
 };
 use super::worker_main::OUTPUT_SLACK;
+use crate::upstream::{ToolBudget, Upstreams};
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
@@ -163,6 +164,15 @@ pub struct RunRequest<'a> {
     /// Largest image (bytes) handed back from the run (`--max-image-bytes` with
     /// `--stateful`); 0 for none.
     pub image_cap: usize,
+    /// Code mode (`--tools-config`): the upstream tools the code may call; `None`: none.
+    pub tools: Option<ToolAccess<'a>>,
+}
+
+/// What a run's tool calls go through (code mode, issue 28).
+pub struct ToolAccess<'a> {
+    pub upstreams: &'a Upstreams,
+    /// Names the sandbox in the upstream requests' `_meta` ([`crate::upstream::sandbox_tag`]).
+    pub sandbox: String,
 }
 
 /// The front's end of a worker's standard input: a pipe of a spawned or a forked process.
@@ -180,6 +190,8 @@ pub struct Worker {
     pub installed: HashMap<String, String>,
     /// What the worker reported of its confinement when it was ready.
     pub sandbox: SandboxReport,
+    /// The version of the tool catalog its interpreter builds `mcp_tools` from (0: none yet).
+    tools_version: u64,
 }
 
 /// A worker's report of its confinement layers, from [`Reply::Ready`].
@@ -346,6 +358,7 @@ impl Worker {
             next_id: 1,
             installed: HashMap::new(),
             sandbox: SandboxReport::default(),
+            tools_version: 0,
         }
     }
 
@@ -683,6 +696,11 @@ impl Worker {
             attachments: MAX_IMAGES.max(1),
             attachment: net.max_request_bytes().max(request.image_cap),
         };
+        let published = request.tools.as_ref().map(|t| t.upstreams.published());
+        let tools = published
+            .as_ref()
+            .filter(|p| p.catalog.version != self.tools_version)
+            .map(|p| p.for_worker.clone());
         let message = Request::Run {
             id,
             code: request.code.to_owned(),
@@ -691,8 +709,16 @@ impl Worker {
             result_cap: request.result_cap,
             keep_globals: request.keep_globals,
             image_cap: request.image_cap,
+            tools,
         };
         self.send_before(&message, &[], deadline).await?;
+        if let Some(published) = &published {
+            self.tools_version = published.catalog.version;
+        }
+        let mut budget = request
+            .tools
+            .as_ref()
+            .map(|t| ToolBudget::new(t.upstreams.limits));
         let flood_limit = output_cap.saturating_add(OUTPUT_SLACK);
         let mut used = 0usize;
         let mut marked = false;
@@ -704,6 +730,25 @@ impl Worker {
                     let (response, body) = deadline.bound(net.fetch(&request, body)).await?;
                     self.send_before(&Request::FetchResult { id, response }, &[&body], deadline)
                         .await?;
+                }
+                Reply::ToolCall { call, .. } => {
+                    let (answer, images) = match (&request.tools, &mut budget) {
+                        (Some(access), Some(budget)) => {
+                            let calling = access.upstreams.call(call, &access.sandbox, budget);
+                            deadline.bound(calling).await?
+                        }
+                        _ => (
+                            ToolAnswer::Error {
+                                message:
+                                    "this server calls no MCP tools (it has no --tools-config)"
+                                        .into(),
+                            },
+                            Vec::new(),
+                        ),
+                    };
+                    let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+                    let reply = Request::ToolResult { id, answer };
+                    self.send_before(&reply, &attachments, deadline).await?;
                 }
                 Reply::Output { lines, .. } => {
                     for (stream, text) in lines {
@@ -958,6 +1003,7 @@ while True:
             result_cap: 1000,
             keep_globals: false,
             image_cap: 0,
+            tools: None,
         };
         let net = NetPolicy::new(Vec::new(), 1 << 20);
         let deadline = Deadline::after(Duration::from_secs(20), Phase::Running);

@@ -13,13 +13,13 @@ use super::mount::MountPlan;
 use super::net::{FetchRequest, FetchResponse};
 use super::protocol::{
     read_frame, write_frame, BootInstall, CallId, Frame, FrameLimits, OutputLine, Reply, Request,
-    RunOutcome, RunStatus, SnapshotMode, MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
+    RunOutcome, RunStatus, SnapshotMode, ToolCall, MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
 };
 use crate::engine::{Arg, Engine, EngineError, JsFunction, MappedFile};
 use anyhow::{anyhow, bail, Context, Result};
 use include_dir::{include_dir, Dir};
 use serde::Deserialize;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::io::{self, BufReader, BufWriter};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
@@ -31,6 +31,7 @@ const BOOTSTRAP_JS: &str = include_str!("../../js/bootstrap.js");
 const RUNNER_JS: &str = include_str!("../../js/runner.js");
 const FETCH_JS: &str = include_str!("../../js/fetch.js");
 const RUNNER_PY: &str = include_str!("../../python/runner.py");
+const MCP_TOOLS_PY: &str = include_str!("../../python/mcp_tools.py");
 
 /// The virtual file an upload's bytes wait in (`js/runner.js`, `UPLOAD`).
 const UPLOAD_PATH: &str = "/upload";
@@ -51,6 +52,7 @@ pub fn runtime_fingerprint() -> String {
         BOOTSTRAP_JS,
         RUNNER_JS,
         RUNNER_PY,
+        MCP_TOOLS_PY,
         env!("CARGO_PKG_VERSION"),
     ] {
         all.extend_from_slice(text.as_bytes());
@@ -240,13 +242,15 @@ fn boot(
     }
     let made: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
     let made_in = made.clone();
-    engine.set_call_handler(Box::new(move |name: &str, _json: &str, bytes: Vec<u8>| {
-        if name != "snapshot" {
-            return Err(format!("host call {name} is not available while booting"));
-        }
-        *made_in.borrow_mut() = Some(bytes);
-        Ok(("{}".to_owned(), Vec::new()))
-    }));
+    engine.set_call_handler(Box::new(
+        move |json: &str, bytes: Vec<u8>| match serde_json::from_str::<HostRequest>(json) {
+            Ok(HostRequest::Snapshot) => {
+                *made_in.borrow_mut() = Some(bytes);
+                Ok(("{}".to_owned(), Vec::new()))
+            }
+            _ => Err("only the snapshot is taken while booting".to_owned()),
+        },
+    ));
     for file in PYODIDE.files() {
         let name = file.path().to_string_lossy();
         engine.add_static_file(&format!("/pyodide/{name}"), file.contents());
@@ -299,6 +303,7 @@ fn boot(
         BOOT_CALL,
         &[
             Arg::Str(RUNNER_PY),
+            Arg::Str(MCP_TOOLS_PY),
             Arg::Str(env),
             wasm_max_bytes().map_or(Arg::Null, |b| Arg::Num(b as f64)),
             Arg::Str(match mode {
@@ -623,19 +628,15 @@ const FREEZE_CODE: &str = "import gc\ngc.collect()\ngc.freeze()";
 /// Runs `code` in the zygote through the runner's `run`, as a call would, with fresh globals and
 /// the warm-up caps; its output goes nowhere (no run is in progress for the front).
 fn zygote_run(engine: &mut Engine, runner: &Runner, code: &str) -> Result<()> {
-    let answer = call(
-        engine,
-        &runner.run,
-        BOOT_CALL,
-        &[
-            Arg::Str(code),
-            Arg::Str("{}"),
-            Arg::Num(WARM_UP_CAP as f64),
-            Arg::Num(WARM_UP_CAP as f64),
-            Arg::Num(0.0),
-        ],
-        None,
-    )?;
+    let run = RunArgs {
+        code,
+        globals: "{}",
+        output_cap: WARM_UP_CAP,
+        result_cap: WARM_UP_CAP,
+        keep_globals: false,
+        tools: None,
+    };
+    let answer = call(engine, &runner.run, BOOT_CALL, &run.args(), None)?;
     parse_answer::<RunOutcome>(&answer)?;
     Ok(())
 }
@@ -669,6 +670,143 @@ fn send_ready(
     )
 }
 
+/// What the worker's JavaScript asks of its host with `__mcpHostCall(json, bytes)`: one typed
+/// message per kind (`js/runner.js`, `js/fetch.js`), parsed here once.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+enum HostRequest {
+    /// The memory snapshot Pyodide just made (the bytes); only while booting.
+    Snapshot,
+    /// The bytes of a file the runner read for the front (an image of a run, or a resource).
+    File,
+    /// User code's HTTP request (the body is the bytes): the front performs or refuses it.
+    Fetch { request: FetchRequest },
+    /// User code's call of an upstream MCP tool (code mode): the front makes it.
+    Tool { call: ToolCall },
+}
+
+/// The host side of the worker once booted: the state its host calls reach.
+struct Host {
+    /// The front's requests (a host call that asks the front reads its answer here).
+    input: Rc<RefCell<BufReader<io::StdinLock<'static>>>>,
+    /// The run in progress, if any.
+    running: Rc<RefCell<Running>>,
+    /// The bytes of a file the runner just read.
+    file_in: Rc<RefCell<Option<Vec<u8>>>>,
+}
+
+impl Host {
+    /// Answers one host call: `(json, bytes)` back to JavaScript, or an error it throws.
+    fn answer(&self, json: &str, bytes: Vec<u8>) -> Result<(String, Vec<u8>), String> {
+        match serde_json::from_str::<HostRequest>(json).map_err(|e| e.to_string())? {
+            HostRequest::File => {
+                // Only the runner's closure holds the host call (fetch.js took it off the global).
+                *self.file_in.borrow_mut() = Some(bytes);
+                Ok(("{}".to_owned(), Vec::new()))
+            }
+            HostRequest::Snapshot => Err("a snapshot is only made while booting".into()),
+            HostRequest::Fetch { request } => {
+                let id = self.running_call("network requests")?;
+                let answer = self.ask_front(&Reply::Fetch { id, request }, &[&bytes])?;
+                match answer {
+                    Frame {
+                        header: Request::FetchResult { id: got, response },
+                        attachments,
+                    } if got == id => {
+                        let json = serde_json::to_string(&response).map_err(|e| e.to_string())?;
+                        let body = match response {
+                            FetchResponse::Error { .. } => Vec::new(),
+                            _ => attachments.into_iter().next().unwrap_or_default(),
+                        };
+                        Ok((json, body))
+                    }
+                    _ => Err("the front did not answer the fetch".into()),
+                }
+            }
+            HostRequest::Tool { call } => {
+                let id = self.running_call("MCP tool calls")?;
+                match self.ask_front(&Reply::ToolCall { id, call }, &[])? {
+                    Frame {
+                        header: Request::ToolResult { id: got, answer },
+                        attachments,
+                    } if got == id => {
+                        let json = serde_json::to_string(&answer).map_err(|e| e.to_string())?;
+                        Ok((json, attachments.concat()))
+                    }
+                    _ => Err("the front did not answer the tool call".into()),
+                }
+            }
+        }
+    }
+
+    /// The call id of the run in progress; `what` is only available while code runs.
+    fn running_call(&self, what: &str) -> Result<CallId, String> {
+        self.running
+            .borrow()
+            .id
+            .ok_or_else(|| format!("{what} are only available while code runs"))
+    }
+
+    /// Sends `reply` to the front and reads its answer (the run waits meanwhile).
+    fn ask_front(&self, reply: &Reply, attachments: &[&[u8]]) -> Result<Frame<Request>, String> {
+        send_with(reply, attachments).map_err(|e| format!("{e:#}"))?;
+        match read_frame::<Request>(&mut *self.input.borrow_mut(), FrameLimits::REQUEST) {
+            Ok(Some(frame)) => Ok(frame),
+            Ok(None) => Err("the front closed the worker's input".into()),
+            Err(e) => Err(format!("the front's answer could not be read: {e}")),
+        }
+    }
+}
+
+/// What the boot frame asks: how to boot, the snapshot to restore, the `--mount` files with
+/// their bytes, and the `--deps` to install with their files' bytes.
+struct BootPlan {
+    mode: SnapshotMode,
+    snapshot: Option<MappedFile>,
+    mount: (MountPlan, Vec<u8>),
+    install: Option<(BootInstall, Vec<Vec<u8>>)>,
+}
+
+/// Reads the boot frame; `None` when the front closed the input first. Its attachments are
+/// the mount's bytes (one, when `mount` is not empty), then one per install file.
+fn read_boot(input: &mut impl io::Read) -> Result<Option<BootPlan>> {
+    let Some(frame) = read_frame::<Request>(input, FrameLimits::REQUEST)? else {
+        return Ok(None);
+    };
+    let Request::Boot {
+        snapshot: mode,
+        mount,
+        install,
+    } = frame.header
+    else {
+        bail!("the first request must be `boot`");
+    };
+    let mut attachments = frame.attachments.into_iter();
+    let snapshot = match mode {
+        SnapshotMode::Load => Some(map_snapshot()?),
+        SnapshotMode::None | SnapshotMode::Make => None,
+    };
+    let bytes = match mount.is_empty() {
+        true => Vec::new(),
+        false => attachments.next().unwrap_or_default(),
+    };
+    if !mount.fits(&bytes) {
+        bail!("the mounted files do not match their bytes");
+    }
+    let files: Vec<Vec<u8>> = attachments.collect();
+    let install = match install {
+        Some(install) if install.files.len() == files.len() => Some((install, files)),
+        None if files.is_empty() => None,
+        _ => bail!("the boot's packages do not match their files"),
+    };
+    Ok(Some(BootPlan {
+        mode,
+        snapshot,
+        mount: (mount, bytes),
+        install,
+    }))
+}
+
 fn serve() -> Result<()> {
     let control = super::fork_server::control_socket()?;
     // The zygote counts its threads before each fork; the file is opened before Landlock.
@@ -679,95 +817,35 @@ fn serve() -> Result<()> {
         None => None,
     };
     let input = Rc::new(RefCell::new(BufReader::new(io::stdin().lock())));
-    let (mode, snapshot, mount, install) =
-        match read_frame::<Request>(&mut *input.borrow_mut(), FrameLimits::REQUEST)? {
-            Some(Frame {
-                header:
-                    Request::Boot {
-                        snapshot,
-                        mount,
-                        install,
-                    },
-                attachments,
-            }) => {
-                let mut attachments = attachments.into_iter();
-                let restore = match snapshot {
-                    SnapshotMode::Load => Some(map_snapshot()?),
-                    SnapshotMode::None | SnapshotMode::Make => None,
-                };
-                let bytes = match mount.is_empty() {
-                    true => Vec::new(),
-                    false => attachments.next().unwrap_or_default(),
-                };
-                if !mount.fits(&bytes) {
-                    return Err(anyhow!("the mounted files do not match their bytes"));
-                }
-                let files: Vec<Vec<u8>> = attachments.collect();
-                let install = match install {
-                    Some(install) if install.files.len() == files.len() => Some((install, files)),
-                    None if files.is_empty() => None,
-                    _ => return Err(anyhow!("the boot's packages do not match their files")),
-                };
-                (snapshot, restore, (mount, bytes), install)
-            }
-            Some(_) => return Err(anyhow!("the first request must be `boot`")),
-            None => return Ok(()),
-        };
+    let Some(plan) = read_boot(&mut *input.borrow_mut())? else {
+        return Ok(());
+    };
     // The second wall, part one: Landlock before the engine starts any thread (confine.rs).
     let confined = super::confine::enter(super::confine::Mode::from_args()?)?;
     let started = Instant::now();
-    let (mut engine, runner, version, made) = boot(mode, snapshot)?;
-    mount_files(&mut engine, &runner, mount)?;
+    let (mut engine, runner, version, made) = boot(plan.mode, plan.snapshot)?;
+    mount_files(&mut engine, &runner, plan.mount)?;
     let boot_ms = started.elapsed().as_millis() as u64;
     // From now on every line a run writes is streamed to the front as it happens.
-    let running: Rc<RefCell<Running>> = Rc::default();
-    let sink_running = running.clone();
+    let host = Rc::new(Host {
+        input: input.clone(),
+        running: Rc::default(),
+        file_in: Rc::default(),
+    });
+    let sink = host.clone();
     engine.set_emit_sink(Box::new(move |text: &str| {
-        forward_output(&sink_running.borrow(), text)
+        forward_output(&sink.running.borrow(), text)
     }));
     engine.eval(FETCH_JS, "mcp:fetch.js")?;
-    // The bytes of a file the runner just read (an image of a run, or a resource).
-    let file_in: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
-    let file_slot = file_in.clone();
-    // `fetch` from user code: the front performs it (or refuses it) and answers on stdin.
-    let fetch_input = input.clone();
-    let fetch_running = running.clone();
-    let fetch_id = Rc::new(Cell::new(None::<CallId>));
-    engine.set_call_handler(Box::new(move |name: &str, json: &str, body: Vec<u8>| {
-        if name == "file" {
-            // Only the runner's closure holds the host call (fetch.js took it off the global).
-            *file_slot.borrow_mut() = Some(body);
-            return Ok(("{}".to_owned(), Vec::new()));
-        }
-        if name != "fetch" {
-            return Err(format!("unknown host call {name}"));
-        }
-        let Some(id) = fetch_running.borrow().id else {
-            return Err("network requests are only available while code runs".into());
-        };
-        fetch_id.set(Some(id));
-        let request: FetchRequest = serde_json::from_str(json).map_err(|e| e.to_string())?;
-        send_with(&Reply::Fetch { id, request }, &[&body]).map_err(|e| format!("{e:#}"))?;
-        match read_frame::<Request>(&mut *fetch_input.borrow_mut(), FrameLimits::REQUEST) {
-            Ok(Some(Frame {
-                header: Request::FetchResult { id: got, response },
-                attachments,
-            })) if got == id => {
-                let json = serde_json::to_string(&response).map_err(|e| e.to_string())?;
-                if let FetchResponse::Error { .. } = response {
-                    return Ok((json, Vec::new()));
-                }
-                Ok((json, attachments.into_iter().next().unwrap_or_default()))
-            }
-            Ok(_) => Err("the front did not answer the fetch".into()),
-            Err(e) => Err(format!("the front did not answer the fetch: {e}")),
-        }
+    let calls = host.clone();
+    engine.set_call_handler(Box::new(move |json: &str, bytes: Vec<u8>| {
+        calls.answer(json, bytes)
     }));
-    let install_error = install.and_then(|(install, files)| {
+    let install_error = plan.install.and_then(|(install, files)| {
         let failed = preinstall(&mut engine, &runner, install, files).err()?;
         Some(format!("{failed:#}"))
     });
-    let restored = mode == SnapshotMode::Load;
+    let restored = plan.mode == SnapshotMode::Load;
     let mut scavenger_suspended = false;
     if let (Some(control), Some(proc_status)) = (control, proc_status) {
         // The zygote: warm up, say it booted, then fork interpreters until the front is done.
@@ -799,37 +877,70 @@ fn serve() -> Result<()> {
     }
     #[cfg(feature = "escape-test")]
     super::confine::escape_test_if_requested();
+    let mut worker = Serving {
+        engine,
+        runner,
+        host,
+    };
     loop {
         let Some(frame) = read_frame::<Request>(&mut *input.borrow_mut(), FrameLimits::REQUEST)?
         else {
-            break;
+            return Ok(());
         };
+        match worker.serve(frame)? {
+            Served::Answered => {}
+            Served::Ran if scavenger_suspended => {
+                // A forked interpreter's first run is over: the allocator may scavenge again.
+                super::fork_server::resume_scavenger();
+                scavenger_suspended = false;
+            }
+            Served::Ran => {}
+            Served::Ended => return Ok(()),
+        }
+    }
+}
+
+/// How a request was served.
+enum Served {
+    /// Answered; the worker goes on.
+    Answered,
+    /// A run answered; the worker goes on.
+    Ran,
+    /// The code ended the interpreter; its result was sent and the worker ends.
+    Ended,
+}
+
+/// A booted worker serving the front's requests.
+struct Serving {
+    engine: Engine,
+    runner: Runner,
+    host: Rc<Host>,
+}
+
+impl Serving {
+    /// Serves one request of the front, sending its answer.
+    fn serve(&mut self, frame: Frame<Request>) -> Result<Served> {
         let reply = match frame.header {
-            Request::FetchResult { .. } | Request::Boot { .. } => {
-                return Err(anyhow!("the front sent a request out of order"))
+            Request::FetchResult { .. } | Request::ToolResult { .. } | Request::Boot { .. } => {
+                bail!("the front sent a request out of order")
             }
             Request::Ping { id } => Reply::Pong { id },
-            Request::FindImports { id, code } => {
-                let answer = call(
-                    &mut engine,
-                    &runner.find_imports,
-                    id,
-                    &[Arg::Str(&code)],
-                    None,
-                );
-                // A scanner that fails (user code may have broken its own interpreter's
-                // modules) finds nothing; the code then runs without installs.
-                let names = answer
-                    .ok()
-                    .and_then(|text| parse_answer::<Vec<String>>(&text).ok())
-                    .unwrap_or_default();
-                Reply::Imports { id, names }
-            }
+            Request::FindImports { id, code } => Reply::Imports {
+                id,
+                names: self.find_imports(id, &code),
+            },
             Request::ReadFile { id, path, cap } => {
-                match read_file(&mut engine, &runner, &file_in, id, &path, cap) {
+                match read_file(
+                    &mut self.engine,
+                    &self.runner,
+                    &self.host.file_in,
+                    id,
+                    &path,
+                    cap,
+                ) {
                     Ok(bytes) => {
                         send_with(&Reply::File { id, error: None }, &[&bytes])?;
-                        continue;
+                        return Ok(Served::Answered);
                     }
                     Err(error) => Reply::File {
                         id,
@@ -838,23 +949,15 @@ fn serve() -> Result<()> {
                 }
             }
             Request::WriteFile { id, path, delete } => {
-                if let Some(bytes) = frame.attachments.into_iter().next() {
-                    engine.add_file(UPLOAD_PATH, bytes);
-                }
-                let args = [Arg::Str(&path), Arg::Num(if delete { 1.0 } else { 0.0 })];
-                let answered = call(&mut engine, &runner.write_file, id, &args, None);
-                engine.clear_files();
-                let error = match answered {
-                    Ok(text) => parse_answer::<Empty>(&text).err().map(|e| e.to_string()),
-                    Err(e) => Some(e.to_string()),
-                };
+                let bytes = frame.attachments.into_iter().next();
+                let error = self.write_file(id, &path, delete, bytes);
                 Reply::File { id, error }
             }
             Request::Install { id, files, items } => {
                 // A call imports what it needs itself.
                 let installed = install_packages(
-                    &mut engine,
-                    &runner,
+                    &mut self.engine,
+                    &self.runner,
                     id,
                     &files,
                     frame.attachments,
@@ -873,54 +976,117 @@ fn serve() -> Result<()> {
                 result_cap,
                 keep_globals,
                 image_cap,
+                tools,
             } => {
-                let globals = serde_json::to_string(&globals)?;
-                *running.borrow_mut() = Running {
-                    id: Some(id),
+                let run = RunArgs {
+                    code: &code,
+                    globals: &serde_json::to_string(&globals)?,
                     output_cap,
+                    result_cap,
+                    keep_globals,
+                    tools: tools.map(|t| t.to_string()),
                 };
-                let answer = call(
-                    &mut engine,
-                    &runner.run,
-                    id,
-                    &[
-                        Arg::Str(&code),
-                        Arg::Str(&globals),
-                        Arg::Num(output_cap as f64),
-                        Arg::Num(result_cap as f64),
-                        Arg::Num(if keep_globals { 1.0 } else { 0.0 }),
-                    ],
-                    None,
-                );
-                running.borrow_mut().id = None;
-                let mut outcome = match answer {
-                    Ok(text) => parse_answer::<RunOutcome>(&text).unwrap_or_else(failed_outcome),
-                    Err(e) => engine_outcome(&e),
-                };
-                if outcome.fatal {
-                    // The code ended the runtime (os._exit, os.abort, a fatal runtime error):
-                    // report it as the call's result, then stop; the front starts a new worker.
-                    send(&Reply::Ran { id, outcome })?;
-                    return Ok(());
-                }
-                let images =
-                    read_images(&mut engine, &runner, &file_in, id, &mut outcome, image_cap);
-                let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
-                send_with(&Reply::Ran { id, outcome }, &attachments)?;
-                if scavenger_suspended {
-                    super::fork_server::resume_scavenger();
-                    scavenger_suspended = false;
-                }
-                continue;
+                return self.run(id, run, image_cap);
             }
         };
         send(&reply)?;
-        if scavenger_suspended && matches!(reply, Reply::Ran { .. }) {
-            super::fork_server::resume_scavenger();
-            scavenger_suspended = false;
+        Ok(Served::Answered)
+    }
+
+    /// The code's top-level imports that are packages. A scanner that fails (user code may
+    /// have broken its own interpreter's modules) finds nothing; the code then runs without
+    /// installs.
+    fn find_imports(&mut self, id: CallId, code: &str) -> Vec<String> {
+        call(
+            &mut self.engine,
+            &self.runner.find_imports,
+            id,
+            &[Arg::Str(code)],
+            None,
+        )
+        .ok()
+        .and_then(|text| parse_answer::<Vec<String>>(&text).ok())
+        .unwrap_or_default()
+    }
+
+    /// Writes `bytes` to `path` under the working directory, or removes it with `delete`;
+    /// `Some(why)` when it could not.
+    fn write_file(
+        &mut self,
+        id: CallId,
+        path: &str,
+        delete: bool,
+        bytes: Option<Vec<u8>>,
+    ) -> Option<String> {
+        if let Some(bytes) = bytes {
+            self.engine.add_file(UPLOAD_PATH, bytes);
+        }
+        let args = [Arg::Str(path), Arg::Bool(delete)];
+        let answered = call(&mut self.engine, &self.runner.write_file, id, &args, None);
+        self.engine.clear_files();
+        match answered {
+            Ok(text) => parse_answer::<Empty>(&text).err().map(|e| e.to_string()),
+            Err(e) => Some(e.to_string()),
         }
     }
-    Ok(())
+
+    /// Runs code for call `id` and sends its result with the images it made (at most
+    /// `image_cap` bytes each).
+    fn run(&mut self, id: CallId, run: RunArgs<'_>, image_cap: usize) -> Result<Served> {
+        *self.host.running.borrow_mut() = Running {
+            id: Some(id),
+            output_cap: run.output_cap,
+        };
+        let answer = call(&mut self.engine, &self.runner.run, id, &run.args(), None);
+        self.host.running.borrow_mut().id = None;
+        let mut outcome = match answer {
+            Ok(text) => parse_answer::<RunOutcome>(&text).unwrap_or_else(failed_outcome),
+            Err(e) => engine_outcome(&e),
+        };
+        if outcome.fatal {
+            // The code ended the runtime (os._exit, os.abort, a fatal runtime error): report
+            // it as the call's result, then stop; the front starts a new worker.
+            send(&Reply::Ran { id, outcome })?;
+            return Ok(Served::Ended);
+        }
+        let images = read_images(
+            &mut self.engine,
+            &self.runner,
+            &self.host.file_in,
+            id,
+            &mut outcome,
+            image_cap,
+        );
+        let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+        send_with(&Reply::Ran { id, outcome }, &attachments)?;
+        Ok(Served::Ran)
+    }
+}
+
+/// The runner's `run` arguments (`js/runner.js`), in one place for a call and the zygote's
+/// warm-up.
+struct RunArgs<'a> {
+    code: &'a str,
+    /// The globals, as a JSON object's text.
+    globals: &'a str,
+    output_cap: usize,
+    result_cap: usize,
+    keep_globals: bool,
+    /// Code mode: the tool catalog as JSON text, when it changed.
+    tools: Option<String>,
+}
+
+impl RunArgs<'_> {
+    fn args(&self) -> [Arg<'_>; 6] {
+        [
+            Arg::Str(self.code),
+            Arg::Str(self.globals),
+            Arg::Num(self.output_cap as f64),
+            Arg::Num(self.result_cap as f64),
+            Arg::Bool(self.keep_globals),
+            self.tools.as_deref().map_or(Arg::Null, Arg::Str),
+        ]
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use crate::sandbox::net::NetPolicy;
 use crate::sandbox::pool::{Lease, Pool};
 use crate::sandbox::protocol::{ReturnKind, RunStatus, Stream};
 use crate::sandbox::spares::Spares;
-use crate::sandbox::worker::{Deadline, Phase, RunRequest, Worker, WorkerError};
+use crate::sandbox::worker::{Deadline, Phase, RunRequest, ToolAccess, Worker, WorkerError};
 use crate::tenancy::files::{name_list, Listing, SandboxFiles, Survivors};
 use crate::tenancy::sandbox::{Arrival, Sandbox};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -127,6 +127,8 @@ pub struct Executor {
     pub startup_deps: Vec<String>,
     /// Which hosts user code may reach (`--allow-net`).
     pub net: NetPolicy,
+    /// Code mode (`--tools-config`): the upstream MCP servers whose tools code may call.
+    pub upstreams: Option<Arc<crate::upstream::Upstreams>>,
     /// `--stateful`: a session's globals last from one call to the next (`Isolation::Session`).
     pub stateful: bool,
     /// The interpreters of `--isolation shared`.
@@ -206,6 +208,7 @@ impl Executor {
             isolation,
             startup_deps,
             net,
+            upstreams: None,
             stateful: false,
             shared: (isolation == Isolation::Shared).then(|| Pool::new(workers)),
             running: Arc::new(Semaphore::new(workers)),
@@ -543,7 +546,7 @@ impl Executor {
             tokio::select! {
                 v = async {
                     let mut listing = None;
-                    let verdict = self.phases(worker, &sandbox.dependencies, code, declared, globals, on_output, &mut result, &mut listing).await;
+                    let verdict = self.phases(worker, sandbox, code, declared, globals, on_output, &mut result, &mut listing).await;
                     if let (true, Verdict::Keep, Some(listing)) = (stateful, verdict, listing) {
                         self.copy_files(sandbox, worker, listing, &mut result).await;
                     }
@@ -583,7 +586,7 @@ impl Executor {
     async fn phases(
         &self,
         worker: &mut Worker,
-        sandbox_deps: &[String],
+        sandbox: &Sandbox,
         code: &str,
         declared: Option<Vec<String>>,
         globals: serde_json::Map<String, serde_json::Value>,
@@ -591,6 +594,7 @@ impl Executor {
         result: &mut CallResult,
         listing: &mut Option<Listing>,
     ) -> Verdict {
+        let sandbox_deps = &sandbox.dependencies;
         let timeout = self.limits.timeout.unwrap_or(NO_LIMIT);
         // `--timeout` covers scanning and running; installing has its own limit.
         let scan_started = tokio::time::Instant::now();
@@ -665,6 +669,10 @@ impl Executor {
             } else {
                 0
             },
+            tools: self.upstreams.as_deref().map(|upstreams| ToolAccess {
+                upstreams,
+                sandbox: crate::upstream::sandbox_tag(sandbox.id.as_str()),
+            }),
         };
         let run = worker.run(request, run_deadline, &self.net, &mut collect);
         let watch = watch_memory(pid, self.limits.memory_limit);

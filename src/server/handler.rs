@@ -289,6 +289,18 @@ impl RunPythonServer {
         self.executor.stateful
     }
 
+    /// This server's tools: with code mode (`--tools-config`), `run_python_code`'s description
+    /// lists the MCP tools the code can call now.
+    fn tools(&self) -> std::borrow::Cow<'static, [Tool]> {
+        match &self.executor.upstreams {
+            Some(upstreams) => std::borrow::Cow::Owned(tool::tools_with_code_mode(
+                self.stateful(),
+                &upstreams.published().summary,
+            )),
+            None => std::borrow::Cow::Borrowed(tool::tools(self.stateful())),
+        }
+    }
+
     /// The session a request belongs to. Over streamable HTTP a request belongs to a session
     /// only when it names one (`Mcp-Session-Id`): MCP 2026-07-28 requests and
     /// `streamable-http-stateless` ones have none (SEP-2567). Over stdio and SSE the connection
@@ -583,12 +595,19 @@ impl RunPythonServer {
 impl ServerHandler for RunPythonServer {
     fn get_info(&self) -> ServerConfig {
         // A sandbox's files are resources only with `--stateful`: the drop-in offers tools only.
+        // Code mode serves `mcp_tools.pyi` as a resource.
         let capabilities = if self.stateful() {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_logging()
                 .enable_resources()
                 .enable_resources_list_changed()
+                .build()
+        } else if self.executor.upstreams.is_some() {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .enable_resources()
                 .build()
         } else {
             ServerCapabilities::builder()
@@ -609,14 +628,12 @@ impl ServerHandler for RunPythonServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(
-            tool::tools(self.stateful()).to_vec(),
-        ))
+        Ok(ListToolsResult::with_all_items(self.tools().into_owned()))
     }
 
     /// The tool `name` (rmcp checks `Mcp-Param-*` headers against its input schema, SEP-2243).
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        tool::find(name, self.stateful())
+        self.tools().iter().find(|t| t.name == name).cloned()
     }
 
     async fn call_tool(
@@ -655,19 +672,24 @@ impl ServerHandler for RunPythonServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         let principal = self.principal_of(&context);
+        let mut resources: Vec<rmcp::model::Resource> = self
+            .executor
+            .upstreams
+            .iter()
+            .map(|_| super::resources::code_mode_stub())
+            .collect();
         let default = self
             .session_of(&context)
             .filter(|_| self.stateful())
             .and_then(SessionGuard::current_default)
             .filter(|sandbox| sandbox.belongs_to(principal.as_ref()));
-        let Some(sandbox) = default else {
-            return Ok(ListResourcesResult::default());
-        };
-        let resources = sandbox
-            .files()
-            .into_iter()
-            .map(|(path, size)| super::resources::describe(sandbox.id.as_str(), &path, size))
-            .collect();
+        if let Some(sandbox) = default {
+            resources.extend(
+                sandbox.files().into_iter().map(|(path, size)| {
+                    super::resources::describe(sandbox.id.as_str(), &path, size)
+                }),
+            );
+        }
         Ok(ListResourcesResult::with_all_items(resources))
     }
 
@@ -696,6 +718,14 @@ impl ServerHandler for RunPythonServer {
                 None,
             )
         };
+        if let (Some(upstreams), crate::upstream::catalog::STUB_URI) =
+            (&self.executor.upstreams, request.uri.as_str())
+        {
+            let stub = upstreams.published().stub.clone();
+            let contents = rmcp::model::ResourceContents::text(stub, request.uri.clone())
+                .with_mime_type(super::resources::STUB_MIME_TYPE);
+            return Ok(ReadResourceResult::new(vec![contents]).into());
+        }
         if !self.stateful() {
             return Err(not_found(&"this server has resources only with --stateful"));
         }

@@ -163,9 +163,14 @@ pub fn tools(stateful: bool) -> &'static [Tool] {
     }
 }
 
-/// The tool named `name`, if this server has it.
-pub fn find(name: &str, stateful: bool) -> Option<Tool> {
-    tools(stateful).iter().find(|t| t.name == name).cloned()
+/// Every tool, as [`tools`] gives them, with code mode's section (`upstream::Catalog::summary`:
+/// the MCP tools the code can call) after `run_python_code`'s description.
+pub fn tools_with_code_mode(stateful: bool, code_mode: &str) -> Vec<Tool> {
+    let mut all = tools(stateful).to_vec();
+    if let Some(run) = all.iter_mut().find(|t| t.name == TOOL_NAME) {
+        run.description = Some(format!("{}{code_mode}", description(stateful)).into());
+    }
+    all
 }
 
 /// `name` as one of this server's tool names (`stateful`: `--stateful`), a fixed string fit

@@ -1,0 +1,261 @@
+//! Code mode (issue 28): the operator's upstream MCP servers (`--tools-config`), which code in
+//! a sandbox calls through `import mcp_tools`.
+//!
+//! The front is their MCP client (rmcp's): one connection per server, kept by a supervisor
+//! task that connects, lists the tools (again on `notifications/tools/list_changed`), and
+//! reconnects with a growing pause when the connection is lost. The tools allowed by each
+//! server's `allowedTools` form the [`Catalog`]; nothing else exists inside the sandbox.
+//!
+//! A sandbox's tool call crosses the worker protocol as a typed frame bound to its running call
+//! (`Reply::ToolCall`), and the front makes the upstream request here, under the call's
+//! deadline and its [`ToolBudget`]. Credentials (a stdio server's env, an HTTP server's
+//! headers) live only in this process: the workers are started with an empty environment and
+//! never receive them. Every upstream request names the sandbox that made it in `_meta`
+//! ([`SANDBOX_META_KEY`]), by a digest of its handle rather than the handle itself, which is a
+//! capability.
+
+pub mod catalog;
+pub mod config;
+mod connection;
+
+use crate::sandbox::protocol::{ToolAnswer, ToolCall, ToolItem};
+pub use catalog::Catalog;
+use config::ServerConfig;
+use connection::Connection;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, RequestMetaObject};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// The `_meta` key of an upstream request that names the sandbox it came from (a hex digest
+/// of the sandbox's handle, 16 characters, as the state directory names it).
+pub const SANDBOX_META_KEY: &str = "io.github.mcp-run-python/sandbox";
+
+/// `--max-tool-calls` unless given: tool calls one `run_python_code` call may make.
+pub const DEFAULT_MAX_TOOL_CALLS: usize = 1000;
+
+/// `--max-tool-bytes` unless given: bytes of tool answers one `run_python_code` call may
+/// receive (64 MiB).
+pub const DEFAULT_MAX_TOOL_BYTES: usize = 64 << 20;
+
+/// What one `run_python_code` call may spend on tool calls (`--max-tool-calls`,
+/// `--max-tool-bytes`); the calls also count against its deadline (`--timeout`).
+#[derive(Debug, Clone, Copy)]
+pub struct ToolLimits {
+    pub calls: usize,
+    pub bytes: usize,
+}
+
+/// The tool calls one run has left.
+#[derive(Debug)]
+pub struct ToolBudget {
+    limits: ToolLimits,
+    calls: usize,
+    bytes: usize,
+}
+
+impl ToolBudget {
+    pub fn new(limits: ToolLimits) -> ToolBudget {
+        ToolBudget {
+            limits,
+            calls: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Counts one more call: `Err(message)` past the limit (the call is not made).
+    fn spend_call(&mut self) -> Result<(), String> {
+        if self.calls >= self.limits.calls {
+            return Err(format!(
+                "this run already made {} tool calls, the most one call may make (--max-tool-calls)",
+                self.limits.calls
+            ));
+        }
+        self.calls += 1;
+        Ok(())
+    }
+
+    /// Counts `bytes` of answer: `Err(message)` past the limit (the answer is dropped).
+    fn spend_bytes(&mut self, bytes: usize) -> Result<(), String> {
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.bytes > self.limits.bytes {
+            return Err(format!(
+                "the tools' answers in this run passed {} bytes, the most one call may receive (--max-tool-bytes)",
+                self.limits.bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The catalog as each consumer needs it, made once per change.
+pub struct Published {
+    pub catalog: Catalog,
+    /// What interpreters build `mcp_tools` from.
+    pub for_worker: serde_json::Value,
+    /// The code-mode section of the `run_python_code` description.
+    pub summary: String,
+    /// `mcp_tools.pyi` ([`catalog::STUB_URI`]).
+    pub stub: String,
+}
+
+impl Published {
+    fn new(catalog: Catalog) -> Published {
+        Published {
+            for_worker: serde_json::to_value(&catalog).unwrap_or_default(),
+            summary: catalog.summary(),
+            stub: catalog.stub(),
+            catalog,
+        }
+    }
+}
+
+/// Every upstream server and the catalog of their allowed tools.
+pub struct Upstreams {
+    connections: Vec<Arc<Connection>>,
+    published: RwLock<Arc<Published>>,
+    version: AtomicU64,
+    pub limits: ToolLimits,
+}
+
+impl Upstreams {
+    /// Starts a supervisor per server and waits until each has connected and listed its tools
+    /// or failed once (it then goes on trying in the background).
+    pub async fn start(servers: Vec<ServerConfig>, limits: ToolLimits) -> Arc<Upstreams> {
+        let upstreams = Arc::new_cyclic(|me: &std::sync::Weak<Upstreams>| Upstreams {
+            connections: servers
+                .into_iter()
+                .map(|config| Arc::new(Connection::new(config, me.clone())))
+                .collect(),
+            published: RwLock::new(Arc::new(Published::new(Catalog::default()))),
+            version: AtomicU64::new(0),
+            limits,
+        });
+        let first = upstreams
+            .connections
+            .iter()
+            .map(|c| c.clone().supervise())
+            .collect::<Vec<_>>();
+        futures::future::join_all(first).await;
+        upstreams.republish();
+        upstreams
+    }
+
+    /// The catalog now.
+    pub fn published(&self) -> Arc<Published> {
+        self.published
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Rebuilds the catalog from every connection's tools (after a listing, a connection or a
+    /// loss).
+    fn republish(&self) {
+        let version = self.version.fetch_add(1, Ordering::SeqCst) + 1;
+        let servers: Vec<(String, Vec<rmcp::model::Tool>)> = self
+            .connections
+            .iter()
+            .map(|c| (c.config.name.clone(), c.tools()))
+            .collect();
+        let published = Arc::new(Published::new(Catalog::new(version, &servers)));
+        *self.published.write().unwrap_or_else(|p| p.into_inner()) = published;
+    }
+
+    /// Makes `call` upstream for the sandbox whose handle digests to `sandbox` (for `_meta`),
+    /// within `budget`. Never fails: every failure is a [`ToolAnswer::Error`] that user code
+    /// sees as `mcp_tools.ToolError`. Returns the answer and its images' bytes. Dropping the
+    /// future (the call's deadline, a cancelled call) cancels the upstream request
+    /// (`notifications/cancelled`).
+    pub async fn call(
+        &self,
+        call: ToolCall,
+        sandbox: &str,
+        budget: &mut ToolBudget,
+    ) -> (ToolAnswer, Vec<Vec<u8>>) {
+        let error = |message: String| (ToolAnswer::Error { message }, Vec::new());
+        let Some(connection) = self
+            .connections
+            .iter()
+            .find(|c| c.config.name == call.server)
+        else {
+            return error(format!("there is no MCP server {:?}", call.server));
+        };
+        if !connection.has_tool(&call.tool) {
+            return error(format!(
+                "MCP server {:?} has no tool {:?}",
+                call.server, call.tool
+            ));
+        }
+        if let Err(message) = budget.spend_call() {
+            return error(message);
+        }
+        let mut meta = RequestMetaObject::new();
+        meta.insert(SANDBOX_META_KEY.to_owned(), sandbox.into());
+        let mut params = CallToolRequestParams::new(call.tool.clone());
+        params.arguments = Some(call.arguments);
+        params.meta = Some(meta);
+        let answer = match connection.call(params).await {
+            Ok(result) => answer_of(result),
+            Err(message) => error(message),
+        };
+        let size = serde_json::to_vec(&answer.0).map_or(0, |j| j.len())
+            + answer.1.iter().map(Vec::len).sum::<usize>();
+        match budget.spend_bytes(size) {
+            Ok(()) => answer,
+            Err(message) => error(message),
+        }
+    }
+}
+
+/// A tool's result as the sandbox gets it: an error's text, the structured content, or the
+/// content blocks (images' bytes decoded out of base64, in order).
+fn answer_of(result: CallToolResult) -> (ToolAnswer, Vec<Vec<u8>>) {
+    use base64::Engine as _;
+    if result.is_error == Some(true) {
+        let message = result
+            .content
+            .iter()
+            .filter_map(|c| match c {
+                ContentBlock::Text(t) => Some(t.text.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        return (ToolAnswer::Error { message }, Vec::new());
+    }
+    if let Some(value) = result.structured_content {
+        return (ToolAnswer::Structured { value }, Vec::new());
+    }
+    let mut images = Vec::new();
+    let items = result
+        .content
+        .into_iter()
+        .map(|block| match block {
+            ContentBlock::Text(t) => ToolItem::Text { text: t.text },
+            ContentBlock::Image(image) => {
+                match base64::engine::general_purpose::STANDARD.decode(image.data.as_bytes()) {
+                    Ok(bytes) => {
+                        let size = bytes.len();
+                        images.push(bytes);
+                        ToolItem::Image {
+                            mime_type: image.mime_type,
+                            size,
+                        }
+                    }
+                    Err(_) => ToolItem::Text {
+                        text: "[an image whose data is not base64]".into(),
+                    },
+                }
+            }
+            other => ToolItem::Other {
+                value: serde_json::to_value(&other).unwrap_or_default(),
+            },
+        })
+        .collect();
+    (ToolAnswer::Content { items }, images)
+}
+
+/// The digest that names sandbox `handle` upstream: 16 hex characters of its SHA-256.
+pub fn sandbox_tag(handle: &str) -> String {
+    crate::packages::cache::sha256_hex(handle.as_bytes())[..16].to_owned()
+}
