@@ -250,7 +250,8 @@
     run(id, code, globalsJson, outputCap, resultCap, keepGlobals, toolsJson) {
       let result;
       try {
-        result = helperRun(code, globalsJson, outputCap, resultCap, keepGlobals === true, toolsJson);
+        // Pyodide gives Python `null` as JsNull and `undefined` as None.
+        result = helperRun(code, globalsJson, outputCap, resultCap, keepGlobals === true, toolsJson ?? undefined);
       } catch (e) {
         done(id, JSON.stringify(failure(e)));
         return;

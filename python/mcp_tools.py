@@ -72,10 +72,13 @@ async def call(server: str, tool: str, arguments: dict[str, Any] | None = None) 
     return call_sync(server, tool, arguments)
 
 
-_ANNOTATION_NAMES = {"Any": Any, "Literal": Literal}
+# What an annotation made by src/upstream/catalog.rs may name.
+_ANNOTATION_NAMES = {"Any": Any, "Literal": Literal, "int": int, "float": float, "str": str,
+                     "bool": bool, "list": list, "dict": dict, "None": None}
 
 
 def _annotation(text):
+    """The annotation ``text`` as a type, so that signatures show it unquoted."""
     try:
         return eval(text, {"__builtins__": {}}, dict(_ANNOTATION_NAMES))
     except Exception:

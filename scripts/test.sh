@@ -36,15 +36,8 @@ MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python" .venv/bin/python -m pytest
 
 # Today's clients (issue 9): mcp 2.x, PydanticAI 2.x and fastmcp in a second venv, then the
 # official TypeScript SDK client. Each venv/node_modules is rebuilt only when its pins change.
-export MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python"
-stamp=.venv-current/.requirements
-if [ ! -x .venv-current/bin/python ] || ! cmp -s tests/current/requirements.txt "$stamp"; then
-  python3 -m venv .venv-current
-  .venv-current/bin/pip install -q --disable-pip-version-check -r tests/current/requirements.txt
-  cp tests/current/requirements.txt "$stamp"
-fi
-.venv-current/bin/python -m pytest -q -p no:cacheprovider tests/current
-
+# tests/ts/node_modules also holds @modelcontextprotocol/server-everything, an upstream server of
+# the code-mode tests (issue 28) in tests/current.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   # Debian 12's nodejs is 18, which the pinned SDK supports (engines: node >= 18).
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -55,6 +48,15 @@ if ! cmp -s tests/ts/package-lock.json "$stamp"; then
   npm ci --prefix tests/ts --no-audit --no-fund --loglevel=error
   cp tests/ts/package-lock.json "$stamp"
 fi
+export MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python"
+stamp=.venv-current/.requirements
+if [ ! -x .venv-current/bin/python ] || ! cmp -s tests/current/requirements.txt "$stamp"; then
+  python3 -m venv .venv-current
+  .venv-current/bin/pip install -q --disable-pip-version-check -r tests/current/requirements.txt
+  cp tests/current/requirements.txt "$stamp"
+fi
+.venv-current/bin/python -m pytest -q -p no:cacheprovider tests/current
+
 node tests/ts/client_test.mjs
 
 # The second wall (issue 10): a worker built with the test-only `escape-test` feature seals

@@ -1,0 +1,72 @@
+"""A small FastMCP server (streamable HTTP) that the code-mode tests (issue 28) put behind
+mcp-run-python's `--tools-config`: every request needs a bearer token, which only the front
+holds (the configuration's `headers`). Its tools record what they saw in a JSON-lines log:
+the `_meta` sandbox tag of each call, and a slow call's cancellation.
+
+Usage: upstream_server.py PORT TOKEN LOG
+"""
+
+import asyncio
+import json
+import sys
+
+from fastmcp import Context, FastMCP
+from fastmcp.exceptions import ToolError
+from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
+
+PORT, TOKEN, LOG = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+# The `_meta` key under which mcp-run-python names the sandbox of a call (src/upstream/mod.rs).
+SANDBOX_META_KEY = "io.github.mcp-run-python/sandbox"
+
+mcp = FastMCP(
+    "upstream",
+    auth=StaticTokenVerifier(tokens={TOKEN: {"client_id": "mcp-run-python", "scopes": []}}),
+)
+
+
+def record(event, **fields):
+    with open(LOG, "a") as f:
+        f.write(json.dumps({"event": event, **fields}) + "\n")
+
+
+def sandbox_of(ctx: Context):
+    meta = ctx.request_context.meta if ctx.request_context else None
+    if meta is None:
+        return None
+    extra = meta.model_dump() if hasattr(meta, "model_dump") else dict(meta)
+    return extra.get(SANDBOX_META_KEY)
+
+
+@mcp.tool
+def add(a: int, b: int, ctx: Context) -> dict:
+    """Adds two integers."""
+    record("add", sandbox=sandbox_of(ctx))
+    return {"sum": a + b}
+
+
+@mcp.tool
+def fail(message: str) -> str:
+    """Always fails with `message`."""
+    raise ToolError(message)
+
+
+@mcp.tool
+async def slow(seconds: float) -> str:
+    """Sleeps `seconds`, then answers."""
+    record("slow-started")
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        record("slow-cancelled")
+        raise
+    return "done"
+
+
+@mcp.tool
+def hidden() -> str:
+    """A tool the allowlist of the tests leaves out."""
+    return "you should not see this"
+
+
+if __name__ == "__main__":
+    mcp.run(transport="http", host="127.0.0.1", port=PORT, show_banner=False, log_level="warning")
