@@ -12,10 +12,12 @@
   // The host call's typed messages (src/sandbox/worker_main.rs, HostRequest).
   const HOST_SNAPSHOT = JSON.stringify({ op: "snapshot" });
   const HOST_FILE = JSON.stringify({ op: "file" });
-  // Code mode: user code's call of an upstream MCP tool (`callJson`: a ToolCall's JSON, made by
-  // python/mcp_tools.py); answers [the ToolAnswer's JSON, its images' bytes one after another].
-  const toolCall = (callJson) => {
-    const out = hostCall(`{"op":"tool","call":${callJson}}`);
+  // Code mode: user code's call of an upstream MCP tool (`op` "tool", `callJson` a ToolCall's
+  // JSON, made by python/mcp_tools.py) or of a host function ("function", a FunctionCall's,
+  // made by python/runner.py); answers [the ToolAnswer's JSON, its images' bytes one after
+  // another]. The host parses the message strictly.
+  const ask = (op, callJson) => {
+    const out = hostCall(`{"op":${JSON.stringify(String(op))},"call":${callJson}}`);
     return [out.json, new Uint8Array(out.body)];
   };
   // The session's working directory (python/runner.py's WORKDIR).
@@ -121,7 +123,7 @@
         endTableRoom();
         // Out of sys.modules before any user code runs; from now on only this closure holds it.
         const mod = pyodide.runPython(TAKE_HELPER);
-        mod.setup(emit, toolCall);
+        mod.setup(emit, ask);
         helperRun = mod.run;
         helperFindImports = mod.find_imports;
         helperReseed = mod.reseed_before_next_run;

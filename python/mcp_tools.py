@@ -63,7 +63,7 @@ def call_sync(server, tool, arguments=None):
         request = _json.dumps({"server": server, "tool": tool, "arguments": arguments or {}})
     except (TypeError, ValueError) as e:
         raise TypeError(f"the arguments of {server}.{tool} are not JSON: {e}") from None
-    answer_json, body = _host(request)
+    answer_json, body = _host("tool", request)
     return _decode(answer_json, body.to_bytes())
 
 
@@ -134,7 +134,7 @@ def _function(server_name, spec):
 
 def _build(catalog, host):
     """Makes ``mcp_tools.<server>`` for every server of ``catalog`` (src/upstream/catalog.rs's
-    JSON) and keeps ``host``, the runner's tool call."""
+    JSON) and keeps ``host``, the runner's call to the front (``host("tool", request)``)."""
     global _host
     _host = host
     for server in catalog["servers"]:

@@ -27,7 +27,7 @@ from pyodide.code import find_imports as _find_imports, should_quiet
 
 _emit = None
 # Modules that come with Pyodide itself and are never packages to install.
-_BUILTIN = {"js", "pyodide", "pyodide_js", "_pyodide", "_mcp_runner", "mcp_tools"}
+_BUILTIN = {"js", "pyodide", "pyodide_js", "_pyodide", "_mcp_runner", "mcp_tools", "mcp_run_python"}
 # The user's code is `main.py` in tracebacks, as in the Deno original.
 USER_FILENAME = "main.py"
 # Top-level `await` is allowed, as in Pyodide's `eval_code_async`.
@@ -59,11 +59,12 @@ def show(*args, **kwargs):
 '''
 
 
-def setup(emit, tool_call):
-    global _emit, _tool_call
+def setup(emit, ask):
+    global _emit, _ask
     _emit = emit
-    _tool_call = tool_call
+    _ask = ask
     sys.meta_path.insert(0, _ToolsFinder())
+    sys.modules["mcp_run_python"] = _SANDBOX_MODULE
     reseed()
     for folder in sys.path:
         if folder.endswith("site-packages"):
@@ -123,7 +124,42 @@ _reseed_pending = False
 # runner's host call that makes a tool call.
 _tools_source = None
 _tools_catalog = None
-_tool_call = None
+_ask = None
+# The launcher's host functions (``code_sandbox(functions=...)``), by name: globals of every
+# run.
+_function_globals = {}
+
+
+class FunctionError(Exception):
+    """A host function raised in the process that launched the server; the message is its
+    exception's type and text."""
+
+
+FunctionError.__module__ = "mcp_run_python"
+# ``mcp_run_python`` inside the sandbox: where ``FunctionError`` is found.
+_SANDBOX_MODULE = type(sys)("mcp_run_python", "mcp-run-python's names inside the sandbox: FunctionError, which a failing host function raises.")
+_SANDBOX_MODULE.FunctionError = FunctionError
+
+
+def _host_function(spec):
+    """The async function sandboxed code awaits for host function ``spec`` (its name,
+    signature and docstring)."""
+    name = spec["name"]
+
+    async def function(*args, **kwargs):
+        try:
+            request = json.dumps({"function": name, "args": list(args), "kwargs": kwargs})
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"the arguments of {name}() are not JSON: {e}") from None
+        answer = json.loads(_ask("function", request)[0])
+        if answer["kind"] == "error":
+            raise FunctionError(answer["message"])
+        return answer["value"]
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"{name}{spec['signature']}\n\n{spec['doc']}".strip()
+    function.__module__ = "mcp_run_python"
+    return function
 
 
 class _ToolsFinder:
@@ -145,15 +181,16 @@ class _ToolsFinder:
             )
         module.__file__ = "/lib/mcp_tools.py"
         exec(compile(_tools_source, module.__file__, "exec"), module.__dict__)
-        module._build(_tools_catalog, _tool_call)
+        module._build(_tools_catalog, _ask)
         del module._build
 
 
 def _set_tools(tools_json):
     """A run brought a new catalog: the next ``import mcp_tools`` builds from it."""
-    global _tools_catalog
+    global _tools_catalog, _function_globals
     _tools_catalog = json.loads(tools_json)
     sys.modules.pop("mcp_tools", None)
+    _function_globals = {spec["name"]: _host_function(spec) for spec in _tools_catalog["functions"]}
 
 
 def reseed_before_next_run():
@@ -471,6 +508,7 @@ class _Call:
         else:
             self.globals = _fresh_globals()
             self.filename = USER_FILENAME
+        self.globals.update(_function_globals)
         self.globals.update(json.loads(globals_json))
         # Let tracebacks quote the user's source lines.
         linecache.cache[self.filename] = (len(code), None, code.splitlines(True), self.filename)

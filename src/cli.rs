@@ -192,11 +192,19 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub tools_config: Option<PathBuf>,
 
-    /// Code mode: most upstream tool calls one `run_python_code` call may make.
+    /// Code mode: host functions of the process that launched this server, over the UNIX
+    /// socket it listens on at this path (the Python API's `code_sandbox(functions=…)`):
+    /// sandboxed code awaits them by name.
+    #[arg(long, value_name = "PATH")]
+    pub functions_socket: Option<PathBuf>,
+
+    /// Code mode: most upstream tool and host function calls one `run_python_code` call may
+    /// make.
     #[arg(long, default_value_t = crate::upstream::DEFAULT_MAX_TOOL_CALLS)]
     pub max_tool_calls: usize,
 
-    /// Code mode: most bytes of upstream tool answers one `run_python_code` call may receive.
+    /// Code mode: most bytes of upstream tool and host function answers one `run_python_code`
+    /// call may receive.
     #[arg(long, default_value_t = crate::upstream::DEFAULT_MAX_TOOL_BYTES)]
     pub max_tool_bytes: usize,
 

@@ -217,13 +217,23 @@ async fn build(cli: &Cli) -> Result<RunPythonServer> {
         net,
     );
     executor.stateful = cli.stateful;
-    if let Some(path) = &cli.tools_config {
-        let servers = crate::upstream::config::load(path)?;
+    if cli.tools_config.is_some() || cli.functions_socket.is_some() {
+        let servers = match &cli.tools_config {
+            Some(path) => crate::upstream::config::load(path)?,
+            None => Vec::new(),
+        };
+        let functions = match &cli.functions_socket {
+            Some(path) => {
+                Some(crate::upstream::functions::Channel::open(path, cli.max_tool_bytes).await?)
+            }
+            None => None,
+        };
         let limits = crate::upstream::ToolLimits {
             calls: cli.max_tool_calls,
             bytes: cli.max_tool_bytes,
         };
-        executor.upstreams = Some(crate::upstream::Upstreams::start(servers, limits).await);
+        executor.upstreams =
+            Some(crate::upstream::Upstreams::start(servers, functions, limits).await);
     }
     let interpreter_mib = if zygote {
         FORKED_INTERPRETER_MIB

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union, cast
 
 from ._binary import binary_path, server_args
+from ._functions import FunctionServer, Resolver
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -99,6 +100,7 @@ async def code_sandbox(
     log_handler: LogHandler | None = None,
     allow_networking: bool | Sequence[str] = False,
     stateful: bool = False,
+    functions: Mapping[str, Callable[..., Any]] | None = None,
     extra_args: Sequence[str] = (),
 ) -> AsyncIterator[CodeSandbox]:
     """Starts the server over stdio and yields a `CodeSandbox` on it; stops it on exit.
@@ -115,45 +117,93 @@ async def code_sandbox(
             `True` is refused: this server never opens the whole network to sandboxed code.
         stateful: Keep globals (variables, functions, imports) from one `eval` to the next:
             the server runs with `--stateful`, and the sandbox it makes is `sandbox_id`.
+        functions: Host functions, by name: the sandboxed code awaits `name(...)` and the
+            callable (sync or async) runs in this process, with JSON arguments and a JSON
+            result; its exception becomes `mcp_run_python.FunctionError` inside. They travel
+            over a private UNIX socket, not the MCP connection.
         extra_args: More command-line options for the binary (e.g. `['--timeout=10']`).
 
     Raises:
-        ValueError: `allow_networking=True`.
+        ValueError: `allow_networking=True`, or a function name that is not an identifier.
         FileNotFoundError: the binary is not installed.
     """
+    host_functions = dict(functions or {})
+    async with _session(
+        dependencies=dependencies,
+        log_handler=log_handler,
+        allow_networking=allow_networking,
+        functions=host_functions,
+        resolve=lambda _sandbox, name: host_functions.get(name),
+        extra_args=[*(['--stateful'] if stateful else []), *extra_args],
+    ) as session:
+        sandbox_id = None
+        if stateful:
+            sandbox_id = await _create_sandbox(session)
+        yield CodeSandbox(session, sandbox_id)
+
+
+async def _create_sandbox(session: ClientSession) -> str:
+    """A new sandbox of a `--stateful` server: its handle."""
+    made = await session.call_tool('create_sandbox', {})
+    # mcp 2.x names the fields in snake case; 1.x in camel case.
+    is_error = getattr(made, 'is_error', None)
+    if is_error is None:
+        is_error = made.isError
+    structured = getattr(made, 'structured_content', None)
+    if structured is None:
+        structured = made.structuredContent
+    if is_error or not isinstance(structured, dict):
+        raise ValueError(f'the server made no sandbox: {made.content!r}')
+    return str(structured['sandbox_id'])
+
+
+@asynccontextmanager
+async def _session(
+    *,
+    dependencies: Sequence[str] | None,
+    log_handler: LogHandler | None,
+    allow_networking: bool | Sequence[str],
+    functions: Mapping[str, Callable[..., Any]],
+    resolve: Resolver,
+    extra_args: Sequence[str],
+) -> AsyncIterator[ClientSession]:
+    """The binary in stdio mode (JSON results) with an initialized client session; with
+    `functions`, it reaches them (`resolve` picks the callable per sandbox) over a private
+    socket (`--functions-socket`)."""
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    params = StdioServerParameters(
-        command=binary_path(),
-        args=server_args(
-            'stdio',
-            dependencies=dependencies,
-            return_mode='json',
-            allow_networking=allow_networking,
-            extra_args=[*(['--stateful'] if stateful else []), *extra_args],
-        ),
-    )
-    logging_callback = None
-    if log_handler is not None:
-        handler = log_handler
+    async with AsyncExitStack() as stack:
+        function_args: list[str] = []
+        if functions:
+            path = await stack.enter_async_context(FunctionServer(functions, resolve).listening())
+            function_args = ['--functions-socket', path]
+        params = StdioServerParameters(
+            command=binary_path(),
+            args=server_args(
+                'stdio',
+                dependencies=dependencies,
+                return_mode='json',
+                allow_networking=allow_networking,
+                extra_args=[*function_args, *extra_args],
+            ),
+        )
+        logging_callback = None
+        if log_handler is not None:
+            handler = log_handler
 
-        async def logging_callback(params: Any) -> None:
-            handler(params.level, params.data)
+            async def logging_callback(params: Any) -> None:
+                handler(params.level, params.data)
 
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write, logging_callback=logging_callback) as session:
-            await session.initialize()
-            if log_handler is not None:
-                with warnings.catch_warnings():
-                    # mcp 2.x deprecates MCP logging (SEP-2577); this server still sends the
-                    # output lines as log messages, and the level is what turns them on.
-                    warnings.simplefilter('ignore', DeprecationWarning)
-                    await session.set_logging_level('debug')
-            sandbox_id = None
-            if stateful:
-                made = await session.call_tool('create_sandbox', {})
-                if made.isError or not isinstance(made.structuredContent, dict):
-                    raise ValueError(f'the server made no sandbox: {made.content!r}')
-                sandbox_id = str(made.structuredContent['sandbox_id'])
-            yield CodeSandbox(session, sandbox_id)
+        read, write = await stack.enter_async_context(stdio_client(params))
+        session = await stack.enter_async_context(
+            ClientSession(read, write, logging_callback=logging_callback)
+        )
+        await session.initialize()
+        if log_handler is not None:
+            with warnings.catch_warnings():
+                # mcp 2.x deprecates MCP logging (SEP-2577); this server still sends the
+                # output lines as log messages, and the level is what turns them on.
+                warnings.simplefilter('ignore', DeprecationWarning)
+                await session.set_logging_level('debug')
+        yield session

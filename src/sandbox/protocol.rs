@@ -108,8 +108,8 @@ pub enum Request {
     },
     /// Answer to [`Reply::Fetch`]; the body is attachment 0.
     FetchResult { id: CallId, response: FetchResponse },
-    /// Answer to [`Reply::ToolCall`] (code mode, issue 28): attachment `i` holds the bytes of
-    /// the answer's `i`-th image.
+    /// Answer to [`Reply::ToolCall`] and [`Reply::FunctionCall`] (code mode, issue 28):
+    /// attachment `i` holds the bytes of the answer's `i`-th image.
     ToolResult { id: CallId, answer: ToolAnswer },
     /// Runs `code` with fresh globals plus `globals` (with `keep_globals`, in the globals the
     /// interpreter's earlier `keep_globals` runs left, plus `globals`: `--stateful`). Output
@@ -144,6 +144,20 @@ pub struct ToolCall {
     pub tool: String,
     #[serde(default)]
     pub arguments: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A call of a host function by user code (code mode's `code_sandbox(functions=…)`):
+/// `function(*args, **kwargs)` in the process that launched the server. Answered by
+/// [`Request::ToolResult`], with [`ToolAnswer::Structured`] (the return value) or
+/// [`ToolAnswer::Error`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionCall {
+    pub function: String,
+    #[serde(default)]
+    pub args: Vec<serde_json::Value>,
+    #[serde(default)]
+    pub kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 /// What a [`ToolCall`] gave, as the sandbox's `mcp_tools` turns it into Python values.
@@ -226,6 +240,9 @@ pub enum Reply {
     /// User code of call `id` calls an upstream MCP tool (code mode); the worker waits for
     /// [`Request::ToolResult`].
     ToolCall { id: CallId, call: ToolCall },
+    /// User code of call `id` calls a host function; the worker waits for
+    /// [`Request::ToolResult`].
+    FunctionCall { id: CallId, call: FunctionCall },
     /// The worker cannot go on (boot failed, engine error); it exits after sending this.
     Fatal { error: String },
     /// Under `--sandbox strict`, a confinement layer could not be applied (`reason` names it
@@ -245,7 +262,8 @@ impl Reply {
             | Reply::Output { id, .. }
             | Reply::Ran { id, .. }
             | Reply::Fetch { id, .. }
-            | Reply::ToolCall { id, .. } => Some(*id),
+            | Reply::ToolCall { id, .. }
+            | Reply::FunctionCall { id, .. } => Some(*id),
         }
     }
 
@@ -261,6 +279,7 @@ impl Reply {
             Reply::Ran { .. } => "ran",
             Reply::Fetch { .. } => "fetch",
             Reply::ToolCall { .. } => "tool_call",
+            Reply::FunctionCall { .. } => "function_call",
             Reply::Fatal { .. } => "fatal",
             Reply::Unconfined { .. } => "unconfined",
         }

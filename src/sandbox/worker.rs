@@ -737,18 +737,25 @@ impl Worker {
                             let calling = access.upstreams.call(call, &access.sandbox, budget);
                             deadline.bound(calling).await?
                         }
-                        _ => (
-                            ToolAnswer::Error {
-                                message:
-                                    "this server calls no MCP tools (it has no --tools-config)"
-                                        .into(),
-                            },
-                            Vec::new(),
-                        ),
+                        _ => (no_code_mode(), Vec::new()),
                     };
                     let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
                     let reply = Request::ToolResult { id, answer };
                     self.send_before(&reply, &attachments, deadline).await?;
+                }
+                Reply::FunctionCall { call, .. } => {
+                    let answer = match (&request.tools, &mut budget) {
+                        (Some(access), Some(budget)) => {
+                            let calling =
+                                access
+                                    .upstreams
+                                    .call_function(call, &access.sandbox, budget);
+                            deadline.bound(calling).await?
+                        }
+                        _ => no_code_mode(),
+                    };
+                    let reply = Request::ToolResult { id, answer };
+                    self.send_before(&reply, &[], deadline).await?;
                 }
                 Reply::Output { lines, .. } => {
                     for (stream, text) in lines {
@@ -868,6 +875,14 @@ impl Deadline {
                 phase: self.phase,
                 seconds: self.limit,
             })
+    }
+}
+
+/// The answer to a tool or function call on a server without code mode.
+fn no_code_mode() -> ToolAnswer {
+    ToolAnswer::Error {
+        message: "this server has no MCP tools or host functions to call (no --tools-config)"
+            .into(),
     }
 }
 

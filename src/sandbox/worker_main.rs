@@ -12,8 +12,9 @@
 use super::mount::MountPlan;
 use super::net::{FetchRequest, FetchResponse};
 use super::protocol::{
-    read_frame, write_frame, BootInstall, CallId, Frame, FrameLimits, OutputLine, Reply, Request,
-    RunOutcome, RunStatus, SnapshotMode, ToolCall, MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
+    read_frame, write_frame, BootInstall, CallId, Frame, FrameLimits, FunctionCall, OutputLine,
+    Reply, Request, RunOutcome, RunStatus, SnapshotMode, ToolCall, MAX_SNAPSHOT_BYTES,
+    SNAPSHOT_FD_ARG,
 };
 use crate::engine::{Arg, Engine, EngineError, JsFunction, MappedFile};
 use anyhow::{anyhow, bail, Context, Result};
@@ -683,6 +684,8 @@ enum HostRequest {
     Fetch { request: FetchRequest },
     /// User code's call of an upstream MCP tool (code mode): the front makes it.
     Tool { call: ToolCall },
+    /// User code's call of a host function (code mode): the front forwards it to the launcher.
+    Function { call: FunctionCall },
 }
 
 /// The host side of the worker once booted: the state its host calls reach.
@@ -725,17 +728,27 @@ impl Host {
             }
             HostRequest::Tool { call } => {
                 let id = self.running_call("MCP tool calls")?;
-                match self.ask_front(&Reply::ToolCall { id, call }, &[])? {
-                    Frame {
-                        header: Request::ToolResult { id: got, answer },
-                        attachments,
-                    } if got == id => {
-                        let json = serde_json::to_string(&answer).map_err(|e| e.to_string())?;
-                        Ok((json, attachments.concat()))
-                    }
-                    _ => Err("the front did not answer the tool call".into()),
-                }
+                self.ask_tool(Reply::ToolCall { id, call }, id)
             }
+            HostRequest::Function { call } => {
+                let id = self.running_call("host functions")?;
+                self.ask_tool(Reply::FunctionCall { id, call }, id)
+            }
+        }
+    }
+
+    /// Sends a tool or function call of run `id` to the front: the answer's JSON and its
+    /// images' bytes, one after another.
+    fn ask_tool(&self, reply: Reply, id: CallId) -> Result<(String, Vec<u8>), String> {
+        match self.ask_front(&reply, &[])? {
+            Frame {
+                header: Request::ToolResult { id: got, answer },
+                attachments,
+            } if got == id => {
+                let json = serde_json::to_string(&answer).map_err(|e| e.to_string())?;
+                Ok((json, attachments.concat()))
+            }
+            _ => Err(format!("the front did not answer the {}", reply.kind())),
         }
     }
 

@@ -85,11 +85,18 @@ pub struct Catalog {
     /// an interpreter rebuilds `mcp_tools` when it differs from the one it has.
     pub version: u64,
     pub servers: Vec<Server>,
+    /// The launcher's host functions (`code_sandbox(functions=…)`): globals of every run.
+    pub functions: Vec<super::functions::FunctionSpec>,
 }
 
 impl Catalog {
-    /// The catalog of `servers` (name and allowed tools, in configuration order).
-    pub fn new(version: u64, servers: &[(String, Vec<Tool>)]) -> Catalog {
+    /// The catalog of `servers` (name and allowed tools, in configuration order) and the
+    /// launcher's host `functions`.
+    pub fn new(
+        version: u64,
+        servers: &[(String, Vec<Tool>)],
+        functions: Vec<super::functions::FunctionSpec>,
+    ) -> Catalog {
         let mut taken: HashSet<String> = MODULE_NAMES.iter().map(|s| s.to_string()).collect();
         let servers = servers
             .iter()
@@ -107,7 +114,11 @@ impl Catalog {
                 }
             })
             .collect();
-        Catalog { version, servers }
+        Catalog {
+            version,
+            servers,
+            functions,
+        }
     }
 
     /// The code-mode section of the `run_python_code` description: every function with its
@@ -465,6 +476,7 @@ mod tests {
                     vec![tool("a-b", "", json!({})), tool("a_b", "", json!({}))],
                 ),
             ],
+            Vec::new(),
         );
         assert_eq!(catalog.servers[0].ident, "call_2");
         assert_eq!(catalog.servers[1].ident, "my_server");
@@ -489,7 +501,7 @@ mod tests {
                 "tags": {"type": "array", "items": {"type": "string"}}
             }, "required": ["query"]}),
         );
-        let catalog = Catalog::new(1, &[("s".into(), vec![t])]);
+        let catalog = Catalog::new(1, &[("s".into(), vec![t])], Vec::new());
         let f = &catalog.servers[0].functions[0];
         assert_eq!(
             signature(&f.params),
@@ -518,7 +530,7 @@ mod tests {
         let tools: Vec<Tool> = (0..200)
             .map(|i| tool(&format!("tool{i}"), &"word ".repeat(30), json!({})))
             .collect();
-        let summary = Catalog::new(1, &[("big".into(), tools)]).summary();
+        let summary = Catalog::new(1, &[("big".into(), tools)], Vec::new()).summary();
         assert!(summary.contains(STUB_URI), "{summary}");
         assert!(summary.contains("and 160 more"), "{summary}");
         assert!(summary.len() < SUMMARY_BUDGET, "{}", summary.len());

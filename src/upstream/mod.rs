@@ -17,8 +17,9 @@
 pub mod catalog;
 pub mod config;
 mod connection;
+pub mod functions;
 
-use crate::sandbox::protocol::{ToolAnswer, ToolCall, ToolItem};
+use crate::sandbox::protocol::{FunctionCall, ToolAnswer, ToolCall, ToolItem};
 pub use catalog::Catalog;
 use config::ServerConfig;
 use connection::Connection;
@@ -109,9 +110,11 @@ impl Published {
     }
 }
 
-/// Every upstream server and the catalog of their allowed tools.
+/// Every upstream server and the catalog of their allowed tools, and the launcher's host
+/// functions.
 pub struct Upstreams {
     connections: Vec<Arc<Connection>>,
+    functions: Option<Arc<functions::Channel>>,
     published: RwLock<Arc<Published>>,
     version: AtomicU64,
     pub limits: ToolLimits,
@@ -120,12 +123,18 @@ pub struct Upstreams {
 impl Upstreams {
     /// Starts a supervisor per server and waits until each has connected and listed its tools
     /// or failed once (it then goes on trying in the background).
-    pub async fn start(servers: Vec<ServerConfig>, limits: ToolLimits) -> Arc<Upstreams> {
+    /// `functions`: the launcher's host functions (`--functions-socket`), when it has some.
+    pub async fn start(
+        servers: Vec<ServerConfig>,
+        functions: Option<Arc<functions::Channel>>,
+        limits: ToolLimits,
+    ) -> Arc<Upstreams> {
         let upstreams = Arc::new_cyclic(|me: &std::sync::Weak<Upstreams>| Upstreams {
             connections: servers
                 .into_iter()
                 .map(|config| Arc::new(Connection::new(config, me.clone())))
                 .collect(),
+            functions,
             published: RwLock::new(Arc::new(Published::new(Catalog::default()))),
             version: AtomicU64::new(0),
             limits,
@@ -157,7 +166,12 @@ impl Upstreams {
             .iter()
             .map(|c| (c.config.name.clone(), c.tools()))
             .collect();
-        let published = Arc::new(Published::new(Catalog::new(version, &servers)));
+        let functions = self
+            .functions
+            .as_ref()
+            .map(|f| f.functions.clone())
+            .unwrap_or_default();
+        let published = Arc::new(Published::new(Catalog::new(version, &servers, functions)));
         *self.published.write().unwrap_or_else(|p| p.into_inner()) = published;
     }
 
@@ -200,6 +214,38 @@ impl Upstreams {
         };
         let size = serde_json::to_vec(&answer.0).map_or(0, |j| j.len())
             + answer.1.iter().map(Vec::len).sum::<usize>();
+        match budget.spend_bytes(size) {
+            Ok(()) => answer,
+            Err(message) => error(message),
+        }
+    }
+}
+
+impl Upstreams {
+    /// Calls a host function in the launcher for the sandbox tagged `sandbox`, within
+    /// `budget`: its return value, or [`ToolAnswer::Error`] (`mcp_run_python.FunctionError`
+    /// inside). Dropping the future cancels the call in the launcher.
+    pub async fn call_function(
+        &self,
+        call: FunctionCall,
+        sandbox: &str,
+        budget: &mut ToolBudget,
+    ) -> ToolAnswer {
+        let error = |message: String| ToolAnswer::Error { message };
+        let Some(channel) = &self.functions else {
+            return error("this server has no host functions".into());
+        };
+        if let Err(message) = budget.spend_call() {
+            return error(message);
+        }
+        let answer = match channel
+            .call(&call.function, &call.args, &call.kwargs, sandbox)
+            .await
+        {
+            Ok(value) => ToolAnswer::Structured { value },
+            Err(message) => error(message),
+        };
+        let size = serde_json::to_vec(&answer).map_or(0, |j| j.len());
         match budget.spend_bytes(size) {
             Ok(()) => answer,
             Err(message) => error(message),

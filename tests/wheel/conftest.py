@@ -20,6 +20,8 @@ WHEEL = pathlib.Path(os.environ["MCP_RUN_PYTHON_WHEEL"]).resolve()
 SEED_LINE = ["mcp==1.30.0"]
 # The current line, for uv's environments (tests/current/requirements.txt has the same pins).
 CURRENT_LINE = ["mcp==2.3.0", "pydantic-ai-slim[mcp]==2.68.0", "fastmcp-slim[client]==4.1.6"]
+# FastMCP's server with its code mode (Monty, to compare), for `mcp_run_python.fastmcp`.
+CODE_MODE_LINE = ["mcp==2.3.0", "fastmcp-slim[client,server,code-mode]==4.1.6"]
 # Seconds for anything that installs or boots (a first boot without a snapshot takes 10-15 s,
 # pip and uv fetch from the registry).
 SLOW = 600

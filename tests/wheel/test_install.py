@@ -10,7 +10,7 @@ import sys
 import pytest
 from pydantic_ai.mcp import MCPServerStdio
 
-from conftest import CURRENT_LINE, GLIBC, SLOW, WHEEL, StdioSession, foreign_libraries, run_script
+from conftest import CODE_MODE_LINE, CURRENT_LINE, GLIBC, SLOW, WHEEL, StdioSession, foreign_libraries, run_script
 
 # The seed's second snippet (`../shared/seeds/000_*.txt`, "Inline script metadata"), unchanged
 # but for running `main()`.
@@ -88,6 +88,38 @@ async def main():
             raise AssertionError('allow_networking=True was accepted')
     except ValueError as e:
         assert 'name the hosts' in str(e)
+    # Host functions (issue 28): the code awaits them by name, they run here.
+    seen = []
+
+    def add(a: int, b: int = 1) -> int:
+        """Adds two numbers, here."""
+        seen.append((a, b))
+        return a + b
+
+    async def refuse(why):
+        raise PermissionError(f'not {why}')
+
+    async with code_sandbox(functions={'add': add, 'refuse': refuse}) as sandbox:
+        called = await sandbox.eval("""
+import mcp_run_python
+total = 0
+for i in range(20):
+    total += await add(i, b=1)
+try:
+    await refuse("today")
+except mcp_run_python.FunctionError as e:
+    refused = str(e)
+try:
+    await add(object())
+except TypeError:
+    not_json = True
+(total, refused, not_json, add.__doc__)
+""")
+    assert called == {
+        'status': 'success', 'output': [],
+        'return_value': [210, 'PermissionError: not today', True, 'add(a: int, b: int = 1) -> int\n\nAdds two numbers, here.'],
+    }, called
+    assert seen == [(i, 1) for i in range(20)], seen
     print('sandbox ok')
 
 
@@ -215,6 +247,81 @@ def test_current_client_line_through_uv(tmp_path):
                           env=uv_env(tmp_path), timeout=SLOW, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.endswith("current line ok\n"), done.stdout
+
+
+# FastMCP's code mode (issue 28) on mcp-run-python: `CodeMode(sandbox_provider=SandboxProvider())`
+# runs a snippet that imports a PyPI package and defines a class hierarchy; Monty, FastMCP's
+# default provider, refuses the same snippet.
+CODE_MODE_SCRIPT = '''
+import asyncio
+
+from fastmcp import Client, FastMCP
+from fastmcp.experimental.transforms.code_mode import CodeMode, MontySandboxProvider
+
+from mcp_run_python.fastmcp import SandboxProvider
+
+SNIPPET = """
+import humanize
+
+class Shape:
+    def area(self):
+        raise NotImplementedError
+
+class Square(Shape):
+    def __init__(self, side):
+        self.side = side
+
+    def area(self):
+        return self.side ** 2
+
+total = 0
+for shape in [Square(2), Square(3)]:
+    total += (await call_tool("multiply", {"a": shape.area(), "b": 1000}))["result"]
+return {"total": total, "words": humanize.intcomma(total), "kind": type(Square(1)).__mro__[1].__name__}
+"""
+
+
+def server(provider):
+    mcp = FastMCP("shapes", transforms=[CodeMode(sandbox_provider=provider)])
+
+    @mcp.tool
+    def multiply(a: int, b: int) -> int:
+        """Multiplies two integers."""
+        return a * b
+
+    return mcp
+
+
+async def main():
+    async with SandboxProvider() as provider:
+        async with Client(server(provider)) as client:
+            assert "execute" in [t.name for t in await client.list_tools()]
+            ours = await client.call_tool("execute", {"code": SNIPPET})
+            assert ours.structured_content == {"total": 13000, "words": "13,000", "kind": "Shape"}, ours
+            failed = await client.call_tool("execute", {"code": "raise ValueError('no')"}, raise_on_error=False)
+            assert failed.is_error and "ValueError: no" in failed.content[0].text, failed
+    async with Client(server(MontySandboxProvider())) as client:
+        monty = await client.call_tool("execute", {"code": SNIPPET}, raise_on_error=False)
+    assert monty.is_error and "class inheritance" in monty.content[0].text, monty
+    print("code mode ok")
+
+
+asyncio.run(main())
+'''
+
+
+def test_fastmcp_code_mode_through_uv(tmp_path):
+    """The wheel with fastmcp 4's server and code mode: our `SandboxProvider` runs what Monty's
+    refuses."""
+    script = tmp_path / "code_mode.py"
+    script.write_text(CODE_MODE_SCRIPT)
+    args = ["uv", "run", "--no-project", "--with", str(WHEEL)]
+    for pin in CODE_MODE_LINE:
+        args += ["--with", pin]
+    done = subprocess.run([*args, "python", str(script)], capture_output=True, text=True,
+                          env=uv_env(tmp_path), timeout=SLOW, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("code mode ok\n"), done.stdout
 
 
 def uv_env(tmp_path) -> dict:

@@ -1,0 +1,175 @@
+"""FastMCP's code mode in full CPython: `CodeMode(sandbox_provider=SandboxProvider())`.
+
+FastMCP's `CodeMode` transform (`fastmcp.experimental.transforms.code_mode`) collapses a
+server's tools into `execute(code)`, whose code calls `await call_tool(name, params)`; its
+sandbox is pluggable (`SandboxProvider`: `async run(code, *, inputs, external_functions)`).
+Its default is Monty, a Python subset. This provider runs the code in mcp-run-python instead:
+CPython 3.14 in Pyodide, PyPI packages installed from the imports, classes, `match`,
+generators, in a confined worker process. Each run gets a sandbox of its own, made and
+destroyed around it; `call_tool` and the other external functions run in this process, reached
+over a private socket (`code_sandbox(functions=...)`).
+
+The code may end with `return value` anywhere at its top level, as Monty's does, or with a last
+expression, as `run_python_code`'s does; `inputs` are its globals (JSON values).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ._functions import sandbox_tag
+from ._sandbox import CodeSandbox, _create_sandbox, _session
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
+
+__all__ = 'CodeError', 'SandboxProvider'
+
+
+class CodeError(RuntimeError):
+    """The code did not run to the end: the message is its traceback, or why its packages
+    did not install."""
+
+
+def _returns(tree: ast.Module) -> bool:
+    """Whether `tree` has a `return` at its top level (not inside a function or class)."""
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Return):
+            return True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def as_sandbox_code(code: str) -> str:
+    """`code` as `run_python_code` runs it: unchanged, or, when it uses `return` at its top
+    level (Monty's way to give a result), as the body of an async function that is awaited."""
+    source = textwrap.dedent(code)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return code  # the sandbox reports it, with its traceback
+    if not _returns(tree):
+        return code
+    body = textwrap.indent(source, '    ') or '    pass'
+    return f'async def __code_mode__():\n{body}\n\nawait __code_mode__()\n'
+
+
+class _Server:
+    """One binary (`--stateful`) serving the runs whose external functions have the same
+    names; each run's callables are found by its sandbox's tag."""
+
+    def __init__(self, examples: Mapping[str, Callable[..., Any]], options: dict[str, Any]) -> None:
+        self.examples = dict(examples)
+        self.options = options
+        self.by_sandbox: dict[str, Mapping[str, Callable[..., Any]]] = {}
+        self.session: ClientSession | None = None
+        self.failure: BaseException | None = None
+        self.ready = asyncio.Event()
+        self.stop = asyncio.Event()
+        self.task = asyncio.ensure_future(self._serve())
+
+    def resolve(self, sandbox: str, name: str) -> Callable[..., Any] | None:
+        return self.by_sandbox.get(sandbox, {}).get(name)
+
+    async def _serve(self) -> None:
+        try:
+            async with _session(
+                functions=self.examples,
+                resolve=self.resolve,
+                log_handler=None,
+                **self.options,
+            ) as session:
+                self.session = session
+                self.ready.set()
+                await self.stop.wait()
+        except Exception as e:  # reported to the runs waiting for this server
+            self.failure = e
+        finally:
+            self.ready.set()
+
+
+class SandboxProvider:
+    """A FastMCP `SandboxProvider` that runs code mode in mcp-run-python.
+
+    Args:
+        dependencies: Requirements (PEP 508) installed in every sandbox before its first run.
+        allow_networking: `False`, or the hosts the code may fetch from (`--allow-net`).
+        extra_args: More command-line options for the binary (e.g. `['--timeout=30']`).
+
+    The binary starts at the first run and serves later ones; `aclose()` stops it.
+    """
+
+    def __init__(
+        self,
+        *,
+        dependencies: Sequence[str] | None = None,
+        allow_networking: bool | Sequence[str] = False,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        self._options: dict[str, Any] = {
+            'dependencies': dependencies,
+            'allow_networking': allow_networking,
+            'extra_args': ['--stateful', *extra_args],
+        }
+        self._servers: dict[frozenset[str], _Server] = {}
+
+    async def run(
+        self,
+        code: str,
+        *,
+        inputs: dict[str, Any] | None = None,
+        external_functions: dict[str, Callable[..., Any]] | None = None,
+    ) -> Any:
+        """Runs `code` in a new sandbox, its `external_functions` awaitable by name and its
+        `inputs` as globals; returns its result (`return`, or the last expression).
+
+        Raises:
+            CodeError: the code raised, timed out, or its packages did not install.
+        """
+        functions = dict(external_functions or {})
+        server = self._server_for(functions)
+        await server.ready.wait()
+        if server.session is None:
+            raise CodeError(f'the mcp-run-python server did not start: {server.failure!r}')
+        sandbox_id = await _create_sandbox(server.session)
+        tag = sandbox_tag(sandbox_id)
+        server.by_sandbox[tag] = functions
+        try:
+            result = await CodeSandbox(server.session, sandbox_id).eval(as_sandbox_code(code), inputs)
+        finally:
+            server.by_sandbox.pop(tag, None)
+            with anyio.CancelScope(shield=True):
+                await server.session.call_tool('destroy_sandbox', {'sandbox_id': sandbox_id})
+        if result['status'] == 'success':
+            return result['return_value']
+        raise CodeError(result['error'])
+
+    def _server_for(self, functions: Mapping[str, Callable[..., Any]]) -> _Server:
+        key = frozenset(functions)
+        server = self._servers.get(key)
+        if server is None or server.task.done():
+            server = self._servers[key] = _Server(functions, self._options)
+        return server
+
+    async def aclose(self) -> None:
+        """Stops the binaries this provider started."""
+        servers, self._servers = list(self._servers.values()), {}
+        for server in servers:
+            server.stop.set()
+        await asyncio.gather(*(s.task for s in servers), return_exceptions=True)
+
+    async def __aenter__(self) -> SandboxProvider:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
