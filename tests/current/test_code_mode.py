@@ -347,3 +347,87 @@ async def test_a_pydantic_ai_agent_uses_code_mode(code_mode):
         result = await agent.run("Add each number below 10 to itself and sum it all.")
     assert described and "mcp_tools.upstream.add(a: int, b: int)" in described[0]
     assert "<status>success</status>" in result.output and "<return_value>\n90\n</return_value>" in result.output, result.output
+
+
+async def test_a_cancelled_call_cancels_its_upstream_request(code_mode):
+    """MCP cancellation of `run_python_code` (the client gives up) reaches the upstream
+    request the code was waiting for."""
+    url, log, _ = code_mode
+    before = len(events(log, "slow-cancelled"))
+    started = len(events(log, "slow-started"))
+    async with client(url) as c:
+        with anyio.move_on_after(CALL_TIMEOUT):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(c.call_tool, TOOL, {"python_code": "import mcp_tools\nawait mcp_tools.upstream.slow(120)"})
+                while len(events(log, "slow-started")) == started:
+                    await anyio.sleep(0.1)
+                tasks.cancel_scope.cancel()
+    deadline = time.monotonic() + CANCEL_TIMEOUT
+    while len(events(log, "slow-cancelled")) == before:
+        assert time.monotonic() < deadline, "the upstream request outlived the cancelled call"
+        time.sleep(0.2)
+
+
+async def test_limits_on_tool_calls(tmp_path):
+    """`--max-tool-calls` and `--max-tool-bytes` bound what one call spends; the next call has
+    its own budget."""
+    assert EVERYTHING.exists(), f"{EVERYTHING} is missing"
+    config = tmp_path / "tools.json"
+    config.write_text(json.dumps({"mcpServers": {"everything": {"command": str(EVERYTHING), "args": ["stdio"]}}}))
+    code = """
+import mcp_tools
+answers = []
+for text in ["x" * 100, "x" * 100, "x" * 100, "y" * 5000, "x" * 100]:
+    try:
+        answers.append(await mcp_tools.everything.echo(text))
+    except mcp_tools.ToolError as e:
+        answers.append(str(e))
+answers
+"""
+    with http_server(
+        "streamable-http", "--workers", "1", "--tools-config", str(config),
+        "--max-tool-calls", "4", "--max-tool-bytes", "1000",
+    ) as base:
+        first = await run(f"{base}/mcp", code)
+        second = await run(f"{base}/mcp", code)
+    assert first == second, (first, second)
+    assert first.count('"Echo: ' + "x" * 100) == 3, first
+    assert "the tools' answers in this run passed 1000 bytes, the most one call may receive (--max-tool-bytes)" in first, first
+    assert "this run already made 4 tool calls, the most one call may make (--max-tool-calls)" in first, first
+    assert "yyyy" not in first, first
+
+
+def upstream_children(server_pid, name):
+    """Child processes of the server whose command line mentions `name`."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == server_pid and name.encode() in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+async def test_a_lost_upstream_server_is_reconnected(tmp_path):
+    """The stdio upstream dies: calls say it is reconnecting, and it is back shortly."""
+    config = tmp_path / "tools.json"
+    config.write_text(json.dumps({"mcpServers": {"everything": {"command": str(EVERYTHING), "args": ["stdio"]}}}))
+    code = "import mcp_tools\nawait mcp_tools.everything.echo('back')"
+    with http_server("streamable-http", "--workers", "1", "--tools-config", str(config)) as base:
+        url = f"{base}/mcp"
+        assert "Echo: back" in await run(url, code)
+        (child,) = upstream_children(base.pid, "server-everything")
+        os.kill(child, 9)
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            text = await run(url, code)
+            if "Echo: back" in text:
+                break
+            assert "reconnecting" in text or "has no tool" in text or "no attribute" in text, text
+            assert time.monotonic() < deadline, text
+            await anyio.sleep(0.5)
+        assert upstream_children(base.pid, "server-everything") != [child]
