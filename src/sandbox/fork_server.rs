@@ -3,19 +3,19 @@
 //! calls, forks a ready interpreter for every request of the front. It never runs user code.
 //!
 //! The control channel is a `SOCK_SEQPACKET` UNIX socket whose descriptor is named by
-//! [`CONTROL_FD_ARG`] (message boundaries are kept, and descriptors travel as `SCM_RIGHTS`):
-//! - zygote → front, once: [`FORKABLE`], when the zygote has one thread and may fork;
-//! - front → zygote: [`FORK`] with three descriptors, the new interpreter's stdin, stdout and
-//!   stderr;
-//! - zygote → front: the child's process id (4 bytes, little-endian) with its pidfd, by which
-//!   the front kills it and sees it end (the zygote reaps it), or [`FORK_FAILED`] and the
-//!   error text.
+//! [`CONTROL_FD_ARG`] (message boundaries are kept, and descriptors travel as `SCM_RIGHTS`).
+//! Its messages are [`Control`], declared with the worker protocol:
+//! - zygote → front, once: [`Control::Forkable`], when the zygote has one thread and may fork;
+//! - front → zygote: [`Control::Fork`] with the new interpreter's stdin, stdout and stderr;
+//! - zygote → front: [`Control::Forked`] with the child's pidfd, by which the front kills it and
+//!   sees it end (the zygote reaps it), or [`Control::ForkFailed`].
 //!
 //! Why one thread: JavaScriptCore's helper threads (JIT, wasm compilers, GC, the libpas
 //! scavenger) would be missing in the child while their state says they exist, and the child
 //! could wait for them for ever. Once idle for about ten seconds they exit; the scavenger is
 //! suspended by hand ([`crate::engine::allocator::suspend_scavenger`]).
 
+use super::protocol::Control;
 use anyhow::{anyhow, bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
@@ -30,18 +30,14 @@ use std::time::{Duration, Instant};
 /// (`--control-fd=N`: the number it has in the front, kept across `exec`).
 pub const CONTROL_FD_ARG: &str = "--control-fd=";
 
-/// Zygote → front: the zygote is single-threaded and serves fork requests.
-pub const FORKABLE: u8 = b'R';
-/// Front → zygote: fork one interpreter (three descriptors attached).
-pub const FORK: u8 = b'F';
-/// Zygote → front: the fork failed; the rest of the message is the reason.
-pub const FORK_FAILED: u8 = b'E';
+/// Most descriptors one control message carries (a fork request's stdin, stdout, stderr).
+const MAX_CONTROL_FDS: usize = 3;
 
-/// Descriptors a fork request carries: the child's stdin, stdout and stderr.
-pub const FORK_FDS: usize = 3;
+/// Longest control message (bytes).
+pub const CONTROL_MESSAGE_MAX: usize = 1024;
 
-/// Longest control message (bytes): a pid, or an error text.
-pub const CONTROL_MESSAGE_MAX: usize = 512;
+/// Longest reason of a [`Control::ForkFailed`] (bytes), so that the message fits.
+const REASON_MAX: usize = 512;
 
 /// How long the zygote waits for its helper threads to end after warming up (seconds).
 /// JavaScriptCore's idle helper threads exit after 10 s (`AutomaticThread`); a busy machine
@@ -187,25 +183,29 @@ fn pidfd_open(pid: Pid) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// A control message: its bytes and the descriptors it carried.
-pub type Message = (Vec<u8>, Vec<OwnedFd>);
+/// A control message and the descriptors it carried.
+pub type Message = (Control, Vec<OwnedFd>);
 
-/// Why a control message could not be read.
+/// Why a control message could not be read or sent.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     #[error("the control socket failed")]
     Io(#[source] nix::Error),
     #[error("a control message carried more descriptors than expected")]
     Truncated,
+    #[error("a control message is not one the protocol declares")]
+    Malformed(#[source] serde_json::Error),
+    #[error("a `{0:?}` control message carried {1} descriptors")]
+    Descriptors(Control, usize),
 }
 
-/// One message read from the control socket: its bytes and the descriptors it carried (at
-/// most [`FORK_FDS`]); `None` at end of file (the other side closed the socket).
+/// One message read from the control socket, with the descriptors it declares (at most
+/// three); `None` at end of file (the other side closed the socket).
 ///
 /// Errors: [`ControlError`].
 pub fn receive(control: BorrowedFd<'_>) -> Result<Option<Message>, ControlError> {
     let mut buf = vec![0u8; CONTROL_MESSAGE_MAX];
-    let mut space = nix::cmsg_space!([RawFd; FORK_FDS]);
+    let mut space = nix::cmsg_space!([RawFd; MAX_CONTROL_FDS]);
     let mut iov = [IoSliceMut::new(&mut buf)];
     let msg = recvmsg::<()>(
         control.as_raw_fd(),
@@ -232,14 +232,27 @@ pub fn receive(control: BorrowedFd<'_>) -> Result<Option<Message>, ControlError>
     if len == 0 && fds.is_empty() {
         return Ok(None);
     }
-    buf.truncate(len);
-    Ok(Some((buf, fds)))
+    let message: Control = serde_json::from_slice(&buf[..len]).map_err(ControlError::Malformed)?;
+    if fds.len() != message.descriptors() {
+        return Err(ControlError::Descriptors(message, fds.len()));
+    }
+    Ok(Some((message, fds)))
+}
+
+/// Sends `message` with `fds` attached (`SCM_RIGHTS`; as many as it declares) on the control
+/// socket.
+///
+/// Errors: [`ControlError::Io`]; [`ControlError::Descriptors`] for the wrong count.
+pub fn send(control: BorrowedFd<'_>, message: &Control, fds: &[RawFd]) -> Result<(), ControlError> {
+    if fds.len() != message.descriptors() {
+        return Err(ControlError::Descriptors(message.clone(), fds.len()));
+    }
+    let bytes = serde_json::to_vec(message).map_err(ControlError::Malformed)?;
+    send_bytes(control, &bytes, fds)
 }
 
 /// Sends `bytes` with `fds` attached (`SCM_RIGHTS`) on the control socket.
-///
-/// Errors: [`ControlError::Io`].
-pub fn send(control: BorrowedFd<'_>, bytes: &[u8], fds: &[RawFd]) -> Result<(), ControlError> {
+fn send_bytes(control: BorrowedFd<'_>, bytes: &[u8], fds: &[RawFd]) -> Result<(), ControlError> {
     let cmsgs: Vec<ControlMessage<'_>> = if fds.is_empty() {
         Vec::new()
     } else {
@@ -256,9 +269,14 @@ pub fn send(control: BorrowedFd<'_>, bytes: &[u8], fds: &[RawFd]) -> Result<(), 
     Ok(())
 }
 
-/// Answers a fork request with [`FORK_FAILED`] and the reason.
+/// Answers a fork request with [`Control::ForkFailed`] and the reason (cut to fit).
 fn refuse(control: BorrowedFd<'_>, why: &str) -> Result<(), ControlError> {
-    send(control, &[&[FORK_FAILED], why.as_bytes()].concat(), &[])
+    let mut end = why.len().min(REASON_MAX);
+    while !why.is_char_boundary(end) {
+        end -= 1;
+    }
+    let reason = why[..end].to_owned();
+    send(control, &Control::ForkFailed { reason }, &[])
 }
 
 /// Serves fork requests on `control` until the front closes it. Returns `Ok(None)` in the
@@ -279,7 +297,7 @@ pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
         prepared.filled_kib
     );
     let shared = event_fds();
-    send(control.as_fd(), &[FORKABLE], &[])?;
+    send(control.as_fd(), &Control::Forkable, &[])?;
     loop {
         let mut fds = [PollFd::new(control.as_fd(), PollFlags::POLLIN)];
         let ready = poll(&mut fds, PollTimeout::from(REAP_INTERVAL_MS));
@@ -290,16 +308,12 @@ pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
             Err(e) => return Err(e).context("waiting for the front"),
             Ok(_) => {}
         }
-        let Some((bytes, fds)) = receive(control.as_fd())? else {
+        let Some((message, fds)) = receive(control.as_fd())? else {
             return Ok(None);
         };
         let requested = Instant::now();
-        if bytes != [FORK] || fds.len() != FORK_FDS {
-            bail!(
-                "a malformed fork request ({} bytes, {} fds)",
-                bytes.len(),
-                fds.len()
-            );
+        if message != Control::Fork {
+            bail!("the front sent {message:?} on the control socket");
         }
         let threads = super::confine::thread_count(proc_status);
         if threads != Some(1) {
@@ -334,7 +348,8 @@ pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
                 match pidfd_open(child) {
                     Ok(pidfd) => {
                         let pid = u32::try_from(child.as_raw()).unwrap_or_default();
-                        send(control.as_fd(), &pid.to_le_bytes(), &[pidfd.as_raw_fd()])?;
+                        let forked = Control::Forked { pid };
+                        send(control.as_fd(), &forked, &[pidfd.as_raw_fd()])?;
                     }
                     Err(e) => {
                         // SAFETY: kill takes plain integers; `child` is our own child, not yet

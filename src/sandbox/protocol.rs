@@ -69,9 +69,9 @@ pub enum Request {
     /// The first frame a worker reads: how to boot. With `snapshot` `load`, it restores the
     /// memory snapshot whose descriptor it was given ([`SNAPSHOT_FD_ARG`]); with `make`, it
     /// boots normally and sends a snapshot with [`Reply::Ready`].
-    /// With a non-empty `mount` (`--mount`), attachment 0 holds its files' bytes, one
-    /// after another. With `install` (`--deps`), the attachments after those are its files,
-    /// one each; the worker installs and imports them once booted, before [`Reply::Ready`].
+    /// Its attachments are laid out as [`BootAttachments`] says: the `--mount` files' bytes,
+    /// then `install`'s files (`--deps`), which the worker installs and imports once booted,
+    /// before [`Reply::Ready`].
     Boot {
         snapshot: SnapshotMode,
         #[serde(default)]
@@ -191,6 +191,62 @@ pub enum ToolItem {
     },
 }
 
+/// The attachments of a [`Request::Boot`], in their declared order: the `--mount` files'
+/// bytes one after another (one attachment, present only when the mount plan is not empty),
+/// then one attachment per file of [`BootInstall::files`]. Both sides go through this type.
+#[derive(Debug, Default)]
+pub struct BootAttachments<B> {
+    /// The `--mount` files' bytes.
+    pub mount: Option<B>,
+    /// The install files' bytes, in the order of [`BootInstall::files`].
+    pub install: Vec<B>,
+}
+
+impl<B: AsRef<[u8]>> BootAttachments<B> {
+    /// The frame's attachments, in order.
+    pub fn to_frame(&self) -> Vec<&[u8]> {
+        self.mount
+            .iter()
+            .chain(&self.install)
+            .map(AsRef::as_ref)
+            .collect()
+    }
+}
+
+impl BootAttachments<Vec<u8>> {
+    /// Takes a boot frame's attachments apart: `mounted` says whether the mount plan has
+    /// files, `install_files` how many files the install names.
+    ///
+    /// Errors: [`BootLayoutError`] when the count does not match.
+    pub fn from_frame(
+        attachments: Vec<Vec<u8>>,
+        mounted: bool,
+        install_files: usize,
+    ) -> Result<Self, BootLayoutError> {
+        let expected = usize::from(mounted) + install_files;
+        if attachments.len() != expected {
+            return Err(BootLayoutError {
+                got: attachments.len(),
+                expected,
+            });
+        }
+        let mut attachments = attachments.into_iter();
+        let mount = if mounted { attachments.next() } else { None };
+        Ok(BootAttachments {
+            mount,
+            install: attachments.collect(),
+        })
+    }
+}
+
+/// A boot frame whose attachments do not match its mount plan and install.
+#[derive(Debug, thiserror::Error)]
+#[error("the boot frame has {got} attachments where its mount and packages declare {expected}")]
+pub struct BootLayoutError {
+    pub got: usize,
+    pub expected: usize,
+}
+
 /// Packages a worker installs as it boots (`--deps`), so that its calls find them installed and
 /// imported: [`Request::Install`]'s `files` and `items`, plus the distributions whose top-level
 /// modules are imported then (`importlib.metadata.packages_distributions`).
@@ -282,6 +338,34 @@ impl Reply {
             Reply::FunctionCall { .. } => "function_call",
             Reply::Fatal { .. } => "fatal",
             Reply::Unconfined { .. } => "unconfined",
+        }
+    }
+}
+
+/// A message on the zygote's control socket (`fork_server.rs`, `zygote.rs`): one JSON
+/// datagram of a `SOCK_SEQPACKET` socket, its descriptors attached as `SCM_RIGHTS`, as many as
+/// [`Control::descriptors`] says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Control {
+    /// Zygote → front, once: the zygote is single-threaded and serves fork requests.
+    Forkable,
+    /// Front → zygote: fork one interpreter, whose stdin, stdout and stderr are attached.
+    Fork,
+    /// Zygote → front: the child's process id, its pidfd attached (the front kills it and
+    /// sees it end by it; the zygote reaps it).
+    Forked { pid: u32 },
+    /// Zygote → front: the fork failed, and why.
+    ForkFailed { reason: String },
+}
+
+impl Control {
+    /// How many descriptors the message carries.
+    pub fn descriptors(&self) -> usize {
+        match self {
+            Control::Fork => 3,
+            Control::Forked { .. } => 1,
+            Control::Forkable | Control::ForkFailed { .. } => 0,
         }
     }
 }
@@ -666,6 +750,40 @@ mod tests {
             r#"{"op":"boot","snapshot":"none","install":{"files":[],"items":[],"imports":[],"run":"x"}}"#
         )
         .is_err());
+    }
+
+    #[test]
+    fn a_boot_frame_lays_out_its_attachments_as_declared() {
+        let sent = BootAttachments {
+            mount: Some(b"mounted".as_slice()),
+            install: vec![b"a.whl".as_slice(), b"b.whl".as_slice()],
+        };
+        let frame: Vec<Vec<u8>> = sent.to_frame().iter().map(|a| a.to_vec()).collect();
+        let got = BootAttachments::from_frame(frame.clone(), true, 2).unwrap();
+        assert_eq!(got.mount.as_deref(), Some(b"mounted".as_slice()));
+        assert_eq!(got.install, vec![b"a.whl".to_vec(), b"b.whl".to_vec()]);
+        // Without a mount, the first attachment is the first install file.
+        let got = BootAttachments::from_frame(frame[1..].to_vec(), false, 2).unwrap();
+        assert_eq!((got.mount, got.install.len()), (None, 2));
+        // Any other count is refused.
+        assert!(BootAttachments::from_frame(frame.clone(), false, 2).is_err());
+        assert!(BootAttachments::from_frame(frame, true, 1).is_err());
+    }
+
+    #[test]
+    fn control_messages_declare_their_descriptors() {
+        for (message, fds) in [
+            (Control::Forkable, 0),
+            (Control::Fork, 3),
+            (Control::Forked { pid: 7 }, 1),
+            (Control::ForkFailed { reason: "x".into() }, 0),
+        ] {
+            assert_eq!(message.descriptors(), fds);
+            let json = serde_json::to_string(&message).unwrap();
+            assert_eq!(serde_json::from_str::<Control>(&json).unwrap(), message);
+        }
+        assert!(serde_json::from_str::<Control>(r#"{"kind":"forked"}"#).is_err());
+        assert!(serde_json::from_str::<Control>(r#"{"kind":"exec"}"#).is_err());
     }
 
     #[test]

@@ -8,9 +8,9 @@ use super::mount::Mounts;
 use super::net::NetPolicy;
 use super::process::{Ended, Process};
 use super::protocol::{
-    read_frame_async, write_frame_async, BootInstall, CallId, Frame, FrameError, FrameLimits,
-    Reply, Request, RunOutcome, SnapshotMode, Stream, ToolAnswer, MAX_IMAGES, MAX_LISTED_FILES,
-    MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
+    read_frame_async, write_frame_async, BootAttachments, BootInstall, CallId, Frame, FrameError,
+    FrameLimits, Reply, Request, RunOutcome, SnapshotMode, Stream, ToolAnswer, MAX_IMAGES,
+    MAX_LISTED_FILES, MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
 };
 use super::worker_main::OUTPUT_SLACK;
 use crate::upstream::{ToolBudget, Upstreams};
@@ -381,24 +381,25 @@ impl Worker {
         let preinstalled = boot.as_ref().and_then(|b| b.preinstall);
         let booted = async {
             if let Some(boot) = boot {
-                let mut attachments: Vec<&[u8]> = Vec::new();
-                if !boot.mounts.plan.is_empty() {
-                    attachments.push(&boot.mounts.bytes);
-                }
-                let install = boot.preinstall.map(|p| {
-                    attachments.extend(p.files.iter().map(|(_, bytes)| bytes.as_slice()));
-                    BootInstall {
-                        files: p.files.iter().map(|(path, _)| path.clone()).collect(),
-                        items: p.items.clone(),
-                        imports: p.imports.clone(),
-                    }
+                let layout = BootAttachments {
+                    mount: (!boot.mounts.plan.is_empty()).then_some(boot.mounts.bytes.as_slice()),
+                    install: boot
+                        .preinstall
+                        .iter()
+                        .flat_map(|p| p.files.iter().map(|(_, bytes)| bytes.as_slice()))
+                        .collect(),
+                };
+                let install = boot.preinstall.map(|p| BootInstall {
+                    files: p.files.iter().map(|(path, _)| path.clone()).collect(),
+                    items: p.items.clone(),
+                    imports: p.imports.clone(),
                 });
                 let request = Request::Boot {
                     snapshot: boot.mode,
                     mount: boot.mounts.plan.clone(),
                     install,
                 };
-                worker.send(&request, &attachments).await?;
+                worker.send(&request, &layout.to_frame()).await?;
             }
             worker.next_frame(limits).await
         };
@@ -547,19 +548,36 @@ impl Worker {
         id
     }
 
+    /// One request and its one answer: sends the request `make` builds for a fresh call id,
+    /// before `deadline`, reads the reply of that id under `limits`, and takes it apart with
+    /// `take` (`None` for a reply of another kind: a violation).
+    async fn call<T>(
+        &mut self,
+        make: impl FnOnce(CallId) -> Request,
+        attachments: &[&[u8]],
+        limits: FrameLimits,
+        deadline: Deadline,
+        take: impl FnOnce(Frame<Reply>) -> Option<Result<T, Violation>>,
+    ) -> Result<T, WorkerError> {
+        let id = self.new_id();
+        self.send_before(&make(id), attachments, deadline).await?;
+        let frame = self.expect(id, limits, deadline).await?;
+        let kind = frame.header.kind();
+        match take(frame) {
+            Some(answer) => answer.map_err(WorkerError::Protocol),
+            None => Err(WorkerError::Protocol(Violation::Unexpected(kind))),
+        }
+    }
+
     /// A health check: the worker must answer before `deadline`.
     pub async fn ping(&mut self, deadline: Deadline) -> Result<(), WorkerError> {
-        let id = self.new_id();
-        self.send_before(&Request::Ping { id }, &[], deadline)
-            .await?;
-        match self
-            .expect(id, FrameLimits::CONTROL, deadline)
-            .await?
-            .header
-        {
-            Reply::Pong { .. } => Ok(()),
-            other => Err(unexpected(&other)),
-        }
+        let take = |frame: Frame<Reply>| match frame.header {
+            Reply::Pong { .. } => Some(Ok(())),
+            _ => None,
+        };
+        let ping = |id| Request::Ping { id };
+        self.call(ping, &[], FrameLimits::CONTROL, deadline, take)
+            .await
     }
 
     /// Top-level imports of `code`, minus the standard library.
@@ -568,20 +586,16 @@ impl Worker {
         code: &str,
         deadline: Deadline,
     ) -> Result<Vec<String>, WorkerError> {
-        let id = self.new_id();
-        let request = Request::FindImports {
+        let make = |id| Request::FindImports {
             id,
             code: code.to_owned(),
         };
-        self.send_before(&request, &[], deadline).await?;
-        match self
-            .expect(id, FrameLimits::CONTROL, deadline)
-            .await?
-            .header
-        {
-            Reply::Imports { names, .. } => Ok(names),
-            other => Err(unexpected(&other)),
-        }
+        let take = |frame: Frame<Reply>| match frame.header {
+            Reply::Imports { names, .. } => Some(Ok(names)),
+            _ => None,
+        };
+        self.call(make, &[], FrameLimits::CONTROL, deadline, take)
+            .await
     }
 
     /// The bytes of file `path` under the interpreter's working directory, if it has at most
@@ -593,27 +607,29 @@ impl Worker {
         cap: usize,
         deadline: Deadline,
     ) -> Result<Result<Vec<u8>, String>, WorkerError> {
-        let id = self.new_id();
-        let request = Request::ReadFile {
+        let make = |id| Request::ReadFile {
             id,
             path: path.to_owned(),
             cap,
         };
-        self.send_before(&request, &[], deadline).await?;
         let limits = FrameLimits {
             attachments: 1,
             attachment: cap,
             ..FrameLimits::CONTROL
         };
-        let frame = self.expect(id, limits, deadline).await?;
-        match frame.header {
-            Reply::File { error: Some(e), .. } => Ok(Err(e)),
-            Reply::File { error: None, .. } => match frame.attachments.into_iter().next() {
-                Some(bytes) => Ok(Ok(bytes)),
-                None => Err(WorkerError::Protocol(Violation::FileWithoutBytes)),
-            },
-            other => Err(unexpected(&other)),
-        }
+        let take = |frame: Frame<Reply>| match frame.header {
+            Reply::File { error: Some(e), .. } => Some(Ok(Err(e))),
+            Reply::File { error: None, .. } => Some(
+                frame
+                    .attachments
+                    .into_iter()
+                    .next()
+                    .map(Ok)
+                    .ok_or(Violation::FileWithoutBytes),
+            ),
+            _ => None,
+        };
+        self.call(make, &[], limits, deadline, take).await
     }
 
     /// Writes `bytes` to file `path` under the working directory, or removes it when `bytes`
@@ -625,23 +641,18 @@ impl Worker {
         bytes: Option<&[u8]>,
         deadline: Deadline,
     ) -> Result<Result<(), String>, WorkerError> {
-        let id = self.new_id();
-        let request = Request::WriteFile {
+        let make = |id| Request::WriteFile {
             id,
             path: path.to_owned(),
             delete: bytes.is_none(),
         };
         let attachments: Vec<&[u8]> = bytes.into_iter().collect();
-        self.send_before(&request, &attachments, deadline).await?;
-        match self
-            .expect(id, FrameLimits::CONTROL, deadline)
-            .await?
-            .header
-        {
-            Reply::File { error: Some(e), .. } => Ok(Err(e)),
-            Reply::File { error: None, .. } => Ok(Ok(())),
-            other => Err(unexpected(&other)),
-        }
+        let take = |frame: Frame<Reply>| match frame.header {
+            Reply::File { error, .. } => Some(Ok(error.map_or(Ok(()), Err))),
+            _ => None,
+        };
+        self.call(make, &attachments, FrameLimits::CONTROL, deadline, take)
+            .await
     }
 
     /// Hands `files` (virtual path, bytes) to the worker and loads `items` with
@@ -652,23 +663,19 @@ impl Worker {
         items: Vec<String>,
         deadline: Deadline,
     ) -> Result<Option<String>, WorkerError> {
-        let id = self.new_id();
         let paths = files.iter().map(|(p, _)| p.clone()).collect();
         let bytes: Vec<&[u8]> = files.iter().map(|(_, b)| b.as_slice()).collect();
-        let request = Request::Install {
+        let make = |id| Request::Install {
             id,
             files: paths,
             items,
         };
-        self.send_before(&request, &bytes, deadline).await?;
-        match self
-            .expect(id, FrameLimits::CONTROL, deadline)
-            .await?
-            .header
-        {
-            Reply::Installed { error, .. } => Ok(error),
-            other => Err(unexpected(&other)),
-        }
+        let take = |frame: Frame<Reply>| match frame.header {
+            Reply::Installed { error, .. } => Some(Ok(error)),
+            _ => None,
+        };
+        self.call(make, &bytes, FrameLimits::CONTROL, deadline, take)
+            .await
     }
 
     /// Runs the code of `request` before `deadline`. Output lines are counted against the

@@ -12,9 +12,9 @@
 use super::mount::MountPlan;
 use super::net::{FetchRequest, FetchResponse};
 use super::protocol::{
-    read_frame, write_frame, BootInstall, CallId, Frame, FrameLimits, FunctionCall, OutputLine,
-    Reply, Request, RunOutcome, RunStatus, SnapshotMode, ToolCall, MAX_SNAPSHOT_BYTES,
-    SNAPSHOT_FD_ARG,
+    read_frame, write_frame, BootAttachments, BootInstall, CallId, Frame, FrameLimits,
+    FunctionCall, OutputLine, Reply, Request, RunOutcome, RunStatus, SnapshotMode, ToolCall,
+    MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
 };
 use crate::engine::{Arg, Engine, EngineError, JsFunction, MappedFile};
 use anyhow::{anyhow, bail, Context, Result};
@@ -794,24 +794,17 @@ fn read_boot(input: &mut impl io::Read) -> Result<Option<BootPlan>> {
     else {
         bail!("the first request must be `boot`");
     };
-    let mut attachments = frame.attachments.into_iter();
     let snapshot = match mode {
         SnapshotMode::Load => Some(map_snapshot()?),
         SnapshotMode::None | SnapshotMode::Make => None,
     };
-    let bytes = match mount.is_empty() {
-        true => Vec::new(),
-        false => attachments.next().unwrap_or_default(),
-    };
+    let install_files = install.as_ref().map_or(0, |i| i.files.len());
+    let layout = BootAttachments::from_frame(frame.attachments, !mount.is_empty(), install_files)?;
+    let bytes = layout.mount.unwrap_or_default();
     if !mount.fits(&bytes) {
         bail!("the mounted files do not match their bytes");
     }
-    let files: Vec<Vec<u8>> = attachments.collect();
-    let install = match install {
-        Some(install) if install.files.len() == files.len() => Some((install, files)),
-        None if files.is_empty() => None,
-        _ => bail!("the boot's packages do not match their files"),
-    };
+    let install = install.map(|install| (install, layout.install));
     Ok(Some(BootPlan {
         mode,
         snapshot,

@@ -7,12 +7,10 @@
 //! takes from it is a pid and a pidfd per fork, and the forked interpreter is then a worker
 //! like any other (its `Ready` frame, its pipes, its deadlines). It never runs user code.
 
-use super::fork_server::{
-    self, ControlError, Message, CONTROL_FD_ARG, FORK, FORKABLE, FORK_FAILED,
-};
+use super::fork_server::{self, ControlError, Message, CONTROL_FD_ARG};
 use super::mount::Mounts;
 use super::process::Process;
-use super::protocol::SnapshotMode;
+use super::protocol::{Control, SnapshotMode};
 use super::worker::{BootRequest, Preinstall, Worker, WorkerError};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
@@ -47,8 +45,8 @@ pub enum ZygoteError {
     Closed,
     #[error("the zygote refused to fork: {0}")]
     Refused(String),
-    #[error("the zygote sent a malformed answer ({0} bytes, {1} descriptors)")]
-    Malformed(usize, usize),
+    #[error("the zygote sent {0:?} where it should not")]
+    Unexpected(Control),
     #[error("a forked interpreter could not be set up")]
     Setup(#[source] std::io::Error),
     #[error("a forked interpreter did not get ready")]
@@ -136,12 +134,12 @@ impl Zygote {
         .await
         .map_err(|e| ZygoteError::Setup(std::io::Error::other(e)))??;
         match first {
-            (bytes, fds) if bytes == [FORKABLE] && fds.is_empty() => Ok(Zygote {
+            (Control::Forkable, _) => Ok(Zygote {
                 installed: worker.installed.clone(),
                 process: Mutex::new(Some(worker)),
                 control,
             }),
-            (bytes, fds) => Err(ZygoteError::Malformed(bytes.len(), fds.len())),
+            (other, _) => Err(ZygoteError::Unexpected(other)),
         }
     }
 
@@ -160,23 +158,19 @@ impl Zygote {
             let control = control.lock().unwrap_or_else(|p| p.into_inner());
             fork_server::send(
                 control.as_fd(),
-                &[FORK],
+                &Control::Fork,
                 &[in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
             )
             .map_err(ZygoteError::Control)?;
             // The child has them now; the front keeps only its own ends.
             drop((in_r, out_w, err_w));
-            let (bytes, mut fds) = receive_within(&control, FORK_TIMEOUT)?;
-            match (bytes.as_slice(), fds.len()) {
-                ([FORK_FAILED, why @ ..], 0) => Err(ZygoteError::Refused(
-                    String::from_utf8_lossy(why).into_owned(),
-                )),
-                (&[a, b, c, d], 1) => {
-                    let pid = u32::from_le_bytes([a, b, c, d]);
-                    let pidfd = fds.remove(0);
-                    Ok((pid, pidfd, in_w, out_r, err_r))
-                }
-                (bytes, n) => Err(ZygoteError::Malformed(bytes.len(), n)),
+            match receive_within(&control, FORK_TIMEOUT)? {
+                (Control::ForkFailed { reason }, _) => Err(ZygoteError::Refused(reason)),
+                (Control::Forked { pid }, fds) => match fds.into_iter().next() {
+                    Some(pidfd) => Ok((pid, pidfd, in_w, out_r, err_r)),
+                    None => Err(ZygoteError::Unexpected(Control::Forked { pid })),
+                },
+                (other, _) => Err(ZygoteError::Unexpected(other)),
             }
         })
         .await
