@@ -1,7 +1,8 @@
 // The sandbox's side of the worker protocol. This script's completion value is an object of
 // functions that the host keeps (protected) and calls directly; nothing of it is left on any
 // global, so user code cannot reach it. Every operation takes the call id the front chose and
-// answers through `done(id, text)`, which only these closures hold. Asynchronous operations
+// answers through `done(id, text)`, which only these closures hold, in one of two shapes (`ok`,
+// `failed`). Asynchronous operations
 // answer through `done`; they never throw past it.
 (function () {
   "use strict";
@@ -45,7 +46,14 @@
   // with its status, which Pyodide renames `Exit` when it ends a synchronous call; an abort or
   // a fatal runtime error: Pyodide marks the error
   // `pyodide_fatal_error`, and traps are WebAssembly.RuntimeError), or an ordinary error.
+  // An operation's own refusal (no such file, too large): its reason alone, without a stack.
+  class Refusal {
+    constructor(reason) {
+      this.reason = reason;
+    }
+  }
   const failure = (e) => {
+    if (e instanceof Refusal) return { error: e.reason };
     if (e && typeof e === "object" && (e.name === "ExitStatus" || e.name === "Exit") && Number.isInteger(e.status)) {
       return { ended: { exit: e.status } };
     }
@@ -66,11 +74,15 @@
     "del _sys, _types, _m, _mcp_source, _mcp_tools_source\n";
   // Takes the helper module out of sys.modules; its value is the module.
   const TAKE_HELPER = "__import__('sys').modules.pop('_mcp_runner')";
-  // `text` is sent as is (the helper already made it one JSON object); failures are wrapped.
+  // Every answer is one of two shapes (src/sandbox/worker_main.rs, RunnerAnswer): `{"ok": …}`
+  // with the operation's JSON text as is (the helper already made it one JSON value), or
+  // `{"failed": …}` with why.
+  const ok = (text) => `{"ok":${text}}`;
+  const failed = (e) => JSON.stringify({ failed: failure(e) });
   const answer = (id, promise) =>
     promise.then(
-      (text) => done(id, text),
-      (e) => done(id, JSON.stringify(failure(e))),
+      (text) => done(id, ok(text)),
+      (e) => done(id, failed(e)),
     );
 
   return {
@@ -175,23 +187,23 @@
 
     // Hands the host the bytes of file `path` (under the working directory) when it has at
     // most `cap` bytes: an image the run just made, or a resource read. Answers `{}`, or
-    // `{"error": …}`.
+    // fails with the reason.
     readFile(id, path, cap) {
       answer(id, Promise.resolve().then(() => {
         let bytes;
         try {
           bytes = pyodide.FS.readFile(WORKDIR + path);
         } catch (e) {
-          return JSON.stringify({ error: fsReason(e) });
+          throw new Refusal(fsReason(e));
         }
-        if (bytes.length > cap) return JSON.stringify({ error: `it has more than ${cap} bytes` });
+        if (bytes.length > cap) throw new Refusal(`it has more than ${cap} bytes`);
         hostCall(HOST_FILE, bytes.slice());
         return "{}";
       }));
     },
 
     // Writes the virtual file /upload to `path` under the working directory (its folders made
-    // first), or removes `path` when `remove` is true. Answers `{}`, or `{"error": …}`.
+    // first), or removes `path` when `remove` is true. Answers `{}`, or fails with the reason.
     writeFile(id, path, remove) {
       answer(id, Promise.resolve().then(() => {
         const target = WORKDIR + path;
@@ -204,7 +216,7 @@
             pyodide.FS.writeFile(target, new Uint8Array(globalThis.readbuffer(UPLOAD)));
           }
         } catch (e) {
-          return JSON.stringify({ error: fsReason(e) });
+          throw new Refusal(fsReason(e));
         }
         return "{}";
       }));
@@ -255,14 +267,14 @@
         // Pyodide gives Python `null` as JsNull and `undefined` as None.
         result = helperRun(code, globalsJson, outputCap, resultCap, keepGlobals === true, toolsJson ?? undefined);
       } catch (e) {
-        done(id, JSON.stringify(failure(e)));
+        done(id, failed(e));
         return;
       }
       if (typeof result === "string") {
         // Callbacks the code scheduled and did not await (the first step of a task it
         // started) run before the answer, as they did when the code itself ran in a task:
         // their output is still this call's.
-        setTimeout(() => done(id, result), 0);
+        setTimeout(() => done(id, ok(result)), 0);
         return;
       }
       answer(id, Promise.resolve(result));

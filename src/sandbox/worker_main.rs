@@ -126,8 +126,16 @@ struct Runner {
     mount: JsFunction,
 }
 
-/// An answer of the runner that is not the expected shape: why the operation failed
-/// (`js/runner.js`, `failure`).
+/// Every answer of the runner (`js/runner.js`, `ok` and `failed`): the operation's result, or
+/// why it failed.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum RunnerAnswer<T> {
+    Ok(T),
+    Failed(RunnerFailure),
+}
+
+/// Why a runner operation failed (`js/runner.js`, `failure`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RunnerFailure {
@@ -160,7 +168,7 @@ enum OperationError {
     Shape(#[source] serde_json::Error),
 }
 
-/// The runner's `{}` answer (an error is any other shape).
+/// The runner's `{}` result.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Empty {}
@@ -186,19 +194,17 @@ fn call(
     engine.run_until_done(id, deadline)
 }
 
-/// Parses an answer as `T`, or as the runner's typed failure.
+/// Parses a runner answer: its result as `T`, or its typed failure.
 fn parse_answer<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, OperationError> {
-    match serde_json::from_str::<T>(text) {
-        Ok(v) => Ok(v),
-        Err(e) => match serde_json::from_str::<RunnerFailure>(text) {
-            Ok(RunnerFailure {
-                ended: Some(ended), ..
-            }) => Err(OperationError::Ended(ended)),
-            Ok(RunnerFailure { error, .. }) => Err(OperationError::Failed(
-                error.unwrap_or_else(|| "unknown error".into()),
-            )),
-            Err(_) => Err(OperationError::Shape(e)),
-        },
+    match serde_json::from_str::<RunnerAnswer<T>>(text) {
+        Ok(RunnerAnswer::Ok(value)) => Ok(value),
+        Ok(RunnerAnswer::Failed(RunnerFailure {
+            ended: Some(ended), ..
+        })) => Err(OperationError::Ended(ended)),
+        Ok(RunnerAnswer::Failed(RunnerFailure { error, .. })) => Err(OperationError::Failed(
+            error.unwrap_or_else(|| "unknown error".into()),
+        )),
+        Err(e) => Err(OperationError::Shape(e)),
     }
 }
 
@@ -1142,13 +1148,23 @@ mod tests {
 
     #[test]
     fn runner_failures_are_typed() {
-        let o = parse_answer::<RunOutcome>(r#"{"ended":{"exit":3}}"#).unwrap_err();
+        let o = parse_answer::<RunOutcome>(r#"{"failed":{"ended":{"exit":3}}}"#).unwrap_err();
         let o = failed_outcome(o);
         assert!(o.fatal);
         assert!(o.error.unwrap().contains("exit(3)"));
-        let o = parse_answer::<RunOutcome>(r#"{"ended":"abort","error":"x"}"#).unwrap_err();
+        let o =
+            parse_answer::<RunOutcome>(r#"{"failed":{"ended":"abort","error":"x"}}"#).unwrap_err();
         assert!(failed_outcome(o).fatal);
-        let o = parse_answer::<RunOutcome>(r#"{"error":"TypeError: x"}"#).unwrap_err();
+        let o = parse_answer::<RunOutcome>(r#"{"failed":{"error":"TypeError: x"}}"#).unwrap_err();
         assert!(!failed_outcome(o).fatal);
+        // A result of the wrong shape is not read as a failure, nor the other way round.
+        assert!(matches!(
+            parse_answer::<RunOutcome>(r#"{"ok":{"error":"x"}}"#),
+            Err(OperationError::Shape(_))
+        ));
+        assert!(matches!(
+            parse_answer::<RunOutcome>(r#"{"error":"x"}"#),
+            Err(OperationError::Shape(_))
+        ));
     }
 }
