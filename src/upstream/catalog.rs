@@ -288,14 +288,27 @@ fn function(tool: &Tool, taken: &mut HashSet<String>) -> Function {
         name: tool.name.to_string(),
         ident,
         params,
-        returns: if tool.output_schema.is_some() {
-            "dict[str, Any]".into()
-        } else {
-            "Any".into()
+        returns: match &tool.output_schema {
+            Some(schema) if wraps_result(tool) => schema
+                .get("properties")
+                .and_then(|p| p.get("result"))
+                .map_or_else(|| "Any".into(), annotation),
+            Some(_) => "dict[str, Any]".into(),
+            None => "Any".into(),
         },
         doc,
         headline: headline(description),
     }
+}
+
+/// Whether `tool` wraps a plain return value in `{"result": …}` (FastMCP marks its output
+/// schema `x-fastmcp-wrap-result`): the sandbox then gets the value itself.
+pub fn wraps_result(tool: &Tool) -> bool {
+    tool.output_schema
+        .as_ref()
+        .and_then(|s| s.get("x-fastmcp-wrap-result"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
 }
 
 /// The description's first sentence on one line, at most [`SUMMARY_LINE_CHARS`] characters.
@@ -523,6 +536,30 @@ mod tests {
             stub.contains("    async def search(query: str, limit: int = 10, "),
             "{stub}"
         );
+    }
+
+    #[test]
+    fn a_wrapped_plain_result_is_typed_as_its_value() {
+        let wrapped = tool("count", "", json!({})).with_raw_output_schema(std::sync::Arc::new(
+            json!({"type": "object", "properties": {"result": {"type": "integer"}}, "x-fastmcp-wrap-result": true})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        ));
+        let plain = tool("info", "", json!({})).with_raw_output_schema(std::sync::Arc::new(
+            json!({"type": "object"})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        ));
+        assert!(wraps_result(&wrapped) && !wraps_result(&plain));
+        let catalog = Catalog::new(1, &[("s".into(), vec![wrapped, plain])], Vec::new());
+        let returns: Vec<_> = catalog.servers[0]
+            .functions
+            .iter()
+            .map(|f| f.returns.as_str())
+            .collect();
+        assert_eq!(returns, ["int", "dict[str, Any]"]);
     }
 
     #[test]

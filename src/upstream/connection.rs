@@ -5,9 +5,9 @@ use super::config::{ServerConfig, Transport};
 use super::Upstreams;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
-    Implementation, Tool,
+    Implementation, ServerNotification, SubscriptionFilter, Tool,
 };
-use rmcp::service::{NotificationContext, Peer, RoleClient};
+use rmcp::service::{NotificationContext, Peer, RoleClient, Subscription};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceExt};
@@ -90,13 +90,14 @@ impl Connection {
         self.tools.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Whether `name` is one of its allowed tools now.
-    pub fn has_tool(&self, name: &str) -> bool {
+    /// Its allowed tool `name` now, if it has one.
+    pub fn tool(&self, name: &str) -> Option<Tool> {
         self.tools
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .any(|t| t.name == name)
+            .find(|t| t.name == name)
+            .cloned()
     }
 
     /// Calls a tool; `Err` says why in words (not connected, the upstream's error, a request
@@ -178,18 +179,55 @@ impl Connection {
         let peer = service.peer().clone();
         let ended = service.waiting();
         tokio::pin!(ended);
+        let mut listening = self.listen(&peer).await;
         loop {
+            let heard = async {
+                match listening.as_mut() {
+                    Some(subscription) => subscription.next().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = &mut ended => return,
-                _ = changed.notified() => match self.list(&peer).await {
-                    Ok(()) => self.publish(),
-                    Err(e) => tracing::warn!(
-                        "upstream MCP server {:?}: {:#}",
-                        self.config.name,
-                        anyhow::Error::from(e)
-                    ),
+                _ = changed.notified() => self.relist(&peer).await,
+                notification = heard => match notification {
+                    Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
+                        self.relist(&peer).await
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => listening = None,
                 },
             }
+        }
+    }
+
+    /// Asks a 2026-07-28 server for its `tools/list_changed` notifications (a listen stream);
+    /// `None` from a server on an earlier version, which sends them unasked (the handler's
+    /// `on_tool_list_changed`).
+    async fn listen(&self, peer: &Peer<RoleClient>) -> Option<Subscription> {
+        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        match tokio::time::timeout(CONNECT_TIMEOUT, peer.listen(filter)).await {
+            Ok(Ok(subscription)) => Some(subscription),
+            Ok(Err(e)) => {
+                tracing::debug!(
+                    "upstream MCP server {:?}: no listen stream ({e}); list changes come unasked",
+                    self.config.name
+                );
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Lists the tools again after a change, and publishes them.
+    async fn relist(&self, peer: &Peer<RoleClient>) {
+        match self.list(peer).await {
+            Ok(()) => self.publish(),
+            Err(e) => tracing::warn!(
+                "upstream MCP server {:?}: {:#}",
+                self.config.name,
+                anyhow::Error::from(e)
+            ),
         }
     }
 

@@ -194,12 +194,12 @@ impl Upstreams {
         else {
             return error(format!("there is no MCP server {:?}", call.server));
         };
-        if !connection.has_tool(&call.tool) {
+        let Some(tool) = connection.tool(&call.tool) else {
             return error(format!(
                 "MCP server {:?} has no tool {:?}",
                 call.server, call.tool
             ));
-        }
+        };
         if let Err(message) = budget.spend_call() {
             return error(message);
         }
@@ -209,7 +209,7 @@ impl Upstreams {
         params.arguments = Some(call.arguments);
         params.meta = Some(meta);
         let answer = match connection.call(params).await {
-            Ok(result) => answer_of(result),
+            Ok(result) => answer_of(result, catalog::wraps_result(&tool)),
             Err(message) => error(message),
         };
         let size = serde_json::to_vec(&answer.0).map_or(0, |j| j.len())
@@ -253,9 +253,10 @@ impl Upstreams {
     }
 }
 
-/// A tool's result as the sandbox gets it: an error's text, the structured content, or the
-/// content blocks (images' bytes decoded out of base64, in order).
-fn answer_of(result: CallToolResult) -> (ToolAnswer, Vec<Vec<u8>>) {
+/// A tool's result as the sandbox gets it: an error's text, the structured content (its
+/// `result` alone when the tool `wraps` a plain value, FastMCP's convention), or the content
+/// blocks (images' bytes decoded out of base64, in order).
+fn answer_of(result: CallToolResult, wraps: bool) -> (ToolAnswer, Vec<Vec<u8>>) {
     use base64::Engine as _;
     if result.is_error == Some(true) {
         let message = result
@@ -269,7 +270,10 @@ fn answer_of(result: CallToolResult) -> (ToolAnswer, Vec<Vec<u8>>) {
             .join("\n");
         return (ToolAnswer::Error { message }, Vec::new());
     }
-    if let Some(value) = result.structured_content {
+    if let Some(mut value) = result.structured_content {
+        if let (true, Some(inner)) = (wraps, value.get_mut("result")) {
+            value = inner.take();
+        }
         return (ToolAnswer::Structured { value }, Vec::new());
     }
     let mut images = Vec::new();

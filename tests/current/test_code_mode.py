@@ -81,7 +81,7 @@ def code_mode(tmp_path_factory):
             },
             "upstream": {
                 "url": upstream_url, "headers": {"Authorization": f"Bearer {TOKEN}"},
-                "allowedTools": ["add", "fail", "sl?w"],
+                "allowedTools": ["add", "fail", "sl?w", "gr*"],
             },
         }}))
         with http_server(
@@ -431,3 +431,22 @@ async def test_a_lost_upstream_server_is_reconnected(tmp_path):
             assert time.monotonic() < deadline, text
             await anyio.sleep(0.5)
         assert upstream_children(base.pid, "server-everything") != [child]
+
+
+async def test_a_changed_tool_list_reaches_the_model_and_the_sandbox(code_mode):
+    """The upstream adds a tool and says so (`notifications/tools/list_changed`): the front
+    lists its tools again, the description names the new one, and code can call it."""
+    url, _, _ = code_mode
+
+    async def description():
+        async with client(url) as c:
+            return next(t for t in await c.list_tools() if t.name == TOOL).description
+
+    assert "mcp_tools.upstream.grown(" not in await description()
+    assert "grew" in await run(url, "import mcp_tools\nawait mcp_tools.upstream.grow()")
+    deadline = time.monotonic() + CANCEL_TIMEOUT
+    while "- `mcp_tools.upstream.grown()`: A tool added while the server runs." not in await description():
+        assert time.monotonic() < deadline, await description()
+        await anyio.sleep(0.2)
+    text = await run(url, "import mcp_tools\nawait mcp_tools.upstream.grown()")
+    assert "<return_value>\ngrown\n</return_value>" in text, text

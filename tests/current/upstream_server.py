@@ -63,6 +63,20 @@ async def slow(seconds: float) -> str:
 
 
 @mcp.tool
+async def grow(ctx: Context) -> str:
+    """Adds the tool `grown`, and says the tool list changed."""
+    from mcp.types import ToolListChangedNotification
+
+    def grown() -> str:
+        """A tool added while the server runs."""
+        return "grown"
+
+    mcp.add_tool(grown)
+    await ctx.send_notification(ToolListChangedNotification())
+    return "grew"
+
+
+@mcp.tool
 def hidden() -> str:
     """A tool the allowlist of the tests leaves out."""
     return "you should not see this"
