@@ -10,7 +10,11 @@
 //!    `--state-dir`. Notifications (a cancellation) and responses still pass.
 //! 2. Calls in flight run to their end, for up to `--drain-timeout` seconds (default: the
 //!    call timeout), and are answered as usual. Each saves its sandbox to the state directory
-//!    before its answer, as every call does, so there is nothing left to flush after.
+//!    before its answer, as every call does, so there is nothing left to flush after. The drain
+//!    also waits until no new work was refused for [`DRAIN_QUIET`] (within the same timeout):
+//!    a balancer still sends a sandbox's calls to this replica (stickiness outlasts the health
+//!    check) until one is refused and replayed elsewhere, and a request that reached the
+//!    listener as it closed would be cut without an answer that says nothing ran.
 //! 3. Then the listener stops (responses being written get a few more seconds), every
 //!    interpreter is killed and reaped, and the process exits 0. A call still running at the
 //!    drain timeout is stopped: its client sees its stream end without an answer.
@@ -28,11 +32,17 @@ use tokio_util::sync::CancellationToken;
 /// How often a drain looks whether the calls in flight are done.
 const DRAIN_POLL: Duration = Duration::from_millis(100);
 
-/// The server's drain state: whether it is draining, and its calls in flight.
+/// How long no new work must have been refused before a drain ends (seconds): the balancer
+/// has moved this replica's traffic elsewhere.
+pub const DRAIN_QUIET: Duration = Duration::from_secs(1);
+
+/// The server's drain state: whether it is draining, its calls in flight, and when it last
+/// refused new work.
 #[derive(Debug)]
 pub struct Drain {
     draining: CancellationToken,
     calls: Arc<Activity>,
+    last_refusal: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Drain {
@@ -41,6 +51,7 @@ impl Drain {
         Arc::new(Drain {
             draining: CancellationToken::new(),
             calls: Activity::new(),
+            last_refusal: std::sync::Mutex::new(None),
         })
     }
 
@@ -64,13 +75,31 @@ impl Drain {
             return None;
         };
         let id = serde_json::to_value(&request.id).unwrap_or(serde_json::Value::Null);
+        self.refused();
         Some(super::errors::draining(id))
     }
 
     /// The refusal of a new stream (`GET /mcp`, `GET /sse`) while draining.
     pub fn refuse_stream(&self) -> Option<Refusal> {
-        self.is_draining()
-            .then(|| super::errors::draining(serde_json::Value::Null))
+        if !self.is_draining() {
+            return None;
+        }
+        self.refused();
+        Some(super::errors::draining(serde_json::Value::Null))
+    }
+
+    /// Notes that new work was refused now.
+    fn refused(&self) {
+        *self.last_refusal.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(tokio::time::Instant::now());
+    }
+
+    /// Whether no new work was refused for [`DRAIN_QUIET`].
+    fn is_quiet(&self) -> bool {
+        self.last_refusal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none_or(|at| at.elapsed() >= DRAIN_QUIET)
     }
 
     /// A call starts; the drain waits for it until the returned guard is dropped.
@@ -78,11 +107,11 @@ impl Drain {
         self.calls.begin()
     }
 
-    /// Waits until no call is in flight (true), or `timeout` passed first (false); `None`: no
-    /// limit.
+    /// Waits until no call is in flight and no new work was refused for [`DRAIN_QUIET`] (true),
+    /// or `timeout` passed first (false); `None`: no limit.
     pub async fn until_calls_done(&self, timeout: Option<Duration>) -> bool {
         let done = async {
-            while self.calls.idle_since().is_none() {
+            while self.calls.idle_since().is_none() || !self.is_quiet() {
                 tokio::time::sleep(DRAIN_POLL).await;
             }
         };
@@ -114,5 +143,25 @@ mod tests {
             drop(call);
         });
         assert!(drain.until_calls_done(Some(Duration::from_secs(10))).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_ends_only_once_new_work_stops_coming() {
+        let drain = Drain::new();
+        drain.start();
+        assert!(drain.refuse_stream().is_some());
+        let started = tokio::time::Instant::now();
+        assert!(drain.until_calls_done(Some(Duration::from_secs(10))).await);
+        assert!(started.elapsed() >= DRAIN_QUIET);
+        // Refused work that keeps coming holds the drain until its timeout.
+        drain.refuse_stream();
+        let refusing = drain.clone();
+        tokio::spawn(async move {
+            loop {
+                refusing.refuse_stream();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        assert!(!drain.until_calls_done(Some(Duration::from_secs(5))).await);
     }
 }
