@@ -230,7 +230,8 @@ impl ForkServer {
         });
         // Forkable once its engine's idle threads ended (about ten seconds).
         let (bytes, _) = receive(&ours, Duration::from_secs(180));
-        assert_eq!(bytes, b"R", "{}", log.lock().unwrap());
+        let forkable: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        assert_eq!(forkable["kind"], "forkable", "{}", log.lock().unwrap());
         // Kept open for the zygote's life: it boots once and is never asked anything else.
         std::mem::forget((stdin, stdout));
         ForkServer {
@@ -248,7 +249,7 @@ impl ForkServer {
         let fds = [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
         sendmsg::<()>(
             self.control.as_raw_fd(),
-            &[IoSlice::new(b"F")],
+            &[IoSlice::new(br#"{"kind":"fork"}"#)],
             &[ControlMessage::ScmRights(&fds)],
             MsgFlags::empty(),
             None,
@@ -256,7 +257,8 @@ impl ForkServer {
         .unwrap();
         drop((in_r, out_w, err_w));
         let (bytes, _pidfd) = receive(&self.control, Duration::from_secs(30));
-        let pid = u32::from_le_bytes(bytes[..4].try_into().expect("a pid"));
+        let forked: serde_json::Value = serde_json::from_slice(&bytes).expect("a control message");
+        let pid = forked["pid"].as_u64().expect("a pid") as u32;
         let mut stdin = std::fs::File::from(in_w);
         writeln!(stdin, "{first}").unwrap();
         let mut stdout = std::fs::File::from(out_r);
