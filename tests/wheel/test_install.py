@@ -117,7 +117,7 @@ except TypeError:
 """)
     assert called == {
         'status': 'success', 'output': [],
-        'return_value': [210, 'PermissionError: not today', True, 'add(a: int, b: int = 1) -> int\n\nAdds two numbers, here.'],
+        'return_value': [210, 'PermissionError: not today', True, 'add(a: int, b: int = 1) -> int\\n\\nAdds two numbers, here.'],
     }, called
     assert seen == [(i, 1) for i in range(20)], seen
     print('sandbox ok')
