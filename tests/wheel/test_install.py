@@ -238,15 +238,7 @@ asyncio.run(main())
 def test_current_client_line_through_uv(tmp_path):
     """`uv run --with <wheel> --with mcp==2.x …`: the wheel in an environment uv makes, used
     from mcp 2.x and PydanticAI 2.x."""
-    script = tmp_path / "current.py"
-    script.write_text(CURRENT_LINE_SCRIPT)
-    args = ["uv", "run", "--no-project", "--with", str(WHEEL)]
-    for pin in CURRENT_LINE:
-        args += ["--with", pin]
-    done = subprocess.run([*args, "python", str(script)], capture_output=True, text=True,
-                          env=uv_env(tmp_path), timeout=SLOW, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.endswith("current line ok\n"), done.stdout
+    assert run_through_uv(tmp_path, CURRENT_LINE_SCRIPT, CURRENT_LINE).endswith("current line ok\n")
 
 
 # FastMCP's code mode (issue 28) on mcp-run-python: `CodeMode(sandbox_provider=SandboxProvider())`
@@ -313,15 +305,21 @@ asyncio.run(main())
 def test_fastmcp_code_mode_through_uv(tmp_path):
     """The wheel with fastmcp 4's server and code mode: our `SandboxProvider` runs what Monty's
     refuses."""
-    script = tmp_path / "code_mode.py"
-    script.write_text(CODE_MODE_SCRIPT)
+    assert run_through_uv(tmp_path, CODE_MODE_SCRIPT, CODE_MODE_LINE).endswith("code mode ok\n")
+
+
+def run_through_uv(tmp_path, source: str, pins: list[str]) -> str:
+    """`uv run --no-project --with <wheel> --with <pin>… python <source>` in a throw-away
+    environment uv makes; the script's stdout (it must exit 0)."""
+    script = tmp_path / "script.py"
+    script.write_text(source)
     args = ["uv", "run", "--no-project", "--with", str(WHEEL)]
-    for pin in CODE_MODE_LINE:
+    for pin in pins:
         args += ["--with", pin]
     done = subprocess.run([*args, "python", str(script)], capture_output=True, text=True,
                           env=uv_env(tmp_path), timeout=SLOW, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.endswith("code mode ok\n"), done.stdout
+    return done.stdout
 
 
 def uv_env(tmp_path) -> dict:
