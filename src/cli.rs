@@ -1,7 +1,7 @@
 //! Command line (docs/architecture.md §6).
 
-use crate::server::execute::Isolation;
-use crate::server::format::ReturnMode;
+use crate::server::call::execute::Isolation;
+use crate::server::tools::format::ReturnMode;
 use clap::{Parser, ValueEnum};
 use std::path::PathBuf;
 
@@ -152,8 +152,8 @@ pub struct Cli {
     /// `default` applies every layer the kernel allows and warns about the others; `strict`
     /// refuses to serve unless seccomp, Landlock, the namespaces, capabilities and limits are
     /// all in force; `off` applies none and is for debugging only.
-    #[arg(long, value_enum, default_value_t = crate::sandbox::confine::Mode::Default)]
-    pub sandbox: crate::sandbox::confine::Mode,
+    #[arg(long, value_enum, default_value_t = crate::worker::confine::Mode::Default)]
+    pub sandbox: crate::worker::confine::Mode,
 
     /// The same as `--isolation call` (kept for earlier scripts).
     #[arg(long)]
@@ -209,7 +209,7 @@ pub struct Cli {
     pub max_tool_bytes: usize,
 
     /// Largest response body user code may fetch from an `--allow-net` host, in bytes.
-    #[arg(long, default_value_t = crate::sandbox::net::DEFAULT_MAX_FETCH_BYTES)]
+    #[arg(long, default_value_t = crate::worker::net::DEFAULT_MAX_FETCH_BYTES)]
     pub max_fetch_bytes: usize,
 
     /// Most output kept per call, in bytes; more is cut with a marker line, and a call that
@@ -238,11 +238,11 @@ pub struct Cli {
     /// SANDBOX_DIR (absolute, e.g. /data) in every sandbox. Repeatable. Nothing written in a
     /// sandbox reaches the host.
     #[arg(long, value_name = "HOST_DIR:SANDBOX_DIR")]
-    pub mount: Vec<crate::sandbox::mount::MountSpec>,
+    pub mount: Vec<crate::worker::mount::MountSpec>,
 
     /// Most bytes all `--mount` directories may hold together; a larger one stops the server
     /// at start.
-    #[arg(long, default_value_t = crate::sandbox::mount::DEFAULT_MAX_MOUNT_BYTES)]
+    #[arg(long, default_value_t = crate::worker::mount::DEFAULT_MAX_MOUNT_BYTES)]
     pub max_mount_bytes: u64,
 
     /// Largest `python_code` accepted, in bytes; larger calls get an MCP error.

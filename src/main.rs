@@ -9,8 +9,8 @@ mod modes;
 mod packages;
 mod sandbox;
 mod server;
-mod tenancy;
 mod upstream;
+mod worker;
 
 use anyhow::Result;
 use clap::Parser;
@@ -38,7 +38,7 @@ fn main() -> Result<()> {
     // The sandbox worker is the same binary behind a hidden first argument.
     if std::env::args().nth(1).as_deref() == Some("__worker") {
         init_logging(false);
-        return sandbox::worker_main::main();
+        return worker::worker_main::main();
     }
     if std::env::args().nth(1).as_deref() == Some("packages") {
         let cli = cli::PackagesCli::parse_from(std::env::args().skip(1));

@@ -7,21 +7,21 @@ use crate::packages::index::Fetcher;
 use crate::packages::lock::Lockfile;
 use crate::packages::resolver::Resolver;
 use crate::packages::sources::Sources;
-use crate::sandbox::confine::Mode as SandboxMode;
-use crate::sandbox::mount::Mounts;
-use crate::sandbox::net::NetPolicy;
-use crate::sandbox::snapshot::Launcher;
-use crate::sandbox::spares::Spares;
-use crate::sandbox::worker_main::PYODIDE;
-use crate::server::execute::{Executor, Isolation, Limits};
-use crate::server::format::{render, Outcome, Status};
+use crate::sandbox::live::Sandbox;
+use crate::sandbox::registry::{Registry, RegistryLimits};
+use crate::sandbox::state_dir::StateDir;
+use crate::server::call::execute::{Executor, Isolation, Limits};
+use crate::server::call::startup_deps;
 use crate::server::handler::RunPythonServer;
-use crate::server::http::HttpMode;
 use crate::server::sessions::Sessions;
-use crate::server::startup_deps;
-use crate::tenancy::registry::{Registry, RegistryLimits};
-use crate::tenancy::sandbox::Sandbox;
-use crate::tenancy::state_dir::StateDir;
+use crate::server::tools::format::{render, Outcome, Status};
+use crate::server::transport::http::HttpMode;
+use crate::worker::confine::Mode as SandboxMode;
+use crate::worker::mount::Mounts;
+use crate::worker::net::NetPolicy;
+use crate::worker::snapshot::Launcher;
+use crate::worker::spares::Spares;
+use crate::worker::worker_main::PYODIDE;
 use anyhow::{anyhow, Context, Result};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -135,7 +135,7 @@ async fn build(cli: &Cli) -> Result<RunPythonServer> {
     let snapshot_path = (!cli.no_snapshot).then(|| {
         cache_dir.join("snapshots").join(format!(
             "pyodide-{}.bin",
-            crate::sandbox::worker_main::runtime_fingerprint()
+            crate::worker::worker_main::runtime_fingerprint()
         ))
     });
     let isolation = if cli.fresh_worker {
@@ -388,7 +388,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
             executor.spares.prefill();
             let session = server.for_new_session()?;
             tokio::select! {
-                r = crate::server::stdio::serve(session) => r?,
+                r = crate::server::transport::stdio::serve(session) => r?,
                 _ = shutdown_signal() => tracing::info!("shutting down"),
             }
             0
@@ -410,14 +410,14 @@ pub async fn run(cli: Cli) -> Result<i32> {
                 drain_timeout,
                 shutdown.clone(),
             ));
-            let verifier = crate::server::auth::Verifier::load(
+            let verifier = crate::server::ops::auth::Verifier::load(
                 cli.auth_jwks.as_deref(),
                 cli.auth_audience.as_deref(),
                 cli.auth_token_file.as_deref(),
             )
             .await?;
             let auth = verifier.map(|verifier| {
-                Arc::new(crate::server::auth::Auth {
+                Arc::new(crate::server::ops::auth::Auth {
                     verifier,
                     authorization_servers: cli.auth_server.clone(),
                 })
@@ -429,10 +429,10 @@ pub async fn run(cli: Cli) -> Result<i32> {
                     None
                 }
             };
-            crate::server::http::serve(
+            crate::server::transport::http::serve(
                 server,
                 mode,
-                crate::server::http::Listen {
+                crate::server::transport::http::Listen {
                     host: &cli.host,
                     port: cli.port,
                     allow_origins: &cli.allow_origin,
@@ -559,10 +559,10 @@ async fn example(server: &RunPythonServer) -> i32 {
     }
 }
 
-/// At SIGTERM or SIGINT: drains (see [`crate::server::drain`]) for up to `timeout`, or until
+/// At SIGTERM or SIGINT: drains (see [`crate::server::ops::drain`]) for up to `timeout`, or until
 /// a second signal, then cancels `shutdown`.
 async fn drain_then_stop(
-    drain: Arc<crate::server::drain::Drain>,
+    drain: Arc<crate::server::ops::drain::Drain>,
     timeout: Option<Duration>,
     shutdown: CancellationToken,
 ) {

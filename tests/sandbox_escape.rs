@@ -1,5 +1,5 @@
 //! The second wall, tried as native code that took over a worker would (issue 10): a real
-//! worker boots Pyodide, seals itself, then runs the probes of `src/sandbox/confine/escape.rs`
+//! worker boots Pyodide, seals itself, then runs the probes of `src/worker/confine/escape.rs`
 //! (compiled only with the `escape-test` feature). Every attempt must fail: with an errno, or by
 //! the kernel killing the worker (seccomp), after which the next probe runs in a new worker.
 //!

@@ -1,16 +1,21 @@
-//! The sandbox: worker processes that each own one Pyodide, and the front's pool of them
-//! (docs/architecture.md §3).
+//! Sandboxes: what users hold by handle, and the registry that owns them for every transport
+//! (docs/architecture.md §3.1).
+//!
+//! A sandbox ([`live::Sandbox`]) is one worker slot with its files and, with `--stateful`, its
+//! globals, addressed by a handle the server mints ([`handle::SandboxId`]). MCP revision
+//! 2026-07-28 removed protocol sessions (SEP-2567, SEP-2575), so state that spans calls travels
+//! in that handle, passed back by the model as the `sandbox_id` tool argument; where a
+//! transport still has a session (a stdio connection, a 2025-11-25 streamable-HTTP session, an
+//! SSE stream) the session owns a default sandbox. The registry ([`registry`]) bounds how many
+//! live and ends the idle and the old; [`state_dir`] saves them for other replicas
+//! (`--state-dir`); [`files`] keeps their files; [`activity`] tells in flight from idle.
+//!
+//! Below the front, above the workers: this folder imports [`crate::worker`], never
+//! [`crate::server`].
 
-pub mod confine;
-pub mod fork_memory;
-pub mod fork_server;
-pub mod mount;
-pub mod net;
-pub mod pool;
-pub mod process;
-pub mod protocol;
-pub mod snapshot;
-pub mod spares;
-pub mod worker;
-pub mod worker_main;
-pub mod zygote;
+pub mod activity;
+pub mod files;
+pub mod handle;
+pub mod live;
+pub mod registry;
+pub mod state_dir;

@@ -12,7 +12,7 @@
 //! §5 requires; the MCP spec (2025-11-25, streamable HTTP) lets HTTP error bodies be such an
 //! id-less JSON-RPC error.
 
-use super::sessions::SessionsFull;
+use crate::server::sessions::SessionsFull;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -178,7 +178,7 @@ pub fn sessions_full(full: &SessionsFull) -> Refusal {
     )
 }
 
-/// New work on a draining replica (after SIGTERM, [`super::drain`]): HTTP 503 answering the
+/// New work on a draining replica (after SIGTERM, [`crate::server::ops::drain`]): HTTP 503 answering the
 /// request's `id`. Nothing ran, so a load balancer may send the
 /// request to another replica (deploy/haproxy.cfg retries on 503).
 pub fn draining(id: Value) -> Refusal {
@@ -316,13 +316,13 @@ pub async fn read_message(
 
 /// The body if it has at most `max` bytes and arrives whole. A larger body is read on (up to
 /// [`DISCARD_MAX_BYTES`] more) and dropped: the error is its request id when its first or last
-/// bytes show one ([`super::oversized`]).
+/// bytes show one ([`crate::server::transport::oversized`]).
 async fn read_limited(body: Body, max: usize) -> Result<Bytes, Option<Value>> {
     use http_body_util::BodyExt;
     let mut body = body;
     let mut buf = Vec::new();
     let mut seen = 0usize;
-    let mut scan = super::oversized::IdScan::default();
+    let mut scan = crate::server::transport::oversized::IdScan::default();
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else { return Err(None) };
         if let Ok(data) = frame.into_data() {

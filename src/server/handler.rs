@@ -1,6 +1,6 @@
 //! The MCP server handler (rmcp): `initialize`, `tools/list`, `tools/call`, the resources and
 //! `logging/setLevel`; which sandbox a request works in; and `run_python_code` itself (the
-//! sandbox tools are in [`super::sandbox_tools`]).
+//! sandbox tools are in [`crate::server::tools::sandbox_tools`]).
 //!
 //! MCP logging (`logging/setLevel`, `notifications/message`) is deprecated in the newest spec
 //! revision, but PydanticAI's `log_level`/`log_handler` and the Deno original use it.
@@ -9,18 +9,18 @@
 //! gives `initialize` five seconds, and booting Pyodide takes longer.
 #![allow(deprecated)]
 
-use super::arguments;
-use super::execute::{Executor, OutputSink};
-use super::format::{render, structured, CallResult, ReturnMode};
-use super::sessions::{SessionGuard, Sessions, SessionsFull};
-use super::tool::{self, TOOL_NAME};
-use crate::sandbox::protocol::Stream;
-use crate::tenancy::activity::{Activity, InFlight};
-use crate::tenancy::handle::SandboxId;
-use crate::tenancy::registry::Missing;
-use crate::tenancy::registry::{OpenError, Registry, RegistryError};
-use crate::tenancy::sandbox::{Arrival, Owner, Principal, Sandbox};
-use crate::tenancy::state_dir::StateError;
+use crate::sandbox::activity::{Activity, InFlight};
+use crate::sandbox::handle::SandboxId;
+use crate::sandbox::live::{Arrival, Owner, Principal, Sandbox};
+use crate::sandbox::registry::Missing;
+use crate::sandbox::registry::{OpenError, Registry, RegistryError};
+use crate::sandbox::state_dir::StateError;
+use crate::server::call::execute::{Executor, OutputSink};
+use crate::server::sessions::{SessionGuard, Sessions, SessionsFull};
+use crate::server::tools::arguments;
+use crate::server::tools::format::{render, structured, CallResult, ReturnMode};
+use crate::server::tools::tool::{self, TOOL_NAME};
+use crate::worker::protocol::Stream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ClientRequest,
     ContentBlock, GetExtensions, Implementation, ListResourceTemplatesResult, ListResourcesResult,
@@ -58,7 +58,7 @@ pub struct RunPythonServer {
     /// call holds it in flight while it runs.
     activity: Option<Arc<Activity>>,
     /// Whether the server is draining, and its calls in flight (which a drain waits for).
-    pub drain: Arc<super::drain::Drain>,
+    pub drain: Arc<crate::server::ops::drain::Drain>,
     /// The principal of this session's stream, for a transport whose messages carry no HTTP
     /// request of their own (SSE: the `GET /sse` that opened it).
     principal: Option<Principal>,
@@ -66,7 +66,7 @@ pub struct RunPythonServer {
 
 /// How a request came to its sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Reached {
+pub(crate) enum Reached {
     /// By the `sandbox_id` it gave.
     Named,
     /// The session's default sandbox (no `sandbox_id`, a transport with a session).
@@ -79,7 +79,7 @@ pub(super) enum Reached {
 
 /// The sandbox a request works in, held in flight (neither evicted nor expired) while the
 /// request runs; a [`Reached::OneCall`] sandbox ends when this is dropped.
-pub(super) struct InUse {
+pub(crate) struct InUse {
     pub sandbox: Arc<Sandbox>,
     pub reached: Reached,
     _in_flight: InFlight,
@@ -87,7 +87,7 @@ pub(super) struct InUse {
 
 impl InUse {
     /// `sandbox`, reached by its handle, held in flight.
-    pub(super) fn named(sandbox: Arc<Sandbox>) -> InUse {
+    pub(crate) fn named(sandbox: Arc<Sandbox>) -> InUse {
         let in_flight = sandbox.begin();
         InUse {
             sandbox,
@@ -107,7 +107,7 @@ impl Drop for InUse {
 
 /// What a request without `sandbox_id` and without a session gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum WithoutHandle {
+pub(crate) enum WithoutHandle {
     /// A new sandbox (`run_python_code`, seed 002's empty `session_id`).
     Create,
     /// A refusal that asks for the handle (the file tools: nothing is made behind the caller's
@@ -118,7 +118,7 @@ pub(super) enum WithoutHandle {
 /// Why a request has no sandbox to work in; answered as a tool error (`isError`), so that the
 /// model reads the words and can act on them.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum NoSandbox {
+pub(crate) enum NoSandbox {
     #[error(transparent)]
     Open(#[from] OpenError),
     #[error(transparent)]
@@ -144,7 +144,7 @@ fn http_extension<T: Send + Sync + 'static>(context: &RequestContext<RoleServer>
 }
 
 /// A tool error (`isError: true`) that says `why`.
-pub(super) fn tool_error(why: impl std::fmt::Display) -> CallToolResponse {
+pub(crate) fn tool_error(why: impl std::fmt::Display) -> CallToolResponse {
     CallToolResult::error(vec![ContentBlock::text(why.to_string())]).into()
 }
 
@@ -219,7 +219,7 @@ impl RunPythonServer {
             session: None,
             session_idle: None,
             activity: None,
-            drain: super::drain::Drain::new(),
+            drain: crate::server::ops::drain::Drain::new(),
             principal: None,
         }
     }
@@ -237,7 +237,7 @@ impl RunPythonServer {
     }
 
     /// This session's server with its calls held in flight against `activity` while they run
-    /// (see [`crate::tenancy::activity`]).
+    /// (see [`crate::sandbox::activity`]).
     pub fn with_activity(self, activity: Arc<Activity>) -> Self {
         RunPythonServer {
             activity: Some(activity),
@@ -258,7 +258,7 @@ impl RunPythonServer {
 
     /// Who `context`'s request was authenticated as, when the server authenticates: the HTTP
     /// request's [`Principal`], else the session's.
-    pub(super) fn principal_of(&self, context: &RequestContext<RoleServer>) -> Option<Principal> {
+    pub(crate) fn principal_of(&self, context: &RequestContext<RoleServer>) -> Option<Principal> {
         http_extension::<Principal>(context)
             .cloned()
             .or_else(|| self.principal.clone())
@@ -270,7 +270,7 @@ impl RunPythonServer {
     ///
     /// Errors: [`RegistryError`] when no handle could be minted or `--max-sandboxes` leaves no
     /// room.
-    pub(super) fn create_for(
+    pub(crate) fn create_for(
         &self,
         context: &RequestContext<RoleServer>,
         dependencies: Vec<String>,
@@ -305,7 +305,7 @@ impl RunPythonServer {
     /// only when it names one (`Mcp-Session-Id`): MCP 2026-07-28 requests and
     /// `streamable-http-stateless` ones have none (SEP-2567). Over stdio and SSE the connection
     /// is the session.
-    pub(super) fn session_of(&self, context: &RequestContext<RoleServer>) -> Option<&SessionGuard> {
+    pub(crate) fn session_of(&self, context: &RequestContext<RoleServer>) -> Option<&SessionGuard> {
         let session = self.session.as_deref()?;
         match context.extensions.get::<axum::http::request::Parts>() {
             Some(parts) => parts
@@ -349,7 +349,7 @@ impl RunPythonServer {
     ///
     /// Errors: [`NoSandbox`]: an unknown, ended or expired handle; no room under
     /// `--max-sandboxes`; no handle where one is needed.
-    pub(super) async fn sandbox_for(
+    pub(crate) async fn sandbox_for(
         &self,
         given: Option<&str>,
         context: &RequestContext<RoleServer>,
@@ -392,7 +392,7 @@ impl RunPythonServer {
     /// After a completed call or file operation in `in_use`: saves its sandbox to the state
     /// directory (`--state-dir`), before the answer goes out, so that another replica that
     /// gets its next call finds this call's files. A `state` note when the save failed.
-    pub(super) async fn save(&self, in_use: &InUse) -> Option<String> {
+    pub(crate) async fn save(&self, in_use: &InUse) -> Option<String> {
         if in_use.reached == Reached::OneCall {
             return None;
         }
@@ -410,7 +410,7 @@ impl RunPythonServer {
 
     /// Tells a session's client that its resources changed, when `in_use` is its default
     /// sandbox (the only one `resources/list` shows; MCP spec, resources: `list_changed`).
-    pub(super) async fn files_changed(&self, in_use: &InUse, context: &RequestContext<RoleServer>) {
+    pub(crate) async fn files_changed(&self, in_use: &InUse, context: &RequestContext<RoleServer>) {
         if in_use.reached == Reached::SessionDefault {
             let _ = context.peer.notify_resource_list_changed().await;
         }
@@ -478,7 +478,7 @@ impl RunPythonServer {
         }
         // Files the call created or changed, as links to the sandbox's resources.
         for (path, size) in &result.written {
-            let link = super::resources::describe(id.as_str(), path, *size);
+            let link = crate::server::tools::resources::describe(id.as_str(), path, *size);
             content.push(ContentBlock::resource_link(link));
         }
         let mut answer = CallToolResult::success(content);
@@ -566,7 +566,7 @@ impl RunPythonServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        use super::tool::{
+        use crate::server::tools::tool::{
             CREATE_TOOL_NAME, DELETE_TOOL_NAME, DESTROY_TOOL_NAME, LIST_FILES_TOOL_NAME,
             RESET_TOOL_NAME, UPLOAD_TOOL_NAME,
         };
@@ -654,8 +654,8 @@ impl ServerHandler for RunPythonServer {
                 .as_ref()
                 .and_then(|s| s.get("status"))
                 .and_then(|s| s.as_str())
-                .and_then(super::format::Status::parse)
-                .map(super::format::Status::as_str)
+                .and_then(crate::server::tools::format::Status::parse)
+                .map(crate::server::tools::format::Status::as_str)
                 .unwrap_or("success"),
             Ok(_) => "success",
         };
@@ -676,7 +676,7 @@ impl ServerHandler for RunPythonServer {
             .executor
             .upstreams
             .iter()
-            .map(|_| super::resources::code_mode_stub())
+            .map(|_| crate::server::tools::resources::code_mode_stub())
             .collect();
         let default = self
             .session_of(&context)
@@ -684,11 +684,9 @@ impl ServerHandler for RunPythonServer {
             .and_then(SessionGuard::current_default)
             .filter(|sandbox| sandbox.belongs_to(principal.as_ref()));
         if let Some(sandbox) = default {
-            resources.extend(
-                sandbox.files().into_iter().map(|(path, size)| {
-                    super::resources::describe(sandbox.id.as_str(), &path, size)
-                }),
-            );
+            resources.extend(sandbox.files().into_iter().map(|(path, size)| {
+                crate::server::tools::resources::describe(sandbox.id.as_str(), &path, size)
+            }));
         }
         Ok(ListResourcesResult::with_all_items(resources))
     }
@@ -699,7 +697,7 @@ impl ServerHandler for RunPythonServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let templates = if self.stateful() {
-            vec![super::resources::template()]
+            vec![crate::server::tools::resources::template()]
         } else {
             Vec::new()
         };
@@ -723,13 +721,13 @@ impl ServerHandler for RunPythonServer {
         {
             let stub = upstreams.published().stub.clone();
             let contents = rmcp::model::ResourceContents::text(stub, request.uri.clone())
-                .with_mime_type(super::resources::STUB_MIME_TYPE);
+                .with_mime_type(crate::server::tools::resources::STUB_MIME_TYPE);
             return Ok(ReadResourceResult::new(vec![contents]).into());
         }
         if !self.stateful() {
             return Err(not_found(&"this server has resources only with --stateful"));
         }
-        let (handle, path) = super::resources::parse(&request.uri)
+        let (handle, path) = crate::server::tools::resources::parse(&request.uri)
             .ok_or_else(|| not_found(&"it is not a sandbox://{sandbox_id}/{path} URI of a file"))?;
         let principal = self.principal_of(&context);
         let entered = self
@@ -742,7 +740,7 @@ impl ServerHandler for RunPythonServer {
             .read_file(&entered.sandbox, &path)
             .await
             .map_err(|why| not_found(&why))?;
-        let contents = super::resources::contents(&request.uri, &path, bytes);
+        let contents = crate::server::tools::resources::contents(&request.uri, &path, bytes);
         Ok(ReadResourceResult::new(vec![contents]).into())
     }
 

@@ -1,24 +1,23 @@
-//! The MCP front: tool schemas and arguments, result formatting, the call pipeline, sessions
-//! and the transports.
+//! The MCP front: everything between a client's bytes and a sandbox, in four rooms and three
+//! files (docs/architecture.md §8). Imports run one way: transports → handler → tools → call
+//! pipeline → [`crate::sandbox`] → [`crate::worker`].
+//!
+//! - [`transport`]: the wire: stdio, streamable HTTP, SSE, and what they share (bounded bodies,
+//!   the id of an oversized message, the SSE event store);
+//! - [`handler`]: rmcp's `ServerHandler`: routes `tools/call` through the tool table, serves
+//!   resources and logging, and decides which sandbox a request works in;
+//! - [`tools`]: each tool declared once (name, schema, arguments, handler, how it reaches its
+//!   sandbox), results rendered as text, sandbox files as resources;
+//! - [`call`]: the pipeline of one `run_python_code` call (queue, isolation, dependencies,
+//!   worker, deadlines) and the `--deps` plan;
+//! - [`ops`]: operating a server: authentication, drain, health, `/metrics`, idle expiry;
+//! - [`sessions`]: protocol sessions and their default sandboxes; [`errors`]: the wording of
+//!   every JSON-RPC refusal.
 
-pub mod arguments;
-pub mod auth;
-pub mod drain;
+pub mod call;
 pub mod errors;
-pub mod event_store;
-pub mod execute;
-pub mod format;
 pub mod handler;
-pub mod health;
-pub mod http;
-pub mod idle;
-pub mod oversized;
-pub mod resources;
-pub mod sandbox_tools;
-pub mod scrape;
+pub mod ops;
 pub mod sessions;
-pub mod sse;
-pub mod startup_deps;
-pub mod stdio;
-pub mod tool;
-pub mod unread_body;
+pub mod tools;
+pub mod transport;

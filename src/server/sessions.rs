@@ -3,9 +3,9 @@
 //! sandbox, made at its first use, that calls without `sandbox_id` run in and that ends with the
 //! session (docs/architecture.md §3).
 
-use crate::tenancy::handle::SandboxId;
-use crate::tenancy::registry::{Registry, RegistryError};
-use crate::tenancy::sandbox::{Owner, Principal, Sandbox};
+use crate::sandbox::handle::SandboxId;
+use crate::sandbox::live::{Owner, Principal, Sandbox};
+use crate::sandbox::registry::{Registry, RegistryError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 

@@ -28,7 +28,7 @@ UNKNOWN_SESSION = {"code": -32001, "message": "Session not found: it has ended (
 FORBIDDEN_ORIGIN = {"code": -32000, "message": "Forbidden: the Origin header is not allowed (DNS-rebinding protection; see --allow-origin)"}
 FORBIDDEN_HOST = {"code": -32000, "message": "Forbidden: the Host header is not allowed (DNS-rebinding protection; see --allow-host)"}
 MAX_CODE_SIZE = 1000
-# `max_body_bytes` in src/server/http.rs: twice the code cap plus 64 KiB.
+# `max_body_bytes` in src/server/transport/http.rs: twice the code cap plus 64 KiB.
 MAX_BODY = 2 * MAX_CODE_SIZE + 64 * 1024
 TOO_LARGE = {"code": -32600, "message": f"Invalid Request: the message is larger than {MAX_BODY} bytes"}
 SESSIONS_FULL = {"code": -32000, "message": "the server has reached its limit of 1 live sessions (--max-sessions); "

@@ -1,8 +1,8 @@
 //! Starting workers fast: a Pyodide memory snapshot taken after the first plain boot is kept in
 //! the cache directory and restored by later workers, which then skip Python's start-up.
 
+use super::client::{Preinstall, SandboxReport, Worker, WorkerError};
 use super::mount::Mounts;
-use super::worker::{Preinstall, SandboxReport, Worker, WorkerError};
 use super::zygote::Zygote;
 use futures::future::{BoxFuture, Shared};
 use std::fs::File;

@@ -7,11 +7,11 @@
 //! takes from it is a pid and a pidfd per fork, and the forked interpreter is then a worker
 //! like any other (its `Ready` frame, its pipes, its deadlines). It never runs user code.
 
+use super::client::{BootRequest, Preinstall, Worker, WorkerError};
 use super::fork_server::{self, ControlError, Message, CONTROL_FD_ARG};
 use super::mount::Mounts;
 use super::process::Process;
 use super::protocol::{Control, SnapshotMode};
-use super::worker::{BootRequest, Preinstall, Worker, WorkerError};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use std::collections::HashMap;

@@ -3,10 +3,10 @@
 //! POSTs JSON-RPC messages there and the replies arrive as `message` events. Each stream is one
 //! rmcp session over a channel pair, so the protocol itself stays rmcp's.
 
-use super::errors;
-use super::handler::RunPythonServer;
-use crate::tenancy::activity::{until_idle, Activity};
-use crate::tenancy::sandbox::Principal;
+use crate::sandbox::activity::{until_idle, Activity};
+use crate::sandbox::live::Principal;
+use crate::server::errors;
+use crate::server::handler::RunPythonServer;
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -39,7 +39,7 @@ struct Session {
 type Sessions = Arc<Mutex<HashMap<String, Session>>>;
 
 /// Ends the session (`done`) once it is idle for `idle` (`--session-idle-timeout`; see
-/// [`idle`](super::idle)): its stream closes, its interpreter and state go, and later POSTs
+/// [`idle`](crate::server::ops::idle)): its stream closes, its interpreter and state go, and later POSTs
 /// get 404.
 async fn expire_when_idle(activity: Arc<Activity>, idle: Duration, done: CancellationToken) {
     if until_idle(&activity, idle, &done).await {

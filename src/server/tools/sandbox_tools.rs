@@ -5,15 +5,15 @@
 //! interpreter cannot write is a tool error (`isError`) that says why, so that the model can
 //! act on it.
 
-use super::arguments::{
+use crate::sandbox::live::Arrival;
+use crate::server::handler::{tool_error, InUse, RunPythonServer, WithoutHandle};
+use crate::server::tools::arguments::{
     self, CreateArguments, DestroyArguments, FileArguments, SandboxArguments, MAX_DEPENDENCIES,
 };
-use super::handler::{tool_error, InUse, RunPythonServer, WithoutHandle};
-use super::tool::{
+use crate::server::tools::tool::{
     CREATE_TOOL_NAME, DESTROY_TOOL_NAME, LIST_FILES_TOOL_NAME, RESET_DONE, RESET_TOOL_NAME,
     UPLOAD_TOOL_NAME,
 };
-use crate::tenancy::sandbox::Arrival;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
@@ -39,7 +39,7 @@ fn idle_words(idle: Option<std::time::Duration>) -> String {
 impl RunPythonServer {
     /// `create_sandbox`: a new sandbox with its interpreter and `dependencies` installed; the
     /// answer names its handle in text and in `structuredContent`.
-    pub(super) async fn create(
+    pub(crate) async fn create(
         &self,
         request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
@@ -74,7 +74,7 @@ impl RunPythonServer {
     }
 
     /// `list_sandbox_files`: the sandbox's files as its last call left them.
-    pub(super) async fn list_files(
+    pub(crate) async fn list_files(
         &self,
         request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
@@ -96,7 +96,7 @@ impl RunPythonServer {
         };
         let mut listed = Vec::with_capacity(files.len());
         for (path, size) in &files {
-            let uri = super::resources::uri(id.as_str(), path);
+            let uri = crate::server::tools::resources::uri(id.as_str(), path);
             text.push_str(&format!("\n{path} ({size} bytes) {uri}"));
             listed.push(json!({"path": path, "size": size, "uri": uri}));
         }
@@ -107,7 +107,7 @@ impl RunPythonServer {
     }
 
     /// `destroy_sandbox`: once the calls that arrived before it are done, ends the sandbox.
-    pub(super) async fn destroy(
+    pub(crate) async fn destroy(
         &self,
         request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
@@ -146,7 +146,7 @@ impl RunPythonServer {
     }
 
     /// `reset_session`: after the sandbox's earlier calls, drops its interpreter and files.
-    pub(super) async fn reset(
+    pub(crate) async fn reset(
         &self,
         request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
@@ -171,7 +171,7 @@ impl RunPythonServer {
     }
 
     /// `upload_file` and `delete_file`.
-    pub(super) async fn write_file(
+    pub(crate) async fn write_file(
         &self,
         request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
@@ -203,7 +203,7 @@ impl RunPythonServer {
                 ))
             }
         };
-        let path = match super::resources::checked_name(&args.name) {
+        let path = match crate::server::tools::resources::checked_name(&args.name) {
             Ok(path) => path,
             Err(bad) => return Ok(tool_error(format!("{:?}: {bad}", args.name))),
         };

@@ -82,7 +82,7 @@ pub fn tool(stateful: bool) -> Tool {
 }
 
 /// The output schema (draft-07) of a `--stateful` call's structured result
-/// ([`super::format::structured`]): the JSON mode's keys, plus `sandbox_id` and
+/// ([`crate::server::tools::format::structured`]): the JSON mode's keys, plus `sandbox_id` and
 /// `dependencies`.
 pub fn run_output_schema() -> JsonObject {
     open(object_schema(

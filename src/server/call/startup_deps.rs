@@ -6,8 +6,8 @@
 
 use crate::packages::resolver::{Planned, ResolveError, Resolver};
 use crate::packages::sources::Origin;
-use crate::sandbox::snapshot::PreinstallSource;
-use crate::sandbox::worker::{InstallFiles, Preinstall};
+use crate::worker::client::{InstallFiles, Preinstall};
+use crate::worker::snapshot::PreinstallSource;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! a fixed number of slots; calls queue fairly (FIFO) for a free slot; an empty slot is filled
 //! from the spares; a worker that died, crashed or timed out is discarded.
 
-use super::worker::Worker;
+use super::client::Worker;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 

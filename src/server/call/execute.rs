@@ -8,18 +8,18 @@
 //! belongs to one [`Sandbox`] for its whole life and dies with it; [`Isolation::Call`] gives
 //! every call a clean interpreter; [`Isolation::Shared`] reuses interpreters across sandboxes.
 
-use super::format::{CallResult, Image, Outcome, ReturnValue};
-use super::startup_deps::{install_items, StartupPlan};
 use crate::metrics::KillReason;
 use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, ResolveError, Resolver};
-use crate::sandbox::net::NetPolicy;
-use crate::sandbox::pool::{Lease, Pool};
-use crate::sandbox::protocol::{ReturnKind, RunStatus, Stream};
-use crate::sandbox::spares::Spares;
-use crate::sandbox::worker::{Deadline, Phase, RunRequest, ToolAccess, Worker, WorkerError};
-use crate::tenancy::files::{name_list, Listing, SandboxFiles, Survivors};
-use crate::tenancy::sandbox::{Arrival, Sandbox};
+use crate::sandbox::files::{name_list, Listing, SandboxFiles, Survivors};
+use crate::sandbox::live::{Arrival, Sandbox};
+use crate::server::call::startup_deps::{install_items, StartupPlan};
+use crate::server::tools::format::{CallResult, Image, Outcome, ReturnValue};
+use crate::worker::client::{Deadline, Phase, RunRequest, ToolAccess, Worker, WorkerError};
+use crate::worker::net::NetPolicy;
+use crate::worker::pool::{Lease, Pool};
+use crate::worker::protocol::{ReturnKind, RunStatus, Stream};
+use crate::worker::spares::Spares;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -901,7 +901,7 @@ async fn watch_memory(pid: Option<u32>, limit: Option<u64>) -> u64 {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + MEMORY_POLL, MEMORY_POLL);
     loop {
         tick.tick().await;
-        if let Some(rss) = crate::sandbox::worker::resident_bytes(pid) {
+        if let Some(rss) = crate::worker::client::resident_bytes(pid) {
             if rss > limit {
                 return rss;
             }

@@ -1,6 +1,6 @@
 //! The tools' arguments as typed values: one serde struct per tool, `deny_unknown_fields`, so
 //! that an argument of the wrong name or type is an MCP `invalid_params` error naming it, and
-//! the handler never walks JSON by hand (the input schemas are in [`super::tool`]).
+//! the handler never walks JSON by hand (the input schemas are in [`crate::server::tools::tool`]).
 
 use rmcp::model::{CallToolRequestParams, JsonObject};
 use rmcp::ErrorData as McpError;

@@ -14,8 +14,8 @@
 //! "does not exist" answer as an unknown handle (SEP-2567: check the (id, principal) pair on
 //! every call). `/healthz`, `/readyz`, `/metrics` and the metadata document need no token.
 
-use super::errors::{self, Refusal};
-use crate::tenancy::sandbox::Principal;
+use crate::sandbox::live::Principal;
+use crate::server::errors::{self, Refusal};
 use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::middleware::Next;

@@ -6,7 +6,7 @@
 //! `Origin` checks, first of all), then CORS for the origins the guard let through ([`cors`]:
 //! a browser page at an `--allow-origin` origin gets its preflight answered and may read the
 //! answers), then [`json_errors`], which gives every refusal that has no JSON body
-//! yet (rmcp's and axum's plain-text ones) the JSON-RPC error of [`super::errors`], keeping
+//! yet (rmcp's and axum's plain-text ones) the JSON-RPC error of [`crate::server::errors`], keeping
 //! its status and `Allow` header. `/mcp` also has [`mcp_prechecks`] in front of rmcp.
 //!
 //! Status codes, from the MCP spec (2025-11-25 streamable HTTP, 2024-11-05 HTTP with SSE) and,
@@ -49,14 +49,14 @@
 //! `DELETE` without a known session 400 in plain text), an unknown path and a wrong method in
 //! plain text, and has no body limit.
 
-use super::errors::{self, Refusal};
-use super::handler::{MintedSandbox, RunPythonServer, SESSION_HEADER};
-use super::health;
-use super::idle::StreamableSessions;
-use super::sessions::{Sessions, SessionsFull};
-use super::sse;
-use super::unread_body;
-use crate::tenancy::handle::SandboxId;
+use crate::sandbox::handle::SandboxId;
+use crate::server::errors::{self, Refusal};
+use crate::server::handler::{MintedSandbox, RunPythonServer, SESSION_HEADER};
+use crate::server::ops::health;
+use crate::server::ops::idle::StreamableSessions;
+use crate::server::sessions::{Sessions, SessionsFull};
+use crate::server::transport::sse;
+use crate::server::transport::unread_body;
 use anyhow::{Context, Result};
 use axum::body::Body;
 use axum::extract::Request;
@@ -369,7 +369,7 @@ async fn guard(req: Request, next: Next, access: Arc<Access>) -> Response {
 struct McpChecks {
     max_body: usize,
     /// Whether the server is draining (new work is refused).
-    drain: Arc<super::drain::Drain>,
+    drain: Arc<crate::server::ops::drain::Drain>,
     /// `--stateful`: calls work in sandboxes, named in the `Sandbox-Id` response header.
     sandboxes: bool,
     sessions: Arc<Sessions>,
@@ -481,7 +481,7 @@ async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Resp
 }
 
 /// The header a client mirrors a tool's `sandbox_id` argument into (SEP-2243: rmcp's
-/// `Mcp-Param-` prefix and the `x-mcp-header` name of [`super::tool::SANDBOX_HEADER`]), in
+/// `Mcp-Param-` prefix and the `x-mcp-header` name of [`crate::server::tools::tool::SANDBOX_HEADER`]), in
 /// lower case for the CORS list.
 const SANDBOX_PARAM_HEADER: &str = "mcp-param-sandbox-id";
 
@@ -506,11 +506,11 @@ fn sandbox_of_call(
     let ClientRequest::CallToolRequest(call) = &request.request else {
         return None;
     };
-    if let Some(named) = super::arguments::named_sandbox(&call.params) {
+    if let Some(named) = crate::server::tools::arguments::named_sandbox(&call.params) {
         return SandboxId::parse(named);
     }
-    let makes_one = call.params.name == super::tool::CREATE_TOOL_NAME
-        || (call.params.name == super::tool::TOOL_NAME && !in_session);
+    let makes_one = call.params.name == crate::server::tools::tool::CREATE_TOOL_NAME
+        || (call.params.name == crate::server::tools::tool::TOOL_NAME && !in_session);
     if !makes_one {
         return None;
     }
@@ -548,7 +548,7 @@ fn sandbox_header_mismatch(headers: &HeaderMap, message: &ClientJsonRpcMessage) 
         ));
     }
     let header = first.to_str().ok().and_then(decode_header_value);
-    let body = super::arguments::named_sandbox(&call.params);
+    let body = crate::server::tools::arguments::named_sandbox(&call.params);
     match (header.as_deref(), body) {
         (Some(h), Some(b)) if h == b => None,
         (_, None) => Some(errors::header_mismatch(
@@ -637,12 +637,12 @@ pub struct Listen<'a> {
     pub allow_origins: &'a [String],
     pub allow_hosts: &'a [String],
     /// Bearer-token authentication of the MCP routes (`--auth-jwks`, `--auth-token-file`).
-    pub auth: Option<Arc<super::auth::Auth>>,
+    pub auth: Option<Arc<crate::server::ops::auth::Auth>>,
 }
 
 /// Serves `mode` where `listen` says until `shutdown` is cancelled (after the drain, see
-/// [`super::drain`]); responses still being written then get up to five seconds. `metrics`,
-/// when given, is served at `/metrics` ([`super::scrape`]).
+/// [`crate::server::ops::drain`]); responses still being written then get up to five seconds. `metrics`,
+/// when given, is served at `/metrics` ([`crate::server::ops::scrape`]).
 ///
 /// Errors: an `--allow-origin`/`--allow-host` value is malformed, the address cannot be bound,
 /// or the server fails.
@@ -675,12 +675,13 @@ pub async fn serve(
             config.allowed_hosts = Vec::new();
             let factory = server.clone();
             // SSE responses are kept with event ids, so that a client whose connection dropped
-            // mid-call gets its result with `Last-Event-ID` (super::event_store). The stateless
+            // mid-call gets its result with `Last-Event-ID` (crate::server::transport::event_store). The stateless
             // mode answers in JSON: nothing to resume, and `GET /mcp` stays 405.
             let mut manager = LocalSessionManager::default();
             if mode == HttpMode::Stateful {
-                manager = manager
-                    .with_event_store(Arc::new(super::event_store::MemoryEventStore::default()));
+                manager = manager.with_event_store(Arc::new(
+                    crate::server::transport::event_store::MemoryEventStore::default(),
+                ));
             }
             // rmcp would end a session after `keep_alive` without a message (its default is
             // 300 s), even with a call in flight; `StreamableSessions` ends it once idle
@@ -721,7 +722,7 @@ pub async fn serve(
     // Inside CORS, so that a browser's preflight is answered without a token.
     if let Some(auth) = auth.clone() {
         routes = routes.layer(axum::middleware::from_fn(move |req, next| {
-            super::auth::require(req, next, auth.clone())
+            crate::server::ops::auth::require(req, next, auth.clone())
         }));
     }
     // The routes as one service inside an outer router, so that the two layers see the
@@ -737,9 +738,11 @@ pub async fn serve(
         }));
     // `/healthz` and `/readyz` answer probes outside the guard (see [`health`]).
     let router = health::router(server.executor.spares.clone(), server.drain.clone())
-        .merge(super::scrape::router(&server, metrics))
+        .merge(crate::server::ops::scrape::router(&server, metrics))
         .merge(match &auth {
-            Some(auth) => super::auth::metadata_router(auth.authorization_servers.clone()),
+            Some(auth) => {
+                crate::server::ops::auth::metadata_router(auth.authorization_servers.clone())
+            }
             None => Router::new(),
         })
         .fallback_service(guarded)
@@ -923,7 +926,7 @@ mod tests {
         use rmcp::transport::common::http_header::HEADER_MCP_PARAM_PREFIX;
         let mirrored = format!(
             "{HEADER_MCP_PARAM_PREFIX}{}",
-            super::super::tool::SANDBOX_HEADER
+            crate::server::tools::tool::SANDBOX_HEADER
         );
         assert_eq!(SANDBOX_PARAM_HEADER, mirrored.to_ascii_lowercase());
     }

@@ -2,8 +2,8 @@
 //! a fresh-per-call interpreter rarely waits for a boot (docs/architecture.md §3). A spare has run nothing; it
 //! is handed out once and never comes back.
 
+use super::client::{Deadline, Phase, Worker, WorkerError};
 use super::snapshot::Launcher;
-use super::worker::{Deadline, Phase, Worker, WorkerError};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -209,7 +209,7 @@ impl Spares {
     }
 
     /// The confinement report of the last worker booted (`None` before the first).
-    pub fn sandbox_report(&self) -> Option<super::worker::SandboxReport> {
+    pub fn sandbox_report(&self) -> Option<super::client::SandboxReport> {
         self.launcher.sandbox_report()
     }
 

@@ -13,7 +13,7 @@
 
 use super::activity::InFlight;
 use super::handle::{MintError, SandboxId};
-use super::sandbox::{Owner, Principal, Sandbox};
+use super::live::{Owner, Principal, Sandbox};
 use super::state_dir::{Claim, Expiry, Snapshot, StateDir, StateError};
 use crate::metrics::SaveResult;
 use std::collections::HashMap;

@@ -7,8 +7,8 @@
 //! of it a balancer that does not route `/metrics` (deploy/haproxy.cfg does not). It needs no
 //! token with `--auth-jwks` either: a scraper holds no user token, and it shows counts only.
 
-use super::handler::RunPythonServer;
 use crate::metrics::{set_gauges, Gauges};
+use crate::server::handler::RunPythonServer;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -29,7 +29,8 @@ pub fn router(server: &RunPythonServer, handle: Option<PrometheusHandle>) -> Rou
     let server = server.clone();
     Router::new().route(
         METRICS_PATH,
-        get(move || async move { render(&server, &handle) }).fallback(super::health::only_get),
+        get(move || async move { render(&server, &handle) })
+            .fallback(crate::server::ops::health::only_get),
     )
 }
 

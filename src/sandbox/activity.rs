@@ -2,7 +2,7 @@
 //! in flight. A session or sandbox is idle once nothing of it is in flight and its last use is
 //! at least the idle time ago; a request in flight keeps it alive however long it runs (a call
 //! under `--timeout 0`, a slow install), and the idle time counts from that request's end.
-//! Both HTTP session expiries (`--session-idle-timeout`, [`crate::server::idle`]) and the
+//! Both HTTP session expiries (`--session-idle-timeout`, [`crate::server::ops::idle`]) and the
 //! sandbox registry (`--sandbox-idle-timeout`, eviction at `--max-sandboxes`) count this way.
 
 use std::sync::{Arc, Mutex};

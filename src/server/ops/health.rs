@@ -5,8 +5,8 @@
 //! with the reason. Both sit outside the DNS-rebinding guard: they reveal nothing and run
 //! nothing, and a probe's `Host` is the pod's address.
 
-use super::drain::Drain;
-use crate::sandbox::spares::{NotReady, Spares};
+use crate::server::ops::drain::Drain;
+use crate::worker::spares::{NotReady, Spares};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -34,8 +34,8 @@ pub fn router(spares: Arc<Spares>, drain: Arc<Drain>) -> Router {
 }
 
 /// Another method than GET: 405 with `Allow` and the JSON-RPC error every refusal has.
-pub(super) async fn only_get() -> Response {
-    let mut response = super::errors::method_not_allowed("GET").into_response();
+pub(crate) async fn only_get() -> Response {
+    let mut response = crate::server::errors::method_not_allowed("GET").into_response();
     response
         .headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static("GET"));

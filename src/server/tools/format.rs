@@ -2,7 +2,7 @@
 //! in a fixed order, or one JSON object with `--return-mode json`; and, with `--stateful`, as
 //! the structured result (`structuredContent`) that the tool's output schema declares.
 
-use crate::tenancy::handle::SandboxId;
+use crate::sandbox::handle::SandboxId;
 use serde_json::json;
 
 /// How a call ended, as the result's `status` words it.
@@ -292,7 +292,7 @@ fn render_json(r: &CallResult, sandbox: Option<&SandboxId>) -> String {
 }
 
 /// The structured result of a `--stateful` call (`structuredContent`), as the tool's output
-/// schema ([`super::tool::run_output_schema`]) declares it.
+/// schema ([`crate::server::tools::tool::run_output_schema`]) declares it.
 pub fn structured(r: &CallResult, sandbox: &SandboxId) -> serde_json::Value {
     serde_json::to_value(json_result(r, Some(sandbox), true)).unwrap_or_default()
 }

@@ -4,7 +4,7 @@
 //! What a client sees at each step:
 //! 1. SIGTERM: `/readyz` answers 503 at once (the balancer's health check takes the replica
 //!    out). New work is refused with HTTP 503 and a JSON-RPC error that says nothing ran
-//!    ([`super::errors::draining`]): a request (`initialize`, `tools/list`, `tools/call`…)
+//!    ([`crate::server::errors::draining`]): a request (`initialize`, `tools/list`, `tools/call`…)
 //!    on `/mcp` or `/messages`, a new `GET /mcp` or `/sse` stream. A balancer that retries on
 //!    503 (deploy/haproxy.cfg) sends it to another replica, which restores the sandbox from
 //!    `--state-dir`. Notifications (a cancellation) and responses still pass.
@@ -22,8 +22,8 @@
 //! A second SIGTERM or SIGINT during the drain skips to step 3. Over stdio there is one client
 //! and no balancer: a signal stops the server at once.
 
-use super::errors::Refusal;
-use crate::tenancy::activity::{Activity, InFlight};
+use crate::sandbox::activity::{Activity, InFlight};
+use crate::server::errors::Refusal;
 use rmcp::model::ClientJsonRpcMessage;
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,7 +76,7 @@ impl Drain {
         };
         let id = serde_json::to_value(&request.id).unwrap_or(serde_json::Value::Null);
         self.refused();
-        Some(super::errors::draining(id))
+        Some(crate::server::errors::draining(id))
     }
 
     /// The refusal of a new stream (`GET /mcp`, `GET /sse`) while draining.
@@ -85,7 +85,7 @@ impl Drain {
             return None;
         }
         self.refused();
-        Some(super::errors::draining(serde_json::Value::Null))
+        Some(crate::server::errors::draining(serde_json::Value::Null))
     }
 
     /// Notes that new work was refused now.

@@ -5,7 +5,7 @@
 //! answered and the session goes on (docs/architecture.md §9): a line that is not UTF-8 or not JSON gets a
 //! JSON-RPC parse error, JSON that is not a JSON-RPC message an invalid-request error, and a
 //! line longer than the HTTP transports' body limit (read on to its end without being kept)
-//! the same error as a too-large HTTP body ([`super::errors`] words them all). Everything else
+//! the same error as a too-large HTTP body ([`crate::server::errors`] words them all). Everything else
 //! goes to the rmcp session over a channel pair, as for the SSE transport.
 //!
 //! A client may also start without `initialize`: the Deno original answers `tools/list` and
@@ -15,8 +15,8 @@
 //! an implicit `initialize` and `notifications/initialized` and hides the implicit
 //! `initialize`'s response from the client (see [`Start`]).
 
-use super::errors::{self, Refusal};
-use super::handler::RunPythonServer;
+use crate::server::errors::{self, Refusal};
+use crate::server::handler::RunPythonServer;
 use anyhow::{Context, Result};
 use futures::channel::mpsc;
 use futures::{SinkExt, StreamExt};
@@ -39,7 +39,7 @@ enum Line {
     /// A line that is not UTF-8; the byte offset where it stops being UTF-8.
     NotUtf8 { valid_up_to: usize },
     /// A line longer than the limit; it was read to its end and dropped. Its request id, when
-    /// its first or last bytes show one ([`super::oversized`]).
+    /// its first or last bytes show one ([`crate::server::transport::oversized`]).
     TooLong { id: Option<serde_json::Value> },
     /// The stream ended.
     Eof,
@@ -54,7 +54,7 @@ async fn read_line(reader: &mut (impl AsyncBufRead + Unpin), max_bytes: usize) -
     let mut line: Vec<u8> = Vec::new();
     let mut too_long = false;
     let mut read_any = false;
-    let mut scan = super::oversized::IdScan::default();
+    let mut scan = crate::server::transport::oversized::IdScan::default();
     loop {
         let available = reader.fill_buf().await?;
         if available.is_empty() {
@@ -219,7 +219,7 @@ pub async fn serve(server: RunPythonServer) -> Result<()> {
         }
     });
     // The same bound as an HTTP request body: a line carries one message with the code in it.
-    let max_line_bytes = super::http::max_body_bytes(server.max_code_bytes);
+    let max_line_bytes = crate::server::transport::http::max_body_bytes(server.max_code_bytes);
     let stamper = server.clone();
     let reader = tokio::spawn(async move {
         let mut stdin = BufReader::new(tokio::io::stdin());

@@ -11,7 +11,7 @@
 use super::activity::{Activity, InFlight};
 use super::files::SandboxFiles;
 use super::handle::{MintError, SandboxId};
-use crate::sandbox::worker::Worker;
+use crate::worker::client::Worker;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -136,7 +136,7 @@ impl Sandbox {
             owner,
             principal,
             created: Instant::now(),
-            created_unix: crate::tenancy::state_dir::unix_now(),
+            created_unix: crate::sandbox::state_dir::unix_now(),
             dependencies,
             worker: Arc::default(),
             had_interpreter: AtomicBool::new(false),
@@ -158,12 +158,12 @@ impl Sandbox {
     /// `note` as the first words of that call's `state` note.
     pub fn restored(
         id: SandboxId,
-        restored: crate::tenancy::state_dir::Restored,
+        restored: crate::sandbox::state_dir::Restored,
         principal: Option<Principal>,
         cap: u64,
         note: String,
     ) -> Arc<Sandbox> {
-        let now_unix = crate::tenancy::state_dir::unix_now();
+        let now_unix = crate::sandbox::state_dir::unix_now();
         let age = Duration::from_secs(now_unix.saturating_sub(restored.created_unix));
         let mut sandbox = Sandbox::fresh(id, Owner::Handle, restored.dependencies, principal);
         sandbox.created = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);

@@ -1,0 +1,15 @@
+//! The transports, one per file (rmcp's layout): [`stdio`], [`http`] (streamable HTTP, with
+//! and without sessions) and [`sse`] (the legacy 2024-11-05 HTTP+SSE), and what they share:
+//! [`unread_body`] (a request body bounded before it is read), [`oversized`] (the id of a
+//! message over the cap) and [`event_store`] (SSE events kept for `Last-Event-ID`).
+//!
+//! A transport reads messages and hands them to [`crate::server::handler`]; it decides no
+//! tool's behaviour. What a tool is to a transport (whether it makes a sandbox, which argument
+//! names one) it asks the tool table ([`crate::server::tools`]).
+
+pub mod event_store;
+pub mod http;
+pub mod oversized;
+pub mod sse;
+pub mod stdio;
+pub mod unread_body;
