@@ -1,6 +1,7 @@
 //! `mcp-run-python`: an MCP server that runs Python in Pyodide inside JavaScriptCore.
 
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod cli;
 mod engine;

@@ -209,7 +209,7 @@ pub unsafe fn install(ctx: JSGlobalContextRef, state: &RefCell<HostState>) -> Bo
         .iter()
         .map(|&(_, body)| HostFn { body, state })
         .collect();
-    // SAFETY (this block): `ctx` is valid (the caller's promise); every object is made in it.
+    // SAFETY: `ctx` is valid (the caller's promise); every object is made in it.
     unsafe {
         let global = JSContextGetGlobalObject(ctx);
         let function = get_property(ctx, global, "Function") as JSObjectRef;
