@@ -74,6 +74,16 @@ impl Missing {
     }
 }
 
+/// `text`, a handle a caller gave (a `sandbox_id` argument, a resource URI, a header), as a
+/// [`SandboxId`]: the one place a caller's text becomes a handle, at the edge where it
+/// arrives, so that nothing below parses it again.
+///
+/// Errors: [`Missing`] when `text` cannot be a handle, in the words an unknown handle gets
+/// (a malformed handle tells the caller no more than an expired one).
+pub fn named(text: &str) -> Result<SandboxId, Missing> {
+    SandboxId::parse(text).ok_or_else(|| Missing::of(text))
+}
+
 /// A sandbox found by its handle, held in flight (neither evicted nor expired) until dropped.
 pub struct Entered {
     pub sandbox: Arc<Sandbox>,
@@ -261,40 +271,41 @@ impl Registry {
         self.forget_state(sandbox);
     }
 
-    /// The sandbox named by `text`, held in flight until the result is dropped: a live one
+    /// The sandbox named by `id`, held in flight until the result is dropped: a live one
     /// (after checking, with `--state-dir`, that no other replica took it over since), else one
     /// restored from the state directory. The handle is checked against its holder here: a
     /// sandbox of another `principal` is [`Missing`], as an unknown one (SEP-2567).
     ///
-    /// Errors: [`OpenError::Missing`] when `text` names no sandbox of `principal`, live or
+    /// Errors: [`OpenError::Missing`] when `id` names no sandbox of `principal`, live or
     /// saved; [`OpenError::State`] when the state directory fails.
     pub async fn open(
         &self,
-        text: &str,
+        id: &SandboxId,
         principal: Option<&Principal>,
     ) -> Result<Entered, OpenError> {
-        let entered = self.open_any(text, principal).await?;
+        let entered = self.open_any(id, principal).await?;
         if !entered.sandbox.belongs_to(principal) {
-            return Err(Missing::of(text).into());
+            return Err(Missing::of(id.as_str()).into());
         }
         Ok(entered)
     }
 
+    /// [`open`](Self::open) before the principal is checked.
     async fn open_any(
         &self,
-        text: &str,
+        id: &SandboxId,
         principal: Option<&Principal>,
     ) -> Result<Entered, OpenError> {
         let Some(state) = &self.state else {
-            return Ok(self.enter(text)?);
+            return Ok(self.enter(id)?);
         };
-        let entered = match self.enter(text) {
+        let entered = match self.enter(id) {
             Ok(entered) if entered.sandbox.owner != Owner::Handle => return Ok(entered),
             Ok(entered) => entered,
-            Err(missing) => return self.restore(text, missing, principal).await,
+            Err(missing) => return self.restore(id, missing, principal).await,
         };
-        let (state, id) = (state.clone(), entered.sandbox.id.clone());
-        let now = blocking(move || state.generation(&id)).await;
+        let (state, held) = (state.clone(), entered.sandbox.id.clone());
+        let now = blocking(move || state.generation(&held)).await;
         let ours = entered.sandbox.generation();
         match now {
             Ok(Some(theirs)) if theirs > ours => {
@@ -305,7 +316,7 @@ impl Registry {
                 let stale = entered.sandbox.clone();
                 drop(entered);
                 self.drop_stale(&stale);
-                self.restore(text, Missing::of(text), principal).await
+                self.restore(id, Missing::of(id.as_str()), principal).await
             }
             Ok(_) => Ok(entered),
             Err(source) => Err(OpenError::State {
@@ -326,19 +337,19 @@ impl Registry {
         stale.end();
     }
 
-    /// Restores the sandbox named by `text` from the state directory (see [`open`](Self::open)).
+    /// Restores the sandbox named by `id` from the state directory (see [`open`](Self::open)).
     async fn restore(
         &self,
-        text: &str,
+        id: &SandboxId,
         missing: Missing,
         principal: Option<&Principal>,
     ) -> Result<Entered, OpenError> {
-        let (Some(state), Some(id)) = (&self.state, SandboxId::parse(text)) else {
+        let Some(state) = &self.state else {
             return Err(missing.into());
         };
         let _one_at_a_time = self.restoring.lock().await;
         // Another call may have restored it while this one waited.
-        if let Ok(entered) = self.enter(text) {
+        if let Ok(entered) = self.enter(id) {
             return Ok(entered);
         }
         let claim = {
@@ -363,7 +374,13 @@ impl Registry {
             restored.previous_replica
         );
         let note = restored_note(&restored);
-        let sandbox = Sandbox::restored(id, restored, principal.cloned(), self.file_cap, note);
+        let sandbox = Sandbox::restored(
+            id.clone(),
+            restored,
+            principal.cloned(),
+            self.file_cap,
+            note,
+        );
         crate::metrics::sandbox_restored();
         // No room: the restored sandbox is dropped again; its saved state stays for a retry.
         if let Err(full) = self.insert(sandbox.clone()) {
@@ -428,40 +445,40 @@ impl Registry {
         }
     }
 
-    /// The live sandbox named by `text`, held in flight until the result is dropped. This is
-    /// where a handle is checked against its holder once the server authenticates callers
-    /// (the scale-out issue); today a handle is a bearer capability.
+    /// The live sandbox named by `id`, held in flight until the result is dropped, whoever
+    /// holds it: [`open`](Self::open), the one caller, checks the principal.
     ///
-    /// Errors: [`Missing`] when `text` names no live sandbox, whatever the reason.
-    pub fn enter(&self, text: &str) -> Result<Entered, Missing> {
-        let id = SandboxId::parse(text).ok_or_else(|| Missing::of(text))?;
+    /// Errors: [`Missing`] when `id` names no live sandbox, whatever the reason.
+    fn enter(&self, id: &SandboxId) -> Result<Entered, Missing> {
+        let missing = || Missing::of(id.as_str());
         let mut live = self.live();
-        let sandbox = live.get(&id).cloned().ok_or_else(|| Missing::of(text))?;
+        let sandbox = live.get(id).cloned().ok_or_else(missing)?;
         if sandbox.has_ended() || self.expired(&sandbox, Instant::now()) {
             if sandbox.activity().idle_since().is_some() {
-                live.remove(&id);
+                live.remove(id);
                 self.forget(&sandbox);
             }
-            return Err(Missing::of(text));
+            return Err(missing());
         }
         let in_flight = sandbox.begin();
         Ok(Entered { sandbox, in_flight })
     }
 
-    /// The live sandbox named by `text`, if any, without holding it (a transport stamping a
-    /// call's arrival as it reads it; the call itself then [`enter`](Self::enter)s).
-    pub fn peek(&self, text: &str) -> Option<Arc<Sandbox>> {
-        let id = SandboxId::parse(text)?;
-        self.live().get(&id).cloned()
+    /// The live sandbox named by `id`, if any, without holding it (a transport stamping a
+    /// call's arrival as it reads it; the call itself then [`open`](Self::open)s it).
+    pub fn peek(&self, id: &SandboxId) -> Option<Arc<Sandbox>> {
+        self.live().get(id).cloned()
     }
 
-    /// Takes the sandbox named by `text` out of the registry (`destroy_sandbox`): later uses
+    /// Takes the sandbox named by `id` out of the registry (`destroy_sandbox`): later uses
     /// get [`Missing`]. The caller ends it.
     ///
-    /// Errors: [`Missing`] when `text` names no live sandbox.
-    pub fn remove_named(&self, text: &str) -> Result<Arc<Sandbox>, Missing> {
-        let id = SandboxId::parse(text).ok_or_else(|| Missing::of(text))?;
-        let sandbox = self.live().remove(&id).ok_or_else(|| Missing::of(text))?;
+    /// Errors: [`Missing`] when `id` names no live sandbox.
+    pub fn remove_named(&self, id: &SandboxId) -> Result<Arc<Sandbox>, Missing> {
+        let sandbox = self
+            .live()
+            .remove(id)
+            .ok_or_else(|| Missing::of(id.as_str()))?;
         self.forget_state(&sandbox);
         Ok(sandbox)
     }
@@ -621,14 +638,14 @@ mod tests {
     async fn a_handle_finds_its_sandbox_and_nothing_else() {
         let r = registry(4, None);
         let a = r.create(Owner::Handle, Vec::new()).expect("room");
-        let found = r.enter(a.id.as_str()).expect("live");
+        let found = r.enter(&a.id).expect("live");
         assert!(Arc::ptr_eq(&found.sandbox, &a));
         let unknown = SandboxId::mint().expect("random");
-        let missing = r.enter(unknown.as_str()).err().expect("unknown");
-        let malformed = r.enter("nonsense!!").err().expect("malformed");
+        let missing = r.enter(&unknown).err().expect("unknown");
+        let malformed = named("nonsense!!").expect_err("malformed");
         drop(found);
-        r.remove_named(a.id.as_str()).expect("live").end();
-        let destroyed = r.enter(a.id.as_str()).err().expect("destroyed");
+        r.remove_named(&a.id).expect("live").end();
+        let destroyed = r.enter(&a.id).err().expect("destroyed");
         // The same words whichever it was, but for the echoed start of the handle.
         let words = |m: Missing, given: &str| m.to_string().replace(&given[..ECHO_CHARS], "<id>");
         assert_eq!(
@@ -637,7 +654,7 @@ mod tests {
         );
         assert!(words(malformed, "nonsense!!").contains("does not exist or has expired"));
         // Never the whole handle: errors are logged.
-        let echoed = r.enter(a.id.as_str()).err().expect("destroyed").to_string();
+        let echoed = r.enter(&a.id).err().expect("destroyed").to_string();
         assert!(!echoed.contains(a.id.as_str()), "{echoed}");
     }
 
@@ -647,12 +664,12 @@ mod tests {
         let old = r.create(Owner::Handle, Vec::new()).expect("room");
         tokio::time::advance(Duration::from_secs(1)).await;
         let busy = r.create(Owner::Handle, Vec::new()).expect("room");
-        let held = r.enter(busy.id.as_str()).expect("live");
+        let held = r.enter(&busy.id).expect("live");
         tokio::time::advance(Duration::from_secs(1)).await;
         let new = r
             .create(Owner::Handle, Vec::new())
             .expect("the idle one gives way");
-        assert!(old.has_ended() && r.enter(old.id.as_str()).is_err());
+        assert!(old.has_ended() && r.enter(&old.id).is_err());
         assert!(!busy.has_ended());
         // Now one is busy and the other is a session's: nothing may give way.
         r.end(&new.id);
@@ -674,16 +691,16 @@ mod tests {
         let idle = r.create(Owner::Handle, Vec::new()).expect("room");
         let busy = r.create(Owner::Handle, Vec::new()).expect("room");
         let session = r.create(Owner::Session, Vec::new()).expect("room");
-        let held = r.enter(busy.id.as_str()).expect("live");
+        let held = r.enter(&busy.id).expect("live");
         tokio::time::advance(Duration::from_secs(11)).await;
         r.sweep();
         assert!(idle.has_ended());
         assert!(!busy.has_ended() && !session.has_ended());
         drop(held);
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert!(r.enter(busy.id.as_str()).is_ok(), "idle for 5 s only");
+        assert!(r.enter(&busy.id).is_ok(), "idle for 5 s only");
         tokio::time::advance(Duration::from_secs(11)).await;
-        assert!(r.enter(busy.id.as_str()).is_err());
+        assert!(r.enter(&busy.id).is_err());
         assert_eq!(r.len(), 1);
     }
 }

@@ -292,7 +292,7 @@ fn render_json(r: &CallResult, sandbox: Option<&SandboxId>) -> String {
 }
 
 /// The structured result of a `--stateful` call (`structuredContent`), as the tool's output
-/// schema ([`crate::server::tools::tool::run_output_schema`]) declares it.
+/// schema ([`crate::server::tools::run_python_code::output_schema`]) declares it.
 pub fn structured(r: &CallResult, sandbox: &SandboxId) -> serde_json::Value {
     serde_json::to_value(json_result(r, Some(sandbox), true)).unwrap_or_default()
 }

@@ -1,8 +1,364 @@
-//! The tools: `run_python_code` and, with `--stateful`, the sandbox and file tools; how a
-//! result is rendered ([`format`]); a sandbox's files as resources ([`resources`]).
+//! The tools, each declared once (rmcp's `#[tool_router]` is the model): a type per tool
+//! implements [`McpTool`] beside its handler, in a file named for it, and says there its name,
+//! its definition (title, description, the hand-written input schema that the drop-in must keep
+//! exactly), its argument type, whether only `--stateful` servers offer it, and how a call
+//! reaches its sandbox ([`McpTool::Sandbox`]). Everything else is derived from that one
+//! declaration through [`TOOLS`]: `tools/list`, the tool rmcp checks `Mcp-Param-*` headers
+//! against, dispatch, metric labels, the unknown-tool error, and what a transport must know
+//! before a call runs (whether it makes a sandbox: [`Reach`]).
+//!
+//! Every call opens the same way, in one place ([`open`]): the arguments are parsed and
+//! checked (a malformed one is an MCP `invalid_params` error), then the sandbox is found
+//! (one that does not exist is a tool error the model reads), then the tool's handler runs.
+//!
+//! Also here: how a result is rendered ([`format`]) and a sandbox's files as resources
+//! ([`resources`]).
 
-pub mod arguments;
+pub mod create_sandbox;
+pub mod destroy_sandbox;
+pub mod file_tools;
 pub mod format;
+pub mod list_sandbox_files;
+pub mod reach;
+pub mod reset_session;
 pub mod resources;
-pub mod sandbox_tools;
-pub mod tool;
+pub mod run_python_code;
+pub mod schema;
+
+use crate::server::handler::RunPythonServer;
+use futures::future::BoxFuture;
+use reach::Opening;
+use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock};
+use rmcp::model::{JsonObject, Tool};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer};
+use serde::de::DeserializeOwned;
+use std::sync::OnceLock;
+
+/// One tool's declaration: everything the server knows of it, in the tool's own file.
+#[async_trait::async_trait]
+pub trait McpTool: Send + Sync + 'static {
+    /// The name clients call it by (`tools/call`'s `name`).
+    const NAME: &'static str;
+    /// Whether only `--stateful` servers offer it (the drop-in offers `run_python_code` only).
+    const STATEFUL_ONLY: bool;
+    /// Its arguments once parsed and checked.
+    type Arguments: Send;
+    /// What a call is handed besides its arguments: the sandbox it works in, found by
+    /// [`open`] before the handler runs, or nothing for a tool that makes or ends one by
+    /// itself. Its [`Opening::REACH`] is what transports learn of the tool.
+    type Sandbox: Opening;
+
+    /// The definition `tools/list` shows (`stateful`: `--stateful`).
+    fn definition(stateful: bool) -> Tool;
+
+    /// The call's arguments, parsed and checked before any sandbox is touched.
+    ///
+    /// Errors: [`Refusal::Invalid`] (`invalid_params`) for arguments of the wrong shape, or
+    /// [`Refusal::Tool`] for a value the model should correct.
+    fn arguments(
+        server: &RunPythonServer,
+        raw: Option<JsonObject>,
+    ) -> Result<Self::Arguments, Refusal>;
+
+    /// The sandbox the arguments name (`sandbox_id`), as the caller gave it.
+    fn sandbox_id(arguments: &Self::Arguments) -> Option<&str>;
+
+    /// Runs the call: `request` is the `tools/call` (its arguments taken out), `sandbox` what
+    /// [`Self::Sandbox`] found.
+    ///
+    /// Errors: an MCP error for a call that cannot be answered with a result (cancelled, the
+    /// server failing); a refusal the model should read is `Ok` with `isError` ([`tool_error`]).
+    async fn call(
+        server: &RunPythonServer,
+        arguments: Self::Arguments,
+        sandbox: Self::Sandbox,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError>;
+}
+
+/// How a tool's call comes to a sandbox, as a transport needs to know it before the call runs
+/// (to stamp its arrival in the sandbox, or to mint the handle of the sandbox it will make and
+/// name it in a response header for a load balancer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// It works in the sandbox its `sandbox_id` names, else in the session's; with neither, it
+    /// makes one (`run_python_code`) or is refused, as [`reach::WithoutHandle`] says.
+    WorksIn(reach::WithoutHandle),
+    /// It makes a new sandbox and names none (`create_sandbox`).
+    Makes,
+    /// It names, by a required `sandbox_id`, the sandbox it ends (`destroy_sandbox`).
+    Ends,
+}
+
+impl Reach {
+    /// Whether a call of this reach that names no sandbox makes one (`in_session`: the request
+    /// belongs to a protocol session, whose own sandbox it would use instead).
+    pub fn makes_one(self, in_session: bool) -> bool {
+        match self {
+            Reach::Makes => true,
+            Reach::WorksIn(reach::WithoutHandle::Create) => !in_session,
+            Reach::WorksIn(reach::WithoutHandle::Refuse) | Reach::Ends => false,
+        }
+    }
+}
+
+/// Why a call is refused before it runs.
+#[derive(Debug)]
+pub enum Refusal {
+    /// Arguments of the wrong shape or over a limit: an MCP `invalid_params` error.
+    Invalid(McpError),
+    /// A value the model can correct (a file name that leaves the working directory): a tool
+    /// error (`isError`) with these words.
+    Tool(String),
+}
+
+impl From<McpError> for Refusal {
+    fn from(e: McpError) -> Refusal {
+        Refusal::Invalid(e)
+    }
+}
+
+/// A handler as the table holds it: any tool's [`open`], behind one function type.
+type Handler = for<'a> fn(
+    &'a RunPythonServer,
+    CallToolRequestParams,
+    &'a RequestContext<RoleServer>,
+) -> BoxFuture<'a, Result<CallToolResponse, McpError>>;
+
+/// One row of [`TOOLS`]: a tool's declaration, reduced to what the server looks up by name.
+pub struct ToolEntry {
+    /// [`McpTool::NAME`].
+    pub name: &'static str,
+    /// [`McpTool::STATEFUL_ONLY`].
+    pub stateful_only: bool,
+    /// [`Opening::REACH`] of [`McpTool::Sandbox`].
+    pub reach: Reach,
+    /// [`McpTool::definition`].
+    definition: fn(bool) -> Tool,
+    /// [`open`] for the tool.
+    handler: Handler,
+}
+
+impl ToolEntry {
+    /// The row of tool `T`.
+    const fn of<T: McpTool>() -> ToolEntry {
+        ToolEntry {
+            name: T::NAME,
+            stateful_only: T::STATEFUL_ONLY,
+            reach: <T::Sandbox as Opening>::REACH,
+            definition: T::definition,
+            handler: boxed_open::<T>,
+        }
+    }
+
+    /// Whether a server (`stateful`: `--stateful`) offers it.
+    fn offered(&self, stateful: bool) -> bool {
+        stateful || !self.stateful_only
+    }
+}
+
+/// Every tool, in the order `tools/list` gives them.
+pub static TOOLS: [ToolEntry; 7] = [
+    ToolEntry::of::<run_python_code::RunPythonCode>(),
+    ToolEntry::of::<create_sandbox::CreateSandbox>(),
+    ToolEntry::of::<list_sandbox_files::ListSandboxFiles>(),
+    ToolEntry::of::<destroy_sandbox::DestroySandbox>(),
+    ToolEntry::of::<file_tools::UploadFile>(),
+    ToolEntry::of::<file_tools::DeleteFile>(),
+    ToolEntry::of::<reset_session::ResetSession>(),
+];
+
+/// The tool a server (`stateful`: `--stateful`) offers under `name`; `None` for a name it
+/// does not have. Its `name` is a fixed string, fit for a metric label.
+pub fn find(name: &str, stateful: bool) -> Option<&'static ToolEntry> {
+    TOOLS.iter().find(|t| t.name == name && t.offered(stateful))
+}
+
+/// How calls of the tool `name` reach their sandbox, whether or not this server offers it
+/// (a transport asks before the call is parsed); `None` for a name no server has.
+pub fn reach_of(name: &str) -> Option<Reach> {
+    TOOLS.iter().find(|t| t.name == name).map(|t| t.reach)
+}
+
+/// Every tool a server offers (`stateful`: `--stateful`), in the order of [`TOOLS`], built once
+/// per server kind: `tools/list` reads them, and so does every 2026-07-28 `tools/call`, whose
+/// `Mcp-Param-*` headers rmcp checks against the tool's schema.
+pub fn definitions(stateful: bool) -> &'static [Tool] {
+    static DROP_IN: OnceLock<Vec<Tool>> = OnceLock::new();
+    static STATEFUL: OnceLock<Vec<Tool>> = OnceLock::new();
+    let build = || {
+        TOOLS
+            .iter()
+            .filter(|t| t.offered(stateful))
+            .map(|t| (t.definition)(stateful))
+            .collect()
+    };
+    if stateful {
+        STATEFUL.get_or_init(build)
+    } else {
+        DROP_IN.get_or_init(build)
+    }
+}
+
+/// Every tool, as [`definitions`] gives them, with code mode's section
+/// (`upstream::Catalog::summary`: the MCP tools the code can call) after `run_python_code`'s
+/// description.
+pub fn definitions_with_code_mode(stateful: bool, code_mode: &str) -> Vec<Tool> {
+    let mut all = definitions(stateful).to_vec();
+    if let Some(run) = all
+        .iter_mut()
+        .find(|t| t.name == run_python_code::RunPythonCode::NAME)
+    {
+        let description = run_python_code::description(stateful);
+        run.description = Some(format!("{description}{code_mode}").into());
+    }
+    all
+}
+
+/// Runs the call `request` names on `server`.
+///
+/// Errors: `invalid_params` naming every tool the server has, for a name it does not have;
+/// else what the tool's call returns.
+pub async fn dispatch(
+    server: &RunPythonServer,
+    request: CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> Result<CallToolResponse, McpError> {
+    let stateful = server.stateful();
+    match find(&request.name, stateful) {
+        Some(tool) => (tool.handler)(server, request, context).await,
+        None => {
+            let names = TOOLS
+                .iter()
+                .filter(|t| t.offered(stateful))
+                .map(|t| format!("`{}`", t.name))
+                .collect::<Vec<_>>()
+                .join(", ");
+            Err(McpError::invalid_params(
+                format!("unknown tool `{}`: this server has {names}", request.name),
+                None,
+            ))
+        }
+    }
+}
+
+/// [`open`] as the table's [`Handler`].
+fn boxed_open<'a, T: McpTool>(
+    server: &'a RunPythonServer,
+    request: CallToolRequestParams,
+    context: &'a RequestContext<RoleServer>,
+) -> BoxFuture<'a, Result<CallToolResponse, McpError>> {
+    Box::pin(open::<T>(server, request, context))
+}
+
+/// The one opening of every call: parse and check the arguments, find the sandbox, run the
+/// tool's handler.
+async fn open<T: McpTool>(
+    server: &RunPythonServer,
+    mut request: CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> Result<CallToolResponse, McpError> {
+    let arguments = match T::arguments(server, request.arguments.take()) {
+        Ok(arguments) => arguments,
+        Err(Refusal::Invalid(e)) => return Err(e),
+        Err(Refusal::Tool(why)) => return Ok(tool_error(why)),
+    };
+    let sandbox = match T::Sandbox::open(server, T::sandbox_id(&arguments), context).await {
+        Ok(sandbox) => sandbox,
+        Err(no) => return Ok(tool_error(no)),
+    };
+    T::call(server, arguments, sandbox, &request, context).await
+}
+
+/// The argument that names a sandbox, in every tool that takes one.
+pub const SANDBOX_ARGUMENT: &str = "sandbox_id";
+
+/// The sandbox a `tools/call` names in its arguments, read before the call is parsed (a
+/// transport stamping its arrival, the `Mcp-Param-Sandbox-Id` check); `None` when it names
+/// none, or not as a string.
+pub fn named_sandbox(call: &CallToolRequestParams) -> Option<&str> {
+    call.arguments
+        .as_ref()
+        .and_then(|a| a.get(SANDBOX_ARGUMENT))
+        .and_then(|v| v.as_str())
+}
+
+/// The arguments of a call of `tool` as `T` (serde, `deny_unknown_fields` on every argument
+/// type, so that an argument of the wrong name or type is named).
+///
+/// Errors: an `invalid_params` error naming the tool and what is wrong (serde's words: the
+/// unknown or missing field, the type expected).
+pub fn parse<T: DeserializeOwned>(tool: &str, args: Option<JsonObject>) -> Result<T, McpError> {
+    serde_json::from_value(serde_json::Value::Object(args.unwrap_or_default()))
+        .map_err(|e| McpError::invalid_params(format!("invalid arguments for `{tool}`: {e}"), None))
+}
+
+/// A tool error (`isError: true`) that says `why`.
+pub fn tool_error(why: impl std::fmt::Display) -> CallToolResponse {
+    CallToolResult::error(vec![ContentBlock::text(why.to_string())]).into()
+}
+
+/// A successful answer: `text`, and `structured` as `structuredContent` (the tool's output
+/// schema).
+pub fn structured_answer(text: String, structured: serde_json::Value) -> CallToolResponse {
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(structured);
+    result.into()
+}
+
+/// A successful answer of one text.
+pub fn text_answer(text: String) -> CallToolResponse {
+    CallToolResult::success(vec![ContentBlock::text(text)]).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_drop_in_offers_run_python_code_only_and_stateful_servers_all_seven() {
+        let names = |stateful| {
+            definitions(stateful)
+                .iter()
+                .map(|t| t.name.to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(false), ["run_python_code"]);
+        assert_eq!(
+            names(true),
+            [
+                "run_python_code",
+                "create_sandbox",
+                "list_sandbox_files",
+                "destroy_sandbox",
+                "upload_file",
+                "delete_file",
+                "reset_session"
+            ]
+        );
+        assert!(find("create_sandbox", false).is_none());
+        assert_eq!(
+            find("create_sandbox", true).map(|t| t.reach),
+            Some(Reach::Makes)
+        );
+    }
+
+    #[test]
+    fn only_create_sandbox_and_a_sessionless_run_make_a_sandbox() {
+        let makes =
+            |name, in_session| find(name, true).is_some_and(|t| t.reach.makes_one(in_session));
+        assert!(makes("create_sandbox", true) && makes("create_sandbox", false));
+        assert!(makes("run_python_code", false) && !makes("run_python_code", true));
+        for name in [
+            "list_sandbox_files",
+            "destroy_sandbox",
+            "upload_file",
+            "delete_file",
+            "reset_session",
+        ] {
+            assert!(!makes(name, false), "{name}");
+        }
+    }
+}

@@ -51,10 +51,11 @@
 
 use crate::sandbox::handle::SandboxId;
 use crate::server::errors::{self, Refusal};
-use crate::server::handler::{MintedSandbox, RunPythonServer, SESSION_HEADER};
+use crate::server::handler::{RunPythonServer, SESSION_HEADER};
 use crate::server::ops::health;
 use crate::server::ops::idle::StreamableSessions;
 use crate::server::sessions::{Sessions, SessionsFull};
+use crate::server::tools::{self, reach::MintedSandbox};
 use crate::server::transport::sse;
 use crate::server::transport::unread_body;
 use anyhow::{Context, Result};
@@ -481,7 +482,7 @@ async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Resp
 }
 
 /// The header a client mirrors a tool's `sandbox_id` argument into (SEP-2243: rmcp's
-/// `Mcp-Param-` prefix and the `x-mcp-header` name of [`crate::server::tools::tool::SANDBOX_HEADER`]), in
+/// `Mcp-Param-` prefix and the `x-mcp-header` name of [`crate::server::tools::schema::SANDBOX_HEADER`]), in
 /// lower case for the CORS list.
 const SANDBOX_PARAM_HEADER: &str = "mcp-param-sandbox-id";
 
@@ -506,11 +507,10 @@ fn sandbox_of_call(
     let ClientRequest::CallToolRequest(call) = &request.request else {
         return None;
     };
-    if let Some(named) = crate::server::tools::arguments::named_sandbox(&call.params) {
+    if let Some(named) = tools::named_sandbox(&call.params) {
         return SandboxId::parse(named);
     }
-    let makes_one = call.params.name == crate::server::tools::tool::CREATE_TOOL_NAME
-        || (call.params.name == crate::server::tools::tool::TOOL_NAME && !in_session);
+    let makes_one = tools::reach_of(&call.params.name).is_some_and(|r| r.makes_one(in_session));
     if !makes_one {
         return None;
     }
@@ -548,7 +548,7 @@ fn sandbox_header_mismatch(headers: &HeaderMap, message: &ClientJsonRpcMessage) 
         ));
     }
     let header = first.to_str().ok().and_then(decode_header_value);
-    let body = crate::server::tools::arguments::named_sandbox(&call.params);
+    let body = tools::named_sandbox(&call.params);
     match (header.as_deref(), body) {
         (Some(h), Some(b)) if h == b => None,
         (_, None) => Some(errors::header_mismatch(
@@ -926,7 +926,7 @@ mod tests {
         use rmcp::transport::common::http_header::HEADER_MCP_PARAM_PREFIX;
         let mirrored = format!(
             "{HEADER_MCP_PARAM_PREFIX}{}",
-            crate::server::tools::tool::SANDBOX_HEADER
+            crate::server::tools::schema::SANDBOX_HEADER
         );
         assert_eq!(SANDBOX_PARAM_HEADER, mirrored.to_ascii_lowercase());
     }

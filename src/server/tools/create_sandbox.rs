@@ -1,0 +1,121 @@
+//! `create_sandbox` (`--stateful`; SEP-2567's pattern): makes a sandbox, installs its
+//! `dependencies`, and names its handle in text and in `structuredContent`
+//! (`{"sandbox_id": …}`).
+
+use super::reach::{InUse, NewSandbox, Reached};
+use super::schema::{object_schema, open, sandbox_tool, Effect};
+use super::{parse, structured_answer, tool_error, McpTool, Refusal};
+use crate::server::handler::RunPythonServer;
+use rmcp::model::{CallToolRequestParams, CallToolResponse, JsonObject, Tool};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer};
+use serde::Deserialize;
+use serde_json::json;
+use std::sync::Arc;
+
+/// Most requirements `create_sandbox` takes.
+pub const MAX_DEPENDENCIES: usize = 64;
+
+/// `create_sandbox`'s arguments.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateArguments {
+    /// PEP 508 requirements to install before the sandbox is handed out.
+    #[serde(default)]
+    pub dependencies: Vec<String>,
+}
+
+/// The tool (see the module's documentation).
+pub struct CreateSandbox;
+
+#[async_trait::async_trait]
+impl McpTool for CreateSandbox {
+    const NAME: &'static str = "create_sandbox";
+    const STATEFUL_ONLY: bool = true;
+    type Arguments = CreateArguments;
+    type Sandbox = NewSandbox;
+
+    fn definition(_stateful: bool) -> Tool {
+        let schema = object_schema(
+            json!({
+                "dependencies": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Packages to install before the sandbox is handed out (PEP 508 requirements, e.g. `pandas` or `rich<13`)",
+                },
+            }),
+            &[],
+        );
+        let output = object_schema(
+            json!({"sandbox_id": {"type": "string", "description": "Pass it as `sandbox_id` to the other tools"}}),
+            &["sandbox_id"],
+        );
+        sandbox_tool(
+            Self::NAME,
+            "Create a Python sandbox",
+            "Create a new, empty Python sandbox (its own interpreter and files) and return its id. Pass the id as `sandbox_id` to run_python_code and the file tools to work in it; its variables and files persist between those calls. A sandbox ends when destroyed or after a while without calls; using it then says so.",
+            schema,
+            Effect::Additive,
+        )
+        .with_raw_output_schema(Arc::new(open(output)))
+    }
+
+    fn arguments(
+        _server: &RunPythonServer,
+        raw: Option<JsonObject>,
+    ) -> Result<CreateArguments, Refusal> {
+        let arguments: CreateArguments = parse(Self::NAME, raw)?;
+        if arguments.dependencies.len() > MAX_DEPENDENCIES {
+            return Err(Refusal::Invalid(McpError::invalid_params(
+                format!(
+                    "`dependencies` lists {} requirements, more than the limit of {MAX_DEPENDENCIES}",
+                    arguments.dependencies.len()
+                ),
+                None,
+            )));
+        }
+        Ok(arguments)
+    }
+
+    fn sandbox_id(_arguments: &CreateArguments) -> Option<&str> {
+        None
+    }
+
+    async fn call(
+        server: &RunPythonServer,
+        arguments: CreateArguments,
+        _sandbox: NewSandbox,
+        _request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let sandbox = match server.create_for(context, arguments.dependencies) {
+            Ok(sandbox) => sandbox,
+            Err(full) => return Ok(tool_error(full)),
+        };
+        let in_use = InUse::new(sandbox.clone(), Reached::Named);
+        if let Err(why) = server.executor.prepare(&sandbox).await {
+            server.registry.end(&sandbox.id);
+            return Ok(tool_error(format!(
+                "the sandbox could not be made ready: Error installing dependencies: {why}"
+            )));
+        }
+        if let Some(note) = server.save(&in_use).await {
+            tracing::warn!("sandbox {}: {note}", sandbox.id.short());
+        }
+        let id = &sandbox.id;
+        let text = format!(
+            "Created sandbox {id}. Pass \"sandbox_id\": \"{id}\" to run_python_code and the file tools to work in it: its variables, imports and files last from call to call until destroy_sandbox ends it, or until it has had no call for {}.",
+            idle_words(server.registry.idle())
+        );
+        Ok(structured_answer(text, json!({"sandbox_id": id.as_str()})))
+    }
+}
+
+/// How long a sandbox may go without a call, in words, for the answer that hands one out.
+fn idle_words(idle: Option<std::time::Duration>) -> String {
+    match idle {
+        Some(idle) if idle.as_secs() >= 120 => format!("{} minutes", idle.as_secs() / 60),
+        Some(idle) => format!("{} seconds", idle.as_secs_f64()),
+        None => "ever".to_owned(),
+    }
+}
