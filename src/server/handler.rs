@@ -16,6 +16,8 @@ use crate::sandbox::live::Principal;
 use crate::sandbox::registry::{self, Registry};
 use crate::server::call::execute::Executor;
 use crate::server::sessions::{SessionGuard, Sessions, SessionsFull};
+use crate::server::tools::format::ReturnMode;
+use crate::server::tools::{self, Reach};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientJsonRpcMessage, ClientRequest, GetExtensions,
     Implementation, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
@@ -25,8 +27,6 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use std::sync::{Arc, Mutex};
-use crate::server::tools::format::ReturnMode;
-use crate::server::tools::{self, Reach};
 
 /// The header that names a streamable-HTTP session (MCP spec 2025-11-25, session management).
 pub const SESSION_HEADER: &str = "mcp-session-id";

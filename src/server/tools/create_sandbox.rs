@@ -4,7 +4,7 @@
 
 use super::reach::{InUse, NewSandbox, Reached};
 use super::schema::{object_schema, open, sandbox_tool, Effect};
-use super::{parse, structured_answer, tool_error, McpTool, Refusal};
+use super::{parse, structured_answer, tool_error, McpTool, Refusal, ToolArguments};
 use crate::server::handler::RunPythonServer;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, JsonObject, Tool};
 use rmcp::service::RequestContext;
@@ -23,6 +23,31 @@ pub struct CreateArguments {
     /// PEP 508 requirements to install before the sandbox is handed out.
     #[serde(default)]
     pub dependencies: Vec<String>,
+}
+
+impl ToolArguments for CreateArguments {
+    /// Errors: also `invalid_params` for more than [`MAX_DEPENDENCIES`] requirements.
+    fn parse(
+        tool: &str,
+        _server: &RunPythonServer,
+        raw: Option<JsonObject>,
+    ) -> Result<CreateArguments, Refusal> {
+        let arguments: CreateArguments = parse(tool, raw)?;
+        if arguments.dependencies.len() > MAX_DEPENDENCIES {
+            return Err(Refusal::Invalid(McpError::invalid_params(
+                format!(
+                    "`dependencies` lists {} requirements, more than the limit of {MAX_DEPENDENCIES}",
+                    arguments.dependencies.len()
+                ),
+                None,
+            )));
+        }
+        Ok(arguments)
+    }
+
+    fn sandbox_id(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// The tool (see the module's documentation).
@@ -58,27 +83,6 @@ impl McpTool for CreateSandbox {
             Effect::Additive,
         )
         .with_raw_output_schema(Arc::new(open(output)))
-    }
-
-    fn arguments(
-        _server: &RunPythonServer,
-        raw: Option<JsonObject>,
-    ) -> Result<CreateArguments, Refusal> {
-        let arguments: CreateArguments = parse(Self::NAME, raw)?;
-        if arguments.dependencies.len() > MAX_DEPENDENCIES {
-            return Err(Refusal::Invalid(McpError::invalid_params(
-                format!(
-                    "`dependencies` lists {} requirements, more than the limit of {MAX_DEPENDENCIES}",
-                    arguments.dependencies.len()
-                ),
-                None,
-            )));
-        }
-        Ok(arguments)
-    }
-
-    fn sandbox_id(_arguments: &CreateArguments) -> Option<&str> {
-        None
     }
 
     async fn call(

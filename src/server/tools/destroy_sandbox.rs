@@ -3,10 +3,10 @@
 
 use super::reach::RemovedSandbox;
 use super::schema::{object_schema, sandbox_id_property, sandbox_tool, Effect};
-use super::{parse, text_answer, McpTool, Refusal};
+use super::{text_answer, McpTool, PlainArguments};
 use crate::sandbox::live::Arrival;
 use crate::server::handler::RunPythonServer;
-use rmcp::model::{CallToolRequestParams, CallToolResponse, JsonObject, Tool};
+use rmcp::model::{CallToolRequestParams, CallToolResponse, Tool};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde::Deserialize;
@@ -17,6 +17,12 @@ use serde_json::json;
 #[serde(deny_unknown_fields)]
 pub struct DestroyArguments {
     pub sandbox_id: String,
+}
+
+impl PlainArguments for DestroyArguments {
+    fn sandbox_id(&self) -> Option<&str> {
+        Some(&self.sandbox_id)
+    }
 }
 
 /// The tool (see the module's documentation).
@@ -40,17 +46,6 @@ impl McpTool for DestroySandbox {
             ),
             Effect::Destructive,
         )
-    }
-
-    fn arguments(
-        _server: &RunPythonServer,
-        raw: Option<JsonObject>,
-    ) -> Result<DestroyArguments, Refusal> {
-        Ok(parse(Self::NAME, raw)?)
-    }
-
-    fn sandbox_id(arguments: &DestroyArguments) -> Option<&str> {
-        Some(&arguments.sandbox_id)
     }
 
     async fn call(

@@ -6,7 +6,7 @@
 
 use super::reach::{ExistingSandbox, InUse};
 use super::schema::{object_schema, sandbox_id_property, sandbox_tool, Effect, OPTIONAL_SANDBOX};
-use super::{parse, text_answer, tool_error, McpTool, Refusal};
+use super::{parse, text_answer, tool_error, McpTool, Refusal, ToolArguments};
 use crate::sandbox::live::Arrival;
 use crate::server::handler::RunPythonServer;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, JsonObject, Tool};
@@ -39,16 +39,46 @@ pub struct FileChange {
     sandbox_id: Option<String>,
 }
 
-/// Parses a file tool's arguments (`upload`: `upload_file`, which needs exactly one of `text`
-/// and `base64`; `delete_file` takes neither) and checks the name.
+impl ToolArguments for FileChange {
+    /// `upload_file` needs exactly one of `text` and `base64`; `delete_file` takes neither.
+    ///
+    /// Errors: also [`Refusal::Invalid`] for content that is not base64, and [`Refusal::Tool`]
+    /// for a name that cannot name a file of the working directory.
+    fn parse(
+        tool: &str,
+        _server: &RunPythonServer,
+        raw: Option<JsonObject>,
+    ) -> Result<FileChange, Refusal> {
+        let args: FileArguments = parse(tool, raw)?;
+        let content = content(tool == UploadFile::NAME, args.text, args.base64)?;
+        let path = super::resources::checked_name(&args.name)
+            .map_err(|bad| Refusal::Tool(format!("{:?}: {bad}", args.name)))?
+            .to_owned();
+        Ok(FileChange {
+            path,
+            content,
+            sandbox_id: args.sandbox_id,
+        })
+    }
+
+    fn sandbox_id(&self) -> Option<&str> {
+        self.sandbox_id.as_deref()
+    }
+}
+
+/// What a file tool writes (`upload`: `upload_file`) from its `text` or `base64` argument;
+/// `None` for `delete_file`.
 ///
-/// Errors: [`Refusal::Invalid`] for arguments of the wrong shape or content that is not
-/// base64; [`Refusal::Tool`] for a name that cannot name a file of the working directory.
-fn file_change(tool: &str, upload: bool, raw: Option<JsonObject>) -> Result<FileChange, Refusal> {
-    let args: FileArguments = parse(tool, raw)?;
-    let content = match (upload, args.text, args.base64) {
-        (false, None, None) => None,
-        (true, Some(text), None) => Some(text.into_bytes()),
+/// Errors: `invalid_params` for content that is not base64, or the wrong arguments given.
+#[allow(clippy::result_large_err)]
+fn content(
+    upload: bool,
+    text: Option<String>,
+    base64: Option<String>,
+) -> Result<Option<Vec<u8>>, McpError> {
+    match (upload, text, base64) {
+        (false, None, None) => Ok(None),
+        (true, Some(text), None) => Ok(Some(text.into_bytes())),
         (true, None, Some(encoded)) => {
             use base64::Engine as _;
             let bytes = base64::engine::general_purpose::STANDARD
@@ -56,29 +86,17 @@ fn file_change(tool: &str, upload: bool, raw: Option<JsonObject>) -> Result<File
                 .map_err(|e| {
                     McpError::invalid_params(format!("`base64` is not base64: {e}"), None)
                 })?;
-            Some(bytes)
+            Ok(Some(bytes))
         }
-        (true, _, _) => {
-            return Err(Refusal::Invalid(McpError::invalid_params(
-                "`upload_file` takes the content as exactly one of `text` and `base64`",
-                None,
-            )))
-        }
-        (false, _, _) => {
-            return Err(Refusal::Invalid(McpError::invalid_params(
-                "`delete_file` takes only `name` and `sandbox_id`",
-                None,
-            )))
-        }
-    };
-    let path = super::resources::checked_name(&args.name)
-        .map_err(|bad| Refusal::Tool(format!("{:?}: {bad}", args.name)))?
-        .to_owned();
-    Ok(FileChange {
-        path,
-        content,
-        sandbox_id: args.sandbox_id,
-    })
+        (true, _, _) => Err(McpError::invalid_params(
+            "`upload_file` takes the content as exactly one of `text` and `base64`",
+            None,
+        )),
+        (false, _, _) => Err(McpError::invalid_params(
+            "`delete_file` takes only `name` and `sandbox_id`",
+            None,
+        )),
+    }
 }
 
 /// Writes or removes the file of `change` in `in_use` once the sandbox's earlier calls are
@@ -115,94 +133,68 @@ async fn change_file(
     }))
 }
 
+/// The two file tools, told apart by `UPLOAD`: they share their arguments, their checks and
+/// their handler.
+pub struct FileTool<const UPLOAD: bool>;
+
 /// `upload_file`: `name`, the content as `text` (UTF-8) or `base64` (any bytes), and an
 /// optional `sandbox_id`.
-pub struct UploadFile;
-
-#[async_trait::async_trait]
-impl McpTool for UploadFile {
-    const NAME: &'static str = "upload_file";
-    const STATEFUL_ONLY: bool = true;
-    type Arguments = FileChange;
-    type Sandbox = ExistingSandbox;
-
-    fn definition(_stateful: bool) -> Tool {
-        let schema = object_schema(
-            json!({
-                "name": {"type": "string", "description": NAME_DESCRIPTION},
-                "text": {"type": "string", "description": "The file's content as text (written as UTF-8); give this or `base64`"},
-                "base64": {"type": "string", "description": "The file's content as base64 (any bytes); give this or `text`"},
-                "sandbox_id": sandbox_id_property(OPTIONAL_SANDBOX),
-            }),
-            &["name"],
-        );
-        sandbox_tool(
-            Self::NAME,
-            "Upload a file to a Python sandbox",
-            "Write a file into a sandbox's working directory (replacing one of the same name), so that run_python_code can open it by its name.",
-            schema,
-            Effect::Destructive,
-        )
-    }
-
-    fn arguments(
-        _server: &RunPythonServer,
-        raw: Option<JsonObject>,
-    ) -> Result<FileChange, Refusal> {
-        file_change(Self::NAME, true, raw)
-    }
-
-    fn sandbox_id(arguments: &FileChange) -> Option<&str> {
-        arguments.sandbox_id.as_deref()
-    }
-
-    async fn call(
-        server: &RunPythonServer,
-        arguments: FileChange,
-        ExistingSandbox(in_use): ExistingSandbox,
-        _request: &CallToolRequestParams,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        change_file(server, arguments, in_use, context).await
-    }
-}
+pub type UploadFile = FileTool<true>;
 
 /// `delete_file`: `name` and an optional `sandbox_id`.
-pub struct DeleteFile;
+pub type DeleteFile = FileTool<false>;
+
+/// `upload_file`'s definition.
+fn upload_definition() -> Tool {
+    let schema = object_schema(
+        json!({
+            "name": {"type": "string", "description": NAME_DESCRIPTION},
+            "text": {"type": "string", "description": "The file's content as text (written as UTF-8); give this or `base64`"},
+            "base64": {"type": "string", "description": "The file's content as base64 (any bytes); give this or `text`"},
+            "sandbox_id": sandbox_id_property(OPTIONAL_SANDBOX),
+        }),
+        &["name"],
+    );
+    sandbox_tool(
+        UploadFile::NAME,
+        "Upload a file to a Python sandbox",
+        "Write a file into a sandbox's working directory (replacing one of the same name), so that run_python_code can open it by its name.",
+        schema,
+        Effect::Destructive,
+    )
+}
+
+/// `delete_file`'s definition.
+fn delete_definition() -> Tool {
+    let schema = object_schema(
+        json!({
+            "name": {"type": "string", "description": NAME_DESCRIPTION},
+            "sandbox_id": sandbox_id_property(OPTIONAL_SANDBOX),
+        }),
+        &["name"],
+    );
+    sandbox_tool(
+        DeleteFile::NAME,
+        "Delete a file of a Python sandbox",
+        "Remove a file from a sandbox's working directory.",
+        schema,
+        Effect::Destructive,
+    )
+}
 
 #[async_trait::async_trait]
-impl McpTool for DeleteFile {
-    const NAME: &'static str = "delete_file";
+impl<const UPLOAD: bool> McpTool for FileTool<UPLOAD> {
+    const NAME: &'static str = if UPLOAD { "upload_file" } else { "delete_file" };
     const STATEFUL_ONLY: bool = true;
     type Arguments = FileChange;
     type Sandbox = ExistingSandbox;
 
     fn definition(_stateful: bool) -> Tool {
-        let schema = object_schema(
-            json!({
-                "name": {"type": "string", "description": NAME_DESCRIPTION},
-                "sandbox_id": sandbox_id_property(OPTIONAL_SANDBOX),
-            }),
-            &["name"],
-        );
-        sandbox_tool(
-            Self::NAME,
-            "Delete a file of a Python sandbox",
-            "Remove a file from a sandbox's working directory.",
-            schema,
-            Effect::Destructive,
-        )
-    }
-
-    fn arguments(
-        _server: &RunPythonServer,
-        raw: Option<JsonObject>,
-    ) -> Result<FileChange, Refusal> {
-        file_change(Self::NAME, false, raw)
-    }
-
-    fn sandbox_id(arguments: &FileChange) -> Option<&str> {
-        arguments.sandbox_id.as_deref()
+        if UPLOAD {
+            upload_definition()
+        } else {
+            delete_definition()
+        }
     }
 
     async fn call(

@@ -5,9 +5,9 @@ use super::reach::ExistingSandbox;
 use super::schema::{
     object_schema, open, sandbox_id_property, sandbox_tool, Effect, OPTIONAL_SANDBOX,
 };
-use super::{parse, structured_answer, McpTool, Refusal};
+use super::{structured_answer, McpTool, PlainArguments};
 use crate::server::handler::RunPythonServer;
-use rmcp::model::{CallToolRequestParams, CallToolResponse, JsonObject, Tool};
+use rmcp::model::{CallToolRequestParams, CallToolResponse, Tool};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde::Deserialize;
@@ -21,6 +21,12 @@ use std::sync::Arc;
 pub struct SandboxArguments {
     #[serde(default)]
     pub sandbox_id: Option<String>,
+}
+
+impl PlainArguments for SandboxArguments {
+    fn sandbox_id(&self) -> Option<&str> {
+        self.sandbox_id.as_deref()
+    }
 }
 
 /// The tool (see the module's documentation).
@@ -60,17 +66,6 @@ impl McpTool for ListSandboxFiles {
             Effect::ReadOnly,
         )
         .with_raw_output_schema(Arc::new(open(output)))
-    }
-
-    fn arguments(
-        _server: &RunPythonServer,
-        raw: Option<JsonObject>,
-    ) -> Result<SandboxArguments, Refusal> {
-        Ok(parse(Self::NAME, raw)?)
-    }
-
-    fn sandbox_id(arguments: &SandboxArguments) -> Option<&str> {
-        arguments.sandbox_id.as_deref()
     }
 
     async fn call(

@@ -43,7 +43,7 @@ pub trait McpTool: Send + Sync + 'static {
     /// Whether only `--stateful` servers offer it (the drop-in offers `run_python_code` only).
     const STATEFUL_ONLY: bool;
     /// Its arguments once parsed and checked.
-    type Arguments: Send;
+    type Arguments: ToolArguments;
     /// What a call is handed besides its arguments: the sandbox it works in, found by
     /// [`open`] before the handler runs, or nothing for a tool that makes or ends one by
     /// itself. Its [`Opening::REACH`] is what transports learn of the tool.
@@ -51,18 +51,6 @@ pub trait McpTool: Send + Sync + 'static {
 
     /// The definition `tools/list` shows (`stateful`: `--stateful`).
     fn definition(stateful: bool) -> Tool;
-
-    /// The call's arguments, parsed and checked before any sandbox is touched.
-    ///
-    /// Errors: [`Refusal::Invalid`] (`invalid_params`) for arguments of the wrong shape, or
-    /// [`Refusal::Tool`] for a value the model should correct.
-    fn arguments(
-        server: &RunPythonServer,
-        raw: Option<JsonObject>,
-    ) -> Result<Self::Arguments, Refusal>;
-
-    /// The sandbox the arguments name (`sandbox_id`), as the caller gave it.
-    fn sandbox_id(arguments: &Self::Arguments) -> Option<&str>;
 
     /// Runs the call: `request` is the `tools/call` (its arguments taken out), `sandbox` what
     /// [`Self::Sandbox`] found.
@@ -76,6 +64,45 @@ pub trait McpTool: Send + Sync + 'static {
         request: &CallToolRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError>;
+}
+
+/// A tool's arguments: how a call's JSON becomes them, and the sandbox they name.
+pub trait ToolArguments: Sized + Send {
+    /// The arguments of a call of `tool` on `server`, parsed and checked before any sandbox is
+    /// touched.
+    ///
+    /// Errors: [`Refusal::Invalid`] (`invalid_params`) for arguments of the wrong shape, or
+    /// [`Refusal::Tool`] for a value the model should correct.
+    fn parse(
+        tool: &str,
+        server: &RunPythonServer,
+        raw: Option<JsonObject>,
+    ) -> Result<Self, Refusal>;
+
+    /// The sandbox they name (`sandbox_id`), as the caller gave it.
+    fn sandbox_id(&self) -> Option<&str>;
+}
+
+/// Arguments checked by their shape alone (serde, `deny_unknown_fields`).
+pub trait PlainArguments: DeserializeOwned + Send {
+    /// The sandbox they name (`sandbox_id`), as the caller gave it.
+    fn sandbox_id(&self) -> Option<&str> {
+        None
+    }
+}
+
+impl<T: PlainArguments> ToolArguments for T {
+    fn parse(
+        tool: &str,
+        _server: &RunPythonServer,
+        raw: Option<JsonObject>,
+    ) -> Result<Self, Refusal> {
+        Ok(parse(tool, raw)?)
+    }
+
+    fn sandbox_id(&self) -> Option<&str> {
+        PlainArguments::sandbox_id(self)
+    }
 }
 
 /// How a tool's call comes to a sandbox, as a transport needs to know it before the call runs
@@ -260,12 +287,13 @@ async fn open<T: McpTool>(
     mut request: CallToolRequestParams,
     context: &RequestContext<RoleServer>,
 ) -> Result<CallToolResponse, McpError> {
-    let arguments = match T::arguments(server, request.arguments.take()) {
+    let raw = request.arguments.take();
+    let arguments = match T::Arguments::parse(T::NAME, server, raw) {
         Ok(arguments) => arguments,
         Err(Refusal::Invalid(e)) => return Err(e),
         Err(Refusal::Tool(why)) => return Ok(tool_error(why)),
     };
-    let sandbox = match T::Sandbox::open(server, T::sandbox_id(&arguments), context).await {
+    let sandbox = match T::Sandbox::open(server, arguments.sandbox_id(), context).await {
         Ok(sandbox) => sandbox,
         Err(no) => return Ok(tool_error(no)),
     };

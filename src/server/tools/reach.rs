@@ -128,35 +128,40 @@ pub struct NewSandbox;
 /// tool ends it (`destroy_sandbox`).
 pub struct RemovedSandbox(pub Arc<Sandbox>);
 
-#[async_trait::async_trait]
-impl Opening for AnySandbox {
-    const REACH: Reach = Reach::WorksIn(WithoutHandle::Create);
+/// The sandboxes a call works in rather than makes or ends: the one named, else the session's,
+/// else what [`WorksIn::WITHOUT`] says.
+pub trait WorksIn: Sized + Send {
+    /// What a call without `sandbox_id` and without a session gets.
+    const WITHOUT: WithoutHandle;
+    /// The sandbox found, handed to the tool.
+    fn wrap(in_use: InUse) -> Self;
+}
 
-    async fn open(
-        server: &RunPythonServer,
-        named: Option<&str>,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<Self, NoSandbox> {
-        let in_use = server
-            .sandbox_for(named, context, WithoutHandle::Create)
-            .await?;
-        Ok(AnySandbox(in_use))
+impl WorksIn for AnySandbox {
+    const WITHOUT: WithoutHandle = WithoutHandle::Create;
+    fn wrap(in_use: InUse) -> Self {
+        AnySandbox(in_use)
+    }
+}
+
+impl WorksIn for ExistingSandbox {
+    const WITHOUT: WithoutHandle = WithoutHandle::Refuse;
+    fn wrap(in_use: InUse) -> Self {
+        ExistingSandbox(in_use)
     }
 }
 
 #[async_trait::async_trait]
-impl Opening for ExistingSandbox {
-    const REACH: Reach = Reach::WorksIn(WithoutHandle::Refuse);
+impl<T: WorksIn> Opening for T {
+    const REACH: Reach = Reach::WorksIn(T::WITHOUT);
 
     async fn open(
         server: &RunPythonServer,
         named: Option<&str>,
         context: &RequestContext<RoleServer>,
     ) -> Result<Self, NoSandbox> {
-        let in_use = server
-            .sandbox_for(named, context, WithoutHandle::Refuse)
-            .await?;
-        Ok(ExistingSandbox(in_use))
+        let in_use = server.sandbox_for(named, context, T::WITHOUT).await?;
+        Ok(T::wrap(in_use))
     }
 }
 

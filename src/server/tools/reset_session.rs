@@ -7,10 +7,10 @@
 use super::list_sandbox_files::SandboxArguments;
 use super::reach::ExistingSandbox;
 use super::schema::{object_schema, sandbox_id_property, sandbox_tool, Effect, OPTIONAL_SANDBOX};
-use super::{parse, text_answer, tool_error, McpTool, Refusal};
+use super::{text_answer, tool_error, McpTool};
 use crate::sandbox::live::Arrival;
 use crate::server::handler::RunPythonServer;
-use rmcp::model::{CallToolRequestParams, CallToolResponse, JsonObject, Tool};
+use rmcp::model::{CallToolRequestParams, CallToolResponse, Tool};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::json;
@@ -37,17 +37,6 @@ impl McpTool for ResetSession {
             object_schema(json!({"sandbox_id": sandbox_id_property(OPTIONAL_SANDBOX)}), &[]),
             Effect::Destructive,
         )
-    }
-
-    fn arguments(
-        _server: &RunPythonServer,
-        raw: Option<JsonObject>,
-    ) -> Result<SandboxArguments, Refusal> {
-        Ok(parse(Self::NAME, raw)?)
-    }
-
-    fn sandbox_id(arguments: &SandboxArguments) -> Option<&str> {
-        arguments.sandbox_id.as_deref()
     }
 
     /// After the sandbox's earlier calls, drops its interpreter and files.

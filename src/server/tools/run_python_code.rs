@@ -12,7 +12,7 @@
 use super::format::{render, structured, CallResult};
 use super::reach::{AnySandbox, InUse, Reached};
 use super::schema::{object_schema, open, sandbox_id_property};
-use super::{parse, McpTool, Refusal};
+use super::{parse, McpTool, Refusal, ToolArguments};
 use crate::packages::wheel::target;
 use crate::sandbox::handle::SandboxId;
 use crate::sandbox::live::Arrival;
@@ -168,6 +168,20 @@ pub fn arguments(
     })
 }
 
+impl ToolArguments for RunArguments {
+    fn parse(
+        _tool: &str,
+        server: &RunPythonServer,
+        raw: Option<JsonObject>,
+    ) -> Result<RunArguments, Refusal> {
+        Ok(arguments(raw, server.stateful(), server.max_code_bytes)?)
+    }
+
+    fn sandbox_id(&self) -> Option<&str> {
+        self.sandbox_id.as_deref()
+    }
+}
+
 /// Whether `s` is a Python identifier (letters, digits and `_`, not starting with a digit).
 fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
@@ -194,17 +208,6 @@ impl McpTool for RunPythonCode {
         } else {
             tool
         }
-    }
-
-    fn arguments(
-        server: &RunPythonServer,
-        raw: Option<JsonObject>,
-    ) -> Result<RunArguments, Refusal> {
-        Ok(arguments(raw, server.stateful(), server.max_code_bytes)?)
-    }
-
-    fn sandbox_id(arguments: &RunArguments) -> Option<&str> {
-        arguments.sandbox_id.as_deref()
     }
 
     async fn call(
