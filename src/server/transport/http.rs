@@ -389,55 +389,24 @@ struct McpChecks {
 /// ([`StreamableSessions`]): a request holds its session in flight until its answer is sent.
 async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Response {
     let method = req.method().clone();
-    let mut sandbox_named = None;
     let session = req
         .headers()
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(SessionId::from);
-    let req = if method == Method::POST {
-        let (parts, body) = req.into_parts();
-        let (bytes, message) = match errors::read_message(body, checks.max_body).await {
-            Ok(read) => read,
+    let (req, sandbox_named) = match method {
+        Method::POST => match checks.post(req, session.is_some()).await {
+            Ok(checked) => checked,
             Err(refusal) => return refusal.into_response(),
-        };
-        // A POST without a session id that starts a session (a stateful `initialize`, any
-        // stateless POST) is refused while `--max-sessions` are live.
-        let starts_session = checks.manager.is_none()
-            || matches!(&message, ClientJsonRpcMessage::Request(r)
-                if matches!(r.request, ClientRequest::InitializeRequest(_)));
-        if session.is_none() && starts_session && checks.sessions.is_full() {
-            let full = SessionsFull {
-                max: checks.sessions.max,
-            };
-            return errors::sessions_full(&full).into_response();
-        }
-        if let Some(refusal) = checks.drain.refusal_for(&message) {
-            return refusal.into_response();
-        }
-        if let Some(refusal) = sandbox_header_mismatch(&parts.headers, &message) {
-            return refusal.into_response();
-        }
-        let mut parts = parts;
-        if checks.sandboxes {
-            sandbox_named = sandbox_of_call(&mut parts, &message, session.is_some());
-        }
-        Request::from_parts(parts, Body::from(bytes))
-    } else {
-        if method == Method::GET {
-            if let Some(refusal) = checks.drain.refuse_stream() {
-                return refusal.into_response();
-            }
-        }
-        req
+        },
+        Method::GET => match checks.drain.refuse_stream() {
+            Some(refusal) => return refusal.into_response(),
+            None => (req, None),
+        },
+        _ => (req, None),
     };
-    if method == Method::DELETE {
-        if let (Some(manager), Some(id)) = (&checks.manager, &session) {
-            // The local session map cannot fail to answer; if it did, there is nothing to end.
-            if !manager.has_session(id).await.unwrap_or(false) {
-                return errors::unknown_session().into_response();
-            }
-        }
+    if method == Method::DELETE && !checks.session_is_live(session.as_ref()).await {
+        return errors::unknown_session().into_response();
     }
     // A POST of a session keeps it from expiring until its answer has been sent: a call's
     // event stream stays open while the call runs. A GET's stream (the client listening for
@@ -461,23 +430,79 @@ async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Resp
     if method == Method::DELETE && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::OK;
     }
-    if let Some(idle) = &checks.idle {
+    checks.follow_sessions(&method, session.as_ref(), &response);
+    match in_flight {
+        Some(in_flight) => StreamableSessions::hold(response, in_flight),
+        None => response,
+    }
+}
+
+impl McpChecks {
+    /// The checks of a POST (`in_session`: it names a session): its body read within the cap
+    /// and parsed as one message, room for the session it would start, the drain, the
+    /// `Mcp-Param-Sandbox-Id` header; the request rebuilt around the bytes read, and the
+    /// sandbox it works in, for the `Sandbox-Id` response header.
+    ///
+    /// Errors: the [`Refusal`] to answer instead of running the request.
+    async fn post(
+        &self,
+        req: Request,
+        in_session: bool,
+    ) -> Result<(Request, Option<SandboxId>), Refusal> {
+        let (mut parts, body) = req.into_parts();
+        let (bytes, message) = errors::read_message(body, self.max_body).await?;
+        // A POST without a session id that starts a session (a stateful `initialize`, any
+        // stateless POST) is refused while `--max-sessions` are live.
+        let starts_session = self.manager.is_none()
+            || matches!(&message, ClientJsonRpcMessage::Request(r)
+                if matches!(r.request, ClientRequest::InitializeRequest(_)));
+        if !in_session && starts_session && self.sessions.is_full() {
+            let full = SessionsFull {
+                max: self.sessions.max,
+            };
+            return Err(errors::sessions_full(&full));
+        }
+        if let Some(refusal) = self.drain.refusal_for(&message) {
+            return Err(refusal);
+        }
+        if let Some(refusal) = sandbox_header_mismatch(&parts.headers, &message) {
+            return Err(refusal);
+        }
+        let sandbox = if self.sandboxes {
+            sandbox_of_call(&mut parts, &message, in_session)
+        } else {
+            None
+        };
+        Ok((Request::from_parts(parts, Body::from(bytes)), sandbox))
+    }
+
+    /// Whether a `DELETE` may go on to rmcp: in stateful mode only for a live session (rmcp
+    /// would accept any id); always otherwise.
+    async fn session_is_live(&self, session: Option<&SessionId>) -> bool {
+        match (&self.manager, session) {
+            // The local session map cannot fail to answer; if it did, there is nothing to end.
+            (Some(manager), Some(id)) => manager.has_session(id).await.unwrap_or(false),
+            _ => true,
+        }
+    }
+
+    /// Keeps the idle expiry's list of sessions as `response` changes it: a session ended by
+    /// `DELETE` is forgotten, one started by `initialize` (its answer names it) watched.
+    fn follow_sessions(&self, method: &Method, session: Option<&SessionId>, response: &Response) {
+        let Some(idle) = &self.idle else {
+            return;
+        };
         if method == Method::DELETE && response.status() == StatusCode::OK {
-            if let Some(id) = &session {
+            if let Some(id) = session {
                 idle.forget(id);
             }
         }
-        // The answer to `initialize` names the new session.
         if session.is_none() && response.status().is_success() {
             let new = response.headers().get(SESSION_HEADER);
             if let Some(id) = new.and_then(|v| v.to_str().ok()) {
                 idle.watch(SessionId::from(id));
             }
         }
-    }
-    match in_flight {
-        Some(in_flight) => StreamableSessions::hold(response, in_flight),
-        None => response,
     }
 }
 
