@@ -7,7 +7,7 @@
 //! (`rich[jupyter]`) that requires the base package at the same version, as in uv.
 
 use super::bounds;
-use super::resolver::{parse_requirement, BadRequirement};
+use super::requirement::{parse_requirement, BadRequirement};
 use super::sources::{Origin, Sources, Versions};
 use super::wheel::target;
 use pep508_rs::pep440_rs::{Version, VersionSpecifiers};

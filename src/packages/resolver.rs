@@ -11,13 +11,13 @@
 
 use super::bounds;
 use super::provider::{root_version, specifier_range, Pkg, Provider, ProviderError, ROOT_NAME};
+use super::requirement::parse_requirement;
 use super::sources::{Dist, Origin, SourceError, Sources};
 use super::wheel::target;
 use futures::{StreamExt, TryStreamExt};
 use pep508_rs::pep440_rs::Version;
 use pep508_rs::{MarkerEnvironment, MarkerEnvironmentBuilder, Requirement, VersionOrUrl};
 use pubgrub::{DefaultStringReporter, External, PubGrubError, Ranges, Reporter, Term};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use thiserror::Error;
@@ -55,27 +55,6 @@ pub struct Planned {
     pub origin: Origin,
     pub file_name: String,
     pub bytes: Arc<Vec<u8>>,
-}
-
-/// Why a requirement string was not parsed.
-#[derive(Debug, Error)]
-pub enum BadRequirement {
-    /// Over a bound of [`bounds::check_requirement`]; never handed to the parser.
-    #[error(transparent)]
-    Bounds(#[from] bounds::BoundsError),
-    /// The parser's message.
-    #[error("{0}")]
-    Syntax(String),
-}
-
-/// Parses one PEP 508 requirement from untrusted text (user code, `--deps`, a wheel's
-/// `Requires-Dist`), checking [`bounds::check_requirement`] first so that `pep508_rs`'s
-/// recursive parser never sees text that could exhaust the stack or its decision diagram.
-///
-/// Errors: the bound broken, or the parser's message.
-pub fn parse_requirement(text: &str) -> Result<Requirement, BadRequirement> {
-    bounds::check_requirement(text)?;
-    Requirement::from_str(text).map_err(|e| BadRequirement::Syntax(e.message.to_string()))
 }
 
 /// The marker environment of the embedded Pyodide (PEP 508 markers).
@@ -613,23 +592,8 @@ mod tests {
     }
 
     #[test]
-    fn parse_requirement_bounds_before_parsing() {
-        assert!(matches!(
-            parse_requirement(&nested(1000)),
-            Err(BadRequirement::Bounds(bounds::BoundsError::Depth { .. }))
-        ));
-        assert_eq!(
-            parse_requirement(&nested(1000))
-                .err()
-                .map(|e| e.to_string()),
-            Some("nested more than 32 levels deep".to_owned())
-        );
-        assert!(matches!(
-            parse_requirement("rich <<< 13"),
-            Err(BadRequirement::Syntax(_))
-        ));
+    fn parsed_requirements_meet_pyodides_markers() {
         let ok = parse_requirement("rich<13; python_version >= \"3.8\"").expect("parses");
-        assert_eq!(ok.name.to_string(), "rich");
         let dir = tempfile::tempdir().expect("a temporary directory");
         let resolver = offline_resolver(dir.path().to_owned());
         assert!(ok.evaluate_markers(&resolver.markers, &[]));
