@@ -129,20 +129,7 @@ impl Resolver {
         requirements: &[String],
         pins: &[String],
     ) -> Result<Vec<Dist>, ResolveError> {
-        let mut root = Vec::new();
-        for text in requirements.iter().chain(pins) {
-            let requirement =
-                parse_requirement(text).map_err(|e| ResolveError::InvalidRequirement {
-                    requirement: bounds::excerpt(text),
-                    reason: e.to_string(),
-                })?;
-            if matches!(requirement.version_or_url, Some(VersionOrUrl::Url(_))) {
-                return Err(ResolveError::DirectUrl {
-                    requirement: bounds::excerpt(text),
-                });
-            }
-            root.push(requirement);
-        }
+        let root = root_requirements(requirements, pins)?;
         if root.is_empty() {
             return Ok(Vec::new());
         }
@@ -156,58 +143,9 @@ impl Resolver {
             root,
             cancel,
         );
-        tokio::task::spawn_blocking(move || {
-            let outcome = pubgrub::resolve(&provider, Pkg::Root, root_version());
-            match outcome {
-                Ok(selected) => {
-                    let mut dists: Vec<Dist> = selected
-                        .into_iter()
-                        .filter_map(|(pkg, version)| match pkg {
-                            Pkg::Name(name) => {
-                                provider.versions(&name).dists.get(&version).cloned()
-                            }
-                            Pkg::Root | Pkg::Extra(..) => None,
-                        })
-                        .collect();
-                    dists.sort_by(|a, b| a.name.cmp(&b.name));
-                    Ok(dists)
-                }
-                Err(PubGrubError::NoSolution(mut tree)) => {
-                    // The "no version in …" steps are the gaps between releases the solver
-                    // walked through; the notes say what matters about missing versions.
-                    tree.collapse_no_versions();
-                    let mut notes: Vec<String> = Vec::new();
-                    let mut packages: Vec<&Pkg> = tree.packages().into_iter().collect();
-                    packages.sort();
-                    for pkg in packages {
-                        if let Pkg::Name(name) = pkg {
-                            if let Some(v) = provider.known_versions(name) {
-                                notes.extend(v.notes.iter().cloned());
-                                if v.notes.is_empty() {
-                                    notes.extend(no_match_note(name, &v, provider.root()));
-                                }
-                            }
-                        }
-                    }
-                    simplify(&mut tree, &provider);
-                    let report = plain_words(&DefaultStringReporter::report(&tree));
-                    // A report without a derivation is a bare requirement: say it fails.
-                    notes.push(if report.starts_with("Because") {
-                        report
-                    } else {
-                        format!("{report}, which cannot be installed")
-                    });
-                    Err(ResolveError::NoSolution(notes.join("\n")))
-                }
-                Err(PubGrubError::ErrorInShouldCancel(ProviderError::Cancelled))
-                | Err(PubGrubError::ErrorChoosingVersion { .. })
-                | Err(PubGrubError::ErrorRetrievingDependencies { .. }) => {
-                    Err(ResolveError::Cancelled)
-                }
-            }
-        })
-        .await
-        .map_err(ResolveError::Panicked)?
+        tokio::task::spawn_blocking(move || solve(&provider))
+            .await
+            .map_err(ResolveError::Panicked)?
     }
 
     /// Downloads the files of `dists` ([`MAX_CONCURRENT_DOWNLOADS`] at once; cached ones are
@@ -235,6 +173,93 @@ impl Resolver {
         .try_collect()
         .await
     }
+}
+
+/// The root of a resolution: `requirements` then `pins`, each parsed under the bounds.
+///
+/// Errors: the first that does not parse ([`ResolveError::InvalidRequirement`]) or is a
+/// direct URL ([`ResolveError::DirectUrl`]), quoted in excerpt.
+fn root_requirements(
+    requirements: &[String],
+    pins: &[String],
+) -> Result<Vec<Requirement>, ResolveError> {
+    let mut root = Vec::new();
+    for text in requirements.iter().chain(pins) {
+        let requirement =
+            parse_requirement(text).map_err(|e| ResolveError::InvalidRequirement {
+                requirement: bounds::excerpt(text),
+                reason: e.to_string(),
+            })?;
+        if matches!(requirement.version_or_url, Some(VersionOrUrl::Url(_))) {
+            return Err(ResolveError::DirectUrl {
+                requirement: bounds::excerpt(text),
+            });
+        }
+        root.push(requirement);
+    }
+    Ok(root)
+}
+
+/// Runs `pubgrub` over `provider` (blocking: each answer may wait for the network) and puts
+/// its outcome in our terms.
+///
+/// Errors: a conflict ([`ResolveError::NoSolution`], see [`no_solution`]), or
+/// [`ResolveError::Cancelled`] when the provider stopped (its only error).
+fn solve(provider: &Provider) -> Result<Vec<Dist>, ResolveError> {
+    match pubgrub::resolve(provider, Pkg::Root, root_version()) {
+        Ok(selected) => Ok(chosen_dists(provider, selected)),
+        Err(PubGrubError::NoSolution(tree)) => Err(no_solution(tree, provider)),
+        Err(PubGrubError::ErrorInShouldCancel(ProviderError::Cancelled))
+        | Err(PubGrubError::ErrorChoosingVersion { .. })
+        | Err(PubGrubError::ErrorRetrievingDependencies { .. }) => Err(ResolveError::Cancelled),
+    }
+}
+
+/// The distributions of the packages `pubgrub` selected (extras and the root are not
+/// packages of their own), sorted by name.
+fn chosen_dists(
+    provider: &Provider,
+    selected: pubgrub::SelectedDependencies<Provider>,
+) -> Vec<Dist> {
+    let mut dists: Vec<Dist> = selected
+        .into_iter()
+        .filter_map(|(pkg, version)| match pkg {
+            Pkg::Name(name) => provider.versions(&name).dists.get(&version).cloned(),
+            Pkg::Root | Pkg::Extra(..) => None,
+        })
+        .collect();
+    dists.sort_by(|a, b| a.name.cmp(&b.name));
+    dists
+}
+
+/// A conflict in words: the notes on missing versions of the packages involved, then
+/// `pubgrub`'s derivation over the versions that exist, with the root put in words.
+fn no_solution(mut tree: Tree, provider: &Provider) -> ResolveError {
+    // The "no version in …" steps are the gaps between releases the solver walked through;
+    // the notes say what matters about missing versions.
+    tree.collapse_no_versions();
+    let mut notes: Vec<String> = Vec::new();
+    let mut packages: Vec<&Pkg> = tree.packages().into_iter().collect();
+    packages.sort();
+    for pkg in packages {
+        if let Pkg::Name(name) = pkg {
+            if let Some(v) = provider.known_versions(name) {
+                notes.extend(v.notes.iter().cloned());
+                if v.notes.is_empty() {
+                    notes.extend(no_match_note(name, &v, provider.root()));
+                }
+            }
+        }
+    }
+    simplify(&mut tree, provider);
+    let report = plain_words(&DefaultStringReporter::report(&tree));
+    // A report without a derivation is a bare requirement: say it fails.
+    notes.push(if report.starts_with("Because") {
+        report
+    } else {
+        format!("{report}, which cannot be installed")
+    });
+    ResolveError::NoSolution(notes.join("\n"))
 }
 
 /// Finds requirements of the root that contradict each other outright (the first
