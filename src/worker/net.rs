@@ -221,11 +221,37 @@ impl NetPolicy {
         }
     }
 
+    /// [`NetPolicy::fetch`] with the refusal or failure as a value: the request is checked
+    /// ([`NetPolicy::check`]), sent, and its answer read under the limit
+    /// ([`NetPolicy::read_response`]).
+    ///
+    /// Errors: the first [`NetError`] met, in that order.
     async fn try_fetch(
         &self,
         request: &FetchRequest,
         body: Vec<u8>,
     ) -> Result<(FetchResponse, Vec<u8>), NetError> {
+        let checked = self.check(request, body.len())?;
+        let mut builder = self
+            .client()
+            .request(checked.method, checked.url)
+            .headers(checked.headers);
+        if !body.is_empty() {
+            builder = builder.body(body);
+        }
+        let resp = builder
+            .send()
+            .await
+            .map_err(|source| NetError::Http { source })?;
+        self.read_response(resp).await
+    }
+
+    /// Checks `request` (with a body of `body_len` bytes) against the policy before anything
+    /// is sent: an `http`/`https` URL whose host is allowed, a method HTTP accepts and the
+    /// Fetch standard does not forbid, headers user code may set, a body within the limit.
+    ///
+    /// Errors: the first check failed, in that order.
+    fn check(&self, request: &FetchRequest, body_len: usize) -> Result<Checked, NetError> {
         let url = match reqwest::Url::parse(&request.url) {
             Ok(u) if u.scheme() == "http" || u.scheme() == "https" => u,
             _ => return Err(NetError::BadUrl(request.url.clone())),
@@ -244,28 +270,32 @@ impl NetPolicy {
             return Err(NetError::ForbiddenMethod(request.method.clone()));
         }
         let headers = request_headers(&request.headers)?;
-        if body.len() > self.max_bytes {
+        if body_len > self.max_bytes {
             return Err(NetError::RequestTooLarge {
                 limit: self.max_bytes,
             });
         }
-        let mut builder = self.client().request(method, url).headers(headers);
-        if !body.is_empty() {
-            builder = builder.body(body);
-        }
-        let mut resp = builder
-            .send()
-            .await
-            .map_err(|source| NetError::Http { source })?;
-        let too_large = NetError::ResponseTooLarge {
-            limit: self.max_bytes,
-        };
+        Ok(Checked {
+            url,
+            method,
+            headers,
+        })
+    }
+
+    /// The metadata and body of `resp`, refused before reading when the length it announces
+    /// is over the limit (see [`NetPolicy::read_body`] for the body).
+    ///
+    /// Errors: [`NetError::ResponseTooLarge`], or reading failed ([`NetError::Http`]).
+    async fn read_response(
+        &self,
+        resp: reqwest::Response,
+    ) -> Result<(FetchResponse, Vec<u8>), NetError> {
         // Refuse before reading anything when the announced length is already over.
         if resp
             .content_length()
             .is_some_and(|n| n > self.max_bytes as u64)
         {
-            return Err(too_large);
+            return Err(self.response_too_large());
         }
         let status = resp.status();
         let headers: Vec<(String, String)> = resp
@@ -279,6 +309,22 @@ impl NetPolicy {
             })
             .collect();
         let final_url = resp.url().to_string();
+        let bytes = self.read_body(resp).await?;
+        let meta = FetchResponse::Ok {
+            status: status.as_u16(),
+            status_text: status.canonical_reason().unwrap_or("").to_owned(),
+            headers,
+            url: final_url,
+            redirected: false,
+        };
+        Ok((meta, bytes))
+    }
+
+    /// The body of `resp`, read chunk by chunk and given up as soon as it passes the limit,
+    /// so that the front never holds more than the limit of it.
+    ///
+    /// Errors: [`NetError::ResponseTooLarge`], or reading failed ([`NetError::Http`]).
+    async fn read_body(&self, mut resp: reqwest::Response) -> Result<Vec<u8>, NetError> {
         let mut bytes: Vec<u8> = Vec::new();
         while let Some(chunk) = resp
             .chunk()
@@ -288,7 +334,7 @@ impl NetPolicy {
             let total = bytes.len().saturating_add(chunk.len());
             if total > self.max_bytes {
                 // Dropping `resp` closes the connection: the rest is never read.
-                return Err(too_large);
+                return Err(self.response_too_large());
             }
             // Grow by doubling but never past the limit, so the buffer stays within it.
             if total > bytes.capacity() {
@@ -299,15 +345,26 @@ impl NetPolicy {
             }
             bytes.extend_from_slice(&chunk);
         }
-        let meta = FetchResponse::Ok {
-            status: status.as_u16(),
-            status_text: status.canonical_reason().unwrap_or("").to_owned(),
-            headers,
-            url: final_url,
-            redirected: false,
-        };
-        Ok((meta, bytes))
+        Ok(bytes)
     }
+
+    /// The refusal of a response over the limit.
+    fn response_too_large(&self) -> NetError {
+        NetError::ResponseTooLarge {
+            limit: self.max_bytes,
+        }
+    }
+}
+
+/// A request of user code that passed [`NetPolicy::check`]: what is sent (the body travels
+/// beside it).
+struct Checked {
+    /// An `http` or `https` URL whose host the policy allows.
+    url: reqwest::Url,
+    /// Neither of [`FORBIDDEN_METHODS`].
+    method: reqwest::Method,
+    /// None of [`FORBIDDEN_REQUEST_HEADERS`].
+    headers: HeaderMap,
 }
 
 /// The request headers user code asked for, checked: none of [`FORBIDDEN_REQUEST_HEADERS`]
