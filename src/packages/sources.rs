@@ -153,7 +153,7 @@ impl Sources {
     async fn project(&self, name: &PackageName, notes: &mut Vec<String>) -> Option<Project> {
         match self.fetcher.project(&self.index_url, name.as_ref()).await {
             Ok(project) => Some(project),
-            Err(FetchError::NotFound(_)) => {
+            Err(FetchError::NotFound { .. }) => {
                 if self.lock.get(name).is_none() {
                     notes.push(format!("{name}: no such package on the index"));
                 }
