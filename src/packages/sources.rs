@@ -87,6 +87,21 @@ pub enum SourceError {
     },
 }
 
+/// Why a lock file's package file cannot be had (the end of a resolver note: "Pyodide's build
+/// of … cannot be fetched: …").
+#[derive(Debug, Error)]
+enum LockFileMissing {
+    /// The packages URL failed less than [`PACKAGES_URL_RETRY`] ago; it is not asked again yet.
+    #[error("the packages URL {packages_url} could not be reached recently")]
+    PackagesUrlDown { packages_url: String },
+    /// The packages URL answered, without the file.
+    #[error("{url} is not there")]
+    Absent { url: String },
+    /// Asking the packages URL failed.
+    #[error(transparent)]
+    Fetch(FetchError),
+}
+
 /// The three sources, the cache behind them, and what is known about the packages URL.
 pub struct Sources {
     lock: Arc<Lockfile>,
@@ -262,20 +277,23 @@ impl Sources {
     }
 
     /// Whether a lock file's package file can be had: cached, or present at the packages URL.
-    /// Errors: why not, in words.
-    async fn lock_file_available(&self, url: &str, sha256: &str) -> Result<(), String> {
+    ///
+    /// Errors: why not ([`LockFileMissing`]); a network error also marks the packages URL
+    /// down for [`PACKAGES_URL_RETRY`].
+    async fn lock_file_available(&self, url: &str, sha256: &str) -> Result<(), LockFileMissing> {
         if self.fetcher.cache().contains(sha256) {
             return Ok(());
         }
         if self.packages_url_down() {
-            return Err(format!(
-                "the packages URL {} could not be reached recently",
-                self.packages_url
-            ));
+            return Err(LockFileMissing::PackagesUrlDown {
+                packages_url: self.packages_url.clone(),
+            });
         }
         match self.fetcher.exists(url).await {
             Ok(true) => Ok(()),
-            Ok(false) => Err(format!("{url} is not there")),
+            Ok(false) => Err(LockFileMissing::Absent {
+                url: url.to_owned(),
+            }),
             Err(e) => {
                 if matches!(e, FetchError::Network { .. }) {
                     tracing::info!("packages URL unreachable, using the index alone: {e}");
@@ -284,7 +302,7 @@ impl Sources {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
                 }
-                Err(e.to_string())
+                Err(LockFileMissing::Fetch(e))
             }
         }
     }
