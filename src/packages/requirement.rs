@@ -7,7 +7,7 @@
 //! import each other.
 
 use super::bounds;
-use pep508_rs::Requirement;
+use pep508_rs::{Pep508ErrorSource, Requirement};
 use std::str::FromStr;
 use thiserror::Error;
 
@@ -17,9 +17,10 @@ pub enum BadRequirement {
     /// Over a bound of [`bounds::check_requirement`]; never handed to the parser.
     #[error(transparent)]
     Bounds(#[from] bounds::BoundsError),
-    /// The parser's message.
-    #[error("{0}")]
-    Syntax(String),
+    /// The parser's message (without the text it quotes and underlines, since the caller
+    /// quotes the requirement in excerpt itself).
+    #[error(transparent)]
+    Syntax(Pep508ErrorSource),
 }
 
 /// Parses one PEP 508 requirement from untrusted text (user code, `--deps`, a wheel's
@@ -29,7 +30,7 @@ pub enum BadRequirement {
 /// Errors: the bound broken, or the parser's message.
 pub fn parse_requirement(text: &str) -> Result<Requirement, BadRequirement> {
     bounds::check_requirement(text)?;
-    Requirement::from_str(text).map_err(|e| BadRequirement::Syntax(e.message.to_string()))
+    Requirement::from_str(text).map_err(|e| BadRequirement::Syntax(e.message))
 }
 
 #[cfg(test)]
@@ -49,10 +50,12 @@ mod tests {
                 .map(|e| e.to_string()),
             Some("nested more than 32 levels deep".to_owned())
         );
-        assert!(matches!(
-            parse_requirement("rich <<< 13"),
-            Err(BadRequirement::Syntax(_))
-        ));
+        let Err(syntax) = parse_requirement("rich <<< 13") else {
+            panic!("expected a syntax error");
+        };
+        assert!(matches!(syntax, BadRequirement::Syntax(_)));
+        // The parser's message alone, not its quote of the text underlined.
+        assert!(!syntax.to_string().contains('\n'), "{syntax}");
         let ok = parse_requirement("rich<13; python_version >= \"3.8\"").expect("parses");
         assert_eq!(ok.name.to_string(), "rich");
     }
