@@ -11,7 +11,7 @@
 
 use super::bounds;
 use super::provider::{root_version, specifier_range, Pkg, Provider, ProviderError, ROOT_NAME};
-use super::requirement::parse_requirement;
+use super::requirement::{parse_requirement, BadRequirement};
 use super::sources::{Dist, Origin, SourceError, Sources};
 use super::wheel::target;
 use futures::{StreamExt, TryStreamExt};
@@ -28,8 +28,14 @@ pub const MAX_CONCURRENT_DOWNLOADS: usize = 4;
 /// Why a call's requirements could not be installed; every variant names the package.
 #[derive(Debug, Error)]
 pub enum ResolveError {
+    /// A requirement (quoted in excerpt, [`bounds::excerpt`]) that does not parse.
     #[error("{requirement}: invalid requirement: {reason}")]
-    InvalidRequirement { requirement: String, reason: String },
+    InvalidRequirement {
+        requirement: String,
+        /// Not a `#[source]`: the message already ends with its words, and `packages
+        /// download` prints each source on a line of its own, which would repeat them.
+        reason: BadRequirement,
+    },
     #[error("{requirement}: direct URL requirements are not supported")]
     DirectUrl { requirement: String },
     /// No set of versions meets every requirement: the notes on missing versions, then
@@ -186,9 +192,9 @@ fn root_requirements(
     let mut root = Vec::new();
     for text in requirements.iter().chain(pins) {
         let requirement =
-            parse_requirement(text).map_err(|e| ResolveError::InvalidRequirement {
+            parse_requirement(text).map_err(|reason| ResolveError::InvalidRequirement {
                 requirement: bounds::excerpt(text),
-                reason: e.to_string(),
+                reason,
             })?;
         if matches!(requirement.version_or_url, Some(VersionOrUrl::Url(_))) {
             return Err(ResolveError::DirectUrl {
@@ -609,7 +615,7 @@ mod tests {
             panic!("expected an invalid requirement, got {outcome:?}");
         };
         assert_eq!(
-            reason,
+            reason.to_string(),
             format!("longer than 4096 bytes ({} bytes)", nested(3000).len())
         );
         assert!(requirement.len() < 120, "{requirement}");
