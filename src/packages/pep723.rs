@@ -24,7 +24,7 @@ pub enum Pep723Error {
     /// rather than a source.
     #[error("the `# /// script` block is {0}")]
     Bounds(BoundsError),
-    /// `dependencies` has more than [`MAX_SCRIPT_DEPENDENCIES`] entries.
+    /// `dependencies` has `count` entries, more than `limit` ([`MAX_SCRIPT_DEPENDENCIES`]).
     #[error("`dependencies` in the `# /// script` block lists {count} requirements, more than the limit of {limit}")]
     TooManyDependencies { count: usize, limit: usize },
 }
@@ -38,7 +38,8 @@ pub enum Pep723Error {
 ///
 /// Errors: see [`Pep723Error`]; the block is checked against [`bounds::check_script_toml`]
 /// before it is parsed, and `dependencies` against [`MAX_SCRIPT_DEPENDENCIES`]. Each
-/// requirement is bounded later, where it is parsed (the resolver).
+/// requirement is bounded later, where it is parsed ([`super::requirement::parse_requirement`],
+/// called by the resolver).
 pub fn script_dependencies(code: &str) -> Result<Option<Vec<String>>, Pep723Error> {
     let lines: Vec<&str> = code.lines().collect();
     let mut found: Option<String> = None;
@@ -191,7 +192,7 @@ mod tests {
 
     #[test]
     fn a_nested_marker_is_just_a_string_here() {
-        // The requirement itself is bounded where it is parsed (resolver); TOML only sees a
+        // The requirement itself is bounded where it is parsed (requirement.rs); TOML only sees a
         // string, and nesting inside strings does not count.
         let requirement = format!(
             "a ; {}python_version > \"3\"{}",
