@@ -77,11 +77,17 @@ pub enum NetworkReason {
 /// One file of a release, as the JSON API describes it.
 #[derive(Debug, Clone, Deserialize)]
 pub struct IndexFile {
+    /// The file's name (a wheel's is checked with `WheelName::parse` before use).
     pub filename: String,
+    /// Where to download it; made absolute against the JSON document's URL
+    /// ([`Fetcher::project`]).
     pub url: String,
+    /// Its digests.
     pub digests: Digests,
+    /// Whether the release was yanked (PEP 592); yanked files are not installed.
     #[serde(default)]
     pub yanked: bool,
+    /// The file's `Requires-Python` (PEP 440 specifiers, unparsed), if any.
     #[serde(default)]
     pub requires_python: Option<String>,
 }
@@ -89,12 +95,14 @@ pub struct IndexFile {
 /// File digests; we use SHA-256.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Digests {
+    /// Hex SHA-256, as the index sends it (checked with `is_sha256` before use).
     pub sha256: String,
 }
 
 /// A project's releases: version text → files.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Project {
+    /// Version text (PEP 440, unparsed) → the files of that release.
     #[serde(default)]
     pub releases: HashMap<String, Vec<IndexFile>>,
 }
@@ -119,6 +127,8 @@ impl Fetcher {
         }
     }
 
+    /// The HTTP client, made on first use. A builder that fails (no TLS backend) falls back to
+    /// reqwest's default client rather than failing every download.
     fn client(&self) -> &reqwest::Client {
         self.client.get_or_init(|| {
             reqwest::Client::builder()
@@ -254,6 +264,8 @@ impl Fetcher {
         }
     }
 
+    /// Puts `headers` in the metadata cache under `sha256`; a failure is logged, not fatal:
+    /// the metadata can be read again.
     fn remember_metadata(&self, sha256: &str, headers: &str) {
         if let Err(e) = self.cache.put_metadata(sha256, headers) {
             tracing::warn!("cannot write the metadata cache: {e}");
@@ -261,7 +273,9 @@ impl Fetcher {
     }
 
     /// The file at `url` whose SHA-256 must be `sha256`: from the cache when present (no
-    /// network I/O), else downloaded, verified and cached.
+    /// network I/O), else downloaded (at most [`MAX_FILE_BYTES`]), verified and cached.
+    ///
+    /// Errors: the download's, or [`FetchError::HashMismatch`].
     pub async fn download(&self, url: &str, sha256: &str) -> Result<Vec<u8>, FetchError> {
         if let Some(bytes) = self.cache.get(sha256) {
             crate::metrics::package_file(true);
@@ -283,8 +297,12 @@ impl Fetcher {
         Ok(bytes)
     }
 
-    /// The JSON API answer for `project` under `index_url`: a cached answer younger than an
-    /// hour, else a fresh one; a stale cached answer when the index cannot be reached.
+    /// The JSON API answer for `project` under `index_url`: a cached answer younger than
+    /// [`INDEX_MAX_AGE`], else a fresh one; a stale cached answer when the index cannot be
+    /// reached (or offline).
+    ///
+    /// Errors: [`FetchError::NotFound`] for an unknown project, the download's error when no
+    /// answer is cached, or an answer that is not the JSON API's.
     pub async fn project(&self, index_url: &str, project: &str) -> Result<Project, FetchError> {
         let fresh = if self.offline {
             None

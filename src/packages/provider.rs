@@ -93,10 +93,14 @@ enum Unavailable {
 /// Answers `pubgrub` for one resolution.
 pub struct Provider {
     sources: Arc<Sources>,
+    /// The runtime the answers are fetched on, from the solver's blocking thread.
     handle: tokio::runtime::Handle,
+    /// Pyodide's, for the requirements' markers.
     markers: MarkerEnvironment,
     root: Vec<Requirement>,
+    /// Each package's versions, asked once.
     versions: Mutex<HashMap<PackageName, Arc<Versions>>>,
+    /// Each version's requirements (or why they cannot be had), read once.
     requires: Mutex<HashMap<(PackageName, Version), Requires>>,
     /// How many versions of each package have had their metadata read.
     tried: Mutex<HashMap<PackageName, usize>>,
@@ -277,11 +281,14 @@ impl Provider {
         Ok(out)
     }
 
+    /// Whether the resolution was stopped (see `CancelOnDrop` in the resolver).
     fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
     }
 }
 
+/// Locks `m`, even poisoned: its maps only memoize answers, and a panic while one was held
+/// leaves them consistent.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -36,16 +36,20 @@ pub enum ResolveError {
         /// download` prints each source on a line of its own, which would repeat them.
         reason: BadRequirement,
     },
+    /// A PEP 508 `name @ url` requirement (quoted in excerpt).
     #[error("{requirement}: direct URL requirements are not supported")]
     DirectUrl { requirement: String },
     /// No set of versions meets every requirement: the notes on missing versions, then
     /// pubgrub's derivation in words.
     #[error("{0}")]
     NoSolution(String),
+    /// A chosen version's metadata or file could not be had.
     #[error(transparent)]
     Source(#[from] SourceError),
+    /// The call went away, or its install deadline passed, while resolving.
     #[error("resolving was stopped")]
     Cancelled,
+    /// The solver's thread panicked.
     #[error("the resolver failed")]
     Panicked(#[source] tokio::task::JoinError),
 }
@@ -59,7 +63,9 @@ pub struct Planned {
     pub version: String,
     /// How the worker installs it: [`Origin::Lock`] by name, the others by path.
     pub origin: Origin,
+    /// The wheel's file name (a plain name: checked where it is written to disk).
     pub file_name: String,
+    /// The file's bytes, shared with whoever else holds this plan.
     pub bytes: Arc<Vec<u8>>,
 }
 
@@ -330,6 +336,8 @@ fn allowed(req: &Requirement) -> Ranges<Version> {
     specifier_range(req).unwrap_or_else(Ranges::full)
 }
 
+/// `pubgrub`'s account of a conflict, over our packages and with `String` reasons (see
+/// `Provider::get_dependencies`).
 type Tree = pubgrub::DerivationTree<Pkg, Ranges<Version>, String>;
 
 /// Rewrites every range in the report's tree over the versions that exist: `pubgrub` knows

@@ -42,7 +42,9 @@ pub enum Origin {
 /// One version of one package, and the file that provides it.
 #[derive(Debug, Clone)]
 pub struct Dist {
+    /// The package (PEP 503 normalized).
     pub name: PackageName,
+    /// The version this file provides.
     pub version: Version,
     /// The wheel's file name (checked to parse as one).
     pub file_name: String,
@@ -50,6 +52,7 @@ pub struct Dist {
     pub url: String,
     /// Hex SHA-256 of the file (64 hex digits, checked).
     pub sha256: String,
+    /// Which source offers the file.
     pub origin: Origin,
     /// For [`Origin::Lock`]: the lock file's `depends`, which Pyodide loads with the package
     /// (they include shared libraries that no `Requires-Dist` names).
@@ -62,6 +65,7 @@ pub struct Dist {
 /// The versions of one package that can be installed, newest last.
 #[derive(Debug, Default)]
 pub struct Versions {
+    /// Each installable version and the one file chosen for it.
     pub dists: BTreeMap<Version, Dist>,
     /// The version the lock file (a mirror's, else Pyodide's) ships, tried first when allowed.
     pub preferred: Option<Version>,
@@ -72,6 +76,7 @@ pub struct Versions {
 /// Why a distribution's metadata or file could not be had.
 #[derive(Debug, Error)]
 pub enum SourceError {
+    /// The file (or, for metadata, the wheel) could not be downloaded or did not match.
     #[error("{name} {version}: {source}")]
     Fetch {
         name: String,
@@ -79,6 +84,7 @@ pub enum SourceError {
         #[source]
         source: FetchError,
     },
+    /// Neither a `.metadata` file nor the wheel gave readable core metadata.
     #[error("{name} {version}: no readable metadata in {file_name}")]
     NoMetadata {
         name: String,
@@ -307,6 +313,7 @@ impl Sources {
         }
     }
 
+    /// Whether the packages URL failed less than [`PACKAGES_URL_RETRY`] ago.
     fn packages_url_down(&self) -> bool {
         let guard = self
             .packages_url_down_since

@@ -86,13 +86,14 @@ pub enum FetchResponse {
 }
 
 /// Why a fetch of user code was refused or failed; its text (with its sources) is what user
-/// code sees as the network error.
+/// code sees as the network error. So a variant has a `#[source]` only when its words are
+/// meant to follow: the URL's and the method's parse errors are left out on purpose.
 #[derive(Debug, Error)]
 pub enum NetError {
     /// Not an absolute `http`/`https` URL.
     #[error("unsupported URL {0} (only absolute http and https URLs)")]
     BadUrl(String),
-    /// The URL's host is not named with `--allow-net`.
+    /// The URL's host, `host`, is not named with `--allow-net`.
     #[error("network access to {host} is not allowed in the sandbox (the server admits hosts named with --allow-net)")]
     NotAllowed { host: String },
     /// Not an HTTP method token.
@@ -104,14 +105,14 @@ pub enum NetError {
     /// A header of [`FORBIDDEN_REQUEST_HEADERS`].
     #[error("the header {0} cannot be set by user code")]
     ForbiddenHeader(String),
-    /// A header name HTTP does not allow.
+    /// A header name HTTP does not allow (`name` as user code wrote it).
     #[error("invalid header name {name:?}")]
     BadHeaderName {
         name: String,
         #[source]
         source: InvalidHeaderName,
     },
-    /// A header value HTTP does not allow (e.g. with a line break).
+    /// A header value HTTP does not allow (e.g. with a line break); the value is not quoted.
     #[error("invalid value for header {name}")]
     BadHeaderValue {
         name: String,
@@ -173,6 +174,8 @@ impl NetPolicy {
         }
     }
 
+    /// The HTTP client, made on first use; it follows no redirects. A builder that fails (no
+    /// TLS backend) falls back to reqwest's default client.
     fn client(&self) -> &reqwest::Client {
         self.client.get_or_init(|| {
             reqwest::Client::builder()
@@ -191,6 +194,9 @@ impl NetPolicy {
         self.max_bytes
     }
 
+    /// Whether `url`'s host is allowed: named alone (any port) or as `host:port` with the
+    /// URL's port (the scheme's default when it names none). IPv6 hosts are compared without
+    /// their brackets.
     fn allows(&self, url: &reqwest::Url) -> bool {
         let Some(host) = url
             .host_str()
@@ -198,6 +204,8 @@ impl NetPolicy {
         else {
             return false;
         };
+        // `http` and `https` always have a default port; were there none, port 0 matches no
+        // `host:port` anyone would allow.
         let port = url.port_or_known_default().unwrap_or(0);
         self.allowed
             .iter()
