@@ -60,6 +60,11 @@ pub enum ProviderError {
 /// How many older versions' metadata is read ahead at once while backtracking (count).
 const PREFETCH_VERSIONS: usize = 8;
 
+/// The try of a package's versions from which older ones are read ahead (the count of its
+/// versions whose metadata was asked for): the second, since a package whose first choice
+/// holds never needs another.
+const PREFETCH_FROM_TRY: usize = 2;
+
 /// What a version requires, or why that cannot be known (shown in conflict reports).
 type Requires = Result<Arc<Vec<Requirement>>, Unavailable>;
 
@@ -187,7 +192,9 @@ impl Provider {
             *n += 1;
             *n
         };
-        if tried < 2 || (tried - 2) % PREFETCH_VERSIONS != 0 {
+        if tried < PREFETCH_FROM_TRY
+            || !(tried - PREFETCH_FROM_TRY).is_multiple_of(PREFETCH_VERSIONS)
+        {
             return;
         }
         for dist in versions

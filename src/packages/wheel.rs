@@ -48,6 +48,7 @@ impl WheelName {
         if parts.len() != PARTS && parts.len() != PARTS_WITH_BUILD {
             return None;
         }
+        // The three tags are always the last parts, whether or not a build tag comes before.
         let n = parts.len();
         let split = |s: &str| s.split('.').map(str::to_owned).collect::<Vec<_>>();
         Some(WheelName {
