@@ -150,104 +150,152 @@ fn marker_comparisons(text: &str) -> usize {
 /// per dot to the bracket it sits in; a dot in a value (`1.5`) is counted too, which can only
 /// overcount.
 fn toml_depth_exceeds(text: &str, limit: usize) -> bool {
-    #[derive(Clone, Copy, PartialEq)]
-    enum State {
-        Normal,
-        Comment,
-        Basic,
-        Literal,
-        MultiBasic,
-        MultiLiteral,
-    }
     let bytes = text.as_bytes();
-    let mut state = State::Normal;
-    // Levels contributed by each open bracket (1 plus the dots of the key before it), whose sum
-    // is `depth`; bounded by `limit`, so the stack is small.
-    let mut open: Vec<usize> = Vec::new();
-    let mut depth = 0usize;
-    // Dots of the key being read (since the last `=`, `,`, newline or bracket).
-    let mut dots = 0usize;
+    let mut scan = TomlScan::default();
     let mut i = 0;
     while i < bytes.len() {
-        let b = bytes[i];
-        let rest = &bytes[i..];
-        match state {
-            State::Normal => match b {
-                b'#' => state = State::Comment,
-                b'"' if rest.starts_with(b"\"\"\"") => {
-                    state = State::MultiBasic;
-                    i += 2;
-                }
-                b'"' => state = State::Basic,
-                b'\'' if rest.starts_with(b"'''") => {
-                    state = State::MultiLiteral;
-                    i += 2;
-                }
-                b'\'' => state = State::Literal,
-                b'[' | b'{' => {
-                    let levels = 1 + dots;
-                    open.push(levels);
-                    depth += levels;
-                    dots = 0;
-                }
-                b']' | b'}' => {
-                    depth -= open.pop().unwrap_or(0);
-                    dots = 0;
-                }
-                b'.' => dots += 1,
-                b'=' | b',' | b'\n' => dots = 0,
-                _ => {}
-            },
-            State::Comment => {
-                if b == b'\n' {
-                    state = State::Normal;
-                    dots = 0;
-                }
-            }
-            State::Basic => match b {
-                // An escape hides the next byte (`\"` does not end the string).
-                b'\\' => i += 1,
-                // A single-line string cannot span lines; the parser reports it there.
-                b'"' | b'\n' => state = State::Normal,
-                _ => {}
-            },
-            State::Literal => {
-                if b == b'\'' || b == b'\n' {
-                    state = State::Normal;
-                }
-            }
-            State::MultiBasic => match b {
-                b'\\' => i += 1,
-                b'"' if rest.starts_with(b"\"\"\"") => {
-                    state = State::Normal;
-                    // Up to two more quotes belong to the content (`""""` ends after 4).
-                    i += 2;
-                    for _ in 0..2 {
-                        if bytes.get(i + 1) == Some(&b'"') {
-                            i += 1;
-                        }
-                    }
-                }
-                _ => {}
-            },
-            State::MultiLiteral => {
-                if rest.starts_with(b"'''") {
-                    state = State::Normal;
-                    i += 2;
-                    for _ in 0..2 {
-                        if bytes.get(i + 1) == Some(&b'\'') {
-                            i += 1;
-                        }
-                    }
-                }
-            }
-        }
-        if depth + dots > limit {
+        i += scan.step(bytes, i);
+        if scan.depth + scan.dots > limit {
             return true;
         }
         i += 1;
     }
     false
+}
+
+/// The delimiter of a multi-line basic string (TOML).
+const MULTI_BASIC_DELIMITER: &[u8] = b"\"\"\"";
+/// The delimiter of a multi-line literal string (TOML).
+const MULTI_LITERAL_DELIMITER: &[u8] = b"'''";
+/// Quotes right before a multi-line string's closing delimiter that TOML counts as content
+/// (`""""` is a quote, then the delimiter); at most two, or they would close it themselves.
+const MAX_QUOTES_BEFORE_CLOSING: usize = 2;
+
+/// Where the scan of [`toml_depth_exceeds`] stands: outside strings, or inside which kind.
+#[derive(Clone, Copy, PartialEq, Default)]
+enum TomlState {
+    /// Keys, values and brackets: where nesting counts.
+    #[default]
+    Normal,
+    /// After `#`, to the end of the line.
+    Comment,
+    /// In `"…"` (with `\` escapes).
+    Basic,
+    /// In `'…'` (no escapes).
+    Literal,
+    /// In `"""…"""` (with `\` escapes).
+    MultiBasic,
+    /// In `'''…'''` (no escapes).
+    MultiLiteral,
+}
+
+/// The nesting of the TOML read so far by [`toml_depth_exceeds`].
+#[derive(Default)]
+struct TomlScan {
+    state: TomlState,
+    /// Levels contributed by each open bracket (1 plus the dots of the key before it), whose
+    /// sum is `depth`; bounded by the limit, so the stack is small.
+    open: Vec<usize>,
+    depth: usize,
+    /// Dots of the key being read (since the last `=`, `,`, newline or bracket).
+    dots: usize,
+}
+
+impl TomlScan {
+    /// Reads the byte at `at` of `bytes`; returns how many bytes after it were read with it
+    /// (an escaped byte, the rest of a multi-line delimiter), which the caller skips.
+    fn step(&mut self, bytes: &[u8], at: usize) -> usize {
+        let b = bytes[at];
+        let rest = &bytes[at..];
+        match self.state {
+            TomlState::Normal => self.normal(b, rest),
+            TomlState::Comment => {
+                if b == b'\n' {
+                    self.state = TomlState::Normal;
+                    self.dots = 0;
+                }
+                0
+            }
+            TomlState::Basic => match b {
+                // An escape hides the next byte (`\"` does not end the string).
+                b'\\' => 1,
+                // A single-line string cannot span lines; the parser reports it there.
+                b'"' | b'\n' => {
+                    self.state = TomlState::Normal;
+                    0
+                }
+                _ => 0,
+            },
+            TomlState::Literal => {
+                if b == b'\'' || b == b'\n' {
+                    self.state = TomlState::Normal;
+                }
+                0
+            }
+            TomlState::MultiBasic => match b {
+                b'\\' => 1,
+                b'"' if rest.starts_with(MULTI_BASIC_DELIMITER) => {
+                    self.close_multi_line(bytes, at, MULTI_BASIC_DELIMITER)
+                }
+                _ => 0,
+            },
+            TomlState::MultiLiteral => {
+                if rest.starts_with(MULTI_LITERAL_DELIMITER) {
+                    self.close_multi_line(bytes, at, MULTI_LITERAL_DELIMITER)
+                } else {
+                    0
+                }
+            }
+        }
+    }
+
+    /// Reads byte `b` outside strings and comments (`rest` starts with it): opens a string or
+    /// comment, opens or closes a bracket, or counts a key's dot. Returns the bytes read with
+    /// it (the rest of a multi-line delimiter).
+    fn normal(&mut self, b: u8, rest: &[u8]) -> usize {
+        match b {
+            b'#' => self.state = TomlState::Comment,
+            b'"' if rest.starts_with(MULTI_BASIC_DELIMITER) => {
+                self.state = TomlState::MultiBasic;
+                return MULTI_BASIC_DELIMITER.len() - 1;
+            }
+            b'"' => self.state = TomlState::Basic,
+            b'\'' if rest.starts_with(MULTI_LITERAL_DELIMITER) => {
+                self.state = TomlState::MultiLiteral;
+                return MULTI_LITERAL_DELIMITER.len() - 1;
+            }
+            b'\'' => self.state = TomlState::Literal,
+            b'[' | b'{' => {
+                let levels = 1 + self.dots;
+                self.open.push(levels);
+                self.depth += levels;
+                self.dots = 0;
+            }
+            b']' | b'}' => {
+                self.depth -= self.open.pop().unwrap_or(0);
+                self.dots = 0;
+            }
+            b'.' => self.dots += 1,
+            b'=' | b',' | b'\n' => self.dots = 0,
+            _ => {}
+        }
+        0
+    }
+
+    /// Ends a multi-line string whose closing `delimiter` starts at `at`; returns the bytes
+    /// read with its first one: the rest of the delimiter, and up to
+    /// [`MAX_QUOTES_BEFORE_CLOSING`] more quotes (`""""` ends after 4: the first quote is
+    /// content).
+    fn close_multi_line(&mut self, bytes: &[u8], at: usize, delimiter: &[u8]) -> usize {
+        self.state = TomlState::Normal;
+        let mut read = delimiter.len() - 1;
+        for _ in 0..MAX_QUOTES_BEFORE_CLOSING {
+            if bytes.get(at + read + 1) == Some(&delimiter[0]) {
+                read += 1;
+            }
+        }
+        read
+    }
 }
 
 #[cfg(test)]

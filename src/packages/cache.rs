@@ -18,6 +18,10 @@ pub struct Cache {
 /// Length of a SHA-256 digest in hex digits.
 const SHA256_HEX_LEN: usize = 64;
 
+/// Hex digits of an index URL's SHA-256 that name its directory under `index/`: 64 bits, enough
+/// to tell apart the few index URLs one machine uses, short enough to read in a listing.
+const INDEX_KEY_HEX_LEN: usize = 16;
+
 /// Whether `text` is a hex SHA-256 digest (and so safe as a file name).
 pub fn is_sha256(text: &str) -> bool {
     text.len() == SHA256_HEX_LEN && text.bytes().all(|b| b.is_ascii_hexdigit())
@@ -61,7 +65,8 @@ impl Cache {
         }
     }
 
-    /// Stores `bytes` under their SHA-256 (atomically: write then rename); returns the hash.
+    /// Stores `bytes` under their SHA-256 (atomically: write then rename); returns the hash
+    /// (hex). Errors: creating the directory or writing the file.
     pub fn put(&self, bytes: &[u8]) -> io::Result<String> {
         let sha = sha256_hex(bytes);
         let path = self.root.join("files").join(&sha);
@@ -86,6 +91,7 @@ impl Cache {
     }
 
     /// Remembers the core metadata headers of the wheel whose SHA-256 is `sha256`.
+    /// Errors: `sha256` is not 64 hex digits (`InvalidInput`), or writing failed.
     pub fn put_metadata(&self, sha256: &str, headers: &str) -> io::Result<()> {
         let path = self
             .metadata_path(sha256)
@@ -93,8 +99,9 @@ impl Cache {
         write_atomic(&path, headers.as_bytes())
     }
 
+    /// `index/<key of index_url>/<project>.json` (see [`INDEX_KEY_HEX_LEN`]).
     fn index_path(&self, index_url: &str, project: &str) -> PathBuf {
-        let key = &sha256_hex(index_url.as_bytes())[..16];
+        let key = &sha256_hex(index_url.as_bytes())[..INDEX_KEY_HEX_LEN];
         self.root
             .join("index")
             .join(key)
@@ -121,12 +128,14 @@ impl Cache {
         std::fs::read(path).ok()
     }
 
-    /// Stores an index answer for `project`.
+    /// Stores an index answer for `project` (the JSON API's bytes). Errors: writing failed.
     pub fn put_index(&self, index_url: &str, project: &str, body: &[u8]) -> io::Result<()> {
         write_atomic(&self.index_path(index_url, project), body)
     }
 }
 
+/// Writes `bytes` to `path` through a temporary file beside it and a rename, so that a reader
+/// (another server on the same cache) never sees half a file.
 fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;

@@ -18,20 +18,24 @@ pub const LOCK_FILE_NAME: &str = "pyodide-lock.json";
 /// Why the directory could not be filled.
 #[derive(Debug, Error)]
 pub enum DownloadError {
+    /// Resolving or downloading failed.
     #[error(transparent)]
     Resolve(#[from] ResolveError),
+    /// Creating the directory or writing a file in it failed.
     #[error("cannot write {path}")]
     Write {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
+    /// The directory's lock file (or the embedded one) is not JSON this program can read.
     #[error("{path} is not a lock file this program can extend")]
     BadLock {
         path: PathBuf,
         #[source]
         source: serde_json::Error,
     },
+    /// A file name that would reach outside the directory (a `/`, a `\`, a leading `.`).
     #[error("a file name from the index is not a plain file name: {0:?}")]
     BadFileName(String),
 }

@@ -23,39 +23,71 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one request may take in all.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Why a download failed.
+/// Why a download failed. Every message names the URL (or path) it is about; the words are
+/// those users see in install errors and resolver notes. Cheap to clone (the underlying
+/// errors are shared), so that one failure can be remembered and reported more than once.
 #[derive(Debug, Error, Clone)]
 pub enum FetchError {
-    #[error("not found ({0})")]
-    NotFound(String),
+    /// The server answered `404 Not Found`, or a `file://` URL names no file.
+    #[error("not found ({url})")]
+    NotFound { url: String },
+    /// The URL could not be read over the network, or its answer could not be used.
     #[error("network error fetching {url}: {reason}")]
-    Network { url: String, reason: String },
+    Network {
+        url: String,
+        #[source]
+        reason: NetworkReason,
+    },
+    /// A `file://` URL's file exists but could not be read.
     #[error("cannot read {path}")]
     File {
         path: String,
         #[source]
         source: Arc<std::io::Error>,
     },
+    /// The file is over `limit` bytes ([`MAX_FILE_BYTES`] or [`MAX_INDEX_ANSWER_BYTES`]).
     #[error("{url} is larger than {limit} bytes")]
     TooLarge { url: String, limit: u64 },
+    /// The file's SHA-256 (hex) is not the one the index or lock file gave.
     #[error("{url} does not match its SHA-256 (expected {expected}, got {actual})")]
     HashMismatch {
         url: String,
         expected: String,
         actual: String,
     },
-    #[error("offline mode and {0} is not in the cache")]
-    Offline(String),
+    /// `--offline`, and the answer for `url` is not cached.
+    #[error("offline mode and {url} is not in the cache")]
+    Offline { url: String },
+}
+
+/// What went wrong in a [`FetchError::Network`].
+#[derive(Debug, Error, Clone)]
+pub enum NetworkReason {
+    /// Connecting, sending or reading failed (`reqwest`'s words).
+    #[error(transparent)]
+    Request(Arc<reqwest::Error>),
+    /// The server answered with a status that is neither a success nor `404 Not Found`.
+    #[error("HTTP status {0}")]
+    Status(reqwest::StatusCode),
+    /// The JSON API answer does not parse as the JSON API's.
+    #[error("invalid JSON API answer: {0}")]
+    InvalidJson(#[source] Arc<serde_json::Error>),
 }
 
 /// One file of a release, as the JSON API describes it.
 #[derive(Debug, Clone, Deserialize)]
 pub struct IndexFile {
+    /// The file's name (a wheel's is checked with `WheelName::parse` before use).
     pub filename: String,
+    /// Where to download it; made absolute against the JSON document's URL
+    /// ([`Fetcher::project`]).
     pub url: String,
+    /// Its digests.
     pub digests: Digests,
+    /// Whether the release was yanked (PEP 592); yanked files are not installed.
     #[serde(default)]
     pub yanked: bool,
+    /// The file's `Requires-Python` (PEP 440 specifiers, unparsed), if any.
     #[serde(default)]
     pub requires_python: Option<String>,
 }
@@ -63,12 +95,14 @@ pub struct IndexFile {
 /// File digests; we use SHA-256.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Digests {
+    /// Hex SHA-256, as the index sends it (checked with `is_sha256` before use).
     pub sha256: String,
 }
 
 /// A project's releases: version text → files.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Project {
+    /// Version text (PEP 440, unparsed) → the files of that release.
     #[serde(default)]
     pub releases: HashMap<String, Vec<IndexFile>>,
 }
@@ -93,6 +127,8 @@ impl Fetcher {
         }
     }
 
+    /// The HTTP client, made on first use. A builder that fails (no TLS backend) falls back to
+    /// reqwest's default client rather than failing every download.
     fn client(&self) -> &reqwest::Client {
         self.client.get_or_init(|| {
             reqwest::Client::builder()
@@ -117,20 +153,21 @@ impl Fetcher {
             return read_local(&path, url, limit, whole).await;
         }
         if self.offline {
-            return Err(FetchError::Offline(url.to_owned()));
+            return Err(FetchError::Offline {
+                url: url.to_owned(),
+            });
         }
-        let net = |e: reqwest::Error| FetchError::Network {
-            url: url.to_owned(),
-            reason: e.to_string(),
-        };
+        let net = |e| network_error(url, e);
         let mut resp = self.client().get(url).send().await.map_err(net)?;
         if resp.status() == reqwest::StatusCode::NOT_FOUND {
-            return Err(FetchError::NotFound(url.to_owned()));
+            return Err(FetchError::NotFound {
+                url: url.to_owned(),
+            });
         }
         if !resp.status().is_success() {
             return Err(FetchError::Network {
                 url: url.to_owned(),
-                reason: format!("HTTP status {}", resp.status()),
+                reason: NetworkReason::Status(resp.status()),
             });
         }
         let too_large = || FetchError::TooLarge {
@@ -164,17 +201,16 @@ impl Fetcher {
             return Ok(tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_file()));
         }
         if self.offline {
-            return Err(FetchError::Offline(url.to_owned()));
+            return Err(FetchError::Offline {
+                url: url.to_owned(),
+            });
         }
         let resp = self
             .client()
             .head(url)
             .send()
             .await
-            .map_err(|e| FetchError::Network {
-                url: url.to_owned(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| network_error(url, e))?;
         Ok(resp.status().is_success())
     }
 
@@ -197,7 +233,7 @@ impl Fetcher {
             .await
         {
             Ok(prefix) => prefix,
-            Err(FetchError::NotFound(_)) => return Ok(None),
+            Err(FetchError::NotFound { .. }) => return Ok(None),
             Err(FetchError::File { .. }) if file_url_path(&url).is_some() => return Ok(None),
             Err(e) => return Err(e),
         };
@@ -228,6 +264,8 @@ impl Fetcher {
         }
     }
 
+    /// Puts `headers` in the metadata cache under `sha256`; a failure is logged, not fatal:
+    /// the metadata can be read again.
     fn remember_metadata(&self, sha256: &str, headers: &str) {
         if let Err(e) = self.cache.put_metadata(sha256, headers) {
             tracing::warn!("cannot write the metadata cache: {e}");
@@ -235,7 +273,9 @@ impl Fetcher {
     }
 
     /// The file at `url` whose SHA-256 must be `sha256`: from the cache when present (no
-    /// network I/O), else downloaded, verified and cached.
+    /// network I/O), else downloaded (at most [`MAX_FILE_BYTES`]), verified and cached.
+    ///
+    /// Errors: the download's, or [`FetchError::HashMismatch`].
     pub async fn download(&self, url: &str, sha256: &str) -> Result<Vec<u8>, FetchError> {
         if let Some(bytes) = self.cache.get(sha256) {
             crate::metrics::package_file(true);
@@ -257,8 +297,12 @@ impl Fetcher {
         Ok(bytes)
     }
 
-    /// The JSON API answer for `project` under `index_url`: a cached answer younger than an
-    /// hour, else a fresh one; a stale cached answer when the index cannot be reached.
+    /// The JSON API answer for `project` under `index_url`: a cached answer younger than
+    /// [`INDEX_MAX_AGE`], else a fresh one; a stale cached answer when the index cannot be
+    /// reached (or offline).
+    ///
+    /// Errors: [`FetchError::NotFound`] for an unknown project, the download's error when no
+    /// answer is cached, or an answer that is not the JSON API's.
     pub async fn project(&self, index_url: &str, project: &str) -> Result<Project, FetchError> {
         let fresh = if self.offline {
             None
@@ -276,7 +320,7 @@ impl Fetcher {
                         }
                         body
                     }
-                    Err(e @ (FetchError::Network { .. } | FetchError::Offline(_))) => {
+                    Err(e @ (FetchError::Network { .. } | FetchError::Offline { .. })) => {
                         self.cache.get_index(index_url, project, None).ok_or(e)?
                     }
                     Err(e) => return Err(e),
@@ -287,7 +331,7 @@ impl Fetcher {
         let mut parsed: Project =
             serde_json::from_slice(&body).map_err(|e| FetchError::Network {
                 url: url.clone(),
-                reason: format!("invalid JSON API answer: {e}"),
+                reason: NetworkReason::InvalidJson(Arc::new(e)),
             })?;
         // Mirrors may answer with file URLs relative to the JSON document.
         if let Ok(base) = reqwest::Url::parse(&url) {
@@ -298,6 +342,14 @@ impl Fetcher {
             }
         }
         Ok(parsed)
+    }
+}
+
+/// The failure of a request for `url`, as a [`FetchError::Network`].
+fn network_error(url: &str, e: reqwest::Error) -> FetchError {
+    FetchError::Network {
+        url: url.to_owned(),
+        reason: NetworkReason::Request(Arc::new(e)),
     }
 }
 
@@ -319,7 +371,9 @@ async fn read_local(
     use tokio::io::AsyncReadExt;
     let file_error = |e: std::io::Error| {
         if e.kind() == std::io::ErrorKind::NotFound {
-            FetchError::NotFound(url.to_owned())
+            FetchError::NotFound {
+                url: url.to_owned(),
+            }
         } else {
             FetchError::File {
                 path: path.display().to_string(),
@@ -343,4 +397,48 @@ async fn read_local(
         body.truncate(limit as usize);
     }
     Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The words of each network reason are those the `String` reasons had.
+    #[test]
+    fn network_errors_say_what_they_said() {
+        let status = FetchError::Network {
+            url: "https://pypi.org/pypi/x/json".into(),
+            reason: NetworkReason::Status(reqwest::StatusCode::FORBIDDEN),
+        };
+        assert_eq!(
+            status.to_string(),
+            "network error fetching https://pypi.org/pypi/x/json: HTTP status 403 Forbidden"
+        );
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        std::fs::create_dir_all(dir.path().join("index/x")).expect("mkdir");
+        std::fs::write(dir.path().join("index/x/json"), b"not json").expect("write");
+        let fetcher = Fetcher::new(Cache::new(dir.path().join("cache")), true);
+        let index = format!("file://{}/index", dir.path().display());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let Err(e) = runtime.block_on(fetcher.project(&index, "x")) else {
+            panic!("expected invalid JSON");
+        };
+        assert!(matches!(
+            e,
+            FetchError::Network {
+                reason: NetworkReason::InvalidJson(_),
+                ..
+            }
+        ));
+        assert_eq!(
+            e.to_string(),
+            format!("network error fetching {index}/x/json: invalid JSON API answer: expected ident at line 1 column 2")
+        );
+        let Err(missing) = runtime.block_on(fetcher.project(&index, "y")) else {
+            panic!("expected not found");
+        };
+        assert_eq!(missing.to_string(), format!("not found ({index}/y/json)"));
+    }
 }

@@ -32,6 +32,7 @@ impl LockPackage {
     }
 }
 
+/// The lock file as written: packages by (unnormalized) name.
 #[derive(Deserialize)]
 struct RawLock {
     packages: HashMap<String, LockPackage>,
@@ -52,7 +53,8 @@ pub fn normalize(name: &str) -> String {
 }
 
 impl Lockfile {
-    /// Parses the lock file's JSON text. Errors: the JSON error.
+    /// Parses the lock file's JSON text (`pyodide-lock.json`); packages whose name is not a
+    /// valid package name are left out. Errors: the JSON error.
     pub fn parse(text: &str) -> Result<Self, serde_json::Error> {
         let raw: RawLock = serde_json::from_str(text)?;
         let mut lock = Lockfile::default();

@@ -12,14 +12,19 @@ pub const MAX_METADATA_HEADER_BYTES: usize = 1 << 20;
 /// Why a wheel's metadata could not be read.
 #[derive(Debug, Error)]
 pub enum MetadataError {
+    /// The wheel is not a zip archive that can be read.
     #[error("not a valid wheel")]
     NotAWheel(#[source] zip::result::ZipError),
+    /// No `*.dist-info/METADATA` at the top of the archive.
     #[error("the wheel has no .dist-info/METADATA")]
     Missing,
+    /// Reading (and inflating) `METADATA` failed.
     #[error("cannot read METADATA")]
     Read(#[source] std::io::Error),
+    /// The header section is over `limit` bytes ([`MAX_METADATA_HEADER_BYTES`]).
     #[error("the METADATA headers are longer than {limit} bytes")]
     TooLong { limit: usize },
+    /// The header section is not UTF-8.
     #[error("METADATA is not UTF-8 text")]
     NotUtf8(#[source] std::str::Utf8Error),
 }

@@ -9,6 +9,7 @@ pub mod lock;
 pub mod metadata;
 pub mod pep723;
 pub mod provider;
+pub mod requirement;
 pub mod resolver;
 pub mod sources;
 pub mod wheel;

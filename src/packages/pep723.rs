@@ -12,9 +12,10 @@ pub enum Pep723Error {
     /// Two `script` blocks (the PEP makes this an error).
     #[error("more than one `# /// script` block")]
     Duplicate,
-    /// The block is not TOML; the parser's message.
-    #[error("the `# /// script` block is not valid TOML: {0}")]
-    Toml(String),
+    /// The block is not TOML. The message is the parser's alone: its `Display` would quote the
+    /// block and underline the place.
+    #[error("the `# /// script` block is not valid TOML: {}", .0.message())]
+    Toml(#[source] toml::de::Error),
     /// `dependencies` is not an array of strings.
     #[error("`dependencies` in the `# /// script` block must be a list of strings")]
     BadDependencies,
@@ -23,7 +24,7 @@ pub enum Pep723Error {
     /// rather than a source.
     #[error("the `# /// script` block is {0}")]
     Bounds(BoundsError),
-    /// `dependencies` has more than [`MAX_SCRIPT_DEPENDENCIES`] entries.
+    /// `dependencies` has `count` entries, more than `limit` ([`MAX_SCRIPT_DEPENDENCIES`]).
     #[error("`dependencies` in the `# /// script` block lists {count} requirements, more than the limit of {limit}")]
     TooManyDependencies { count: usize, limit: usize },
 }
@@ -37,7 +38,8 @@ pub enum Pep723Error {
 ///
 /// Errors: see [`Pep723Error`]; the block is checked against [`bounds::check_script_toml`]
 /// before it is parsed, and `dependencies` against [`MAX_SCRIPT_DEPENDENCIES`]. Each
-/// requirement is bounded later, where it is parsed (the resolver).
+/// requirement is bounded later, where it is parsed ([`super::requirement::parse_requirement`],
+/// called by the resolver).
 pub fn script_dependencies(code: &str) -> Result<Option<Vec<String>>, Pep723Error> {
     let lines: Vec<&str> = code.lines().collect();
     let mut found: Option<String> = None;
@@ -77,9 +79,7 @@ pub fn script_dependencies(code: &str) -> Result<Option<Vec<String>>, Pep723Erro
     };
     // The block is untrusted text: bounded before the (recursive) TOML parser sees it.
     bounds::check_script_toml(&toml_text).map_err(Pep723Error::Bounds)?;
-    let table: toml::Table = toml_text
-        .parse()
-        .map_err(|e: toml::de::Error| Pep723Error::Toml(e.message().to_owned()))?;
+    let table: toml::Table = toml_text.parse().map_err(Pep723Error::Toml)?;
     match table.get("dependencies") {
         None => Ok(Some(Vec::new())),
         Some(toml::Value::Array(items)) if items.len() > MAX_SCRIPT_DEPENDENCIES => {
@@ -192,7 +192,7 @@ mod tests {
 
     #[test]
     fn a_nested_marker_is_just_a_string_here() {
-        // The requirement itself is bounded where it is parsed (resolver); TOML only sees a
+        // The requirement itself is bounded where it is parsed (requirement.rs); TOML only sees a
         // string, and nesting inside strings does not count.
         let requirement = format!(
             "a ; {}python_version > \"3\"{}",
@@ -205,9 +205,11 @@ mod tests {
 
     #[test]
     fn bad_toml_is_an_error() {
-        assert!(matches!(
-            script_dependencies("# /// script\n# dependencies = [\n# ///\n"),
-            Err(Pep723Error::Toml(_))
-        ));
+        let err = script_dependencies("# /// script\n# dependencies = [\n# ///\n").unwrap_err();
+        assert!(matches!(err, Pep723Error::Toml(_)));
+        // The parser's message alone, not the block it quotes.
+        let words = err.to_string();
+        assert!(words.starts_with("the `# /// script` block is not valid TOML: "));
+        assert!(!words.contains("dependencies"), "{words}");
     }
 }

@@ -7,8 +7,9 @@
 //! (`rich[jupyter]`) that requires the base package at the same version, as in uv.
 
 use super::bounds;
-use super::resolver::{parse_requirement, BadRequirement};
-use super::sources::{Origin, Sources, Versions};
+use super::bounds::BoundsError;
+use super::requirement::{parse_requirement, BadRequirement};
+use super::sources::{Origin, SourceError, Sources, Versions};
 use super::wheel::target;
 use pep508_rs::pep440_rs::{Version, VersionSpecifiers};
 use pep508_rs::{ExtraName, MarkerEnvironment, PackageName, Requirement, VersionOrUrl};
@@ -59,16 +60,52 @@ pub enum ProviderError {
 /// How many older versions' metadata is read ahead at once while backtracking (count).
 const PREFETCH_VERSIONS: usize = 8;
 
+/// The try of a package's versions from which older ones are read ahead (the count of its
+/// versions whose metadata was asked for): the second, since a package whose first choice
+/// holds never needs another.
+const PREFETCH_FROM_TRY: usize = 2;
+
 /// What a version requires, or why that cannot be known (shown in conflict reports).
-type Requires = Result<Arc<Vec<Requirement>>, String>;
+type Requires = Result<Arc<Vec<Requirement>>, Unavailable>;
+
+/// Why a version cannot be used, in the words of a conflict report, where `pubgrub` puts them
+/// right after the version (hence the parentheses). Cheap to clone: each version's answer is
+/// remembered for the rest of the resolution.
+#[derive(Debug, Clone, Error)]
+enum Unavailable {
+    /// A version listed by no source's file.
+    #[error("(no file provides it)")]
+    NoFile,
+    /// Its core metadata could not be had.
+    #[error("(its metadata could not be read: {0})")]
+    Metadata(#[source] Arc<SourceError>),
+    /// Its `Requires-Python` (the text, kept when under [`bounds::MAX_REQUIREMENT_BYTES`])
+    /// excludes Pyodide's Python ([`target::PYTHON_FULL_VERSION`]).
+    #[error("(it requires Python {0})")]
+    Python(String),
+    /// One of its `Requires-Dist` (quoted in excerpt, [`bounds::excerpt`]) is over a bound.
+    #[error("(it requires `{requirement}`, which is {source})")]
+    RequirementBounds {
+        requirement: String,
+        #[source]
+        source: BoundsError,
+    },
+    /// It requires a package from a direct URL (PEP 508 `name @ url`).
+    #[error("(it requires {0} from a direct URL, which is not supported)")]
+    DirectUrl(PackageName),
+}
 
 /// Answers `pubgrub` for one resolution.
 pub struct Provider {
     sources: Arc<Sources>,
+    /// The runtime the answers are fetched on, from the solver's blocking thread.
     handle: tokio::runtime::Handle,
+    /// Pyodide's, for the requirements' markers.
     markers: MarkerEnvironment,
     root: Vec<Requirement>,
+    /// Each package's versions, asked once.
     versions: Mutex<HashMap<PackageName, Arc<Versions>>>,
+    /// Each version's requirements (or why they cannot be had), read once.
     requires: Mutex<HashMap<(PackageName, Version), Requires>>,
     /// How many versions of each package have had their metadata read.
     tried: Mutex<HashMap<PackageName, usize>>,
@@ -125,9 +162,9 @@ impl Provider {
         let versions = self.versions(name);
         self.prefetch_older(name, version, &versions);
         let result = match versions.dists.get(version) {
-            None => Err("(no file provides it)".to_owned()),
+            None => Err(Unavailable::NoFile),
             Some(dist) => match self.handle.block_on(self.sources.metadata(dist)) {
-                Err(e) => Err(format!("(its metadata could not be read: {e})")),
+                Err(e) => Err(Unavailable::Metadata(Arc::new(e))),
                 Ok(meta) => self.parse_requires(name, &meta).map(|mut reqs| {
                     if dist.origin == Origin::Lock {
                         // Pyodide loads a lock package's `depends` with it, whatever the wheel
@@ -155,7 +192,9 @@ impl Provider {
             *n += 1;
             *n
         };
-        if tried < 2 || (tried - 2) % PREFETCH_VERSIONS != 0 {
+        if tried < PREFETCH_FROM_TRY
+            || !(tried - PREFETCH_FROM_TRY).is_multiple_of(PREFETCH_VERSIONS)
+        {
             return;
         }
         for dist in versions
@@ -173,11 +212,13 @@ impl Provider {
     }
 
     /// The `Requires-Dist` of a version, parsed under the bounds; checks `Requires-Python`.
+    ///
+    /// Errors: [`Unavailable::Python`] or [`Unavailable::RequirementBounds`].
     fn parse_requires(
         &self,
         name: &PackageName,
         meta: &super::metadata::CoreMetadata,
-    ) -> Result<Vec<Requirement>, String> {
+    ) -> Result<Vec<Requirement>, Unavailable> {
         if let Some(requires_python) = &meta.requires_python {
             let python = Version::from_str(target::PYTHON_FULL_VERSION);
             if requires_python.len() <= bounds::MAX_REQUIREMENT_BYTES {
@@ -185,7 +226,7 @@ impl Provider {
                     (VersionSpecifiers::from_str(requires_python), python)
                 {
                     if !spec.contains(&python) {
-                        return Err(format!("(it requires Python {requires_python})"));
+                        return Err(Unavailable::Python(requires_python.clone()));
                     }
                 }
             }
@@ -197,11 +238,11 @@ impl Provider {
             // wheels carry sloppy but harmless metadata.
             match parse_requirement(text) {
                 Ok(req) => out.push(req),
-                Err(e @ BadRequirement::Bounds(_)) => {
-                    return Err(format!(
-                        "(it requires `{}`, which is {e})",
-                        bounds::excerpt(text)
-                    ))
+                Err(BadRequirement::Bounds(source)) => {
+                    return Err(Unavailable::RequirementBounds {
+                        requirement: bounds::excerpt(text),
+                        source,
+                    })
                 }
                 Err(BadRequirement::Syntax(reason)) => tracing::warn!(
                     "{name}: ignoring unparsable Requires-Dist `{}`: {reason}",
@@ -212,24 +253,23 @@ impl Provider {
         Ok(out)
     }
 
-    /// The constraints of `requirements` whose markers hold with `extras` asked; `Err` names
-    /// one that cannot be met at all (a direct URL).
+    /// The constraints of `requirements` whose markers hold with `extras` asked, leaving out
+    /// `skip` (the package itself, for an extra's base).
+    ///
+    /// Errors: [`Unavailable::DirectUrl`], naming a requirement that cannot be met at all.
     fn constraints<'a>(
         &self,
         requirements: impl IntoIterator<Item = &'a Requirement>,
         extras: &[ExtraName],
         skip: Option<&PackageName>,
-    ) -> Result<DependencyConstraints<Pkg, Ranges<Version>>, String> {
+    ) -> Result<DependencyConstraints<Pkg, Ranges<Version>>, Unavailable> {
         let mut out: DependencyConstraints<Pkg, Ranges<Version>> = Default::default();
         for req in requirements {
             if !req.evaluate_markers(&self.markers, extras) {
                 continue;
             }
             let Some(range) = specifier_range(req) else {
-                return Err(format!(
-                    "(it requires {} from a direct URL, which is not supported)",
-                    req.name
-                ));
+                return Err(Unavailable::DirectUrl(req.name.clone()));
             };
             let mut add = |pkg: Pkg| {
                 let merged = match out.get(&pkg) {
@@ -248,11 +288,14 @@ impl Provider {
         Ok(out)
     }
 
+    /// Whether the resolution was stopped (see `CancelOnDrop` in the resolver).
     fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
     }
 }
 
+/// Locks `m`, even poisoned: its maps only memoize answers, and a panic while one was held
+/// leaves them consistent.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -266,6 +309,7 @@ impl DependencyProvider for Provider {
     type P = Pkg;
     type V = Version;
     type VS = Ranges<Version>;
+    /// The words of an [`Unavailable`] (see `get_dependencies`).
     type M = String;
     type Err = ProviderError;
     /// Conflicts first, then the package with the fewest versions left (as pubgrub's own
@@ -345,7 +389,10 @@ impl DependencyProvider for Provider {
         };
         Ok(match constraints {
             Ok(c) => Dependencies::Available(c),
-            Err(why) => Dependencies::Unavailable(why),
+            // `pubgrub` keeps the reason in its derivation tree, whose message type must be
+            // `Eq` (`DependencyProvider::M`); a fetch error is not, so the reason goes in as
+            // its words.
+            Err(why) => Dependencies::Unavailable(why.to_string()),
         })
     }
 
@@ -364,5 +411,39 @@ pub(super) fn specifier_range(req: &Requirement) -> Option<Ranges<Version>> {
         None => Some(Ranges::full()),
         Some(VersionOrUrl::VersionSpecifier(s)) => Some(s.clone().into()),
         Some(VersionOrUrl::Url(_)) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reasons read as the `String`s they replaced did, in conflict reports.
+    #[test]
+    fn unavailable_versions_say_why_in_parentheses() {
+        let name = PackageName::from_str("core").expect("a name");
+        let cases = [
+            (Unavailable::NoFile, "(no file provides it)"),
+            (
+                Unavailable::Python(">=3.15".into()),
+                "(it requires Python >=3.15)",
+            ),
+            (
+                Unavailable::RequirementBounds {
+                    requirement: "a ; (((".into(),
+                    source: BoundsError::Depth {
+                        limit: bounds::MAX_NESTING,
+                    },
+                },
+                "(it requires `a ; (((`, which is nested more than 32 levels deep)",
+            ),
+            (
+                Unavailable::DirectUrl(name),
+                "(it requires core from a direct URL, which is not supported)",
+            ),
+        ];
+        for (why, words) in cases {
+            assert_eq!(why.to_string(), words);
+        }
     }
 }

@@ -11,13 +11,13 @@
 
 use super::bounds;
 use super::provider::{root_version, specifier_range, Pkg, Provider, ProviderError, ROOT_NAME};
+use super::requirement::{parse_requirement, BadRequirement};
 use super::sources::{Dist, Origin, SourceError, Sources};
 use super::wheel::target;
 use futures::{StreamExt, TryStreamExt};
 use pep508_rs::pep440_rs::Version;
 use pep508_rs::{MarkerEnvironment, MarkerEnvironmentBuilder, Requirement, VersionOrUrl};
 use pubgrub::{DefaultStringReporter, External, PubGrubError, Ranges, Reporter, Term};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use thiserror::Error;
@@ -28,18 +28,28 @@ pub const MAX_CONCURRENT_DOWNLOADS: usize = 4;
 /// Why a call's requirements could not be installed; every variant names the package.
 #[derive(Debug, Error)]
 pub enum ResolveError {
+    /// A requirement (quoted in excerpt, [`bounds::excerpt`]) that does not parse.
     #[error("{requirement}: invalid requirement: {reason}")]
-    InvalidRequirement { requirement: String, reason: String },
+    InvalidRequirement {
+        requirement: String,
+        /// Not a `#[source]`: the message already ends with its words, and `packages
+        /// download` prints each source on a line of its own, which would repeat them.
+        reason: BadRequirement,
+    },
+    /// A PEP 508 `name @ url` requirement (quoted in excerpt).
     #[error("{requirement}: direct URL requirements are not supported")]
     DirectUrl { requirement: String },
     /// No set of versions meets every requirement: the notes on missing versions, then
     /// pubgrub's derivation in words.
     #[error("{0}")]
     NoSolution(String),
+    /// A chosen version's metadata or file could not be had.
     #[error(transparent)]
     Source(#[from] SourceError),
+    /// The call went away, or its install deadline passed, while resolving.
     #[error("resolving was stopped")]
     Cancelled,
+    /// The solver's thread panicked.
     #[error("the resolver failed")]
     Panicked(#[source] tokio::task::JoinError),
 }
@@ -53,29 +63,10 @@ pub struct Planned {
     pub version: String,
     /// How the worker installs it: [`Origin::Lock`] by name, the others by path.
     pub origin: Origin,
+    /// The wheel's file name (a plain name: checked where it is written to disk).
     pub file_name: String,
+    /// The file's bytes, shared with whoever else holds this plan.
     pub bytes: Arc<Vec<u8>>,
-}
-
-/// Why a requirement string was not parsed.
-#[derive(Debug, Error)]
-pub enum BadRequirement {
-    /// Over a bound of [`bounds::check_requirement`]; never handed to the parser.
-    #[error(transparent)]
-    Bounds(#[from] bounds::BoundsError),
-    /// The parser's message.
-    #[error("{0}")]
-    Syntax(String),
-}
-
-/// Parses one PEP 508 requirement from untrusted text (user code, `--deps`, a wheel's
-/// `Requires-Dist`), checking [`bounds::check_requirement`] first so that `pep508_rs`'s
-/// recursive parser never sees text that could exhaust the stack or its decision diagram.
-///
-/// Errors: the bound broken, or the parser's message.
-pub fn parse_requirement(text: &str) -> Result<Requirement, BadRequirement> {
-    bounds::check_requirement(text)?;
-    Requirement::from_str(text).map_err(|e| BadRequirement::Syntax(e.message.to_string()))
 }
 
 /// The marker environment of the embedded Pyodide (PEP 508 markers).
@@ -150,20 +141,7 @@ impl Resolver {
         requirements: &[String],
         pins: &[String],
     ) -> Result<Vec<Dist>, ResolveError> {
-        let mut root = Vec::new();
-        for text in requirements.iter().chain(pins) {
-            let requirement =
-                parse_requirement(text).map_err(|e| ResolveError::InvalidRequirement {
-                    requirement: bounds::excerpt(text),
-                    reason: e.to_string(),
-                })?;
-            if matches!(requirement.version_or_url, Some(VersionOrUrl::Url(_))) {
-                return Err(ResolveError::DirectUrl {
-                    requirement: bounds::excerpt(text),
-                });
-            }
-            root.push(requirement);
-        }
+        let root = root_requirements(requirements, pins)?;
         if root.is_empty() {
             return Ok(Vec::new());
         }
@@ -177,58 +155,9 @@ impl Resolver {
             root,
             cancel,
         );
-        tokio::task::spawn_blocking(move || {
-            let outcome = pubgrub::resolve(&provider, Pkg::Root, root_version());
-            match outcome {
-                Ok(selected) => {
-                    let mut dists: Vec<Dist> = selected
-                        .into_iter()
-                        .filter_map(|(pkg, version)| match pkg {
-                            Pkg::Name(name) => {
-                                provider.versions(&name).dists.get(&version).cloned()
-                            }
-                            Pkg::Root | Pkg::Extra(..) => None,
-                        })
-                        .collect();
-                    dists.sort_by(|a, b| a.name.cmp(&b.name));
-                    Ok(dists)
-                }
-                Err(PubGrubError::NoSolution(mut tree)) => {
-                    // The "no version in …" steps are the gaps between releases the solver
-                    // walked through; the notes say what matters about missing versions.
-                    tree.collapse_no_versions();
-                    let mut notes: Vec<String> = Vec::new();
-                    let mut packages: Vec<&Pkg> = tree.packages().into_iter().collect();
-                    packages.sort();
-                    for pkg in packages {
-                        if let Pkg::Name(name) = pkg {
-                            if let Some(v) = provider.known_versions(name) {
-                                notes.extend(v.notes.iter().cloned());
-                                if v.notes.is_empty() {
-                                    notes.extend(no_match_note(name, &v, provider.root()));
-                                }
-                            }
-                        }
-                    }
-                    simplify(&mut tree, &provider);
-                    let report = plain_words(&DefaultStringReporter::report(&tree));
-                    // A report without a derivation is a bare requirement: say it fails.
-                    notes.push(if report.starts_with("Because") {
-                        report
-                    } else {
-                        format!("{report}, which cannot be installed")
-                    });
-                    Err(ResolveError::NoSolution(notes.join("\n")))
-                }
-                Err(PubGrubError::ErrorInShouldCancel(ProviderError::Cancelled))
-                | Err(PubGrubError::ErrorChoosingVersion { .. })
-                | Err(PubGrubError::ErrorRetrievingDependencies { .. }) => {
-                    Err(ResolveError::Cancelled)
-                }
-            }
-        })
-        .await
-        .map_err(ResolveError::Panicked)?
+        tokio::task::spawn_blocking(move || solve(&provider))
+            .await
+            .map_err(ResolveError::Panicked)?
     }
 
     /// Downloads the files of `dists` ([`MAX_CONCURRENT_DOWNLOADS`] at once; cached ones are
@@ -256,6 +185,93 @@ impl Resolver {
         .try_collect()
         .await
     }
+}
+
+/// The root of a resolution: `requirements` then `pins`, each parsed under the bounds.
+///
+/// Errors: the first that does not parse ([`ResolveError::InvalidRequirement`]) or is a
+/// direct URL ([`ResolveError::DirectUrl`]), quoted in excerpt.
+fn root_requirements(
+    requirements: &[String],
+    pins: &[String],
+) -> Result<Vec<Requirement>, ResolveError> {
+    let mut root = Vec::new();
+    for text in requirements.iter().chain(pins) {
+        let requirement =
+            parse_requirement(text).map_err(|reason| ResolveError::InvalidRequirement {
+                requirement: bounds::excerpt(text),
+                reason,
+            })?;
+        if matches!(requirement.version_or_url, Some(VersionOrUrl::Url(_))) {
+            return Err(ResolveError::DirectUrl {
+                requirement: bounds::excerpt(text),
+            });
+        }
+        root.push(requirement);
+    }
+    Ok(root)
+}
+
+/// Runs `pubgrub` over `provider` (blocking: each answer may wait for the network) and puts
+/// its outcome in our terms.
+///
+/// Errors: a conflict ([`ResolveError::NoSolution`], see [`no_solution`]), or
+/// [`ResolveError::Cancelled`] when the provider stopped (its only error).
+fn solve(provider: &Provider) -> Result<Vec<Dist>, ResolveError> {
+    match pubgrub::resolve(provider, Pkg::Root, root_version()) {
+        Ok(selected) => Ok(chosen_dists(provider, selected)),
+        Err(PubGrubError::NoSolution(tree)) => Err(no_solution(tree, provider)),
+        Err(PubGrubError::ErrorInShouldCancel(ProviderError::Cancelled))
+        | Err(PubGrubError::ErrorChoosingVersion { .. })
+        | Err(PubGrubError::ErrorRetrievingDependencies { .. }) => Err(ResolveError::Cancelled),
+    }
+}
+
+/// The distributions of the packages `pubgrub` selected (extras and the root are not
+/// packages of their own), sorted by name.
+fn chosen_dists(
+    provider: &Provider,
+    selected: pubgrub::SelectedDependencies<Provider>,
+) -> Vec<Dist> {
+    let mut dists: Vec<Dist> = selected
+        .into_iter()
+        .filter_map(|(pkg, version)| match pkg {
+            Pkg::Name(name) => provider.versions(&name).dists.get(&version).cloned(),
+            Pkg::Root | Pkg::Extra(..) => None,
+        })
+        .collect();
+    dists.sort_by(|a, b| a.name.cmp(&b.name));
+    dists
+}
+
+/// A conflict in words: the notes on missing versions of the packages involved, then
+/// `pubgrub`'s derivation over the versions that exist, with the root put in words.
+fn no_solution(mut tree: Tree, provider: &Provider) -> ResolveError {
+    // The "no version in …" steps are the gaps between releases the solver walked through;
+    // the notes say what matters about missing versions.
+    tree.collapse_no_versions();
+    let mut notes: Vec<String> = Vec::new();
+    let mut packages: Vec<&Pkg> = tree.packages().into_iter().collect();
+    packages.sort();
+    for pkg in packages {
+        if let Pkg::Name(name) = pkg {
+            if let Some(v) = provider.known_versions(name) {
+                notes.extend(v.notes.iter().cloned());
+                if v.notes.is_empty() {
+                    notes.extend(no_match_note(name, &v, provider.root()));
+                }
+            }
+        }
+    }
+    simplify(&mut tree, provider);
+    let report = plain_words(&DefaultStringReporter::report(&tree));
+    // A report without a derivation is a bare requirement: say it fails.
+    notes.push(if report.starts_with("Because") {
+        report
+    } else {
+        format!("{report}, which cannot be installed")
+    });
+    ResolveError::NoSolution(notes.join("\n"))
 }
 
 /// Finds requirements of the root that contradict each other outright (the first
@@ -320,6 +336,8 @@ fn allowed(req: &Requirement) -> Ranges<Version> {
     specifier_range(req).unwrap_or_else(Ranges::full)
 }
 
+/// `pubgrub`'s account of a conflict, over our packages and with `String` reasons (see
+/// `Provider::get_dependencies`).
 type Tree = pubgrub::DerivationTree<Pkg, Ranges<Version>, String>;
 
 /// Rewrites every range in the report's tree over the versions that exist: `pubgrub` knows
@@ -605,7 +623,7 @@ mod tests {
             panic!("expected an invalid requirement, got {outcome:?}");
         };
         assert_eq!(
-            reason,
+            reason.to_string(),
             format!("longer than 4096 bytes ({} bytes)", nested(3000).len())
         );
         assert!(requirement.len() < 120, "{requirement}");
@@ -613,23 +631,8 @@ mod tests {
     }
 
     #[test]
-    fn parse_requirement_bounds_before_parsing() {
-        assert!(matches!(
-            parse_requirement(&nested(1000)),
-            Err(BadRequirement::Bounds(bounds::BoundsError::Depth { .. }))
-        ));
-        assert_eq!(
-            parse_requirement(&nested(1000))
-                .err()
-                .map(|e| e.to_string()),
-            Some("nested more than 32 levels deep".to_owned())
-        );
-        assert!(matches!(
-            parse_requirement("rich <<< 13"),
-            Err(BadRequirement::Syntax(_))
-        ));
+    fn parsed_requirements_meet_pyodides_markers() {
         let ok = parse_requirement("rich<13; python_version >= \"3.8\"").expect("parses");
-        assert_eq!(ok.name.to_string(), "rich");
         let dir = tempfile::tempdir().expect("a temporary directory");
         let resolver = offline_resolver(dir.path().to_owned());
         assert!(ok.evaluate_markers(&resolver.markers, &[]));

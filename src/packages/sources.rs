@@ -42,7 +42,9 @@ pub enum Origin {
 /// One version of one package, and the file that provides it.
 #[derive(Debug, Clone)]
 pub struct Dist {
+    /// The package (PEP 503 normalized).
     pub name: PackageName,
+    /// The version this file provides.
     pub version: Version,
     /// The wheel's file name (checked to parse as one).
     pub file_name: String,
@@ -50,6 +52,7 @@ pub struct Dist {
     pub url: String,
     /// Hex SHA-256 of the file (64 hex digits, checked).
     pub sha256: String,
+    /// Which source offers the file.
     pub origin: Origin,
     /// For [`Origin::Lock`]: the lock file's `depends`, which Pyodide loads with the package
     /// (they include shared libraries that no `Requires-Dist` names).
@@ -62,6 +65,7 @@ pub struct Dist {
 /// The versions of one package that can be installed, newest last.
 #[derive(Debug, Default)]
 pub struct Versions {
+    /// Each installable version and the one file chosen for it.
     pub dists: BTreeMap<Version, Dist>,
     /// The version the lock file (a mirror's, else Pyodide's) ships, tried first when allowed.
     pub preferred: Option<Version>,
@@ -72,6 +76,7 @@ pub struct Versions {
 /// Why a distribution's metadata or file could not be had.
 #[derive(Debug, Error)]
 pub enum SourceError {
+    /// The file (or, for metadata, the wheel) could not be downloaded or did not match.
     #[error("{name} {version}: {source}")]
     Fetch {
         name: String,
@@ -79,12 +84,28 @@ pub enum SourceError {
         #[source]
         source: FetchError,
     },
+    /// Neither a `.metadata` file nor the wheel gave readable core metadata.
     #[error("{name} {version}: no readable metadata in {file_name}")]
     NoMetadata {
         name: String,
         version: String,
         file_name: String,
     },
+}
+
+/// Why a lock file's package file cannot be had (the end of a resolver note: "Pyodide's build
+/// of … cannot be fetched: …").
+#[derive(Debug, Error)]
+enum LockFileMissing {
+    /// The packages URL failed less than [`PACKAGES_URL_RETRY`] ago; it is not asked again yet.
+    #[error("the packages URL {packages_url} could not be reached recently")]
+    PackagesUrlDown { packages_url: String },
+    /// The packages URL answered, without the file.
+    #[error("{url} is not there")]
+    Absent { url: String },
+    /// Asking the packages URL failed.
+    #[error(transparent)]
+    Fetch(FetchError),
 }
 
 /// The three sources, the cache behind them, and what is known about the packages URL.
@@ -153,7 +174,7 @@ impl Sources {
     async fn project(&self, name: &PackageName, notes: &mut Vec<String>) -> Option<Project> {
         match self.fetcher.project(&self.index_url, name.as_ref()).await {
             Ok(project) => Some(project),
-            Err(FetchError::NotFound(_)) => {
+            Err(FetchError::NotFound { .. }) => {
                 if self.lock.get(name).is_none() {
                     notes.push(format!("{name}: no such package on the index"));
                 }
@@ -262,20 +283,23 @@ impl Sources {
     }
 
     /// Whether a lock file's package file can be had: cached, or present at the packages URL.
-    /// Errors: why not, in words.
-    async fn lock_file_available(&self, url: &str, sha256: &str) -> Result<(), String> {
+    ///
+    /// Errors: why not ([`LockFileMissing`]); a network error also marks the packages URL
+    /// down for [`PACKAGES_URL_RETRY`].
+    async fn lock_file_available(&self, url: &str, sha256: &str) -> Result<(), LockFileMissing> {
         if self.fetcher.cache().contains(sha256) {
             return Ok(());
         }
         if self.packages_url_down() {
-            return Err(format!(
-                "the packages URL {} could not be reached recently",
-                self.packages_url
-            ));
+            return Err(LockFileMissing::PackagesUrlDown {
+                packages_url: self.packages_url.clone(),
+            });
         }
         match self.fetcher.exists(url).await {
             Ok(true) => Ok(()),
-            Ok(false) => Err(format!("{url} is not there")),
+            Ok(false) => Err(LockFileMissing::Absent {
+                url: url.to_owned(),
+            }),
             Err(e) => {
                 if matches!(e, FetchError::Network { .. }) {
                     tracing::info!("packages URL unreachable, using the index alone: {e}");
@@ -284,11 +308,12 @@ impl Sources {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
                 }
-                Err(e.to_string())
+                Err(LockFileMissing::Fetch(e))
             }
         }
     }
 
+    /// Whether the packages URL failed less than [`PACKAGES_URL_RETRY`] ago.
     fn packages_url_down(&self) -> bool {
         let guard = self
             .packages_url_down_since

@@ -8,6 +8,8 @@ pub mod target {
     pub const PYTHON_FULL_VERSION: &str = "3.14.2";
     /// `python_version` marker value.
     pub const PYTHON_VERSION: &str = "3.14";
+    /// The minor version of that Python: wheels tagged for any Python 3 up to it install.
+    pub const PYTHON_MINOR: u32 = 14;
     /// Platform tag of wheels built for this Pyodide ABI (lock file `info.abi_version`).
     pub const PLATFORM_TAG: &str = "pyemscripten_2026_0_wasm32";
     /// CPython ABI tag.
@@ -16,24 +18,37 @@ pub mod target {
     pub const EMSCRIPTEN_VERSION: &str = "5.0.3";
 }
 
-/// The parts of a wheel file name.
+/// Parts of a wheel file name without a build tag: distribution, version, and the three tags.
+const PARTS: usize = 5;
+/// Parts of a wheel file name with a build tag (between the version and the tags).
+const PARTS_WITH_BUILD: usize = 6;
+
+/// The parts of a wheel file name (PEP 427), as written; compressed tag sets (`py2.py3`) are
+/// split on `.`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WheelName {
+    /// The distribution name, escaped as in file names (`_` for `-`).
     pub distribution: String,
+    /// The version (PEP 440 text, unchecked).
     pub version: String,
+    /// Python tags (`py3`, `cp314`).
     pub python_tags: Vec<String>,
+    /// ABI tags (`none`, `abi3`, `cp314`).
     pub abi_tags: Vec<String>,
+    /// Platform tags (`any`, [`target::PLATFORM_TAG`]).
     pub platform_tags: Vec<String>,
 }
 
 impl WheelName {
-    /// Parses `{distribution}-{version}(-{build})?-{python}-{abi}-{platform}.whl`.
+    /// Parses `{distribution}-{version}(-{build})?-{python}-{abi}-{platform}.whl`; `None`
+    /// for anything else.
     pub fn parse(file_name: &str) -> Option<Self> {
         let stem = file_name.strip_suffix(".whl")?;
         let parts: Vec<&str> = stem.split('-').collect();
-        if parts.len() != 5 && parts.len() != 6 {
+        if parts.len() != PARTS && parts.len() != PARTS_WITH_BUILD {
             return None;
         }
+        // The three tags are always the last parts, whether or not a build tag comes before.
         let n = parts.len();
         let split = |s: &str| s.split('.').map(str::to_owned).collect::<Vec<_>>();
         Some(WheelName {
@@ -54,10 +69,11 @@ impl WheelName {
     /// Pyodide platform tag and CPython 3.14 ABI (or the stable ABI).
     pub fn is_compatible(&self) -> bool {
         let py3 = self.python_tags.iter().any(|t| {
+            // Any Python 3, this CPython, or a Python 3 minor version up to this one (`py38`,
+            // `cp312`, `py314`).
             t == "py3"
-                || t == "py314"
                 || t == target::ABI_TAG
-                || python_minor(t).is_some_and(|m| m <= 14)
+                || python_minor(t).is_some_and(|m| m <= target::PYTHON_MINOR)
         });
         if self.platform_tags.iter().any(|p| p == "any") {
             return py3 && self.abi_tags.iter().any(|a| a == "none");
@@ -71,7 +87,7 @@ impl WheelName {
     }
 }
 
-/// `py3N`/`cp3N` → N.
+/// `py3N`/`cp3N` → N; `None` for other tags.
 fn python_minor(tag: &str) -> Option<u32> {
     let rest = tag
         .strip_prefix("py3")
@@ -94,6 +110,12 @@ mod tests {
         assert!(WheelName::parse("six-1.17.0-py2.py3-none-any.whl")
             .unwrap()
             .is_compatible());
+        assert!(WheelName::parse("foo-1.0-py314-none-any.whl")
+            .unwrap()
+            .is_compatible());
+        assert!(!WheelName::parse("foo-1.0-py315-none-any.whl")
+            .unwrap()
+            .is_compatible());
         assert!(!WheelName::parse("foo-1.0-py2-none-any.whl")
             .unwrap()
             .is_compatible());
@@ -105,6 +127,17 @@ mod tests {
         assert!(WheelName::parse(ok).unwrap().is_compatible());
         let linux = "numpy-2.4.6-cp314-cp314-manylinux_2_17_x86_64.whl";
         assert!(!WheelName::parse(linux).unwrap().is_compatible());
+    }
+
+    /// The target's versions are written out several ways; they must say the same.
+    #[test]
+    fn target_versions_agree() {
+        assert_eq!(
+            target::PYTHON_VERSION,
+            format!("3.{}", target::PYTHON_MINOR)
+        );
+        assert!(target::PYTHON_FULL_VERSION.starts_with(&format!("{}.", target::PYTHON_VERSION)));
+        assert_eq!(target::ABI_TAG, format!("cp3{}", target::PYTHON_MINOR));
     }
 
     #[test]

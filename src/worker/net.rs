@@ -86,13 +86,14 @@ pub enum FetchResponse {
 }
 
 /// Why a fetch of user code was refused or failed; its text (with its sources) is what user
-/// code sees as the network error.
+/// code sees as the network error. So a variant has a `#[source]` only when its words are
+/// meant to follow: the URL's and the method's parse errors are left out on purpose.
 #[derive(Debug, Error)]
 pub enum NetError {
     /// Not an absolute `http`/`https` URL.
     #[error("unsupported URL {0} (only absolute http and https URLs)")]
     BadUrl(String),
-    /// The URL's host is not named with `--allow-net`.
+    /// The URL's host, `host`, is not named with `--allow-net`.
     #[error("network access to {host} is not allowed in the sandbox (the server admits hosts named with --allow-net)")]
     NotAllowed { host: String },
     /// Not an HTTP method token.
@@ -104,14 +105,14 @@ pub enum NetError {
     /// A header of [`FORBIDDEN_REQUEST_HEADERS`].
     #[error("the header {0} cannot be set by user code")]
     ForbiddenHeader(String),
-    /// A header name HTTP does not allow.
+    /// A header name HTTP does not allow (`name` as user code wrote it).
     #[error("invalid header name {name:?}")]
     BadHeaderName {
         name: String,
         #[source]
         source: InvalidHeaderName,
     },
-    /// A header value HTTP does not allow (e.g. with a line break).
+    /// A header value HTTP does not allow (e.g. with a line break); the value is not quoted.
     #[error("invalid value for header {name}")]
     BadHeaderValue {
         name: String,
@@ -173,6 +174,8 @@ impl NetPolicy {
         }
     }
 
+    /// The HTTP client, made on first use; it follows no redirects. A builder that fails (no
+    /// TLS backend) falls back to reqwest's default client.
     fn client(&self) -> &reqwest::Client {
         self.client.get_or_init(|| {
             reqwest::Client::builder()
@@ -191,6 +194,9 @@ impl NetPolicy {
         self.max_bytes
     }
 
+    /// Whether `url`'s host is allowed: named alone (any port) or as `host:port` with the
+    /// URL's port (the scheme's default when it names none). IPv6 hosts are compared without
+    /// their brackets.
     fn allows(&self, url: &reqwest::Url) -> bool {
         let Some(host) = url
             .host_str()
@@ -198,6 +204,8 @@ impl NetPolicy {
         else {
             return false;
         };
+        // `http` and `https` always have a default port; were there none, port 0 matches no
+        // `host:port` anyone would allow.
         let port = url.port_or_known_default().unwrap_or(0);
         self.allowed
             .iter()
@@ -221,11 +229,37 @@ impl NetPolicy {
         }
     }
 
+    /// [`NetPolicy::fetch`] with the refusal or failure as a value: the request is checked
+    /// ([`NetPolicy::check`]), sent, and its answer read under the limit
+    /// ([`NetPolicy::read_response`]).
+    ///
+    /// Errors: the first [`NetError`] met, in that order.
     async fn try_fetch(
         &self,
         request: &FetchRequest,
         body: Vec<u8>,
     ) -> Result<(FetchResponse, Vec<u8>), NetError> {
+        let checked = self.check(request, body.len())?;
+        let mut builder = self
+            .client()
+            .request(checked.method, checked.url)
+            .headers(checked.headers);
+        if !body.is_empty() {
+            builder = builder.body(body);
+        }
+        let resp = builder
+            .send()
+            .await
+            .map_err(|source| NetError::Http { source })?;
+        self.read_response(resp).await
+    }
+
+    /// Checks `request` (with a body of `body_len` bytes) against the policy before anything
+    /// is sent: an `http`/`https` URL whose host is allowed, a method HTTP accepts and the
+    /// Fetch standard does not forbid, headers user code may set, a body within the limit.
+    ///
+    /// Errors: the first check failed, in that order.
+    fn check(&self, request: &FetchRequest, body_len: usize) -> Result<Checked, NetError> {
         let url = match reqwest::Url::parse(&request.url) {
             Ok(u) if u.scheme() == "http" || u.scheme() == "https" => u,
             _ => return Err(NetError::BadUrl(request.url.clone())),
@@ -244,28 +278,32 @@ impl NetPolicy {
             return Err(NetError::ForbiddenMethod(request.method.clone()));
         }
         let headers = request_headers(&request.headers)?;
-        if body.len() > self.max_bytes {
+        if body_len > self.max_bytes {
             return Err(NetError::RequestTooLarge {
                 limit: self.max_bytes,
             });
         }
-        let mut builder = self.client().request(method, url).headers(headers);
-        if !body.is_empty() {
-            builder = builder.body(body);
-        }
-        let mut resp = builder
-            .send()
-            .await
-            .map_err(|source| NetError::Http { source })?;
-        let too_large = NetError::ResponseTooLarge {
-            limit: self.max_bytes,
-        };
+        Ok(Checked {
+            url,
+            method,
+            headers,
+        })
+    }
+
+    /// The metadata and body of `resp`, refused before reading when the length it announces
+    /// is over the limit (see [`NetPolicy::read_body`] for the body).
+    ///
+    /// Errors: [`NetError::ResponseTooLarge`], or reading failed ([`NetError::Http`]).
+    async fn read_response(
+        &self,
+        resp: reqwest::Response,
+    ) -> Result<(FetchResponse, Vec<u8>), NetError> {
         // Refuse before reading anything when the announced length is already over.
         if resp
             .content_length()
             .is_some_and(|n| n > self.max_bytes as u64)
         {
-            return Err(too_large);
+            return Err(self.response_too_large());
         }
         let status = resp.status();
         let headers: Vec<(String, String)> = resp
@@ -279,6 +317,22 @@ impl NetPolicy {
             })
             .collect();
         let final_url = resp.url().to_string();
+        let bytes = self.read_body(resp).await?;
+        let meta = FetchResponse::Ok {
+            status: status.as_u16(),
+            status_text: status.canonical_reason().unwrap_or("").to_owned(),
+            headers,
+            url: final_url,
+            redirected: false,
+        };
+        Ok((meta, bytes))
+    }
+
+    /// The body of `resp`, read chunk by chunk and given up as soon as it passes the limit,
+    /// so that the front never holds more than the limit of it.
+    ///
+    /// Errors: [`NetError::ResponseTooLarge`], or reading failed ([`NetError::Http`]).
+    async fn read_body(&self, mut resp: reqwest::Response) -> Result<Vec<u8>, NetError> {
         let mut bytes: Vec<u8> = Vec::new();
         while let Some(chunk) = resp
             .chunk()
@@ -288,7 +342,7 @@ impl NetPolicy {
             let total = bytes.len().saturating_add(chunk.len());
             if total > self.max_bytes {
                 // Dropping `resp` closes the connection: the rest is never read.
-                return Err(too_large);
+                return Err(self.response_too_large());
             }
             // Grow by doubling but never past the limit, so the buffer stays within it.
             if total > bytes.capacity() {
@@ -299,15 +353,26 @@ impl NetPolicy {
             }
             bytes.extend_from_slice(&chunk);
         }
-        let meta = FetchResponse::Ok {
-            status: status.as_u16(),
-            status_text: status.canonical_reason().unwrap_or("").to_owned(),
-            headers,
-            url: final_url,
-            redirected: false,
-        };
-        Ok((meta, bytes))
+        Ok(bytes)
     }
+
+    /// The refusal of a response over the limit.
+    fn response_too_large(&self) -> NetError {
+        NetError::ResponseTooLarge {
+            limit: self.max_bytes,
+        }
+    }
+}
+
+/// A request of user code that passed [`NetPolicy::check`]: what is sent (the body travels
+/// beside it).
+struct Checked {
+    /// An `http` or `https` URL whose host the policy allows.
+    url: reqwest::Url,
+    /// Neither of [`FORBIDDEN_METHODS`].
+    method: reqwest::Method,
+    /// None of [`FORBIDDEN_REQUEST_HEADERS`].
+    headers: HeaderMap,
 }
 
 /// The request headers user code asked for, checked: none of [`FORBIDDEN_REQUEST_HEADERS`]

@@ -848,7 +848,7 @@ fn given_names<'a>(
     requirements: impl Iterator<Item = &'a String>,
 ) -> std::collections::HashSet<String> {
     requirements
-        .filter_map(|r| crate::packages::resolver::parse_requirement(r).ok())
+        .filter_map(|r| crate::packages::requirement::parse_requirement(r).ok())
         .map(|r| crate::packages::lock::normalize(r.name.as_ref()))
         .collect()
 }

@@ -39,7 +39,7 @@ pub fn preinstall_source(plan: &StartupPlan, deps: &[String]) -> Option<Preinsta
     // The requirements' own distributions are imported; what they depend on comes with them.
     let imports: Vec<String> = deps
         .iter()
-        .filter_map(|d| crate::packages::resolver::parse_requirement(d).ok())
+        .filter_map(|d| crate::packages::requirement::parse_requirement(d).ok())
         .map(|r| r.name.to_string())
         .collect();
     let plan = plan.clone();
