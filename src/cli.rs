@@ -1,6 +1,6 @@
 //! Command line (docs/architecture.md §6).
 
-use crate::server::call::execute::Isolation;
+use crate::server::call::queue::Isolation;
 use crate::server::tools::format::ReturnMode;
 use clap::{Parser, ValueEnum};
 use std::path::PathBuf;

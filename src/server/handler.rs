@@ -16,9 +16,10 @@ use crate::sandbox::registry::Missing;
 use crate::sandbox::registry::{OpenError, Registry, RegistryError};
 use crate::sandbox::state_dir::StateError;
 use crate::server::call::execute::{Executor, OutputSink};
+use crate::server::call::result::CallResult;
 use crate::server::sessions::{SessionGuard, Sessions, SessionsFull};
 use crate::server::tools::arguments;
-use crate::server::tools::format::{render, structured, CallResult, ReturnMode};
+use crate::server::tools::format::{render, structured, ReturnMode};
 use crate::server::tools::tool::{self, TOOL_NAME};
 use crate::worker::protocol::Stream;
 use rmcp::model::{
@@ -654,8 +655,8 @@ impl ServerHandler for RunPythonServer {
                 .as_ref()
                 .and_then(|s| s.get("status"))
                 .and_then(|s| s.as_str())
-                .and_then(crate::server::tools::format::Status::parse)
-                .map(crate::server::tools::format::Status::as_str)
+                .and_then(crate::server::call::result::Status::parse)
+                .map(crate::server::call::result::Status::as_str)
                 .unwrap_or("success"),
             Ok(_) => "success",
         };

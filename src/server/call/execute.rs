@@ -13,29 +13,16 @@ use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, ResolveError, Resolver};
 use crate::sandbox::files::{name_list, Listing, SandboxFiles, Survivors};
 use crate::sandbox::live::{Arrival, Sandbox};
+use crate::server::call::queue::{Held, Isolation, Queue};
+use crate::server::call::result::{CallResult, Image, Outcome, ReturnValue};
 use crate::server::call::startup_deps::{install_items, StartupPlan};
-use crate::server::tools::format::{CallResult, Image, Outcome, ReturnValue};
 use crate::worker::client::{Deadline, Phase, RunRequest, ToolAccess, Worker, WorkerError};
 use crate::worker::net::NetPolicy;
-use crate::worker::pool::{Lease, Pool};
 use crate::worker::protocol::{ReturnKind, RunStatus, Stream};
 use crate::worker::spares::Spares;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{OwnedMutexGuard, Semaphore};
 use tokio_util::sync::CancellationToken;
-
-/// Which callers share an interpreter (`--isolation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Isolation {
-    /// One interpreter per MCP session, killed with it (the default).
-    Session,
-    /// A clean interpreter for every call.
-    Call,
-    /// Interpreters are reused across sessions: trusts every client (single-tenant speed).
-    Shared,
-}
 
 /// Per-call limits.
 #[derive(Debug, Clone)]
@@ -131,14 +118,8 @@ pub struct Executor {
     pub upstreams: Option<Arc<crate::upstream::Upstreams>>,
     /// `--stateful`: a session's globals last from one call to the next (`Isolation::Session`).
     pub stateful: bool,
-    /// The interpreters of `--isolation shared`.
-    shared: Option<Arc<Pool>>,
-    /// Bounds the calls running at once (`--workers`); FIFO.
-    running: Arc<Semaphore>,
-    /// `--workers`: the running slots.
-    workers: usize,
-    /// Calls waiting for their turn (bounded by `limits.max_queue`).
-    waiting: AtomicUsize,
+    /// Admission (`--max-queue`), the running slots (`--workers`) and the shared interpreters.
+    queue: Queue,
     /// `--deps`, resolved once (shared with the launcher, whose workers install it as they boot).
     startup_plan: StartupPlan,
 }
@@ -146,43 +127,11 @@ pub struct Executor {
 /// Receives each output line while the code runs (for streaming to the client).
 pub type OutputSink = Box<dyn FnMut(Stream, &str) + Send>;
 
-/// The interpreter slot a call uses.
-enum Held {
-    Session(OwnedMutexGuard<Option<Worker>>),
-    Call(Box<Option<Worker>>),
-    Shared(Lease),
-}
-
-impl Held {
-    fn slot(&mut self) -> &mut Option<Worker> {
-        match self {
-            Held::Session(guard) => guard,
-            Held::Call(slot) => slot.as_mut(),
-            Held::Shared(lease) => lease.slot(),
-        }
-    }
-
-    async fn discard(&mut self) {
-        if let Some(worker) = self.slot().take() {
-            worker.kill_soon();
-        }
-    }
-}
-
 /// Whether the interpreter may serve another call after this one.
 #[derive(Clone, Copy, PartialEq)]
 enum Verdict {
     Keep,
     Discard,
-}
-
-/// Counts a waiting call until dropped.
-struct Waiting<'a>(&'a AtomicUsize);
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 impl Executor {
@@ -200,7 +149,6 @@ impl Executor {
         startup_plan: StartupPlan,
         net: NetPolicy,
     ) -> Self {
-        let workers = workers.max(1);
         Executor {
             spares,
             resolver,
@@ -210,23 +158,19 @@ impl Executor {
             net,
             upstreams: None,
             stateful: false,
-            shared: (isolation == Isolation::Shared).then(|| Pool::new(workers)),
-            running: Arc::new(Semaphore::new(workers)),
-            workers,
-            waiting: AtomicUsize::new(0),
+            queue: Queue::new(isolation, workers),
             startup_plan,
         }
     }
 
     /// Calls waiting for their turn now.
     pub fn queue_depth(&self) -> usize {
-        self.waiting.load(Ordering::SeqCst)
+        self.queue.depth()
     }
 
     /// Calls running now (holding a running slot of `--workers`).
     pub fn busy(&self) -> usize {
-        self.workers
-            .saturating_sub(self.running.available_permits())
+        self.queue.busy()
     }
 
     /// Whether calls keep their session's state (`--stateful`, which needs
@@ -400,9 +344,8 @@ impl Executor {
     pub async fn prepare(&self, sandbox: &Sandbox) -> Result<(), InstallError> {
         let mut slot = sandbox.queue(None).await;
         let _permit = self
-            .running
-            .clone()
-            .acquire_owned()
+            .queue
+            .running_slot()
             .await
             .map_err(|_| WorkerError::Closed)?;
         if slot.is_none() {
@@ -430,10 +373,7 @@ impl Executor {
     /// Kills every interpreter (at shutdown).
     pub async fn shutdown(&self) {
         self.spares.shutdown().await;
-        if let Some(pool) = &self.shared {
-            pool.shutdown().await;
-        }
-        self.running.close();
+        self.queue.shutdown().await;
     }
 
     /// Runs one call of `run_python_code` for `sandbox`, after the session's calls that arrived
@@ -465,25 +405,11 @@ impl Executor {
         };
         tokio::pin!(stop);
         // Wait for our turn: the session's interpreter (in arrival order), then a running slot.
-        let queued = self.waiting.fetch_add(1, Ordering::SeqCst);
-        let waiting = Waiting(&self.waiting);
-        if queued >= self.limits.max_queue {
-            return Some(run_error(
-                format!(
-                    "the server is busy: {queued} calls are already waiting for an interpreter (--max-queue {}); try again later",
-                    self.limits.max_queue
-                ),
-            ));
-        }
-        let turn = async {
-            let held = match self.isolation {
-                Isolation::Session => Held::Session(sandbox.queue(arrival).await),
-                Isolation::Call => Held::Call(Box::new(None)),
-                Isolation::Shared => Held::Shared(self.shared.as_ref()?.acquire().await?),
-            };
-            let permit = self.running.clone().acquire_owned().await.ok()?;
-            Some((held, permit))
+        let waiting = match self.queue.admit(self.limits.max_queue) {
+            Ok(waiting) => waiting,
+            Err(full) => return Some(run_error(full)),
         };
+        let turn = self.queue.turn(sandbox, arrival);
         let queued_at = std::time::Instant::now();
         let (mut held, _permit) = tokio::select! {
             t = turn => match t {
@@ -560,7 +486,7 @@ impl Executor {
         };
         let keep = verdict
             .as_ref()
-            .is_some_and(|v| *v == Verdict::Keep && self.isolation != Isolation::Call);
+            .is_some_and(|v| *v == Verdict::Keep && self.isolation.reuses_interpreters());
         if !keep {
             if stateful {
                 // Files the front holds copies of outlive the interpreter; the rest go.
@@ -572,7 +498,7 @@ impl Executor {
                 }
             }
             held.discard().await;
-            if self.isolation != Isolation::Call && !sandbox.has_ended() {
+            if self.isolation.reuses_interpreters() && !sandbox.has_ended() {
                 // The session's (or the shared slot's) next call will want a clean interpreter.
                 self.spares.replenish();
             }

@@ -1,6 +1,10 @@
 //! The pipeline of one call (docs/architecture.md §3–§5): [`execute`] queues it, finds or
 //! makes its worker, installs what it needs, runs it under its deadline and caps, and keeps
-//! the sandbox's files; [`startup_deps`] plans `--deps` once for every worker.
+//! the sandbox's files; [`queue`] admits calls and decides who shares an interpreter;
+//! [`startup_deps`] plans `--deps` once for every worker; [`result`] is what a call produced,
+//! before it is rendered.
 
 pub mod execute;
+pub mod queue;
+pub mod result;
 pub mod startup_deps;
