@@ -9,13 +9,14 @@
 //! every call a clean interpreter; [`Isolation::Shared`] reuses interpreters across sandboxes.
 
 use crate::metrics::KillReason;
+use crate::packages::install::{self, InstallPlan, Wanted};
 use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, ResolveError, Resolver};
 use crate::sandbox::files::{name_list, Listing, SandboxFiles, Survivors};
 use crate::sandbox::live::{Arrival, Sandbox};
 use crate::server::call::queue::{Held, Isolation, Queue};
 use crate::server::call::result::{CallResult, Image, Outcome, ReturnValue};
-use crate::server::call::startup_deps::{install_items, StartupPlan};
+use crate::server::call::startup_deps::StartupPlan;
 use crate::worker::client::{Deadline, Phase, RunRequest, ToolAccess, Worker, WorkerError};
 use crate::worker::net::NetPolicy;
 use crate::worker::protocol::{ReturnKind, RunStatus, Stream};
@@ -684,40 +685,31 @@ impl Executor {
             .startup_plan()
             .await
             .map_err(InstallError::StartupDeps)?;
+        let wanted = Wanted {
+            startup: &self.startup_deps,
+            sandbox: sandbox_deps,
+            call: requirements,
+        };
         // The call's requirements are resolved together with `--deps`, the sandbox's own and
         // what the interpreter already has, pinned: one consistent set, or a conflict in words.
-        let plan = if requirements.is_empty() && sandbox_deps.is_empty() {
-            startup
-        } else {
-            let wanted: Vec<String> = self
-                .startup_deps
-                .iter()
-                .chain(sandbox_deps)
-                .chain(requirements)
-                .cloned()
-                .collect();
-            let pins: Vec<String> = worker
-                .installed
-                .iter()
-                .map(|(name, version)| format!("{name}=={version}"))
-                .collect();
-            let plan = self.resolver.plan(&wanted, &pins).await?;
-            Arc::new(plan)
+        let planned = match install::plan(&self.resolver, wanted, &worker.installed).await? {
+            None => startup,
+            Some(dists) => Arc::new(install::fetch(&self.resolver, &dists).await?),
         };
-        let todo: Vec<&Planned> = plan
-            .iter()
-            .filter(|p| !worker.installed.contains_key(&p.name))
-            .collect();
-        if todo.is_empty() {
+        let Some(plan) = install::to_install(&planned, &worker.installed) else {
             return Ok(());
-        }
-        let (files, items) = install_items(&todo);
+        };
+        let InstallPlan {
+            files,
+            items,
+            packages,
+        } = plan;
         let installed = worker.install(files, items, deadline).await;
         crate::metrics::install_finished(matches!(installed, Ok(None)));
         match installed? {
             Some(reason) => Err(InstallError::Refused(reason)),
             None => {
-                for p in todo {
+                for p in packages {
                     // One line per package (shown with --verbose); names are escaped, as they
                     // come from user code's requirements.
                     tracing::debug!(
@@ -726,7 +718,7 @@ impl Executor {
                         p.version,
                         p.file_name
                     );
-                    worker.installed.insert(p.name.clone(), p.version.clone());
+                    worker.installed.insert(p.name, p.version);
                 }
                 Ok(())
             }
