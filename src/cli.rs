@@ -152,8 +152,15 @@ pub struct Cli {
     /// `default` applies every layer the kernel allows and warns about the others; `strict`
     /// refuses to serve unless seccomp, Landlock, the namespaces, capabilities and limits are
     /// all in force; `off` applies none and is for debugging only.
-    #[arg(long, value_enum, default_value_t = crate::worker::confine::Mode::Default)]
-    pub sandbox: crate::worker::confine::Mode,
+    // `--sandbox` was this option's name before sandboxes were what users hold by handle; kept,
+    // hidden, for the scripts that pass it.
+    #[arg(
+        long,
+        alias = "sandbox",
+        value_enum,
+        default_value_t = crate::worker::confine::Mode::Default
+    )]
+    pub confinement: crate::worker::confine::Mode,
 
     /// The same as `--isolation call` (kept for earlier scripts).
     #[arg(long)]
@@ -344,4 +351,30 @@ pub enum Mode {
     Warmup,
     /// Run an example script that needs a package from PyPI and print the tool result.
     Example,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::confine::Mode as ConfinementMode;
+    use clap::CommandFactory;
+
+    #[test]
+    fn confinement_keeps_its_earlier_name_as_a_hidden_alias() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from([&["mcp-run-python", "stdio"], args].concat())
+                .map(|cli| cli.confinement)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(parse(&[]), Ok(ConfinementMode::Default));
+        assert_eq!(
+            parse(&["--confinement", "strict"]),
+            Ok(ConfinementMode::Strict)
+        );
+        assert_eq!(parse(&["--sandbox", "strict"]), Ok(ConfinementMode::Strict));
+        assert_eq!(parse(&["--sandbox=off"]), Ok(ConfinementMode::Off));
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("--confinement <CONFINEMENT>"), "{help}");
+        assert!(!help.contains("--sandbox "), "{help}");
+    }
 }

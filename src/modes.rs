@@ -18,7 +18,7 @@ use crate::server::handler::RunPythonServer;
 use crate::server::sessions::Sessions;
 use crate::server::tools::format::render;
 use crate::server::transport::http::HttpMode;
-use crate::worker::confine::Mode as SandboxMode;
+use crate::worker::confine::Mode as ConfinementMode;
 use crate::worker::mount::Mounts;
 use crate::worker::net::NetPolicy;
 use crate::worker::snapshot::Launcher;
@@ -240,7 +240,7 @@ fn uses_zygote(cli: &Cli, isolation: Isolation) -> bool {
 /// The arguments every worker gets: its confinement and, under `--memory`, its WebAssembly
 /// budget.
 fn worker_args(cli: &Cli) -> Vec<String> {
-    let mut worker_args = vec![cli.sandbox.worker_arg()];
+    let mut worker_args = vec![cli.confinement.worker_arg()];
     if cli.memory > 0 {
         worker_args.push(format!("--wasm-max-mib={}", wasm_budget_mib(cli.memory)));
     }
@@ -450,7 +450,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
     // Idle and old sandboxes end in the background; all of them at the end.
     let sweeping = CancellationToken::new();
     registry.spawn_sweeper(sweeping.clone());
-    if let Some(code) = check_sandbox(&cli, &server).await {
+    if let Some(code) = check_confinement(&cli, &server).await {
         executor.shutdown().await;
         return Ok(code);
     }
@@ -534,26 +534,28 @@ async fn serve_http(cli: &Cli, server: RunPythonServer) -> Result<()> {
     .await
 }
 
-/// Before serving: under `--sandbox strict`, boots one worker now and refuses to serve
-/// (exit code 1) unless it confined itself fully; under `--sandbox off`, says loudly that the
-/// workers are not confined. Returns the exit code when the server must not start.
-async fn check_sandbox(cli: &Cli, server: &RunPythonServer) -> Option<i32> {
-    match cli.sandbox {
-        SandboxMode::Strict => match server.executor.spares.boot_now().await {
+/// Before serving: under `--confinement strict`, boots one worker now and refuses to serve
+/// (exit code 1) unless it confined itself fully; under `--confinement off`, says loudly that
+/// the workers are not confined. Returns the exit code when the server must not start. The
+/// two messages still name the option by its earlier name, `--sandbox`, as they always did
+/// (scripts and tests read them).
+async fn check_confinement(cli: &Cli, server: &RunPythonServer) -> Option<i32> {
+    match cli.confinement {
+        ConfinementMode::Strict => match server.executor.spares.boot_now().await {
             Ok(()) => None,
             Err(e) => {
                 eprintln!("refusing to serve under --sandbox strict: {e}");
                 Some(1)
             }
         },
-        SandboxMode::Off => {
+        ConfinementMode::Off => {
             tracing::warn!(
                 "--sandbox off: workers are NOT confined by the operating system (no seccomp, \
                  Landlock, namespaces or limits); for debugging only"
             );
             None
         }
-        SandboxMode::Default => None,
+        ConfinementMode::Default => None,
     }
 }
 
