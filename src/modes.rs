@@ -197,7 +197,7 @@ fn isolation(cli: &Cli) -> Result<Isolation> {
     } else {
         cli.isolation
     };
-    if cli.stateful && isolation != Isolation::Session {
+    if cli.stateful && isolation != Isolation::Sandbox {
         anyhow::bail!(
             "--stateful keeps a session's globals in the session's own interpreter: it needs --isolation session"
         );
@@ -214,8 +214,8 @@ fn spare_counts(cli: &Cli, isolation: Isolation, workers: usize) -> (usize, usiz
         // by forks once the zygote is ready).
         (Isolation::Shared, _) => (0, workers),
         // One session: one spare at start, and one after each lost interpreter.
-        (Isolation::Session, Mode::Stdio | Mode::Warmup | Mode::Example) => (0, 1),
-        (Isolation::Session, _) => {
+        (Isolation::Sandbox, Mode::Stdio | Mode::Warmup | Mode::Example) => (0, 1),
+        (Isolation::Sandbox, _) => {
             let n = DEFAULT_HTTP_SPARES.min(workers.max(1));
             (n, n)
         }

@@ -5,7 +5,7 @@
 //! sent for a cancelled request).
 //!
 //! Tenancy (docs/architecture.md §3, issue 8; the rules in [`super::queue`]): with
-//! [`Isolation::Session`] an interpreter belongs to one [`Sandbox`] for its whole life and dies
+//! [`Isolation::Sandbox`] an interpreter belongs to one [`Sandbox`] for its whole life and dies
 //! with it; [`Isolation::Call`] gives every call a clean interpreter; [`Isolation::Shared`]
 //! reuses interpreters across sandboxes. What packages to install comes from
 //! [`crate::packages::install`]; how a run's end reads as a result, from [`super::outcome`].
@@ -49,7 +49,7 @@ pub struct Limits {
     pub max_queue: usize,
     /// Largest image returned as content (`--max-image-bytes`; with `--stateful` only).
     pub max_image_bytes: usize,
-    /// Most bytes of a session's files the front keeps copies of, to restore them into its
+    /// Most bytes of a sandbox's files the front keeps copies of, to restore them into its
     /// next interpreter (`--max-session-file-bytes`; with `--stateful` only).
     pub max_session_file_bytes: u64,
 }
@@ -123,7 +123,7 @@ pub struct Executor {
     pub net: NetPolicy,
     /// Code mode (`--tools-config`): the upstream MCP servers whose tools code may call.
     pub upstreams: Option<Arc<crate::upstream::Upstreams>>,
-    /// `--stateful`: a session's globals last from one call to the next (`Isolation::Session`).
+    /// `--stateful`: a sandbox's globals last from one call to the next (`Isolation::Sandbox`).
     pub stateful: bool,
     /// Admission (`--max-queue`), the running slots (`--workers`) and the shared interpreters.
     queue: Queue,
@@ -173,10 +173,10 @@ impl Executor {
         self.queue.busy()
     }
 
-    /// Whether calls keep their session's state (`--stateful`, which needs
-    /// `Isolation::Session`).
+    /// Whether calls keep their sandbox's state (`--stateful`, which needs
+    /// `Isolation::Sandbox`).
     fn keeps_state(&self) -> bool {
-        self.stateful && self.isolation == Isolation::Session
+        self.stateful && self.isolation == Isolation::Sandbox
     }
 
     /// Resolves `--deps` once (downloads them into the cache); errors name the package.
@@ -184,10 +184,11 @@ impl Executor {
         self.startup_plan.clone().await
     }
 
-    /// `reset_session` (`--stateful`): once the session's calls that arrived before it are
-    /// done, stops its interpreter, so that its next call starts in a new one with fresh
-    /// globals. That call has no `<state>` note: the client asked for the loss. Whether the
-    /// session's files (its resources) changed: they go too, copies included.
+    /// `reset_session` (`--stateful`; despite its name it acts on a sandbox): once the
+    /// sandbox's calls that arrived before it are done, stops its interpreter, so that its next
+    /// call starts in a new one with fresh globals. That call has no `<state>` note: the client
+    /// asked for the loss. Whether the sandbox's files (its resources) changed: they go too,
+    /// copies included.
     pub async fn reset(&self, sandbox: &Sandbox, arrival: Option<&Arrival>) -> bool {
         let mut slot = sandbox.queue(arrival).await;
         if let Some(worker) = slot.take() {
@@ -376,9 +377,9 @@ impl Executor {
         self.queue.shutdown().await;
     }
 
-    /// Runs one call of `run_python_code` for `sandbox`, after the session's calls that arrived
+    /// Runs one call of `run_python_code` for `sandbox`, after the sandbox's calls that arrived
     /// before it (`arrival`, when the transport stamped one). `None` when `cancel` fired or the
-    /// session ended first: the interpreter was killed and no result is due.
+    /// sandbox ended first: the interpreter was killed and no result is due.
     pub async fn run(
         &self,
         sandbox: &Sandbox,
@@ -573,7 +574,7 @@ impl Executor {
         }
         held.discard().await;
         if self.isolation.reuses_interpreters() && !sandbox.has_ended() {
-            // The session's (or the shared slot's) next call will want a clean interpreter.
+            // The sandbox's (or the shared slot's) next call will want a clean interpreter.
             self.spares.replenish();
         }
     }

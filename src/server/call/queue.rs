@@ -15,8 +15,11 @@ use tokio::sync::{AcquireError, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore
 /// Which callers share an interpreter (`--isolation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Isolation {
-    /// One interpreter per MCP session, killed with it (the default).
-    Session,
+    /// One interpreter per sandbox (an MCP session's own, or with `--stateful` one reached by
+    /// its `sandbox_id`), killed with it (the default).
+    // Named `session` on the command line, as it was before sandboxes outlived sessions.
+    #[value(name = "session")]
+    Sandbox,
     /// A clean interpreter for every call.
     Call,
     /// Interpreters are reused across sessions: trusts every client (single-tenant speed).
@@ -34,7 +37,7 @@ impl Isolation {
 /// The interpreter slot a call uses, as its [`Isolation`] gives it.
 pub(super) enum Held {
     /// The sandbox's own slot, held in arrival order.
-    Session(OwnedMutexGuard<Option<Worker>>),
+    Sandbox(OwnedMutexGuard<Option<Worker>>),
     /// A slot of this call alone, empty until a clean interpreter is taken.
     Call(Box<Option<Worker>>),
     /// A slot of the shared pool.
@@ -45,7 +48,7 @@ impl Held {
     /// The slot's interpreter, if it has one.
     pub(super) fn slot(&mut self) -> &mut Option<Worker> {
         match self {
-            Held::Session(guard) => guard,
+            Held::Sandbox(guard) => guard,
             Held::Call(slot) => slot.as_mut(),
             Held::Shared(lease) => lease.slot(),
         }
@@ -142,7 +145,7 @@ impl Queue {
         arrival: Option<&Arrival>,
     ) -> Option<(Held, OwnedSemaphorePermit)> {
         let held = match self.isolation {
-            Isolation::Session => Held::Session(sandbox.queue(arrival).await),
+            Isolation::Sandbox => Held::Sandbox(sandbox.queue(arrival).await),
             Isolation::Call => Held::Call(Box::new(None)),
             Isolation::Shared => Held::Shared(self.shared.as_ref()?.acquire().await?),
         };
