@@ -1,6 +1,6 @@
 //! Command line (docs/architecture.md §6).
 
-use crate::server::call::execute::Isolation;
+use crate::server::call::queue::Isolation;
 use crate::server::tools::format::ReturnMode;
 use clap::{Parser, ValueEnum};
 use std::path::PathBuf;
@@ -63,15 +63,17 @@ pub struct Cli {
     #[arg(long)]
     pub workers: Option<usize>,
 
-    /// Who shares an interpreter: `session` (one per MCP session, killed with it), `call` (a
-    /// clean one for every call) or `shared` (reused across sessions: trusts every client).
-    #[arg(long, value_enum, default_value_t = Isolation::Session)]
+    /// Who shares an interpreter: `session` (one per sandbox: an MCP session's own, or one
+    /// reached by its `sandbox_id`; killed with it), `call` (a clean one for every call) or
+    /// `shared` (reused across sessions: trusts every client).
+    #[arg(long, value_enum, default_value_t = Isolation::Sandbox)]
     pub isolation: Isolation,
 
     /// Sandboxes that keep their globals from one call to the next (variables, functions,
     /// imports), as a notebook does, addressed by the `sandbox_id` that every result names
     /// (README, "Sandboxes"); adds the tools create_sandbox, list_sandbox_files,
-    /// destroy_sandbox, upload_file, delete_file and reset_session, and files as resources.
+    /// destroy_sandbox, upload_file, delete_file and reset_session (which resets a sandbox), and
+    /// files as resources.
     /// Needs `--isolation session`.
     #[arg(long)]
     pub stateful: bool,
@@ -152,8 +154,15 @@ pub struct Cli {
     /// `default` applies every layer the kernel allows and warns about the others; `strict`
     /// refuses to serve unless seccomp, Landlock, the namespaces, capabilities and limits are
     /// all in force; `off` applies none and is for debugging only.
-    #[arg(long, value_enum, default_value_t = crate::worker::confine::Mode::Default)]
-    pub sandbox: crate::worker::confine::Mode,
+    // `--sandbox` was this option's name before sandboxes were what users hold by handle; kept,
+    // hidden, for the scripts that pass it.
+    #[arg(
+        long,
+        alias = "sandbox",
+        value_enum,
+        default_value_t = crate::worker::confine::Mode::Default
+    )]
+    pub confinement: crate::worker::confine::Mode,
 
     /// The same as `--isolation call` (kept for earlier scripts).
     #[arg(long)]
@@ -226,9 +235,9 @@ pub struct Cli {
     #[arg(long, default_value_t = 1 << 20)]
     pub max_image_bytes: usize,
 
-    /// With `--stateful`: most bytes of one session's files the server keeps copies of, so
+    /// With `--stateful`: most bytes of one sandbox's files the server keeps copies of, so
     /// that they outlive an interpreter stopped by a timeout, the memory limit or a crash and
-    /// are written into the session's next one. Files beyond it are lost with the interpreter
+    /// are written into the sandbox's next one. Files beyond it are lost with the interpreter
     /// (the call's `state` note names them).
     #[arg(long, default_value_t = DEFAULT_MAX_SESSION_FILE_BYTES)]
     pub max_session_file_bytes: u64,
@@ -344,4 +353,45 @@ pub enum Mode {
     Warmup,
     /// Run an example script that needs a package from PyPI and print the tool result.
     Example,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::confine::Mode as ConfinementMode;
+    use clap::CommandFactory;
+
+    #[test]
+    fn confinement_keeps_its_earlier_name_as_a_hidden_alias() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from([&["mcp-run-python", "stdio"], args].concat())
+                .map(|cli| cli.confinement)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(parse(&[]), Ok(ConfinementMode::Default));
+        assert_eq!(
+            parse(&["--confinement", "strict"]),
+            Ok(ConfinementMode::Strict)
+        );
+        assert_eq!(parse(&["--sandbox", "strict"]), Ok(ConfinementMode::Strict));
+        assert_eq!(parse(&["--sandbox=off"]), Ok(ConfinementMode::Off));
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("--confinement <CONFINEMENT>"), "{help}");
+        assert!(!help.contains("--sandbox "), "{help}");
+    }
+
+    #[test]
+    fn isolation_by_sandbox_keeps_its_command_line_name() {
+        let isolation = |args: &[&str]| {
+            Cli::try_parse_from([&["mcp-run-python", "stdio"], args].concat())
+                .map(|cli| cli.isolation)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(isolation(&[]), Ok(Isolation::Sandbox));
+        assert_eq!(
+            isolation(&["--isolation", "session"]),
+            Ok(Isolation::Sandbox)
+        );
+        assert!(isolation(&["--isolation", "sandbox"]).is_err());
+    }
 }

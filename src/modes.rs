@@ -10,19 +10,22 @@ use crate::packages::sources::Sources;
 use crate::sandbox::live::Sandbox;
 use crate::sandbox::registry::{Registry, RegistryLimits};
 use crate::sandbox::state_dir::StateDir;
-use crate::server::call::execute::{Executor, Isolation, Limits};
+use crate::server::call::execute::{Executor, Limits};
+use crate::server::call::queue::Isolation;
+use crate::server::call::result::{Outcome, Status};
 use crate::server::call::startup_deps;
 use crate::server::handler::RunPythonServer;
 use crate::server::sessions::Sessions;
-use crate::server::tools::format::{render, Outcome, Status};
+use crate::server::tools::format::render;
 use crate::server::transport::http::HttpMode;
-use crate::worker::confine::Mode as SandboxMode;
+use crate::worker::confine::Mode as ConfinementMode;
 use crate::worker::mount::Mounts;
 use crate::worker::net::NetPolicy;
 use crate::worker::snapshot::Launcher;
 use crate::worker::spares::Spares;
 use crate::worker::worker_main::PYODIDE;
 use anyhow::{anyhow, Context, Result};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -115,63 +118,24 @@ fn mirror_lock(packages_url: &str) -> Result<Option<Lockfile>> {
     }
 }
 
+/// The server the options describe: its workers' launcher and spares, the executor (with
+/// code mode's upstreams when asked), the session bound and the sandbox registry.
+///
+/// Errors, in the order checked: the lock file or a mirror's ([`resolver`]), our own
+/// executable cannot be found, `--stateful` without `--isolation session`, a `--mount`
+/// directory cannot be read or is too large, a time limit out of range, code mode's
+/// configuration or socket, `--state-dir` without `--stateful` or unusable.
 async fn build(cli: &Cli) -> Result<RunPythonServer> {
     let (resolver, _) = resolver(&cli.packages)?;
-    let cache_dir = cli
-        .packages
-        .cache_dir
-        .clone()
-        .unwrap_or_else(Cache::default_dir);
     let exe = std::env::current_exe().context("locating our own executable")?;
     let workers = cli.workers.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
     });
-    let mut worker_args = vec![cli.sandbox.worker_arg()];
-    if cli.memory > 0 {
-        worker_args.push(format!("--wasm-max-mib={}", wasm_budget_mib(cli.memory)));
-    }
-    let snapshot_path = (!cli.no_snapshot).then(|| {
-        cache_dir.join("snapshots").join(format!(
-            "pyodide-{}.bin",
-            crate::worker::worker_main::runtime_fingerprint()
-        ))
-    });
-    let isolation = if cli.fresh_worker {
-        Isolation::Call
-    } else {
-        cli.isolation
-    };
-    if cli.stateful && isolation != Isolation::Session {
-        anyhow::bail!(
-            "--stateful keeps a session's globals in the session's own interpreter: it needs --isolation session"
-        );
-    }
-    // Spares kept ready, and booted at start-up.
-    let (spares, initial) = match (isolation, cli.mode) {
-        (Isolation::Call, _) => (workers, workers),
-        // Shared interpreters are booted at start-up and replaced when lost (and, over HTTP,
-        // by forks once the zygote is ready).
-        (Isolation::Shared, _) => (0, workers),
-        // One session: one spare at start, and one after each lost interpreter.
-        (Isolation::Session, Mode::Stdio | Mode::Warmup | Mode::Example) => (0, 1),
-        (Isolation::Session, _) => {
-            let n = DEFAULT_HTTP_SPARES.min(workers.max(1));
-            (n, n)
-        }
-    };
-    let (spares, initial) = match cli.spares {
-        Some(n) => (n, initial.max(n)),
-        None => (spares, initial),
-    };
-    // A zygote pays for itself where new interpreters are needed all the time: a session each
-    // (HTTP) or a call each; and over HTTP with `shared`, whose long-lived interpreters it
-    // hands out with their code compiled. Over stdio one session keeps one interpreter for its
-    // whole life.
-    let zygote = !cli.no_zygote
-        && (isolation == Isolation::Call
-            || !matches!(cli.mode, Mode::Stdio | Mode::Warmup | Mode::Example));
+    let isolation = isolation(cli)?;
+    let (spares, initial) = spare_counts(cli, isolation, workers);
+    let zygote = uses_zygote(cli, isolation);
     let mounts = Mounts::load(&cli.mount, cli.max_mount_bytes).context("--mount")?;
     let deps: Vec<String> = cli
         .deps
@@ -183,29 +147,13 @@ async fn build(cli: &Cli) -> Result<RunPythonServer> {
     let startup_plan = startup_deps::startup_plan(resolver.clone(), deps.clone());
     let launcher = Arc::new(Launcher::new(
         exe,
-        worker_args,
-        snapshot_path,
+        worker_args(cli),
+        snapshot_path(cli),
         zygote,
         mounts,
         startup_deps::preinstall_source(&startup_plan, &deps),
     ));
-    let limits = Limits {
-        timeout: seconds(cli.timeout, "--timeout")?,
-        install_timeout: seconds(cli.install_timeout, "--install-timeout")?
-            .unwrap_or(NO_INSTALL_LIMIT),
-        output_cap: cli.output_cap,
-        result_cap: cli.result_cap,
-        memory_limit: (cli.memory > 0).then_some(cli.memory << 20),
-        max_queue: cli.max_queue,
-        max_image_bytes: cli.max_image_bytes,
-        max_session_file_bytes: cli.max_session_file_bytes,
-    };
-    let allowed_hosts = if cli.disable_networking {
-        Vec::new()
-    } else {
-        cli.allow_net.clone()
-    };
-    let net = NetPolicy::new(allowed_hosts, cli.max_fetch_bytes);
+    let limits = limits(cli)?;
     let mut executor = Executor::new(
         Spares::new(launcher, spares, initial),
         resolver,
@@ -214,27 +162,10 @@ async fn build(cli: &Cli) -> Result<RunPythonServer> {
         workers,
         deps,
         startup_plan,
-        net,
+        net_policy(cli),
     );
     executor.stateful = cli.stateful;
-    if cli.tools_config.is_some() || cli.functions_socket.is_some() {
-        let servers = match &cli.tools_config {
-            Some(path) => crate::upstream::config::load(path)?,
-            None => Vec::new(),
-        };
-        let functions = match &cli.functions_socket {
-            Some(path) => {
-                Some(crate::upstream::functions::Channel::open(path, cli.max_tool_bytes).await?)
-            }
-            None => None,
-        };
-        let limits = crate::upstream::ToolLimits {
-            calls: cli.max_tool_calls,
-            bytes: cli.max_tool_bytes,
-        };
-        executor.upstreams =
-            Some(crate::upstream::Upstreams::start(servers, functions, limits).await);
-    }
+    executor.upstreams = upstreams(cli).await?;
     let interpreter_mib = if zygote {
         FORKED_INTERPRETER_MIB
     } else {
@@ -244,6 +175,153 @@ async fn build(cli: &Cli) -> Result<RunPythonServer> {
         cli.max_sessions
             .unwrap_or_else(|| default_max_live(interpreter_mib, MAX_DEFAULT_SESSIONS)),
     );
+    let registry = registry(cli, zygote)?;
+    let mut server = RunPythonServer::new(
+        Arc::new(executor),
+        registry,
+        cli.return_mode,
+        cli.max_code_size,
+        sessions,
+    );
+    server.session_idle = seconds(cli.session_idle_timeout, "--session-idle-timeout")?;
+    Ok(server)
+}
+
+/// Who shares an interpreter: `--isolation`, or `call` with `--fresh-worker`.
+///
+/// Errors: `--stateful` with any isolation but `session`, whose interpreter is the sandbox's
+/// own.
+fn isolation(cli: &Cli) -> Result<Isolation> {
+    let isolation = if cli.fresh_worker {
+        Isolation::Call
+    } else {
+        cli.isolation
+    };
+    if cli.stateful && isolation != Isolation::Sandbox {
+        anyhow::bail!(
+            "--stateful keeps a session's globals in the session's own interpreter: it needs --isolation session"
+        );
+    }
+    Ok(isolation)
+}
+
+/// The spares kept ready, and those booted at start-up: by isolation and mode for
+/// `workers` running slots, unless `--spares` says (start-up then boots at least as many).
+fn spare_counts(cli: &Cli, isolation: Isolation, workers: usize) -> (usize, usize) {
+    let (spares, initial) = match (isolation, cli.mode) {
+        (Isolation::Call, _) => (workers, workers),
+        // Shared interpreters are booted at start-up and replaced when lost (and, over HTTP,
+        // by forks once the zygote is ready).
+        (Isolation::Shared, _) => (0, workers),
+        // One session: one spare at start, and one after each lost interpreter.
+        (Isolation::Sandbox, Mode::Stdio | Mode::Warmup | Mode::Example) => (0, 1),
+        (Isolation::Sandbox, _) => {
+            let n = DEFAULT_HTTP_SPARES.min(workers.max(1));
+            (n, n)
+        }
+    };
+    match cli.spares {
+        Some(n) => (n, initial.max(n)),
+        None => (spares, initial),
+    }
+}
+
+/// Whether interpreters are forked from a zygote (unless `--no-zygote`).
+fn uses_zygote(cli: &Cli, isolation: Isolation) -> bool {
+    // A zygote pays for itself where new interpreters are needed all the time: a session each
+    // (HTTP) or a call each; and over HTTP with `shared`, whose long-lived interpreters it
+    // hands out with their code compiled. Over stdio one session keeps one interpreter for its
+    // whole life.
+    !cli.no_zygote
+        && (isolation == Isolation::Call
+            || !matches!(cli.mode, Mode::Stdio | Mode::Warmup | Mode::Example))
+}
+
+/// The arguments every worker gets: its confinement and, under `--memory`, its WebAssembly
+/// budget.
+fn worker_args(cli: &Cli) -> Vec<String> {
+    let mut worker_args = vec![cli.confinement.worker_arg()];
+    if cli.memory > 0 {
+        worker_args.push(format!("--wasm-max-mib={}", wasm_budget_mib(cli.memory)));
+    }
+    worker_args
+}
+
+/// Where the Pyodide memory snapshot is kept, in the cache directory and named for this
+/// runtime; `None` with `--no-snapshot`.
+fn snapshot_path(cli: &Cli) -> Option<PathBuf> {
+    let cache_dir = cli
+        .packages
+        .cache_dir
+        .clone()
+        .unwrap_or_else(Cache::default_dir);
+    (!cli.no_snapshot).then(|| {
+        cache_dir.join("snapshots").join(format!(
+            "pyodide-{}.bin",
+            crate::worker::worker_main::runtime_fingerprint()
+        ))
+    })
+}
+
+/// The per-call limits of the options.
+///
+/// Errors: `--timeout` or `--install-timeout` out of range ([`seconds`]).
+fn limits(cli: &Cli) -> Result<Limits> {
+    Ok(Limits {
+        timeout: seconds(cli.timeout, "--timeout")?,
+        install_timeout: seconds(cli.install_timeout, "--install-timeout")?
+            .unwrap_or(NO_INSTALL_LIMIT),
+        output_cap: cli.output_cap,
+        result_cap: cli.result_cap,
+        memory_limit: (cli.memory > 0).then_some(cli.memory << 20),
+        max_queue: cli.max_queue,
+        max_image_bytes: cli.max_image_bytes,
+        max_session_file_bytes: cli.max_session_file_bytes,
+    })
+}
+
+/// The hosts user code may reach (`--allow-net`, none under `--disable-networking`).
+fn net_policy(cli: &Cli) -> NetPolicy {
+    let allowed_hosts = if cli.disable_networking {
+        Vec::new()
+    } else {
+        cli.allow_net.clone()
+    };
+    NetPolicy::new(allowed_hosts, cli.max_fetch_bytes)
+}
+
+/// Code mode: the upstream MCP servers of `--tools-config` and the host functions of
+/// `--functions-socket`, started; `None` without either.
+///
+/// Errors: the configuration cannot be read or the socket cannot be opened.
+async fn upstreams(cli: &Cli) -> Result<Option<Arc<crate::upstream::Upstreams>>> {
+    if cli.tools_config.is_none() && cli.functions_socket.is_none() {
+        return Ok(None);
+    }
+    let servers = match &cli.tools_config {
+        Some(path) => crate::upstream::config::load(path)?,
+        None => Vec::new(),
+    };
+    let functions = match &cli.functions_socket {
+        Some(path) => {
+            Some(crate::upstream::functions::Channel::open(path, cli.max_tool_bytes).await?)
+        }
+        None => None,
+    };
+    let limits = crate::upstream::ToolLimits {
+        calls: cli.max_tool_calls,
+        bytes: cli.max_tool_bytes,
+    };
+    Ok(Some(
+        crate::upstream::Upstreams::start(servers, functions, limits).await,
+    ))
+}
+
+/// The sandbox registry: its bounds and, with `--state-dir`, the directory sandboxes are
+/// saved to. Idle sandboxes' interpreters are counted at the zygote's size when there is one.
+///
+/// Errors: `--state-dir` without `--stateful` or unusable; a time limit out of range.
+fn registry(cli: &Cli, zygote: bool) -> Result<Arc<Registry>> {
     let sandbox_mib = if zygote {
         IDLE_SANDBOX_MIB
     } else {
@@ -259,7 +337,7 @@ async fn build(cli: &Cli) -> Result<RunPythonServer> {
         ),
         None => None,
     };
-    let registry = Registry::with_state(
+    Ok(Registry::with_state(
         RegistryLimits {
             max: cli
                 .max_sandboxes
@@ -269,16 +347,7 @@ async fn build(cli: &Cli) -> Result<RunPythonServer> {
         },
         state,
         cli.max_session_file_bytes,
-    );
-    let mut server = RunPythonServer::new(
-        Arc::new(executor),
-        registry,
-        cli.return_mode,
-        cli.max_code_size,
-        sessions,
-    );
-    server.session_idle = seconds(cli.session_idle_timeout, "--session-idle-timeout")?;
-    Ok(server)
+    ))
 }
 
 /// This replica's name in the state directory's ownership records and in `state` notes: the
@@ -372,6 +441,8 @@ fn wasm_budget_mib(memory: u64) -> u64 {
 }
 
 /// Runs the chosen mode; returns the process exit code.
+///
+/// Errors: the server cannot be built ([`build`]) or a transport failed.
 pub async fn run(cli: Cli) -> Result<i32> {
     let server = build(&cli).await?;
     let executor = server.executor.clone();
@@ -379,7 +450,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
     // Idle and old sandboxes end in the background; all of them at the end.
     let sweeping = CancellationToken::new();
     registry.spawn_sweeper(sweeping.clone());
-    if let Some(code) = check_sandbox(&cli, &server).await {
+    if let Some(code) = check_confinement(&cli, &server).await {
         executor.shutdown().await;
         return Ok(code);
     }
@@ -395,54 +466,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         }
         Mode::StreamableHttp | Mode::StreamableHttpStateless | Mode::Sse => {
             executor.spares.prefill();
-            let mode = match cli.mode {
-                Mode::StreamableHttp => HttpMode::Stateful,
-                Mode::StreamableHttpStateless => HttpMode::Stateless,
-                _ => HttpMode::Sse,
-            };
-            let shutdown = CancellationToken::new();
-            let drain_timeout = match cli.drain_timeout {
-                Some(t) => seconds(t, "--drain-timeout")?,
-                None => seconds(cli.timeout, "--timeout")?,
-            };
-            tokio::spawn(drain_then_stop(
-                server.drain.clone(),
-                drain_timeout,
-                shutdown.clone(),
-            ));
-            let verifier = crate::server::ops::auth::Verifier::load(
-                cli.auth_jwks.as_deref(),
-                cli.auth_audience.as_deref(),
-                cli.auth_token_file.as_deref(),
-            )
-            .await?;
-            let auth = verifier.map(|verifier| {
-                Arc::new(crate::server::ops::auth::Auth {
-                    verifier,
-                    authorization_servers: cli.auth_server.clone(),
-                })
-            });
-            let metrics = match crate::metrics::install() {
-                Ok(handle) => Some(handle),
-                Err(e) => {
-                    tracing::warn!("metrics are off: {e}");
-                    None
-                }
-            };
-            crate::server::transport::http::serve(
-                server,
-                mode,
-                crate::server::transport::http::Listen {
-                    host: &cli.host,
-                    port: cli.port,
-                    allow_origins: &cli.allow_origin,
-                    allow_hosts: &cli.allow_host,
-                    auth,
-                },
-                shutdown,
-                metrics,
-            )
-            .await?;
+            serve_http(&cli, server).await?;
             0
         }
         Mode::Warmup => warmup(&server).await,
@@ -454,26 +478,84 @@ pub async fn run(cli: Cli) -> Result<i32> {
     Ok(code)
 }
 
-/// Before serving: under `--sandbox strict`, boots one worker now and refuses to serve
-/// (exit code 1) unless it confined itself fully; under `--sandbox off`, says loudly that the
-/// workers are not confined. Returns the exit code when the server must not start.
-async fn check_sandbox(cli: &Cli, server: &RunPythonServer) -> Option<i32> {
-    match cli.sandbox {
-        SandboxMode::Strict => match server.executor.spares.boot_now().await {
+/// Serves one of the HTTP modes until the drain after SIGTERM or SIGINT is over (see
+/// [`drain_then_stop`]), with authentication and `/metrics` when they can be had.
+///
+/// Errors: `--drain-timeout` or `--timeout` out of range, the JWK set or token file cannot be
+/// loaded, or the listener failed ([`crate::server::transport::http::serve`]).
+async fn serve_http(cli: &Cli, server: RunPythonServer) -> Result<()> {
+    let mode = match cli.mode {
+        Mode::StreamableHttp => HttpMode::Stateful,
+        Mode::StreamableHttpStateless => HttpMode::Stateless,
+        _ => HttpMode::Sse,
+    };
+    let shutdown = CancellationToken::new();
+    let drain_timeout = match cli.drain_timeout {
+        Some(t) => seconds(t, "--drain-timeout")?,
+        None => seconds(cli.timeout, "--timeout")?,
+    };
+    tokio::spawn(drain_then_stop(
+        server.drain.clone(),
+        drain_timeout,
+        shutdown.clone(),
+    ));
+    let verifier = crate::server::ops::auth::Verifier::load(
+        cli.auth_jwks.as_deref(),
+        cli.auth_audience.as_deref(),
+        cli.auth_token_file.as_deref(),
+    )
+    .await?;
+    let auth = verifier.map(|verifier| {
+        Arc::new(crate::server::ops::auth::Auth {
+            verifier,
+            authorization_servers: cli.auth_server.clone(),
+        })
+    });
+    let metrics = match crate::metrics::install() {
+        Ok(handle) => Some(handle),
+        Err(e) => {
+            tracing::warn!("metrics are off: {e}");
+            None
+        }
+    };
+    crate::server::transport::http::serve(
+        server,
+        mode,
+        crate::server::transport::http::Listen {
+            host: &cli.host,
+            port: cli.port,
+            allow_origins: &cli.allow_origin,
+            allow_hosts: &cli.allow_host,
+            auth,
+        },
+        shutdown,
+        metrics,
+    )
+    .await
+}
+
+/// Before serving: under `--confinement strict`, boots one worker now and refuses to serve
+/// (exit code 1) unless it confined itself fully; under `--confinement off`, says loudly that
+/// the workers are not confined. Returns the exit code when the server must not start. The
+/// two messages still name the option by its earlier name, `--sandbox`, as they always did
+/// (scripts and tests read them).
+async fn check_confinement(cli: &Cli, server: &RunPythonServer) -> Option<i32> {
+    match cli.confinement {
+        ConfinementMode::Strict => match server.executor.spares.boot_now().await {
             Ok(()) => None,
             Err(e) => {
                 eprintln!("refusing to serve under --sandbox strict: {e}");
                 Some(1)
             }
         },
-        SandboxMode::Off => {
+        ConfinementMode::Off => {
             tracing::warn!(
                 "--sandbox off: workers are NOT confined by the operating system (no seccomp, \
                  Landlock, namespaces or limits); for debugging only"
             );
             None
         }
-        SandboxMode::Default => None,
+        ConfinementMode::Default => None,
     }
 }
 

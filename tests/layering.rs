@@ -119,7 +119,11 @@ fn imports_run_from_the_front_down() {
             }
         }
     }
-    assert!(wrong.is_empty(), "imports against the layering:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "imports against the layering:\n{}",
+        wrong.join("\n")
+    );
 }
 
 #[test]
@@ -171,5 +175,9 @@ fn no_two_files_import_each_other() {
             }
         }
     }
-    assert!(circles.is_empty(), "files that import each other:\n{}", circles.join("\n"));
+    assert!(
+        circles.is_empty(),
+        "files that import each other:\n{}",
+        circles.join("\n")
+    );
 }

@@ -5,6 +5,7 @@ pub mod bounds;
 pub mod cache;
 pub mod download;
 pub mod index;
+pub mod install;
 pub mod lock;
 pub mod metadata;
 pub mod pep723;

@@ -266,8 +266,8 @@ impl ServerHandler for RunPythonServer {
                 .as_ref()
                 .and_then(|s| s.get("status"))
                 .and_then(|s| s.as_str())
-                .and_then(tools::format::Status::parse)
-                .map(tools::format::Status::as_str)
+                .and_then(crate::server::call::result::Status::parse)
+                .map(crate::server::call::result::Status::as_str)
                 .unwrap_or("success"),
             Ok(_) => "success",
         };

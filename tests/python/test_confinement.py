@@ -1,10 +1,11 @@
 """The second wall (issue 10), seen from outside: every worker of the real binary is confined by
 the kernel (seccomp, Landlock, namespaces, no capabilities, limits), the server says which
-layers are on, falls back loudly where the kernel refuses one, and `--sandbox strict` refuses
-to serve then. What native code inside a worker can still do is tried by
+layers are on, falls back loudly where the kernel refuses one, and `--confinement strict`
+refuses to serve then. What native code inside a worker can still do is tried by
 `tests/sandbox_escape.rs`."""
 
 import os
+import re
 import subprocess
 import time
 
@@ -44,7 +45,7 @@ def proc_status(pid):
 
 
 def test_strict_warmup_reports_every_layer_on():
-    proc = warmup("--sandbox", "strict")
+    proc = warmup("--confinement", "strict")
     assert proc.returncode == 0, proc.stderr
     line = report_line(proc.stdout, "strict")
     for layer in LAYERS:
@@ -66,7 +67,7 @@ async def test_stdio_logs_the_layers_and_the_worker_is_confined(tmp_path):
 async def test_http_workers_are_confined_as_the_kernel_sees_them():
     """Read from /proc by the test, not from the server's word: each worker of a streamable-HTTP
     server has a seccomp filter, no new privileges, no capabilities, and namespaces of its own."""
-    with http_server("streamable-http", "--sandbox", "strict", "--workers", "1") as url:
+    with http_server("streamable-http", "--confinement", "strict", "--workers", "1") as url:
         async with streamablehttp_client(f"{url}/mcp") as (read, write, _):
             async with ClientSession(read, write) as session:
                 await session.initialize()
@@ -112,14 +113,14 @@ async def test_without_user_namespaces_the_server_falls_back_and_says_so(tmp_pat
 
 
 def test_strict_refuses_to_serve_without_a_layer():
-    proc = warmup("--sandbox", "strict", prefix=NO_USERNS)
+    proc = warmup("--confinement", "strict", prefix=NO_USERNS)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "refusing to serve under --sandbox strict" in proc.stderr
     assert "userns" in proc.stderr
 
     # Over stdio too: the server exits before it answers anything.
     started = subprocess.run(
-        [*NO_USERNS, BINARY, "stdio", "--sandbox", "strict", "--cache-dir", SHARED_CACHE],
+        [*NO_USERNS, BINARY, "stdio", "--confinement", "strict", "--cache-dir", SHARED_CACHE],
         input="", capture_output=True, text=True, timeout=120, env=server_env(),
     )
     assert started.returncode == 1, started.stderr
@@ -127,9 +128,19 @@ def test_strict_refuses_to_serve_without_a_layer():
     assert started.stdout == ""
 
 
+def test_the_earlier_name_sandbox_is_a_hidden_alias_of_confinement():
+    """`--confinement` was called `--sandbox` before sandboxes were what users hold by handle:
+    scripts that pass the old name get the mode they ask for, and `--help` shows the new one
+    only (the messages kept their words)."""
+    proc = warmup("--sandbox", "strict", prefix=NO_USERNS)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    help_text = subprocess.run([BINARY, "--help"], capture_output=True, text=True, timeout=30).stdout
+    assert "--confinement <CONFINEMENT>" in help_text and not re.search(r"--sandbox\b(?!-)", help_text), help_text
+
+
 async def test_sandbox_off_is_said_loudly(tmp_path):
     errlog = open(tmp_path / "stderr", "w+")
-    async with mcp_session("--workers", "1", "--sandbox", "off", errlog=errlog) as session:
+    async with mcp_session("--workers", "1", "--confinement", "off", errlog=errlog) as session:
         assert await run(session, "1 + 1") == "<status>success</status>\n<return_value>\n2\n</return_value>"
     errlog.seek(0)
     log = errlog.read()

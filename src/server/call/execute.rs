@@ -4,38 +4,32 @@
 //! when the call was cancelled or its session ended (MCP spec, cancellation: no result is
 //! sent for a cancelled request).
 //!
-//! Tenancy (docs/architecture.md §3, issue 8): with [`Isolation::Session`] an interpreter
-//! belongs to one [`Sandbox`] for its whole life and dies with it; [`Isolation::Call`] gives
-//! every call a clean interpreter; [`Isolation::Shared`] reuses interpreters across sandboxes.
+//! Tenancy (docs/architecture.md §3, issue 8; the rules in [`super::queue`]): with
+//! [`Isolation::Sandbox`] an interpreter belongs to one [`Sandbox`] for its whole life and dies
+//! with it; [`Isolation::Call`] gives every call a clean interpreter; [`Isolation::Shared`]
+//! reuses interpreters across sandboxes. What packages to install comes from
+//! [`crate::packages::install`]; how a run's end reads as a result, from [`super::outcome`].
 
 use crate::metrics::KillReason;
+use crate::packages::install::{self, InstallPlan, Wanted};
 use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, ResolveError, Resolver};
 use crate::sandbox::files::{name_list, Listing, SandboxFiles, Survivors};
 use crate::sandbox::live::{Arrival, Sandbox};
-use crate::server::call::startup_deps::{install_items, StartupPlan};
-use crate::server::tools::format::{CallResult, Image, Outcome, ReturnValue};
+use crate::server::call::outcome::{failed, read_outcome, Verdict};
+use crate::server::call::queue::{Held, Isolation, Queue};
+use crate::server::call::result::{CallResult, Outcome};
+use crate::server::call::startup_deps::StartupPlan;
 use crate::worker::client::{Deadline, Phase, RunRequest, ToolAccess, Worker, WorkerError};
 use crate::worker::net::NetPolicy;
-use crate::worker::pool::{Lease, Pool};
-use crate::worker::protocol::{ReturnKind, RunStatus, Stream};
+use crate::worker::protocol::{RunOutcome, Stream};
 use crate::worker::spares::Spares;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{OwnedMutexGuard, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
-
-/// Which callers share an interpreter (`--isolation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Isolation {
-    /// One interpreter per MCP session, killed with it (the default).
-    Session,
-    /// A clean interpreter for every call.
-    Call,
-    /// Interpreters are reused across sessions: trusts every client (single-tenant speed).
-    Shared,
-}
 
 /// Per-call limits.
 #[derive(Debug, Clone)]
@@ -55,7 +49,7 @@ pub struct Limits {
     pub max_queue: usize,
     /// Largest image returned as content (`--max-image-bytes`; with `--stateful` only).
     pub max_image_bytes: usize,
-    /// Most bytes of a session's files the front keeps copies of, to restore them into its
+    /// Most bytes of a sandbox's files the front keeps copies of, to restore them into its
     /// next interpreter (`--max-session-file-bytes`; with `--stateful` only).
     pub max_session_file_bytes: u64,
 }
@@ -129,61 +123,16 @@ pub struct Executor {
     pub net: NetPolicy,
     /// Code mode (`--tools-config`): the upstream MCP servers whose tools code may call.
     pub upstreams: Option<Arc<crate::upstream::Upstreams>>,
-    /// `--stateful`: a session's globals last from one call to the next (`Isolation::Session`).
+    /// `--stateful`: a sandbox's globals last from one call to the next (`Isolation::Sandbox`).
     pub stateful: bool,
-    /// The interpreters of `--isolation shared`.
-    shared: Option<Arc<Pool>>,
-    /// Bounds the calls running at once (`--workers`); FIFO.
-    running: Arc<Semaphore>,
-    /// `--workers`: the running slots.
-    workers: usize,
-    /// Calls waiting for their turn (bounded by `limits.max_queue`).
-    waiting: AtomicUsize,
+    /// Admission (`--max-queue`), the running slots (`--workers`) and the shared interpreters.
+    queue: Queue,
     /// `--deps`, resolved once (shared with the launcher, whose workers install it as they boot).
     startup_plan: StartupPlan,
 }
 
 /// Receives each output line while the code runs (for streaming to the client).
 pub type OutputSink = Box<dyn FnMut(Stream, &str) + Send>;
-
-/// The interpreter slot a call uses.
-enum Held {
-    Session(OwnedMutexGuard<Option<Worker>>),
-    Call(Box<Option<Worker>>),
-    Shared(Lease),
-}
-
-impl Held {
-    fn slot(&mut self) -> &mut Option<Worker> {
-        match self {
-            Held::Session(guard) => guard,
-            Held::Call(slot) => slot.as_mut(),
-            Held::Shared(lease) => lease.slot(),
-        }
-    }
-
-    async fn discard(&mut self) {
-        if let Some(worker) = self.slot().take() {
-            worker.kill_soon();
-        }
-    }
-}
-
-/// Whether the interpreter may serve another call after this one.
-#[derive(Clone, Copy, PartialEq)]
-enum Verdict {
-    Keep,
-    Discard,
-}
-
-/// Counts a waiting call until dropped.
-struct Waiting<'a>(&'a AtomicUsize);
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
 
 impl Executor {
     /// An executor that takes interpreters from `spares` (and, with `Isolation::Shared`,
@@ -200,7 +149,6 @@ impl Executor {
         startup_plan: StartupPlan,
         net: NetPolicy,
     ) -> Self {
-        let workers = workers.max(1);
         Executor {
             spares,
             resolver,
@@ -210,29 +158,25 @@ impl Executor {
             net,
             upstreams: None,
             stateful: false,
-            shared: (isolation == Isolation::Shared).then(|| Pool::new(workers)),
-            running: Arc::new(Semaphore::new(workers)),
-            workers,
-            waiting: AtomicUsize::new(0),
+            queue: Queue::new(isolation, workers),
             startup_plan,
         }
     }
 
     /// Calls waiting for their turn now.
     pub fn queue_depth(&self) -> usize {
-        self.waiting.load(Ordering::SeqCst)
+        self.queue.depth()
     }
 
     /// Calls running now (holding a running slot of `--workers`).
     pub fn busy(&self) -> usize {
-        self.workers
-            .saturating_sub(self.running.available_permits())
+        self.queue.busy()
     }
 
-    /// Whether calls keep their session's state (`--stateful`, which needs
-    /// `Isolation::Session`).
+    /// Whether calls keep their sandbox's state (`--stateful`, which needs
+    /// `Isolation::Sandbox`).
     fn keeps_state(&self) -> bool {
-        self.stateful && self.isolation == Isolation::Session
+        self.stateful && self.isolation == Isolation::Sandbox
     }
 
     /// Resolves `--deps` once (downloads them into the cache); errors name the package.
@@ -240,10 +184,11 @@ impl Executor {
         self.startup_plan.clone().await
     }
 
-    /// `reset_session` (`--stateful`): once the session's calls that arrived before it are
-    /// done, stops its interpreter, so that its next call starts in a new one with fresh
-    /// globals. That call has no `<state>` note: the client asked for the loss. Whether the
-    /// session's files (its resources) changed: they go too, copies included.
+    /// `reset_session` (`--stateful`; despite its name it acts on a sandbox): once the
+    /// sandbox's calls that arrived before it are done, stops its interpreter, so that its next
+    /// call starts in a new one with fresh globals. That call has no `<state>` note: the client
+    /// asked for the loss. Whether the sandbox's files (its resources) changed: they go too,
+    /// copies included.
     pub async fn reset(&self, sandbox: &Sandbox, arrival: Option<&Arrival>) -> bool {
         let mut slot = sandbox.queue(arrival).await;
         if let Some(worker) = slot.take() {
@@ -400,9 +345,8 @@ impl Executor {
     pub async fn prepare(&self, sandbox: &Sandbox) -> Result<(), InstallError> {
         let mut slot = sandbox.queue(None).await;
         let _permit = self
-            .running
-            .clone()
-            .acquire_owned()
+            .queue
+            .running_slot()
             .await
             .map_err(|_| WorkerError::Closed)?;
         if slot.is_none() {
@@ -430,15 +374,12 @@ impl Executor {
     /// Kills every interpreter (at shutdown).
     pub async fn shutdown(&self) {
         self.spares.shutdown().await;
-        if let Some(pool) = &self.shared {
-            pool.shutdown().await;
-        }
-        self.running.close();
+        self.queue.shutdown().await;
     }
 
-    /// Runs one call of `run_python_code` for `sandbox`, after the session's calls that arrived
+    /// Runs one call of `run_python_code` for `sandbox`, after the sandbox's calls that arrived
     /// before it (`arrival`, when the transport stamped one). `None` when `cancel` fired or the
-    /// session ended first: the interpreter was killed and no result is due.
+    /// sandbox ended first: the interpreter was killed and no result is due.
     pub async fn run(
         &self,
         sandbox: &Sandbox,
@@ -464,38 +405,80 @@ impl Executor {
             }
         };
         tokio::pin!(stop);
-        // Wait for our turn: the session's interpreter (in arrival order), then a running slot.
-        let queued = self.waiting.fetch_add(1, Ordering::SeqCst);
-        let waiting = Waiting(&self.waiting);
-        if queued >= self.limits.max_queue {
-            return Some(run_error(
-                format!(
-                    "the server is busy: {queued} calls are already waiting for an interpreter (--max-queue {}); try again later",
-                    self.limits.max_queue
-                ),
-            ));
-        }
-        let turn = async {
-            let held = match self.isolation {
-                Isolation::Session => Held::Session(sandbox.queue(arrival).await),
-                Isolation::Call => Held::Call(Box::new(None)),
-                Isolation::Shared => Held::Shared(self.shared.as_ref()?.acquire().await?),
-            };
-            let permit = self.running.clone().acquire_owned().await.ok()?;
-            Some((held, permit))
+        let (mut held, _permit) = match self.take_turn(sandbox, arrival, stop.as_mut()).await {
+            Ok(turn) => turn,
+            Err(early) => return early.into_result(),
         };
+        let stateful = self.keeps_state();
+        if let Err(early) = self
+            .ready_interpreter(&mut held, sandbox, stateful, stop.as_mut())
+            .await
+        {
+            return early.into_result();
+        }
+        if stateful {
+            result.state = sandbox.take_note();
+        }
+        let Some(worker) = held.slot().as_mut() else {
+            return Some(run_error(WorkerError::Closed));
+        };
+        let call = Call {
+            code,
+            declared,
+            globals,
+            on_output,
+        };
+        let verdict = self
+            .run_on(worker, sandbox, call, stateful, &mut result, stop)
+            .await;
+        self.settle(&mut held, sandbox, stateful, verdict, &mut result)
+            .await;
+        verdict.map(|_| result)
+    }
+
+    /// Waits for the call's turn ([`Queue::turn`]), counted as waiting meanwhile: the
+    /// sandbox's interpreter (in arrival order), then a running slot.
+    ///
+    /// Errors: [`Early::Failed`] when `--max-queue` calls already wait or the server is
+    /// shutting down; [`Early::Stopped`] when `stop` fired first.
+    async fn take_turn(
+        &self,
+        sandbox: &Sandbox,
+        arrival: Option<&Arrival>,
+        mut stop: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<(Held, OwnedSemaphorePermit), Early> {
+        let waiting = match self.queue.admit(self.limits.max_queue) {
+            Ok(waiting) => waiting,
+            Err(full) => return Err(Early::Failed(run_error(full))),
+        };
+        let turn = self.queue.turn(sandbox, arrival);
         let queued_at = std::time::Instant::now();
-        let (mut held, _permit) = tokio::select! {
+        let turn = tokio::select! {
             t = turn => match t {
                 Some(t) => t,
-                None => return Some(run_error(WorkerError::Closed)),
+                None => return Err(Early::Failed(run_error(WorkerError::Closed))),
             },
-            _ = &mut stop => return None,
+            _ = &mut stop => return Err(Early::Stopped),
         };
         drop(waiting);
         crate::metrics::queue_wait(queued_at.elapsed());
-        let stateful = self.keeps_state();
-        if let Held::Shared(lease) = &mut held {
+        Ok(turn)
+    }
+
+    /// Gives `held` a live interpreter for the call: a shared one restored before the zygote
+    /// was ready gives way to a fork, one that ended since the last call is replaced, and an
+    /// empty slot gets a clean one (with `stateful`, given the sandbox's kept files).
+    ///
+    /// Errors: [`Early::Failed`] when no interpreter can be had; [`Early::Stopped`] when
+    /// `stop` fired first.
+    async fn ready_interpreter(
+        &self,
+        held: &mut Held,
+        sandbox: &Sandbox,
+        stateful: bool,
+        mut stop: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<(), Early> {
+        if let Held::Shared(lease) = held {
             // A shared interpreter restored before the zygote was ready gives way to a fork
             // once it is, a single time per slot, between calls.
             if let Some(worker) = lease.slot().take_if(|w| self.spares.outdated(w)) {
@@ -516,148 +499,238 @@ impl Executor {
                 sandbox.with_files(SandboxFiles::survive);
             }
         }
-        if held.slot().is_none() {
-            let fresh = tokio::select! {
-                w = self.spares.take() => w,
-                _ = &mut stop => return None,
+        if held.slot().is_some() {
+            return Ok(());
+        }
+        let fresh = tokio::select! {
+            w = self.spares.take() => w,
+            _ = &mut stop => return Err(Early::Stopped),
+        };
+        let mut w = fresh.map_err(|e| Early::Failed(run_error(e)))?;
+        if stateful {
+            let why = if died {
+                Restart::Died
+            } else {
+                Restart::Stopped
             };
-            match fresh {
-                Ok(mut w) => {
-                    if stateful {
-                        let why = if died {
-                            Restart::Died
-                        } else {
-                            Restart::Stopped
-                        };
-                        self.adopt(sandbox, &mut w, why).await;
-                    }
-                    *held.slot() = Some(w)
+            self.adopt(sandbox, &mut w, why).await;
+        }
+        *held.slot() = Some(w);
+        Ok(())
+    }
+
+    /// Runs `call` on `worker`, filling `result`, and with `stateful` copies the files it
+    /// changed when the interpreter is kept. `None` when `stop` fired first: the call was
+    /// cancelled and its interpreter is to be killed.
+    async fn run_on(
+        &self,
+        worker: &mut Worker,
+        sandbox: &Sandbox,
+        call: Call<'_>,
+        stateful: bool,
+        result: &mut CallResult,
+        stop: Pin<&mut impl Future<Output = ()>>,
+    ) -> Option<Verdict> {
+        tokio::select! {
+            v = async {
+                let mut listing = None;
+                let verdict = self.phases(worker, sandbox, call, result, &mut listing).await;
+                if let (true, Verdict::Keep, Some(listing)) = (stateful, verdict, listing) {
+                    self.copy_files(sandbox, worker, listing, result).await;
                 }
-                Err(e) => return Some(run_error(e)),
+                verdict
+            } => Some(v),
+            _ = stop => {
+                crate::metrics::worker_killed(KillReason::Cancelled);
+                None
             }
+        }
+    }
+
+    /// After the call (`verdict`, `None` when it was cancelled): keeps `held`'s interpreter
+    /// when the verdict and the isolation allow; otherwise kills it, with `stateful` says in
+    /// `result` what of the sandbox's state survives, and asks for a spare for the next call.
+    async fn settle(
+        &self,
+        held: &mut Held,
+        sandbox: &Sandbox,
+        stateful: bool,
+        verdict: Option<Verdict>,
+        result: &mut CallResult,
+    ) {
+        let keep =
+            verdict.is_some_and(|v| v == Verdict::Keep && self.isolation.reuses_interpreters());
+        if keep {
+            return;
         }
         if stateful {
-            result.state = sandbox.take_note();
-        }
-        let verdict = {
-            let Some(worker) = held.slot().as_mut() else {
-                return Some(run_error(WorkerError::Closed));
-            };
-            tokio::select! {
-                v = async {
-                    let mut listing = None;
-                    let verdict = self.phases(worker, sandbox, code, declared, globals, on_output, &mut result, &mut listing).await;
-                    if let (true, Verdict::Keep, Some(listing)) = (stateful, verdict, listing) {
-                        self.copy_files(sandbox, worker, listing, &mut result).await;
-                    }
-                    verdict
-                } => Some(v),
-                _ = &mut stop => {
-                    crate::metrics::worker_killed(KillReason::Cancelled);
-                    None
-                }
-            }
-        };
-        let keep = verdict
-            .as_ref()
-            .is_some_and(|v| *v == Verdict::Keep && self.isolation != Isolation::Call);
-        if !keep {
-            if stateful {
-                // Files the front holds copies of outlive the interpreter; the rest go.
-                let survivors = sandbox.with_files(SandboxFiles::survive);
-                result.files_changed = !survivors.lost.is_empty();
-                result.written.clear();
-                if verdict.is_some() {
-                    result.state = Some(lost_note(&survivors));
-                }
-            }
-            held.discard().await;
-            if self.isolation != Isolation::Call && !sandbox.has_ended() {
-                // The session's (or the shared slot's) next call will want a clean interpreter.
-                self.spares.replenish();
+            // Files the front holds copies of outlive the interpreter; the rest go.
+            let survivors = sandbox.with_files(SandboxFiles::survive);
+            result.files_changed = !survivors.lost.is_empty();
+            result.written.clear();
+            if verdict.is_some() {
+                result.state = Some(lost_note(&survivors));
             }
         }
-        verdict.map(|_| result)
+        held.discard().await;
+        if self.isolation.reuses_interpreters() && !sandbox.has_ended() {
+            // The sandbox's (or the shared slot's) next call will want a clean interpreter.
+            self.spares.replenish();
+        }
     }
 
     /// Scans, installs and runs on `worker`, filling `result`, and `listing` with what the
     /// worker said of its working directory once the code ran.
-    #[allow(clippy::too_many_arguments)]
     async fn phases(
         &self,
         worker: &mut Worker,
         sandbox: &Sandbox,
-        code: &str,
-        declared: Option<Vec<String>>,
-        globals: serde_json::Map<String, serde_json::Value>,
-        mut on_output: OutputSink,
+        call: Call<'_>,
         result: &mut CallResult,
         listing: &mut Option<Listing>,
     ) -> Verdict {
+        let Call {
+            code,
+            declared,
+            globals,
+            mut on_output,
+        } = call;
         let sandbox_deps = &sandbox.dependencies;
         let timeout = self.limits.timeout.unwrap_or(NO_LIMIT);
         // `--timeout` covers scanning and running; installing has its own limit.
         let scan_started = tokio::time::Instant::now();
         let inferred = declared.is_none();
-        let requirements = match declared {
-            Some(deps) => deps,
-            // Every import statement spells the keyword `import` (Python has no other way to
-            // write it), so code without the word has none: no round trip to scan it.
-            None if !code.contains(IMPORT_KEYWORD) => Vec::new(),
-            None => match worker
-                .find_imports(code, Deadline::after(timeout, Phase::Scanning))
-                .await
-            {
-                Ok(names) => names.iter().map(|n| self.package_for_import(n)).collect(),
-                Err(e) => return self.failed(result, e),
-            },
+        let requirements = match self.requirements(worker, code, declared, timeout).await {
+            Ok(requirements) => requirements,
+            Err(e) => return failed(result, e),
         };
         let scanned = scan_started.elapsed();
         result.dependencies = if inferred {
-            // Imports that `--deps` (what they install, dependencies included) or the sandbox's
-            // own dependencies already satisfy are no requirement of this call's: the Deno
-            // original prints none for them.
-            let mut given = given_names(self.startup_deps.iter().chain(sandbox_deps));
-            if let Ok(startup) = self.startup_plan().await {
-                given.extend(
-                    startup
-                        .iter()
-                        .map(|p| crate::packages::lock::normalize(&p.name)),
-                );
-            }
-            requirements
-                .iter()
-                .filter(|r| !given.contains(&crate::packages::lock::normalize(r)))
-                .cloned()
-                .collect()
+            self.not_given(&requirements, sandbox_deps).await
         } else {
             requirements.clone()
         };
-
-        let install_deadline = Deadline::after(self.limits.install_timeout, Phase::Installing);
-        let installed = install_deadline
-            .bound(self.install(worker, sandbox_deps, &requirements, install_deadline))
-            .await;
-        match installed {
-            Ok(Ok(())) => {}
-            Ok(Err(InstallError::Worker(e))) | Err(e) => return self.failed(result, e),
-            Ok(Err(refused)) => {
-                result.outcome = Outcome::install_error(refused);
-                return Verdict::Keep;
-            }
+        if let Some(verdict) = self
+            .install_phase(worker, sandbox_deps, &requirements, result)
+            .await
+        {
+            return verdict;
         }
 
         let mut output = Vec::new();
-        let mut collect = |stream: Stream, line: String| {
+        let collect = |stream: Stream, line: String| {
             on_output(stream, &line);
             output.push(line);
         };
-        let pid = worker.pid();
         let run_deadline = Deadline {
             at: tokio::time::Instant::now() + timeout.saturating_sub(scanned),
             limit: timeout,
             phase: Phase::Running,
         };
+        let outcome = self
+            .run_code(worker, sandbox, code, globals, run_deadline, collect)
+            .await;
+        result.output = output;
+        match outcome {
+            Ok(Ok(outcome)) => {
+                let fatal = read_outcome(outcome, result, listing);
+                self.verdict(worker, fatal)
+            }
+            Ok(Err(e)) => failed(result, e),
+            Err(used) => {
+                let limit = self.limits.memory_limit.unwrap_or_default() >> 20;
+                result.outcome = Outcome::RunError(format!(
+                    "MemoryError: the worker exceeded its memory limit of {limit} MiB (it used {} MiB) and was stopped",
+                    used >> 20
+                ));
+                crate::metrics::worker_killed(KillReason::Memory);
+                Verdict::Discard
+            }
+        }
+    }
+
+    /// The call's requirements: those its script metadata declares (`declared`), else the
+    /// packages of the modules its `code` imports, which `worker` finds within `timeout`.
+    ///
+    /// Errors: the worker failed while scanning (it is to be discarded).
+    async fn requirements(
+        &self,
+        worker: &mut Worker,
+        code: &str,
+        declared: Option<Vec<String>>,
+        timeout: Duration,
+    ) -> Result<Vec<String>, WorkerError> {
+        Ok(match declared {
+            Some(deps) => deps,
+            // Every import statement spells the keyword `import` (Python has no other way to
+            // write it), so code without the word has none: no round trip to scan it.
+            None if !code.contains(IMPORT_KEYWORD) => Vec::new(),
+            None => worker
+                .find_imports(code, Deadline::after(timeout, Phase::Scanning))
+                .await?
+                .iter()
+                .map(|n| self.package_for_import(n))
+                .collect(),
+        })
+    }
+
+    /// The inferred `requirements` a call's result names: imports that `--deps` (what they
+    /// install, dependencies included) or the sandbox's own dependencies (`sandbox_deps`)
+    /// already satisfy are no requirement of this call's: the Deno original prints none for
+    /// them.
+    async fn not_given(&self, requirements: &[String], sandbox_deps: &[String]) -> Vec<String> {
+        let mut given = given_names(self.startup_deps.iter().chain(sandbox_deps));
+        if let Ok(startup) = self.startup_plan().await {
+            given.extend(
+                startup
+                    .iter()
+                    .map(|p| crate::packages::lock::normalize(&p.name)),
+            );
+        }
+        requirements
+            .iter()
+            .filter(|r| !given.contains(&crate::packages::lock::normalize(r)))
+            .cloned()
+            .collect()
+    }
+
+    /// Installs what the call needs into `worker`, under `--install-timeout`. `None` when all
+    /// is there and the code may run; otherwise the verdict, `result` saying why the call ends
+    /// here: a refused install keeps the interpreter, a failed or late worker is discarded.
+    async fn install_phase(
+        &self,
+        worker: &mut Worker,
+        sandbox_deps: &[String],
+        requirements: &[String],
+        result: &mut CallResult,
+    ) -> Option<Verdict> {
+        let install_deadline = Deadline::after(self.limits.install_timeout, Phase::Installing);
+        let installed = install_deadline
+            .bound(self.install(worker, sandbox_deps, requirements, install_deadline))
+            .await;
+        match installed {
+            Ok(Ok(())) => None,
+            Ok(Err(InstallError::Worker(e))) | Err(e) => Some(failed(result, e)),
+            Ok(Err(refused)) => {
+                result.outcome = Outcome::install_error(refused);
+                Some(Verdict::Keep)
+            }
+        }
+    }
+
+    /// Runs `code` with `globals` on `worker` before `run_deadline`, each output line to
+    /// `collect`, while the worker's memory is watched: `Err(resident bytes)` when it passed
+    /// `--memory` first (the run is then abandoned and the worker is to be killed).
+    async fn run_code(
+        &self,
+        worker: &mut Worker,
+        sandbox: &Sandbox,
+        code: &str,
+        globals: serde_json::Map<String, serde_json::Value>,
+        run_deadline: Deadline,
+        mut collect: impl FnMut(Stream, String) + Send,
+    ) -> Result<Result<RunOutcome, WorkerError>, u64> {
+        let pid = worker.pid();
         let request = RunRequest {
             code,
             globals,
@@ -676,51 +749,15 @@ impl Executor {
         };
         let run = worker.run(request, run_deadline, &self.net, &mut collect);
         let watch = watch_memory(pid, self.limits.memory_limit);
-        let outcome = tokio::select! {
+        tokio::select! {
             r = run => Ok(r),
             used = watch => Err(used),
-        };
-        result.output = output;
-        let mut outcome = match outcome {
-            Ok(Ok(o)) => o,
-            Ok(Err(e)) => return self.failed(result, e),
-            Err(used) => {
-                let limit = self.limits.memory_limit.unwrap_or_default() >> 20;
-                result.outcome = Outcome::RunError(format!(
-                    "MemoryError: the worker exceeded its memory limit of {limit} MiB (it used {} MiB) and was stopped",
-                    used >> 20
-                ));
-                crate::metrics::worker_killed(KillReason::Memory);
-                return Verdict::Discard;
-            }
-        };
-        let files = std::mem::take(&mut outcome.files);
-        let sizes: std::collections::HashMap<&String, u64> =
-            files.iter().map(|(p, n)| (p, *n)).collect();
-        result.written = outcome
-            .written
-            .iter()
-            .filter_map(|p| sizes.get(p).map(|n| (p.clone(), *n)))
-            .collect();
-        *listing = Some(Listing {
-            files,
-            refresh: std::mem::take(&mut outcome.refresh),
-        });
-        for (name, bytes) in outcome.images.iter().zip(outcome.image_bytes.drain(..)) {
-            // The type comes from the bytes, never from the worker's word (or a file name).
-            if let Some(mime) = image_type(name, &bytes) {
-                result.images.push(Image { mime, bytes });
-            }
         }
-        result.outcome = match outcome.status {
-            RunStatus::Success => {
-                Outcome::Success(outcome.return_value.map(|value| match value.kind {
-                    ReturnKind::Json => ReturnValue::Json(value.text),
-                    ReturnKind::Str | ReturnKind::Repr => ReturnValue::Text(value.text),
-                }))
-            }
-            RunStatus::RunError => Outcome::RunError(outcome.error.unwrap_or_default()),
-        };
+    }
+
+    /// Whether `worker` may serve another call after one that ran: not when its interpreter
+    /// ended (`fatal`), nor when it grew within [`MEMORY_HEADROOM`] of `--memory`.
+    fn verdict(&self, worker: &Worker, fatal: bool) -> Verdict {
         // WebAssembly memory never shrinks: a worker that grew to within MEMORY_HEADROOM of the
         // limit, or one whose interpreter ended, is replaced before the next call.
         let over = self.limits.memory_limit.is_some_and(|max| {
@@ -728,7 +765,7 @@ impl Executor {
                 .resident_bytes()
                 .is_some_and(|rss| rss > max.saturating_sub(MEMORY_HEADROOM))
         });
-        if outcome.fatal || over {
+        if fatal || over {
             crate::metrics::worker_killed(if over {
                 KillReason::Memory
             } else {
@@ -758,40 +795,31 @@ impl Executor {
             .startup_plan()
             .await
             .map_err(InstallError::StartupDeps)?;
+        let wanted = Wanted {
+            startup: &self.startup_deps,
+            sandbox: sandbox_deps,
+            call: requirements,
+        };
         // The call's requirements are resolved together with `--deps`, the sandbox's own and
         // what the interpreter already has, pinned: one consistent set, or a conflict in words.
-        let plan = if requirements.is_empty() && sandbox_deps.is_empty() {
-            startup
-        } else {
-            let wanted: Vec<String> = self
-                .startup_deps
-                .iter()
-                .chain(sandbox_deps)
-                .chain(requirements)
-                .cloned()
-                .collect();
-            let pins: Vec<String> = worker
-                .installed
-                .iter()
-                .map(|(name, version)| format!("{name}=={version}"))
-                .collect();
-            let plan = self.resolver.plan(&wanted, &pins).await?;
-            Arc::new(plan)
+        let planned = match install::plan(&self.resolver, wanted, &worker.installed).await? {
+            None => startup,
+            Some(dists) => Arc::new(install::fetch(&self.resolver, &dists).await?),
         };
-        let todo: Vec<&Planned> = plan
-            .iter()
-            .filter(|p| !worker.installed.contains_key(&p.name))
-            .collect();
-        if todo.is_empty() {
+        let Some(plan) = install::to_install(&planned, &worker.installed) else {
             return Ok(());
-        }
-        let (files, items) = install_items(&todo);
+        };
+        let InstallPlan {
+            files,
+            items,
+            packages,
+        } = plan;
         let installed = worker.install(files, items, deadline).await;
         crate::metrics::install_finished(matches!(installed, Ok(None)));
         match installed? {
             Some(reason) => Err(InstallError::Refused(reason)),
             None => {
-                for p in todo {
+                for p in packages {
                     // One line per package (shown with --verbose); names are escaped, as they
                     // come from user code's requirements.
                     tracing::debug!(
@@ -800,45 +828,42 @@ impl Executor {
                         p.version,
                         p.file_name
                     );
-                    worker.installed.insert(p.name.clone(), p.version.clone());
+                    worker.installed.insert(p.name, p.version);
                 }
                 Ok(())
             }
         }
     }
+}
 
-    /// Turns a worker failure into the call's error; the worker is discarded.
-    fn failed(&self, result: &mut CallResult, e: WorkerError) -> Verdict {
-        crate::metrics::worker_killed(match &e {
-            WorkerError::Deadline {
-                phase: Phase::Installing,
-                ..
-            } => KillReason::InstallTimeout,
-            WorkerError::Deadline { .. } => KillReason::Timeout,
-            WorkerError::OutputFlood { .. } => KillReason::Output,
-            WorkerError::Protocol(_) => KillReason::Protocol,
-            _ => KillReason::Failed,
-        });
-        result.outcome = match e {
-            WorkerError::Deadline {
-                phase: Phase::Installing,
-                seconds,
-            } => Outcome::install_error(format!(
-                "installing took longer than {} s (--install-timeout); the interpreter was stopped",
-                seconds.as_secs_f64()
-            )),
-            WorkerError::Deadline { seconds, .. } => Outcome::RunError(format!(
-                "TimeoutError: the code timed out after {} s",
-                seconds.as_secs_f64()
-            )),
-            e @ (WorkerError::OutputFlood { .. } | WorkerError::Protocol(_)) => {
-                Outcome::RunError(e.to_string())
-            }
-            e => Outcome::RunError(format!(
-                "the sandbox worker failed while running the code: {e}"
-            )),
-        };
-        Verdict::Discard
+/// The code of one call and what comes with it.
+struct Call<'a> {
+    /// The Python source.
+    code: &'a str,
+    /// The requirements its script metadata declares (PEP 723); `None`: inferred from its
+    /// imports.
+    declared: Option<Vec<String>>,
+    /// Globals set before it runs.
+    globals: serde_json::Map<String, serde_json::Value>,
+    /// Receives its output lines as they come.
+    on_output: OutputSink,
+}
+
+/// How a call ended before its code ran.
+enum Early {
+    /// It was cancelled, or its sandbox ended: no result is due.
+    Stopped,
+    /// It could not run: the result says why.
+    Failed(CallResult),
+}
+
+impl Early {
+    /// What [`Executor::run`] answers for it.
+    fn into_result(self) -> Option<CallResult> {
+        match self {
+            Early::Stopped => None,
+            Early::Failed(result) => Some(result),
+        }
     }
 }
 
@@ -906,52 +931,5 @@ async fn watch_memory(pid: Option<u32>, limit: Option<u64>) -> u64 {
                 return rss;
             }
         }
-    }
-}
-
-/// The MIME type of an image file a call made, from its first bytes (PNG, JPEG, GIF and WebP
-/// signatures; SVG: a `.svg` name and UTF-8 text with an `<svg` element); `None` for anything
-/// else, which is then not returned as an image.
-fn image_type(name: &str, bytes: &[u8]) -> Option<&'static str> {
-    const PNG: &[u8] = b"\x89PNG\r\n\x1a\n";
-    if bytes.starts_with(PNG) {
-        return Some("image/png");
-    }
-    if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
-        return Some("image/jpeg");
-    }
-    if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
-        return Some("image/gif");
-    }
-    if bytes.len() >= 12 && bytes.starts_with(b"RIFF") && &bytes[8..12] == b"WEBP" {
-        return Some("image/webp");
-    }
-    let svg = name.to_ascii_lowercase().ends_with(".svg")
-        && std::str::from_utf8(bytes).is_ok_and(|text| text.contains("<svg"));
-    svg.then_some("image/svg+xml")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::image_type;
-
-    #[test]
-    fn image_types_come_from_the_bytes() {
-        assert_eq!(
-            image_type("a.png", b"\x89PNG\r\n\x1a\nrest"),
-            Some("image/png")
-        );
-        assert_eq!(image_type("a.txt", b"\xff\xd8\xff\xe0"), Some("image/jpeg"));
-        assert_eq!(image_type("a.gif", b"GIF89a.."), Some("image/gif"));
-        assert_eq!(
-            image_type("a.webp", b"RIFF\0\0\0\0WEBPVP8 "),
-            Some("image/webp")
-        );
-        assert_eq!(
-            image_type("a.svg", b"<?xml?><svg xmlns='x'/>"),
-            Some("image/svg+xml")
-        );
-        assert_eq!(image_type("a.png", b"not a png"), None);
-        assert_eq!(image_type("a.html", b"<svg/>"), None);
     }
 }

@@ -4,9 +4,9 @@
 //! and an import (~0.65 s) in each new interpreter. An interpreter that booted without them
 //! (resolved too late, or failed) gets them at its first call, which reports any error.
 
+use crate::packages::install::InstallPlan;
 use crate::packages::resolver::{Planned, ResolveError, Resolver};
-use crate::packages::sources::Origin;
-use crate::worker::client::{InstallFiles, Preinstall};
+use crate::worker::client::Preinstall;
 use crate::worker::snapshot::PreinstallSource;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use std::sync::Arc;
@@ -46,8 +46,7 @@ pub fn preinstall_source(plan: &StartupPlan, deps: &[String]) -> Option<Preinsta
     Some(
         async move {
             let plan = plan.await.ok()?;
-            let todo: Vec<&Planned> = plan.iter().collect();
-            let (files, items) = install_items(&todo);
+            let InstallPlan { files, items, .. } = InstallPlan::of(plan.iter());
             Some(Arc::new(Preinstall {
                 files,
                 items,
@@ -61,27 +60,4 @@ pub fn preinstall_source(plan: &StartupPlan, deps: &[String]) -> Option<Preinsta
         .boxed()
         .shared(),
     )
-}
-
-/// The files a worker is handed (virtual path, bytes) and the items it loads for `todo`.
-/// Lock packages load by name so that Pyodide applies its own lock metadata; in its "shell"
-/// runtime it reads them by bare file name (no base URL is applied). Index and mirror wheels
-/// load by path under `/packages/`.
-pub fn install_items(todo: &[&Planned]) -> (InstallFiles, Vec<String>) {
-    let mut files = Vec::new();
-    let mut items = Vec::new();
-    for p in todo {
-        match p.origin {
-            Origin::Lock => {
-                files.push((p.file_name.clone(), p.bytes.clone()));
-                items.push(p.name.clone());
-            }
-            Origin::Index | Origin::Mirror => {
-                let path = format!("/packages/{}", p.file_name);
-                files.push((path.clone(), p.bytes.clone()));
-                items.push(path);
-            }
-        }
-    }
-    (files, items)
 }

@@ -9,7 +9,7 @@
 //! revision, but PydanticAI's `log_level`/`log_handler` and the Deno original use it.
 #![allow(deprecated)]
 
-use super::format::{render, structured, CallResult};
+use super::format::{render, structured};
 use super::reach::{AnySandbox, InUse, Reached};
 use super::schema::{object_schema, open, sandbox_id_property};
 use super::{parse, McpTool, Refusal, ToolArguments};
@@ -17,6 +17,7 @@ use crate::packages::wheel::target;
 use crate::sandbox::handle::SandboxId;
 use crate::sandbox::live::Arrival;
 use crate::server::call::execute::OutputSink;
+use crate::server::call::result::CallResult;
 use crate::server::handler::RunPythonServer;
 use crate::worker::protocol::Stream;
 use rmcp::model::{

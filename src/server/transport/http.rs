@@ -688,79 +688,16 @@ pub async fn serve(
     let access = Arc::new(Access::new(host, allow_origins, allow_hosts)?);
     let max_body = max_body_bytes(server.max_code_bytes);
     let (router, endpoints) = match mode {
-        HttpMode::Stateful | HttpMode::Stateless => {
-            let mut config = StreamableHttpServerConfig::default();
-            config.legacy_session_mode = mode == HttpMode::Stateful;
-            config.json_response = mode == HttpMode::Stateless;
-            config.sse_keep_alive = Some(SSE_KEEP_ALIVE);
-            config.cancellation_token = shutdown.child_token();
-            config.max_request_body_bytes = max_body;
-            // `guard` checks `Host` and `Origin` for every route, this one included; an empty
-            // list turns rmcp's own `Host` check off.
-            config.allowed_hosts = Vec::new();
-            let factory = server.clone();
-            // SSE responses are kept with event ids, so that a client whose connection dropped
-            // mid-call gets its result with `Last-Event-ID` (crate::server::transport::event_store). The stateless
-            // mode answers in JSON: nothing to resume, and `GET /mcp` stays 405.
-            let mut manager = LocalSessionManager::default();
-            if mode == HttpMode::Stateful {
-                manager = manager.with_event_store(Arc::new(
-                    crate::server::transport::event_store::MemoryEventStore::default(),
-                ));
-            }
-            // rmcp would end a session after `keep_alive` without a message (its default is
-            // 300 s), even with a call in flight; `StreamableSessions` ends it once idle
-            // instead, and the session's interpreter, and with `--stateful` its state, go
-            // with it.
-            manager.session_config.keep_alive = None;
-            let manager = Arc::new(manager);
-            let stateful = mode == HttpMode::Stateful;
-            let service = StreamableHttpService::new(
-                move || factory.for_new_session().map_err(std::io::Error::other),
-                manager.clone(),
-                config,
-            );
-            let checks = Arc::new(McpChecks {
-                max_body,
-                drain: server.drain.clone(),
-                sandboxes: server.executor.stateful,
-                sessions: server.sessions.clone(),
-                idle: server.session_idle.filter(|_| stateful).map(|idle| {
-                    StreamableSessions::new(idle, manager.clone(), shutdown.child_token())
-                }),
-                manager: stateful.then_some(manager),
-            });
-            let router =
-                Router::new()
-                    .route_service("/mcp", service)
-                    .layer(axum::middleware::from_fn(move |req, next| {
-                        mcp_prechecks(req, next, checks.clone())
-                    }));
-            (router, "the MCP endpoint is /mcp")
-        }
+        HttpMode::Stateful | HttpMode::Stateless => (
+            streamable_router(&server, mode, max_body, &shutdown),
+            "the MCP endpoint is /mcp",
+        ),
         HttpMode::Sse => (
             sse::router(server.clone(), max_body, shutdown.child_token()),
             "the MCP endpoints are /sse and /messages",
         ),
     };
-    let mut routes = router.fallback(move || async move { errors::unknown_path(endpoints) });
-    // Inside CORS, so that a browser's preflight is answered without a token.
-    if let Some(auth) = auth.clone() {
-        routes = routes.layer(axum::middleware::from_fn(move |req, next| {
-            crate::server::ops::auth::require(req, next, auth.clone())
-        }));
-    }
-    // The routes as one service inside an outer router, so that the two layers see the
-    // responses whole: axum adds the `Allow` header of a 405 outside layers on the routes.
-    let guarded = Router::new()
-        .fallback_service(routes)
-        .layer(axum::middleware::from_fn(move |req, next| {
-            json_errors(req, next, max_body)
-        }))
-        .layer(cors())
-        .layer(axum::middleware::from_fn(move |req, next| {
-            guard(req, next, access.clone())
-        }));
+    let guarded = guarded_routes(router, endpoints, auth.clone(), access, max_body);
     // `/healthz` and `/readyz` answer probes outside the guard (see [`health`]).
     let router = health::router(server.executor.spares.clone(), server.drain.clone())
         .merge(crate::server::ops::scrape::router(&server, metrics))
@@ -772,7 +709,102 @@ pub async fn serve(
         })
         .fallback_service(guarded)
         .layer(axum::middleware::from_fn(unread_body::close_if_body_unread));
+    let listener = bind(host, port, mode).await?;
+    serve_until(listener, router, shutdown).await
+}
 
+/// The `/mcp` route of streamable HTTP (`mode` is [`HttpMode::Stateful`] or
+/// [`HttpMode::Stateless`]): rmcp's service for `server`'s sessions, behind
+/// [`mcp_prechecks`]; bodies up to `max_body` bytes; its streams end with `shutdown`.
+fn streamable_router(
+    server: &RunPythonServer,
+    mode: HttpMode,
+    max_body: usize,
+    shutdown: &CancellationToken,
+) -> Router {
+    let mut config = StreamableHttpServerConfig::default();
+    config.legacy_session_mode = mode == HttpMode::Stateful;
+    config.json_response = mode == HttpMode::Stateless;
+    config.sse_keep_alive = Some(SSE_KEEP_ALIVE);
+    config.cancellation_token = shutdown.child_token();
+    config.max_request_body_bytes = max_body;
+    // `guard` checks `Host` and `Origin` for every route, this one included; an empty
+    // list turns rmcp's own `Host` check off.
+    config.allowed_hosts = Vec::new();
+    let factory = server.clone();
+    // SSE responses are kept with event ids, so that a client whose connection dropped
+    // mid-call gets its result with `Last-Event-ID` (crate::server::transport::event_store). The stateless
+    // mode answers in JSON: nothing to resume, and `GET /mcp` stays 405.
+    let mut manager = LocalSessionManager::default();
+    if mode == HttpMode::Stateful {
+        manager = manager.with_event_store(Arc::new(
+            crate::server::transport::event_store::MemoryEventStore::default(),
+        ));
+    }
+    // rmcp would end a session after `keep_alive` without a message (its default is
+    // 300 s), even with a call in flight; `StreamableSessions` ends it once idle
+    // instead, and the session's interpreter, and with `--stateful` its state, go
+    // with it.
+    manager.session_config.keep_alive = None;
+    let manager = Arc::new(manager);
+    let stateful = mode == HttpMode::Stateful;
+    let service = StreamableHttpService::new(
+        move || factory.for_new_session().map_err(std::io::Error::other),
+        manager.clone(),
+        config,
+    );
+    let checks = Arc::new(McpChecks {
+        max_body,
+        drain: server.drain.clone(),
+        sandboxes: server.executor.stateful,
+        sessions: server.sessions.clone(),
+        idle: server
+            .session_idle
+            .filter(|_| stateful)
+            .map(|idle| StreamableSessions::new(idle, manager.clone(), shutdown.child_token())),
+        manager: stateful.then_some(manager),
+    });
+    Router::new()
+        .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn(move |req, next| {
+            mcp_prechecks(req, next, checks.clone())
+        }))
+}
+
+/// `router`'s routes, an unknown path answered in JSON naming the `endpoints`, behind the
+/// bearer-token check (with `auth`), then [`json_errors`], CORS and the DNS-rebinding guard
+/// (`access`), in that order from the inside out.
+fn guarded_routes(
+    router: Router,
+    endpoints: &'static str,
+    auth: Option<Arc<crate::server::ops::auth::Auth>>,
+    access: Arc<Access>,
+    max_body: usize,
+) -> Router {
+    let mut routes = router.fallback(move || async move { errors::unknown_path(endpoints) });
+    // Inside CORS, so that a browser's preflight is answered without a token.
+    if let Some(auth) = auth {
+        routes = routes.layer(axum::middleware::from_fn(move |req, next| {
+            crate::server::ops::auth::require(req, next, auth.clone())
+        }));
+    }
+    // The routes as one service inside an outer router, so that the two layers see the
+    // responses whole: axum adds the `Allow` header of a 405 outside layers on the routes.
+    Router::new()
+        .fallback_service(routes)
+        .layer(axum::middleware::from_fn(move |req, next| {
+            json_errors(req, next, max_body)
+        }))
+        .layer(cors())
+        .layer(axum::middleware::from_fn(move |req, next| {
+            guard(req, next, access.clone())
+        }))
+}
+
+/// Listens on `host:port` and logs where `mode`'s MCP endpoint is served.
+///
+/// Errors: the address cannot be bound.
+async fn bind(host: &str, port: u16, mode: HttpMode) -> Result<tokio::net::TcpListener> {
     let addr = format!("{host}:{port}");
     // A tuple, not `addr`: an IPv6 `--host` (`::1`) has no brackets to parse.
     let listener = tokio::net::TcpListener::bind((host, port))
@@ -787,6 +819,18 @@ pub async fn serve(
         "serving MCP on http://{}{path}",
         listener.local_addr().map(|a| a.to_string()).unwrap_or(addr)
     );
+    Ok(listener)
+}
+
+/// Serves `router` on `listener` until `shutdown` is cancelled; responses still being written
+/// then get up to [`SHUTDOWN_GRACE`].
+///
+/// Errors: the server failed.
+async fn serve_until(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+) -> Result<()> {
     let graceful = shutdown.clone();
     // Responses are event streams written in small pieces: without TCP_NODELAY, Nagle's
     // algorithm and delayed ACKs add ~40 ms to every call.

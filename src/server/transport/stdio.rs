@@ -176,89 +176,33 @@ fn decode_line(line: &str) -> Result<ClientJsonRpcMessage, Refusal> {
     errors::decode(line.as_bytes())
 }
 
+/// Messages buffered each way between the lines and the rmcp session; a sender waits beyond
+/// that, so a client that floods stdin is read no faster than the session takes its messages.
+const MESSAGE_BUFFER: usize = 64;
+
 /// Serves one session on stdin/stdout until the client closes stdin.
 ///
 /// Errors: the transport failed to start or broke down.
 pub async fn serve(server: RunPythonServer) -> Result<()> {
-    let (mut to_server, from_client) = mpsc::channel::<ClientJsonRpcMessage>(64);
-    let (to_client, mut from_server) = mpsc::channel::<ServerJsonRpcMessage>(64);
-    let (out, mut out_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let (to_server, from_client) = mpsc::channel::<ClientJsonRpcMessage>(MESSAGE_BUFFER);
+    let (to_client, from_server) = mpsc::channel::<ServerJsonRpcMessage>(MESSAGE_BUFFER);
+    let (out, out_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
 
-    let writer = tokio::spawn(async move {
-        let mut stdout = tokio::io::stdout();
-        while let Some(mut line) = out_rx.recv().await {
-            // One write per message: each write of tokio's stdout is a trip to a blocking
-            // thread, and the client waits for the newline.
-            line.push('\n');
-            let written = async {
-                stdout.write_all(line.as_bytes()).await?;
-                stdout.flush().await
-            };
-            if written.await.is_err() {
-                break;
-            }
-        }
-    });
+    let writer = tokio::spawn(write_lines(out_rx));
     // Set by the reader before it sends the implicit `initialize`, cleared by the forwarder
     // when it drops the response: the client never asked, so it must not see it.
     let hide_implicit_start = Arc::new(AtomicBool::new(false));
-    let hide = hide_implicit_start.clone();
-    let replies = out.clone();
-    let forward = tokio::spawn(async move {
-        while let Some(message) = from_server.next().await {
-            if hide.load(Ordering::SeqCst) && answers_implicit_start(&message) {
-                hide.store(false, Ordering::SeqCst);
-                continue;
-            }
-            let Ok(line) = serde_json::to_string(&message) else {
-                continue;
-            };
-            if replies.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    // The same bound as an HTTP request body: a line carries one message with the code in it.
-    let max_line_bytes = crate::server::transport::http::max_body_bytes(server.max_code_bytes);
-    let stamper = server.clone();
-    let reader = tokio::spawn(async move {
-        let mut stdin = BufReader::new(tokio::io::stdin());
-        let mut start = Start::Undecided;
-        // A read error (stdin gone bad) ends the session like the end of the stream.
-        while let Ok(read) = read_line(&mut stdin, max_line_bytes).await {
-            let decoded = match read {
-                Line::Eof => break,
-                Line::Text(line) if line.trim().is_empty() => continue,
-                Line::Text(line) => decode_line(&line),
-                Line::NotUtf8 { valid_up_to } => Err(errors::not_utf8(valid_up_to)),
-                Line::TooLong { id } => {
-                    Err(errors::too_large(max_line_bytes).with_id(id.unwrap_or_default()))
-                }
-            };
-            let mut message = match decoded {
-                Ok(message) => message,
-                Err(refusal) => {
-                    let _ = out.send(refusal.to_line());
-                    continue;
-                }
-            };
-            if start == Start::Undecided {
-                start = start_of(&message);
-                if start == Start::Implicit {
-                    hide_implicit_start.store(true, Ordering::SeqCst);
-                    for implicit in implicit_start() {
-                        if to_server.send(implicit).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-            stamper.stamp_arrival(&mut message);
-            if to_server.send(message).await.is_err() {
-                break;
-            }
-        }
-    });
+    let forward = tokio::spawn(forward_replies(
+        from_server,
+        hide_implicit_start.clone(),
+        out.clone(),
+    ));
+    let reader = tokio::spawn(read_messages(
+        to_server,
+        out,
+        hide_implicit_start,
+        server.clone(),
+    ));
 
     let running = server
         .serve((to_client, from_client))
@@ -269,6 +213,95 @@ pub async fn serve(server: RunPythonServer) -> Result<()> {
     let _ = forward.await;
     let _ = writer.await;
     Ok(())
+}
+
+/// Writes each line of `lines` to stdout, with its newline, until the channel closes or
+/// stdout fails.
+async fn write_lines(mut lines: tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let mut stdout = tokio::io::stdout();
+    while let Some(mut line) = lines.recv().await {
+        // One write per message: each write of tokio's stdout is a trip to a blocking
+        // thread, and the client waits for the newline.
+        line.push('\n');
+        let written = async {
+            stdout.write_all(line.as_bytes()).await?;
+            stdout.flush().await
+        };
+        if written.await.is_err() {
+            break;
+        }
+    }
+}
+
+/// Hands each message of the session to the writer as one line of JSON (`replies`), but for
+/// the answer to the implicit `initialize` while `hide` is set (it then clears `hide`).
+async fn forward_replies(
+    mut from_server: mpsc::Receiver<ServerJsonRpcMessage>,
+    hide: Arc<AtomicBool>,
+    replies: tokio::sync::mpsc::UnboundedSender<String>,
+) {
+    while let Some(message) = from_server.next().await {
+        if hide.load(Ordering::SeqCst) && answers_implicit_start(&message) {
+            hide.store(false, Ordering::SeqCst);
+            continue;
+        }
+        let Ok(line) = serde_json::to_string(&message) else {
+            continue;
+        };
+        if replies.send(line).is_err() {
+            break;
+        }
+    }
+}
+
+/// Reads the client's lines from stdin until it ends (or breaks), and sends each message to
+/// the session (`to_server`), stamped with its arrival by `stamper`; a bad line is answered
+/// with its error on `out`. Before the first message that does not initialize the session
+/// itself, sends the implicit start and sets `hide_implicit_start` (see [`Start`]).
+async fn read_messages(
+    mut to_server: mpsc::Sender<ClientJsonRpcMessage>,
+    out: tokio::sync::mpsc::UnboundedSender<String>,
+    hide_implicit_start: Arc<AtomicBool>,
+    stamper: RunPythonServer,
+) {
+    // The same bound as an HTTP request body: a line carries one message with the code in it.
+    let max_line_bytes = crate::server::transport::http::max_body_bytes(stamper.max_code_bytes);
+    let mut stdin = BufReader::new(tokio::io::stdin());
+    let mut start = Start::Undecided;
+    // A read error (stdin gone bad) ends the session like the end of the stream.
+    while let Ok(read) = read_line(&mut stdin, max_line_bytes).await {
+        let decoded = match read {
+            Line::Eof => break,
+            Line::Text(line) if line.trim().is_empty() => continue,
+            Line::Text(line) => decode_line(&line),
+            Line::NotUtf8 { valid_up_to } => Err(errors::not_utf8(valid_up_to)),
+            Line::TooLong { id } => {
+                Err(errors::too_large(max_line_bytes).with_id(id.unwrap_or_default()))
+            }
+        };
+        let mut message = match decoded {
+            Ok(message) => message,
+            Err(refusal) => {
+                let _ = out.send(refusal.to_line());
+                continue;
+            }
+        };
+        if start == Start::Undecided {
+            start = start_of(&message);
+            if start == Start::Implicit {
+                hide_implicit_start.store(true, Ordering::SeqCst);
+                for implicit in implicit_start() {
+                    if to_server.send(implicit).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        stamper.stamp_arrival(&mut message);
+        if to_server.send(message).await.is_err() {
+            break;
+        }
+    }
 }
 
 #[cfg(test)]
