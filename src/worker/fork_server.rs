@@ -15,6 +15,7 @@
 //! could wait for them for ever. Once idle for about ten seconds they exit; the scavenger is
 //! suspended by hand ([`crate::engine::allocator::suspend_scavenger`]).
 
+use super::descriptors::{inherited_descriptor, DescriptorError};
 use super::protocol::Control;
 use anyhow::{anyhow, bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -370,9 +371,10 @@ pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
 
 /// The control socket, when this worker was started as a zygote ([`CONTROL_FD_ARG`]).
 ///
-/// Errors: the argument is not a descriptor number, or names a descriptor that is not open.
-pub fn control_socket() -> Result<Option<OwnedFd>> {
-    super::worker_main::inherited_descriptor(CONTROL_FD_ARG)
+/// Errors: [`DescriptorError`]: the argument is not a descriptor number, or names a
+/// descriptor that is not open.
+pub fn control_socket() -> Result<Option<OwnedFd>, DescriptorError> {
+    inherited_descriptor(CONTROL_FD_ARG)
 }
 
 /// Fails unless `buffered` (bytes of standard input read but not consumed) is 0: the zygote's

@@ -8,8 +8,9 @@
 //!   front's side of the fork server) and [`fork_server`] (the zygote's side), [`fork_memory`],
 //!   [`spares`] (made ahead) and [`pool`] (`--isolation shared`);
 //! - [`confine`]: the second wall (namespaces, Landlock, seccomp); [`process`]: a spawned or
-//!   forked process; [`mount`]: `--mount` data; [`net`]: the front's `fetch` policy for user
-//!   code.
+//!   forked process; [`descriptors`]: the descriptors a worker inherits by argument (its
+//!   snapshot, a zygote's control socket); [`mount`]: `--mount` data; [`net`]: the front's
+//!   `fetch` policy for user code.
 //!
 //! A worker is not a sandbox: a sandbox ([`crate::sandbox`]) is what a user holds by handle,
 //! and takes a worker at its first call. Nothing here imports the front or the sandboxes; the
@@ -17,6 +18,7 @@
 
 pub mod client;
 pub mod confine;
+pub mod descriptors;
 pub mod fork_memory;
 pub mod fork_server;
 pub mod mount;

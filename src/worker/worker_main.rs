@@ -9,6 +9,7 @@
 //! the call id of each request; output is forwarded only while a `run` is in progress, tagged
 //! with its call id.
 
+use super::descriptors::inherited_descriptor;
 use super::mount::MountPlan;
 use super::net::{FetchRequest, FetchResponse};
 use super::protocol::{
@@ -22,7 +23,6 @@ use include_dir::{include_dir, Dir};
 use serde::Deserialize;
 use std::cell::RefCell;
 use std::io::{self, BufReader, BufWriter};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -217,26 +217,6 @@ fn map_snapshot() -> Result<MappedFile> {
         .ok_or_else(|| anyhow!("a snapshot to restore, but no {SNAPSHOT_FD_ARG}"))?;
     let file = std::fs::File::from(fd);
     MappedFile::map(&file, MAX_SNAPSHOT_BYTES as u64).context("mapping the memory snapshot")
-}
-
-/// The descriptor the front handed this worker under the argument `prefix` (`--name=N`: its
-/// number, kept across `exec`; `Worker::start`), or `None` without that argument.
-///
-/// Errors: the argument names no open descriptor past stderr.
-pub(super) fn inherited_descriptor(prefix: &str) -> Result<Option<OwnedFd>> {
-    let Some(arg) = std::env::args().find_map(|a| a.strip_prefix(prefix).map(str::to_owned)) else {
-        return Ok(None);
-    };
-    let fd: RawFd = arg
-        .parse()
-        .map_err(|_| anyhow!("{prefix}{arg} is not a descriptor"))?;
-    // SAFETY: F_GETFD only reads the descriptor's flags; it fails with EBADF if it is not open.
-    if fd <= 2 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        bail!("{prefix}{arg} is not an open descriptor");
-    }
-    // SAFETY: the front passed this descriptor for this one use (`Worker::start`); it is open
-    // (checked above), and nothing else in this process owns it.
-    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 fn boot(
