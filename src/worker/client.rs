@@ -189,14 +189,14 @@ pub struct Worker {
     /// The packages installed in this worker: normalized name → version.
     pub installed: HashMap<String, String>,
     /// What the worker reported of its confinement when it was ready.
-    pub sandbox: SandboxReport,
+    pub confinement: ConfinementReport,
     /// The version of the tool catalog its interpreter builds `mcp_tools` from (0: none yet).
     tools_version: u64,
 }
 
-/// A worker's report of its confinement layers, from [`Reply::Ready`].
+/// A worker's report of its confinement layers (the second wall), from [`Reply::Ready`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SandboxReport {
+pub struct ConfinementReport {
     /// One line naming every layer and whether it is on (`sandbox default: seccomp: on, …`).
     pub line: String,
     /// Whether every layer is on.
@@ -357,7 +357,7 @@ impl Worker {
             stdout: BufReader::new(stdout),
             next_id: 1,
             installed: HashMap::new(),
-            sandbox: SandboxReport::default(),
+            confinement: ConfinementReport::default(),
             tools_version: 0,
         }
     }
@@ -424,7 +424,7 @@ impl Worker {
                         boot_ms,
                         pyodide_version,
                         restored,
-                        sandbox,
+                        confinement,
                         confined,
                         install_error,
                     },
@@ -438,8 +438,8 @@ impl Worker {
                 tracing::info!(
                     "sandbox worker ready: Pyodide {pyodide_version:?} {how} in {boot_ms} ms"
                 );
-                worker.sandbox = SandboxReport {
-                    line: sandbox,
+                worker.confinement = ConfinementReport {
+                    line: confinement,
                     confined,
                 };
                 match (preinstalled, install_error) {
