@@ -5,15 +5,14 @@
 //! and output is counted against the call's cap as it arrives. Any breach ends the worker.
 
 use super::mount::Mounts;
-use super::net::NetPolicy;
+use super::net::{FetchRequest, FetchResponse};
 use super::process::{Ended, Process};
 use super::protocol::{
     read_frame_async, write_frame_async, BootAttachments, BootInstall, CallId, Frame, FrameError,
-    FrameLimits, Reply, Request, RunOutcome, SnapshotMode, Stream, ToolAnswer, MAX_IMAGES,
-    MAX_LISTED_FILES, MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
+    FrameLimits, FunctionCall, Reply, Request, RunOutcome, SnapshotMode, Stream, ToolAnswer,
+    ToolCall, MAX_IMAGES, MAX_LISTED_FILES, MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
 };
 use super::worker_main::OUTPUT_SLACK;
-use crate::upstream::{ToolBudget, Upstreams};
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
@@ -164,15 +163,47 @@ pub struct RunRequest<'a> {
     /// Largest image (bytes) handed back from the run (`--max-image-bytes` with
     /// `--stateful`); 0 for none.
     pub image_cap: usize,
-    /// Code mode (`--tools-config`): the upstream tools the code may call; `None`: none.
-    pub tools: Option<ToolAccess<'a>>,
 }
 
-/// What a run's tool calls go through (code mode, issue 28).
-pub struct ToolAccess<'a> {
-    pub upstreams: &'a Upstreams,
-    /// Names the sandbox in the upstream requests' `_meta` ([`crate::upstream::sandbox_tag`]).
-    pub sandbox: String,
+/// The host side of one run: what the code asks of the process that serves it while it runs
+/// (its fetches; in code mode, issue 28, its upstream tool calls, its host function calls and
+/// the tool catalog its interpreter builds `mcp_tools` from). [`Worker::run`] forwards each such
+/// request of the worker here, under the run's deadline, and sends the answer back.
+///
+/// The front implements it for each call (its `--allow-net` policy, the upstream servers and
+/// the call's budget), so that workers know nothing of the layers above them. Every method
+/// answers: a refusal or a failure is an answer the code sees (a fetch error, a `ToolError`),
+/// never an error of the run.
+#[async_trait::async_trait]
+pub trait RunHost: Send {
+    /// The largest request body one fetch of the code may send (bytes): a run's frames are
+    /// read with room for it.
+    fn max_request_bytes(&self) -> usize;
+
+    /// Performs or refuses one HTTP request of the code (`request`, with its `body`): the
+    /// response and the response's body.
+    async fn fetch(&mut self, request: &FetchRequest, body: Vec<u8>) -> (FetchResponse, Vec<u8>);
+
+    /// The code-mode tool catalog as the run publishes it to an interpreter that has version
+    /// `known` of it (0: none yet); `None` without code mode.
+    fn catalog(&self, known: u64) -> Option<CatalogUpdate>;
+
+    /// Makes the code's call of an upstream MCP tool: the answer and its images' bytes, in the
+    /// order the answer names them.
+    async fn call_tool(&mut self, call: ToolCall) -> (ToolAnswer, Vec<Vec<u8>>);
+
+    /// Makes the code's call of a host function (the launcher's): its answer.
+    async fn call_function(&mut self, call: FunctionCall) -> ToolAnswer;
+}
+
+/// The code-mode tool catalog as one run hands it to its interpreter ([`RunHost::catalog`]).
+#[derive(Debug, Clone)]
+pub struct CatalogUpdate {
+    /// The catalog's version now: the interpreter has it once the run is sent.
+    pub version: u64,
+    /// What the interpreter builds `mcp_tools` from (JSON); `None` when it already has this
+    /// version.
+    pub tools: Option<serde_json::Value>,
 }
 
 /// The front's end of a worker's standard input: a pipe of a spawned or a forked process.
@@ -681,12 +712,12 @@ impl Worker {
     /// Runs the code of `request` before `deadline`. Output lines are counted against the
     /// output cap as they arrive: lines within it go to `on_output`, then one marker line;
     /// past the cap plus [`OUTPUT_SLACK`] the run is stopped ([`WorkerError::OutputFlood`]).
-    /// Fetches of user code are performed under `net`.
+    /// What the code asks of its host (fetches, code mode's tool calls) goes to `host`.
     pub async fn run(
         &mut self,
         request: RunRequest<'_>,
         deadline: Deadline,
-        net: &NetPolicy,
+        host: &mut dyn RunHost,
         on_output: &mut (dyn FnMut(Stream, String) + Send),
     ) -> Result<RunOutcome, WorkerError> {
         let id = self.new_id();
@@ -701,13 +732,12 @@ impl Worker {
                 .saturating_add(RUN_FRAME_OVERHEAD),
             // A fetch's body, or the images of the answer.
             attachments: MAX_IMAGES.max(1),
-            attachment: net.max_request_bytes().max(request.image_cap),
+            attachment: host.max_request_bytes().max(request.image_cap),
         };
-        let published = request.tools.as_ref().map(|t| t.upstreams.published());
-        let tools = published
-            .as_ref()
-            .filter(|p| p.catalog.version != self.tools_version)
-            .map(|p| p.for_worker.clone());
+        let (catalog_version, tools) = match host.catalog(self.tools_version) {
+            Some(CatalogUpdate { version, tools }) => (Some(version), tools),
+            None => (None, None),
+        };
         let message = Request::Run {
             id,
             code: request.code.to_owned(),
@@ -719,13 +749,9 @@ impl Worker {
             tools,
         };
         self.send_before(&message, &[], deadline).await?;
-        if let Some(published) = &published {
-            self.tools_version = published.catalog.version;
+        if let Some(version) = catalog_version {
+            self.tools_version = version;
         }
-        let mut budget = request
-            .tools
-            .as_ref()
-            .map(|t| ToolBudget::new(t.upstreams.limits));
         let flood_limit = output_cap.saturating_add(OUTPUT_SLACK);
         let mut used = 0usize;
         let mut marked = false;
@@ -734,33 +760,18 @@ impl Worker {
             match frame.header {
                 Reply::Fetch { request, .. } => {
                     let body = frame.attachments.into_iter().next().unwrap_or_default();
-                    let (response, body) = deadline.bound(net.fetch(&request, body)).await?;
+                    let (response, body) = deadline.bound(host.fetch(&request, body)).await?;
                     self.send_before(&Request::FetchResult { id, response }, &[&body], deadline)
                         .await?;
                 }
                 Reply::ToolCall { call, .. } => {
-                    let (answer, images) = match (&request.tools, &mut budget) {
-                        (Some(access), Some(budget)) => {
-                            let calling = access.upstreams.call(call, &access.sandbox, budget);
-                            deadline.bound(calling).await?
-                        }
-                        _ => (no_code_mode(), Vec::new()),
-                    };
+                    let (answer, images) = deadline.bound(host.call_tool(call)).await?;
                     let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
                     let reply = Request::ToolResult { id, answer };
                     self.send_before(&reply, &attachments, deadline).await?;
                 }
                 Reply::FunctionCall { call, .. } => {
-                    let answer = match (&request.tools, &mut budget) {
-                        (Some(access), Some(budget)) => {
-                            let calling =
-                                access
-                                    .upstreams
-                                    .call_function(call, &access.sandbox, budget);
-                            deadline.bound(calling).await?
-                        }
-                        _ => no_code_mode(),
-                    };
+                    let answer = deadline.bound(host.call_function(call)).await?;
                     let reply = Request::ToolResult { id, answer };
                     self.send_before(&reply, &[], deadline).await?;
                 }
@@ -885,14 +896,6 @@ impl Deadline {
     }
 }
 
-/// The answer to a tool or function call on a server without code mode.
-fn no_code_mode() -> ToolAnswer {
-    ToolAnswer::Error {
-        message: "this server has no MCP tools or host functions to call (no --tools-config)"
-            .into(),
-    }
-}
-
 fn unexpected(reply: &Reply) -> WorkerError {
     WorkerError::Protocol(Violation::Unexpected(reply.kind()))
 }
@@ -913,8 +916,41 @@ mod tests {
     //! engine, which the Python client tests drive for real).
 
     use super::*;
+    use crate::worker::net::NetPolicy;
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
+
+    /// A run's host with a network policy and no code mode.
+    struct NetOnly(NetPolicy);
+
+    #[async_trait::async_trait]
+    impl RunHost for NetOnly {
+        fn max_request_bytes(&self) -> usize {
+            self.0.max_request_bytes()
+        }
+
+        async fn fetch(
+            &mut self,
+            request: &FetchRequest,
+            body: Vec<u8>,
+        ) -> (FetchResponse, Vec<u8>) {
+            self.0.fetch(request, body).await
+        }
+
+        fn catalog(&self, _known: u64) -> Option<CatalogUpdate> {
+            None
+        }
+
+        async fn call_tool(&mut self, _call: ToolCall) -> (ToolAnswer, Vec<Vec<u8>>) {
+            let message = "no code mode in this test".to_owned();
+            (ToolAnswer::Error { message }, Vec::new())
+        }
+
+        async fn call_function(&mut self, _call: FunctionCall) -> ToolAnswer {
+            let message = "no code mode in this test".to_owned();
+            ToolAnswer::Error { message }
+        }
+    }
 
     /// A Python program that boots like a worker, then answers every request with `answer`
     /// (Python code computing `reply`, a dict, from `req`, the request) and `extra` frames.
@@ -1025,12 +1061,11 @@ while True:
             result_cap: 1000,
             keep_globals: false,
             image_cap: 0,
-            tools: None,
         };
-        let net = NetPolicy::new(Vec::new(), 1 << 20);
+        let mut host = NetOnly(NetPolicy::new(Vec::new(), 1 << 20));
         let deadline = Deadline::after(Duration::from_secs(20), Phase::Running);
         let e = w
-            .run(request, deadline, &net, &mut |_, line| kept.push(line))
+            .run(request, deadline, &mut host, &mut |_, line| kept.push(line))
             .await
             .unwrap_err();
         assert!(matches!(e, WorkerError::OutputFlood { .. }), "{e}");

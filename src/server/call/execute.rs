@@ -13,9 +13,10 @@ use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, ResolveError, Resolver};
 use crate::sandbox::files::{name_list, Listing, SandboxFiles, Survivors};
 use crate::sandbox::live::{Arrival, Sandbox};
+use crate::server::call::run_host::CallRunHost;
 use crate::server::call::startup_deps::{install_items, StartupPlan};
 use crate::server::tools::format::{CallResult, Image, Outcome, ReturnValue};
-use crate::worker::client::{Deadline, Phase, RunRequest, ToolAccess, Worker, WorkerError};
+use crate::worker::client::{Deadline, Phase, RunRequest, Worker, WorkerError};
 use crate::worker::net::NetPolicy;
 use crate::worker::pool::{Lease, Pool};
 use crate::worker::protocol::{ReturnKind, RunStatus, Stream};
@@ -669,12 +670,10 @@ impl Executor {
             } else {
                 0
             },
-            tools: self.upstreams.as_deref().map(|upstreams| ToolAccess {
-                upstreams,
-                sandbox: crate::upstream::sandbox_tag(sandbox.id.as_str()),
-            }),
         };
-        let run = worker.run(request, run_deadline, &self.net, &mut collect);
+        let upstreams = self.upstreams.as_deref();
+        let mut host = CallRunHost::new(&self.net, upstreams, sandbox.id.as_str());
+        let run = worker.run(request, run_deadline, &mut host, &mut collect);
         let watch = watch_memory(pid, self.limits.memory_limit);
         let outcome = tokio::select! {
             r = run => Ok(r),
