@@ -9,8 +9,8 @@ use super::net::{FetchRequest, FetchResponse};
 use super::process::{Ended, Process};
 use super::protocol::{
     read_frame_async, write_frame_async, BootAttachments, BootInstall, CallId, Frame, FrameError,
-    FrameLimits, FunctionCall, Reply, Request, RunOutcome, SnapshotMode, Stream, ToolAnswer,
-    ToolCall, MAX_IMAGES, MAX_LISTED_FILES, MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
+    FrameLimits, FunctionCall, OutputLine, Reply, Request, RunOutcome, SnapshotMode, Stream,
+    ToolAnswer, ToolCall, MAX_IMAGES, MAX_LISTED_FILES, MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
 };
 use super::worker_main::OUTPUT_SLACK;
 use std::collections::HashMap;
@@ -393,9 +393,10 @@ impl Worker {
         }
     }
 
-    /// Sends `boot` (the snapshot mode, the snapshot and the mounts), if given, and waits for the worker
-    /// to say it is ready (a forked interpreter says so by itself). Returns the worker and the
-    /// snapshot it made, if any.
+    /// Sends `boot` (the snapshot mode, the snapshot and the mounts), if given, and waits for
+    /// the worker to say it is ready (a forked interpreter says so by itself), at most
+    /// [`BOOT_TIMEOUT`]. Returns the worker and the snapshot it made, if any. A worker that
+    /// does not become ready is killed.
     ///
     /// Errors: [`WorkerError::Boot`], [`WorkerError::BootTimeout`], [`WorkerError::Stopped`],
     /// [`WorkerError::Protocol`], [`WorkerError::Unconfined`].
@@ -412,25 +413,7 @@ impl Worker {
         let preinstalled = boot.as_ref().and_then(|b| b.preinstall);
         let booted = async {
             if let Some(boot) = boot {
-                let layout = BootAttachments {
-                    mount: (!boot.mounts.plan.is_empty()).then_some(boot.mounts.bytes.as_slice()),
-                    install: boot
-                        .preinstall
-                        .iter()
-                        .flat_map(|p| p.files.iter().map(|(_, bytes)| bytes.as_slice()))
-                        .collect(),
-                };
-                let install = boot.preinstall.map(|p| BootInstall {
-                    files: p.files.iter().map(|(path, _)| path.clone()).collect(),
-                    items: p.items.clone(),
-                    imports: p.imports.clone(),
-                });
-                let request = Request::Boot {
-                    snapshot: boot.mode,
-                    mount: boot.mounts.plan.clone(),
-                    install,
-                };
-                worker.send(&request, &layout.to_frame()).await?;
+                worker.send_boot(boot).await?;
             }
             worker.next_frame(limits).await
         };
@@ -449,19 +432,55 @@ impl Worker {
                     e => e,
                 })
             }
-            Ok(Ok(Frame {
-                header:
-                    Reply::Ready {
-                        boot_ms,
-                        pyodide_version,
-                        restored,
-                        confinement,
-                        confined,
-                        install_error,
-                    },
-                attachments,
-            })) => {
-                let how = match (worker.process.is_forked(), restored) {
+            Ok(Ok(frame)) => worker.take_ready(frame, preinstalled).await,
+        }
+    }
+
+    /// Sends the boot frame of `boot`: the request, then the mount's bytes and the install
+    /// files' bytes as attachments ([`BootAttachments`]).
+    async fn send_boot(&mut self, boot: BootRequest<'_>) -> Result<(), WorkerError> {
+        let layout = BootAttachments {
+            mount: (!boot.mounts.plan.is_empty()).then_some(boot.mounts.bytes.as_slice()),
+            install: boot
+                .preinstall
+                .iter()
+                .flat_map(|p| p.files.iter().map(|(_, bytes)| bytes.as_slice()))
+                .collect(),
+        };
+        let install = boot.preinstall.map(|p| BootInstall {
+            files: p.files.iter().map(|(path, _)| path.clone()).collect(),
+            items: p.items.clone(),
+            imports: p.imports.clone(),
+        });
+        let request = Request::Boot {
+            snapshot: boot.mode,
+            mount: boot.mounts.plan.clone(),
+            install,
+        };
+        self.send(&request, &layout.to_frame()).await
+    }
+
+    /// Takes the worker's first frame apart: [`Reply::Ready`] (its confinement report is kept,
+    /// and `preinstalled`'s packages when they installed) gives the worker and the snapshot it
+    /// made, if any; anything else kills it.
+    ///
+    /// Errors: [`WorkerError::Boot`] (it reported a fatal error), [`WorkerError::Unconfined`],
+    /// [`WorkerError::Protocol`] (another reply).
+    async fn take_ready(
+        mut self,
+        frame: Frame<Reply>,
+        preinstalled: Option<&Preinstall>,
+    ) -> Result<(Worker, Option<Vec<u8>>), WorkerError> {
+        let error = match frame.header {
+            Reply::Ready {
+                boot_ms,
+                pyodide_version,
+                restored,
+                confinement,
+                confined,
+                install_error,
+            } => {
+                let how = match (self.process.is_forked(), restored) {
                     (true, _) => "forked from the zygote",
                     (false, true) => "booted from a memory snapshot",
                     (false, false) => "booted",
@@ -469,40 +488,25 @@ impl Worker {
                 tracing::info!(
                     "sandbox worker ready: Pyodide {pyodide_version:?} {how} in {boot_ms} ms"
                 );
-                worker.confinement = ConfinementReport {
+                self.confinement = ConfinementReport {
                     line: confinement,
                     confined,
                 };
                 match (preinstalled, install_error) {
-                    (Some(p), None) => worker.installed = p.installed.clone(),
+                    (Some(p), None) => self.installed = p.installed.clone(),
                     (Some(_), Some(e)) => {
                         tracing::warn!("--deps did not install as the worker booted: {e}")
                     }
                     (None, _) => {}
                 }
-                Ok((worker, attachments.into_iter().next()))
+                return Ok((self, frame.attachments.into_iter().next()));
             }
-            Ok(Ok(Frame {
-                header: Reply::Fatal { error },
-                ..
-            })) => {
-                worker.kill().await;
-                Err(WorkerError::Boot(BootFailure::Reported(error)))
-            }
-            Ok(Ok(Frame {
-                header: Reply::Unconfined { reason },
-                ..
-            })) => {
-                worker.kill().await;
-                Err(WorkerError::Unconfined(reason))
-            }
-            Ok(Ok(other)) => {
-                worker.kill().await;
-                Err(WorkerError::Protocol(Violation::WhileBooting(
-                    other.header.kind(),
-                )))
-            }
-        }
+            Reply::Fatal { error } => WorkerError::Boot(BootFailure::Reported(error)),
+            Reply::Unconfined { reason } => WorkerError::Unconfined(reason),
+            other => WorkerError::Protocol(Violation::WhileBooting(other.kind())),
+        };
+        self.kill().await;
+        Err(error)
     }
 
     async fn next_frame(&mut self, limits: FrameLimits) -> Result<Frame<Reply>, WorkerError> {
@@ -712,7 +716,11 @@ impl Worker {
     /// Runs the code of `request` before `deadline`. Output lines are counted against the
     /// output cap as they arrive: lines within it go to `on_output`, then one marker line;
     /// past the cap plus [`OUTPUT_SLACK`] the run is stopped ([`WorkerError::OutputFlood`]).
-    /// What the code asks of its host (fetches, code mode's tool calls) goes to `host`.
+    /// What the code asks of its host (fetches, code mode's tool calls) goes to `host`, and
+    /// its answer back to the worker, until the worker says the run is over.
+    ///
+    /// Errors: [`WorkerError::Deadline`] (phase of `deadline`), [`WorkerError::OutputFlood`],
+    /// [`WorkerError::Died`], [`WorkerError::Protocol`].
     pub async fn run(
         &mut self,
         request: RunRequest<'_>,
@@ -720,20 +728,40 @@ impl Worker {
         host: &mut dyn RunHost,
         on_output: &mut (dyn FnMut(Stream, String) + Send),
     ) -> Result<RunOutcome, WorkerError> {
+        let limits = run_limits(&request, host.max_request_bytes());
+        let image_cap = request.image_cap;
+        let mut output = OutputCount::new(request.output_cap);
+        let id = self.send_run(request, deadline, host).await?;
+        loop {
+            let frame = self.expect(id, limits, deadline).await?;
+            match frame.header {
+                Reply::Fetch { request, .. } => {
+                    let body = frame.attachments.into_iter().next().unwrap_or_default();
+                    self.answer_fetch(id, &request, body, host, deadline)
+                        .await?;
+                }
+                Reply::ToolCall { call, .. } => {
+                    self.answer_tool_call(id, call, host, deadline).await?;
+                }
+                Reply::FunctionCall { call, .. } => {
+                    self.answer_function_call(id, call, host, deadline).await?;
+                }
+                Reply::Output { lines, .. } => output.take(lines, on_output)?,
+                Reply::Ran { outcome, .. } => return ran(outcome, frame.attachments, image_cap),
+                other => return Err(unexpected(&other)),
+            }
+        }
+    }
+
+    /// Sends the `run` request of `request` for a fresh call id before `deadline`, with the
+    /// code-mode catalog when the interpreter does not have its version yet; returns the id.
+    async fn send_run(
+        &mut self,
+        request: RunRequest<'_>,
+        deadline: Deadline,
+        host: &mut dyn RunHost,
+    ) -> Result<CallId, WorkerError> {
         let id = self.new_id();
-        let output_cap = request.output_cap;
-        let limits = FrameLimits {
-            header: JSON_ESCAPE_FACTOR
-                .saturating_mul(
-                    output_cap
-                        .saturating_add(OUTPUT_SLACK + 1)
-                        .max(request.result_cap),
-                )
-                .saturating_add(RUN_FRAME_OVERHEAD),
-            // A fetch's body, or the images of the answer.
-            attachments: MAX_IMAGES.max(1),
-            attachment: host.max_request_bytes().max(request.image_cap),
-        };
         let (catalog_version, tools) = match host.catalog(self.tools_version) {
             Some(CatalogUpdate { version, tools }) => (Some(version), tools),
             None => (None, None),
@@ -742,7 +770,7 @@ impl Worker {
             id,
             code: request.code.to_owned(),
             globals: request.globals,
-            output_cap,
+            output_cap: request.output_cap,
             result_cap: request.result_cap,
             keep_globals: request.keep_globals,
             image_cap: request.image_cap,
@@ -752,70 +780,50 @@ impl Worker {
         if let Some(version) = catalog_version {
             self.tools_version = version;
         }
-        let flood_limit = output_cap.saturating_add(OUTPUT_SLACK);
-        let mut used = 0usize;
-        let mut marked = false;
-        loop {
-            let frame = self.expect(id, limits, deadline).await?;
-            match frame.header {
-                Reply::Fetch { request, .. } => {
-                    let body = frame.attachments.into_iter().next().unwrap_or_default();
-                    let (response, body) = deadline.bound(host.fetch(&request, body)).await?;
-                    self.send_before(&Request::FetchResult { id, response }, &[&body], deadline)
-                        .await?;
-                }
-                Reply::ToolCall { call, .. } => {
-                    let (answer, images) = deadline.bound(host.call_tool(call)).await?;
-                    let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
-                    let reply = Request::ToolResult { id, answer };
-                    self.send_before(&reply, &attachments, deadline).await?;
-                }
-                Reply::FunctionCall { call, .. } => {
-                    let answer = deadline.bound(host.call_function(call)).await?;
-                    let reply = Request::ToolResult { id, answer };
-                    self.send_before(&reply, &[], deadline).await?;
-                }
-                Reply::Output { lines, .. } => {
-                    for (stream, text) in lines {
-                        used = used.saturating_add(text.len() + 1);
-                        if used <= output_cap.saturating_add(MARKER_ALLOWANCE) {
-                            on_output(stream, text);
-                        } else if !marked {
-                            marked = true;
-                            on_output(stream, truncation_marker(output_cap));
-                        }
-                    }
-                    if used > flood_limit {
-                        return Err(WorkerError::OutputFlood { limit: flood_limit });
-                    }
-                }
-                Reply::Ran { mut outcome, .. } => {
-                    // Exactly one attachment per image named, each within the cap asked for.
-                    let images = frame.attachments;
-                    if images.len() != outcome.images.len()
-                        || images.len() > MAX_IMAGES
-                        || images.iter().any(|b| b.len() > request.image_cap)
-                    {
-                        return Err(WorkerError::Protocol(Violation::Images {
-                            images: images.len(),
-                            names: outcome.images.len(),
-                            cap: request.image_cap,
-                        }));
-                    }
-                    let listed = outcome
-                        .files
-                        .len()
-                        .max(outcome.written.len())
-                        .max(outcome.refresh.len());
-                    if listed > MAX_LISTED_FILES {
-                        return Err(WorkerError::Protocol(Violation::TooManyFiles(listed)));
-                    }
-                    outcome.image_bytes = images;
-                    return Ok(outcome);
-                }
-                other => return Err(unexpected(&other)),
-            }
-        }
+        Ok(id)
+    }
+
+    /// Answers a fetch of run `id` (`request`, with its `body`) with what `host` made of it,
+    /// the response's body attached.
+    async fn answer_fetch(
+        &mut self,
+        id: CallId,
+        request: &FetchRequest,
+        body: Vec<u8>,
+        host: &mut dyn RunHost,
+        deadline: Deadline,
+    ) -> Result<(), WorkerError> {
+        let (response, body) = deadline.bound(host.fetch(request, body)).await?;
+        self.send_before(&Request::FetchResult { id, response }, &[&body], deadline)
+            .await
+    }
+
+    /// Answers an upstream tool call of run `id` (code mode) with `host`'s answer, its images'
+    /// bytes attached in order.
+    async fn answer_tool_call(
+        &mut self,
+        id: CallId,
+        call: ToolCall,
+        host: &mut dyn RunHost,
+        deadline: Deadline,
+    ) -> Result<(), WorkerError> {
+        let (answer, images) = deadline.bound(host.call_tool(call)).await?;
+        let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+        let reply = Request::ToolResult { id, answer };
+        self.send_before(&reply, &attachments, deadline).await
+    }
+
+    /// Answers a host function call of run `id` (code mode) with `host`'s answer.
+    async fn answer_function_call(
+        &mut self,
+        id: CallId,
+        call: FunctionCall,
+        host: &mut dyn RunHost,
+        deadline: Deadline,
+    ) -> Result<(), WorkerError> {
+        let answer = deadline.bound(host.call_function(call)).await?;
+        let reply = Request::ToolResult { id, answer };
+        self.send_before(&reply, &[], deadline).await
     }
 
     /// Whether the zygote forked this worker (it then shares the zygote's compiled code; a
@@ -857,6 +865,104 @@ impl Worker {
 /// Output bytes kept beyond the cap so that the Python helper's own truncation marker line
 /// (written after the cap is reached) is kept rather than replaced (bytes).
 const MARKER_ALLOWANCE: usize = 256;
+
+/// The limits of the frames of a run of `request`: a header with room for the output and the
+/// return value (escaped as JSON), and attachments for a fetch's body (at most
+/// `max_request_bytes`) or the images of the answer.
+fn run_limits(request: &RunRequest<'_>, max_request_bytes: usize) -> FrameLimits {
+    FrameLimits {
+        header: JSON_ESCAPE_FACTOR
+            .saturating_mul(
+                request
+                    .output_cap
+                    .saturating_add(OUTPUT_SLACK + 1)
+                    .max(request.result_cap),
+            )
+            .saturating_add(RUN_FRAME_OVERHEAD),
+        // A fetch's body, or the images of the answer.
+        attachments: MAX_IMAGES.max(1),
+        attachment: max_request_bytes.max(request.image_cap),
+    }
+}
+
+/// A run's output as the front counts it against the output cap (bytes, a newline counted per
+/// line).
+struct OutputCount {
+    /// The output cap (`--output-cap`).
+    cap: usize,
+    /// Bytes written so far.
+    used: usize,
+    /// Whether the truncation marker was handed on.
+    marked: bool,
+}
+
+impl OutputCount {
+    fn new(cap: usize) -> OutputCount {
+        OutputCount {
+            cap,
+            used: 0,
+            marked: false,
+        }
+    }
+
+    /// Counts `lines`: those within the cap go to `on_output`, then one marker line, then
+    /// nothing.
+    ///
+    /// Errors: [`WorkerError::OutputFlood`] once the run wrote more than the cap plus
+    /// [`OUTPUT_SLACK`].
+    fn take(
+        &mut self,
+        lines: Vec<OutputLine>,
+        on_output: &mut (dyn FnMut(Stream, String) + Send),
+    ) -> Result<(), WorkerError> {
+        for (stream, text) in lines {
+            self.used = self.used.saturating_add(text.len() + 1);
+            if self.used <= self.cap.saturating_add(MARKER_ALLOWANCE) {
+                on_output(stream, text);
+            } else if !self.marked {
+                self.marked = true;
+                on_output(stream, truncation_marker(self.cap));
+            }
+        }
+        let flood_limit = self.cap.saturating_add(OUTPUT_SLACK);
+        if self.used > flood_limit {
+            return Err(WorkerError::OutputFlood { limit: flood_limit });
+        }
+        Ok(())
+    }
+}
+
+/// The outcome of a run as the worker reported it, with its images' bytes (`images`, the
+/// frame's attachments): exactly one per image named, each of at most `image_cap` bytes.
+///
+/// Errors: [`WorkerError::Protocol`] for images that break that rule, or more files listed
+/// than [`MAX_LISTED_FILES`].
+fn ran(
+    mut outcome: RunOutcome,
+    images: Vec<Vec<u8>>,
+    image_cap: usize,
+) -> Result<RunOutcome, WorkerError> {
+    if images.len() != outcome.images.len()
+        || images.len() > MAX_IMAGES
+        || images.iter().any(|b| b.len() > image_cap)
+    {
+        return Err(WorkerError::Protocol(Violation::Images {
+            images: images.len(),
+            names: outcome.images.len(),
+            cap: image_cap,
+        }));
+    }
+    let listed = outcome
+        .files
+        .len()
+        .max(outcome.written.len())
+        .max(outcome.refresh.len());
+    if listed > MAX_LISTED_FILES {
+        return Err(WorkerError::Protocol(Violation::TooManyFiles(listed)));
+    }
+    outcome.image_bytes = images;
+    Ok(outcome)
+}
 
 /// The line that replaces output past the cap (the same text the Python helper writes).
 pub fn truncation_marker(cap: usize) -> String {
