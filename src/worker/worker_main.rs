@@ -23,6 +23,7 @@ use include_dir::{include_dir, Dir};
 use serde::Deserialize;
 use std::cell::RefCell;
 use std::io::{self, BufReader, BufWriter};
+use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -219,6 +220,12 @@ fn map_snapshot() -> Result<MappedFile> {
     MappedFile::map(&file, MAX_SNAPSHOT_BYTES as u64).context("mapping the memory snapshot")
 }
 
+/// Boots Pyodide in a new engine (`mode`: plainly, making a memory snapshot, or restoring
+/// `snapshot`): the engine, the runner's functions, Pyodide's version and the snapshot made, if
+/// any.
+///
+/// Errors: the engine cannot be made, an embedded script fails, or Pyodide does not boot
+/// within [`BOOT_TIMEOUT`].
 fn boot(
     mode: SnapshotMode,
     snapshot: Option<MappedFile>,
@@ -227,6 +234,21 @@ fn boot(
     if let Some(mapped) = snapshot {
         engine.add_mapped_file("/snapshot.bin", mapped);
     }
+    let made = catch_snapshot(&mut engine);
+    for file in PYODIDE.files() {
+        let name = file.path().to_string_lossy();
+        engine.add_static_file(&format!("/pyodide/{name}"), file.contents());
+    }
+    let runner = load_runner(&mut engine)?;
+    let version = boot_runner(&mut engine, &runner, mode)?;
+    engine.clear_files();
+    let snapshot = made.borrow_mut().take();
+    Ok((engine, runner, version, snapshot))
+}
+
+/// Answers the host calls made while booting: only the memory snapshot Pyodide makes (with
+/// [`SnapshotMode::Make`]), which lands in the returned cell.
+fn catch_snapshot(engine: &mut Engine) -> Rc<RefCell<Option<Vec<u8>>>> {
     let made: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
     let made_in = made.clone();
     engine.set_call_handler(Box::new(
@@ -238,10 +260,14 @@ fn boot(
             _ => Err("only the snapshot is taken while booting".to_owned()),
         },
     ));
-    for file in PYODIDE.files() {
-        let name = file.path().to_string_lossy();
-        engine.add_static_file(&format!("/pyodide/{name}"), file.contents());
-    }
+    made
+}
+
+/// Evaluates the bootstrap, Pyodide's scripts and the runner (`js/runner.js`) in `engine`, and
+/// keeps the runner's functions.
+///
+/// Errors: an embedded script is missing or fails.
+fn load_runner(engine: &mut Engine) -> Result<Runner> {
     let text = |name: &str| -> Result<&'static str> {
         PYODIDE
             .get_file(name)
@@ -272,7 +298,7 @@ fn boot(
             .next()
             .ok_or_else(|| anyhow!("runner.js is incomplete"))
     };
-    let runner = Runner {
+    Ok(Runner {
         boot: next()?,
         find_imports: next()?,
         install: next()?,
@@ -281,11 +307,18 @@ fn boot(
         read_file: next()?,
         write_file: next()?,
         mount: next()?,
-    };
+    })
+}
+
+/// Boots Pyodide through the runner's `boot` (`mode`: how, as the front asked), within
+/// [`BOOT_TIMEOUT`]: Pyodide's version.
+///
+/// Errors: the boot failed or took too long ("booting Pyodide").
+fn boot_runner(engine: &mut Engine, runner: &Runner, mode: SnapshotMode) -> Result<String> {
     let env = r#"{"HOME":"/home/pyodide","USER":"pyodide","LANG":"C.UTF-8"}"#;
     let deadline = Some(Instant::now() + BOOT_TIMEOUT);
     let answer = call(
-        &mut engine,
+        engine,
         &runner.boot,
         BOOT_CALL,
         &[
@@ -303,9 +336,7 @@ fn boot(
     )
     .context("booting Pyodide")?;
     let booted: Booted = parse_answer(&answer).context("booting Pyodide")?;
-    engine.clear_files();
-    let snapshot = made.borrow_mut().take();
-    Ok((engine, runner, booted.version, snapshot))
+    Ok(booted.version)
 }
 
 /// Writes the operator's `--mount` files into the interpreter's file system, read-only
@@ -631,30 +662,46 @@ fn zygote_run(engine: &mut Engine, runner: &Runner, code: &str) -> Result<()> {
 /// Output and result caps of a warm-up call (bytes).
 const WARM_UP_CAP: usize = 1 << 10;
 
+/// What a worker tells the front once booted ([`Reply::Ready`]), but its confinement.
+struct BootReport {
+    /// Pyodide's version.
+    version: String,
+    /// How long the boot took (milliseconds; for a forked interpreter, the fork).
+    boot_ms: u64,
+    /// Whether the interpreter was restored from a memory snapshot (or forked from one).
+    restored: bool,
+    /// The memory snapshot the boot made, if any (sent as attachment 0).
+    made: Option<Vec<u8>>,
+    /// Why `--deps` did not install as it booted, if they did not.
+    install_error: Option<String>,
+}
+
+impl BootReport {
+    /// Sends [`Reply::Ready`] with this report and the confinement as `confined` has it
+    /// (`all_on`: whether every layer is on, as far as the front is told).
+    fn send(self, confined: &super::confine::Status, all_on: bool) -> Result<()> {
+        send_with(
+            &Reply::Ready {
+                pyodide_version: self.version,
+                boot_ms: self.boot_ms,
+                restored: self.restored,
+                confinement: super::confine::describe(confined),
+                confined: all_on,
+                install_error: self.install_error,
+            },
+            &self.made.as_deref().into_iter().collect::<Vec<_>>(),
+        )
+    }
+}
+
 /// Seals the worker (seccomp, limits) and tells the front it is ready, with the memory
 /// snapshot it made, if any. Ready only once sealed: the front hands out no worker that is not
 /// yet confined.
-fn send_ready(
-    version: String,
-    boot_ms: u64,
-    restored: bool,
-    confined: super::confine::Status,
-    made: Option<Vec<u8>>,
-    install_error: Option<String>,
-) -> Result<()> {
+fn send_ready(report: BootReport, confined: super::confine::Status) -> Result<()> {
     // The second wall, part two: seccomp and limits on every thread before the first call.
     let confined = super::confine::seal(confined)?;
-    send_with(
-        &Reply::Ready {
-            pyodide_version: version,
-            boot_ms,
-            restored,
-            confinement: super::confine::describe(&confined),
-            confined: confined.all_on(),
-            install_error,
-        },
-        &made.as_deref().into_iter().collect::<Vec<_>>(),
-    )
+    let all_on = confined.all_on();
+    report.send(&confined, all_on)
 }
 
 /// What the worker's JavaScript asks of its host with `__mcpHostCall(json, bytes)`: one typed
@@ -674,10 +721,13 @@ enum HostRequest {
     Function { call: FunctionCall },
 }
 
+/// The worker's standard input, where the front's requests arrive.
+type FrontInput = BufReader<io::StdinLock<'static>>;
+
 /// The host side of the worker once booted: the state its host calls reach.
 struct Host {
     /// The front's requests (a host call that asks the front reads its answer here).
-    input: Rc<RefCell<BufReader<io::StdinLock<'static>>>>,
+    input: Rc<RefCell<FrontInput>>,
     /// The run in progress, if any.
     running: Rc<RefCell<Running>>,
     /// The bytes of a file the runner just read.
@@ -799,6 +849,12 @@ fn read_boot(input: &mut impl io::Read) -> Result<Option<BootPlan>> {
     }))
 }
 
+/// The worker's life: reads the boot frame, confines itself, boots Pyodide, and serves the
+/// front's requests until stdin closes; a zygote forks interpreters instead, and each forked
+/// child goes on serving.
+///
+/// Errors: the boot frame is not one, a confinement layer fails (`--sandbox strict`), Pyodide
+/// does not boot, or the front breaks the protocol.
 fn serve() -> Result<()> {
     let control = super::fork_server::control_socket()?;
     // The zygote counts its threads before each fork; the file is opened before Landlock.
@@ -818,9 +874,52 @@ fn serve() -> Result<()> {
     let (mut engine, runner, version, made) = boot(plan.mode, plan.snapshot)?;
     mount_files(&mut engine, &runner, plan.mount)?;
     let boot_ms = started.elapsed().as_millis() as u64;
-    // From now on every line a run writes is streamed to the front as it happens.
+    let host = attach_host(&mut engine, input.clone())?;
+    let install_error = plan.install.and_then(|(install, files)| {
+        let failed = preinstall(&mut engine, &runner, install, files).err()?;
+        Some(format!("{failed:#}"))
+    });
+    let report = BootReport {
+        version,
+        boot_ms,
+        restored: plan.mode == SnapshotMode::Load,
+        made,
+        install_error,
+    };
+    let forked = match (control, proc_status) {
+        (Some(control), Some(proc_status)) => {
+            let zygote = Zygote {
+                control,
+                proc_status,
+                input: &input,
+            };
+            if !zygote.fork_interpreters(&mut engine, &runner, report, confined)? {
+                return Ok(());
+            }
+            true
+        }
+        _ => {
+            send_ready(report, confined)?;
+            false
+        }
+    };
+    #[cfg(feature = "escape-test")]
+    super::confine::escape_test_if_requested();
+    let worker = Serving {
+        engine,
+        runner,
+        host,
+    };
+    serve_requests(worker, &input, forked)
+}
+
+/// Gives the booted engine its host: output lines of a run stream to the front as they are
+/// written, `fetch.js` is installed, and host calls go to [`Host::answer`].
+///
+/// Errors: `js/fetch.js` fails.
+fn attach_host(engine: &mut Engine, input: Rc<RefCell<FrontInput>>) -> Result<Rc<Host>> {
     let host = Rc::new(Host {
-        input: input.clone(),
+        input,
         running: Rc::default(),
         file_in: Rc::default(),
     });
@@ -833,47 +932,62 @@ fn serve() -> Result<()> {
     engine.set_call_handler(Box::new(move |json: &str, bytes: Vec<u8>| {
         calls.answer(json, bytes)
     }));
-    let install_error = plan.install.and_then(|(install, files)| {
-        let failed = preinstall(&mut engine, &runner, install, files).err()?;
-        Some(format!("{failed:#}"))
-    });
-    let restored = plan.mode == SnapshotMode::Load;
-    let mut scavenger_suspended = false;
-    if let (Some(control), Some(proc_status)) = (control, proc_status) {
-        // The zygote: warm up, say it booted, then fork interpreters until the front is done.
-        // Only the forked children go on below, each with its own stdin, stdout and stderr.
-        warm_up(&mut engine, &runner)?;
-        send_with(
-            &Reply::Ready {
-                pyodide_version: version.clone(),
-                boot_ms,
-                restored,
-                confinement: super::confine::describe(&confined),
-                confined: false,
-                install_error,
-            },
-            &made.as_deref().into_iter().collect::<Vec<_>>(),
-        )?;
-        drop(made);
-        super::fork_server::check_drained(input.borrow().buffer().len())?;
-        let Some(forked) = super::fork_server::serve(control, &proc_status)? else {
-            return Ok(());
+    Ok(host)
+}
+
+/// A worker started as the zygote ([`super::fork_server`]), once booted.
+struct Zygote<'a> {
+    /// The control socket the front asks for forks on.
+    control: OwnedFd,
+    /// `/proc/self/status`, opened before Landlock: the zygote counts its threads there.
+    proc_status: std::fs::File,
+    /// The front's requests: none may be left unread when the zygote forks.
+    input: &'a RefCell<FrontInput>,
+}
+
+impl Zygote<'_> {
+    /// Warms up, says it booted (`report`; its confinement, `confined`, is not sealed: the
+    /// zygote runs no user code), then forks interpreters until the front is done. Returns
+    /// `false` in the zygote when done, and `true` in each forked child, which has confined
+    /// itself and said it is ready; only the children go on, each with its own stdin, stdout
+    /// and stderr.
+    ///
+    /// Errors: the warm-up fails, unread input is left, or the fork server fails.
+    fn fork_interpreters(
+        self,
+        engine: &mut Engine,
+        runner: &Runner,
+        report: BootReport,
+        confined: super::confine::Status,
+    ) -> Result<bool> {
+        warm_up(engine, runner)?;
+        let version = report.version.clone();
+        report.send(&confined, false)?;
+        super::fork_server::check_drained(self.input.borrow().buffer().len())?;
+        let Some(forked) = super::fork_server::serve(self.control, &self.proc_status)? else {
+            return Ok(false);
         };
-        drop(proc_status);
+        drop(self.proc_status);
         let confined = super::confine::enter_forked(confined)?;
-        let fork_ms = forked.requested.elapsed().as_millis() as u64;
-        send_ready(version, fork_ms, true, confined, None, None)?;
-        scavenger_suspended = true;
-    } else {
-        send_ready(version, boot_ms, restored, confined, made, install_error)?;
+        let child = BootReport {
+            version,
+            boot_ms: forked.requested.elapsed().as_millis() as u64,
+            restored: true,
+            made: None,
+            install_error: None,
+        };
+        send_ready(child, confined)?;
+        Ok(true)
     }
-    #[cfg(feature = "escape-test")]
-    super::confine::escape_test_if_requested();
-    let mut worker = Serving {
-        engine,
-        runner,
-        host,
-    };
+}
+
+/// Serves the front's requests until it closes the input or the code ends the interpreter.
+/// `forked`: an interpreter forked by the zygote, whose allocator's scavenger stays suspended
+/// until its first run is over.
+///
+/// Errors: the front breaks the protocol, or the pipes fail.
+fn serve_requests(mut worker: Serving, input: &RefCell<FrontInput>, forked: bool) -> Result<()> {
+    let mut scavenger_suspended = forked;
     loop {
         let Some(frame) = read_frame::<Request>(&mut *input.borrow_mut(), FrameLimits::REQUEST)?
         else {
