@@ -92,6 +92,19 @@ pub enum WorkerError {
     Unconfined(String),
 }
 
+/// Why a file under an interpreter's working directory could not be read, written or removed
+/// ([`Worker::read_file`], [`Worker::write_file`]).
+#[derive(Debug, Error)]
+pub enum FileError {
+    /// The worker could not: its own words (no such file, too large, a directory, no memory
+    /// left, a folder in the way). The worker goes on serving.
+    #[error("{reason}")]
+    Refused { reason: String },
+    /// Talking to the worker failed; it must be discarded.
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+}
+
 /// How the front saw a worker end. Each wording starts with its own separator, so that it
 /// follows "stopped unexpectedly" as a clause (or says nothing when nothing is known).
 #[derive(Debug, Error)]
@@ -634,14 +647,16 @@ impl Worker {
     }
 
     /// The bytes of file `path` under the interpreter's working directory, if it has at most
-    /// `cap` bytes: `Ok(Err(reason))` when the worker could not read it (no such file, too
-    /// large, a directory).
+    /// `cap` bytes.
+    ///
+    /// Errors: [`FileError::Refused`] when the worker could not read it (no such file, too
+    /// large, a directory); [`FileError::Worker`] when talking to it failed.
     pub async fn read_file(
         &mut self,
         path: &str,
         cap: usize,
         deadline: Deadline,
-    ) -> Result<Result<Vec<u8>, String>, WorkerError> {
+    ) -> Result<Vec<u8>, FileError> {
         let make = |id| Request::ReadFile {
             id,
             path: path.to_owned(),
@@ -664,18 +679,21 @@ impl Worker {
             ),
             _ => None,
         };
-        self.call(make, &[], limits, deadline, take).await
+        let read = self.call(make, &[], limits, deadline, take).await?;
+        read.map_err(|reason| FileError::Refused { reason })
     }
 
     /// Writes `bytes` to file `path` under the working directory, or removes it when `bytes`
-    /// is `None`: `Ok(Err(reason))` when the worker could not (no such file, no memory left,
-    /// a folder in the way).
+    /// is `None`.
+    ///
+    /// Errors: [`FileError::Refused`] when the worker could not (no such file, no memory left,
+    /// a folder in the way); [`FileError::Worker`] when talking to it failed.
     pub async fn write_file(
         &mut self,
         path: &str,
         bytes: Option<&[u8]>,
         deadline: Deadline,
-    ) -> Result<Result<(), String>, WorkerError> {
+    ) -> Result<(), FileError> {
         let make = |id| Request::WriteFile {
             id,
             path: path.to_owned(),
@@ -683,11 +701,13 @@ impl Worker {
         };
         let attachments: Vec<&[u8]> = bytes.into_iter().collect();
         let take = |frame: Frame<Reply>| match frame.header {
-            Reply::File { error, .. } => Some(Ok(error.map_or(Ok(()), Err))),
+            Reply::File { error, .. } => Some(Ok(error)),
             _ => None,
         };
-        self.call(make, &attachments, FrameLimits::CONTROL, deadline, take)
-            .await
+        let refused = self
+            .call(make, &attachments, FrameLimits::CONTROL, deadline, take)
+            .await?;
+        refused.map_or(Ok(()), |reason| Err(FileError::Refused { reason }))
     }
 
     /// Hands `files` (virtual path, bytes) to the worker and loads `items` with

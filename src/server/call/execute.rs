@@ -16,7 +16,7 @@ use crate::sandbox::live::{Arrival, Sandbox};
 use crate::server::call::run_host::CallRunHost;
 use crate::server::call::startup_deps::{install_items, StartupPlan};
 use crate::server::tools::format::{CallResult, Image, Outcome, ReturnValue};
-use crate::worker::client::{Deadline, Phase, RunRequest, Worker, WorkerError};
+use crate::worker::client::{self, Deadline, Phase, RunRequest, Worker, WorkerError};
 use crate::worker::net::NetPolicy;
 use crate::worker::pool::{Lease, Pool};
 use crate::worker::protocol::{ReturnKind, RunStatus, Stream};
@@ -272,8 +272,9 @@ impl Executor {
             .read_file(path, self.limits.result_cap, deadline)
             .await
         {
-            Ok(read) => read.map_err(FileError::Refused),
-            Err(e) => {
+            Ok(bytes) => Ok(bytes),
+            Err(client::FileError::Refused { reason }) => Err(FileError::Refused(reason)),
+            Err(client::FileError::Worker(e)) => {
                 if let Some(worker) = slot.take() {
                     worker.kill_soon();
                 }
@@ -310,12 +311,12 @@ impl Executor {
         };
         let deadline = Deadline::after(FILE_TIMEOUT, Phase::Writing);
         match worker.write_file(path, bytes, deadline).await {
-            Ok(Ok(())) => Ok(sandbox.with_files(|f| match bytes {
+            Ok(()) => Ok(sandbox.with_files(|f| match bytes {
                 Some(bytes) => f.keep(path, bytes.to_vec(), self.limits.max_session_file_bytes),
                 None => f.remove(path),
             })),
-            Ok(Err(why)) => Err(FileError::Refused(why)),
-            Err(e) => {
+            Err(client::FileError::Refused { reason }) => Err(FileError::Refused(reason)),
+            Err(client::FileError::Worker(e)) => {
                 if let Some(worker) = slot.take() {
                     worker.kill_soon();
                 }
@@ -336,7 +337,7 @@ impl Executor {
         for (path, bytes) in sandbox.with_files(|f| f.copies()) {
             let deadline = Deadline::after(FILE_TIMEOUT, Phase::Writing);
             match worker.write_file(&path, Some(&bytes), deadline).await {
-                Ok(Ok(())) => restored.push(path),
+                Ok(()) => restored.push(path),
                 _ => {
                     sandbox.with_files(|f| f.remove(&path));
                     lost.push(path);
@@ -386,7 +387,7 @@ impl Executor {
             let deadline = Deadline::after(FILE_TIMEOUT, Phase::Reading);
             // A file the code changes again between the listing and this read is copied as
             // it is now; the next call's listing sees the change and reads it again.
-            if let Ok(Ok(bytes)) = worker.read_file(&path, room as usize, deadline).await {
+            if let Ok(bytes) = worker.read_file(&path, room as usize, deadline).await {
                 sandbox.with_files(|f| f.keep(&path, bytes, cap));
             }
         }
