@@ -13,11 +13,11 @@ use super::descriptors::inherited_descriptor;
 use super::mount::MountPlan;
 use super::net::{FetchRequest, FetchResponse};
 use super::protocol::{
-    read_frame, write_frame, BootAttachments, BootInstall, CallId, Frame, FrameLimits,
+    read_frame, write_frame, BootAttachments, BootInstall, CallId, Frame, FrameError, FrameLimits,
     FunctionCall, OutputLine, Reply, Request, RunOutcome, RunStatus, SnapshotMode, ToolCall,
     MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
 };
-use crate::engine::{Arg, Engine, EngineError, JsFunction, MappedFile};
+use crate::engine::{Arg, CallError, Engine, EngineError, JsFunction, MappedFile};
 use anyhow::{anyhow, bail, Context, Result};
 use include_dir::{include_dir, Dir};
 use serde::Deserialize;
@@ -94,14 +94,70 @@ pub fn main() -> Result<()> {
     result
 }
 
+/// A frame to the front could not be written (to standard output): the worker cannot go on.
+#[derive(Debug, thiserror::Error)]
+#[error("writing to the front")]
+struct SendError(#[source] FrameError);
+
 /// Writes one frame to the front (buffered; `write_frame` flushes at the end).
-fn send_with(reply: &Reply, attachments: &[&[u8]]) -> Result<()> {
+///
+/// Errors: [`SendError`] when the frame cannot be encoded or the pipe fails.
+fn send_with(reply: &Reply, attachments: &[&[u8]]) -> Result<(), SendError> {
     let mut out = BufWriter::new(io::stdout().lock());
-    write_frame(&mut out, reply, attachments).context("writing to the front")
+    write_frame(&mut out, reply, attachments).map_err(SendError)
 }
 
-fn send(reply: &Reply) -> Result<()> {
+/// Writes one frame without attachments to the front ([`send_with`]).
+fn send(reply: &Reply) -> Result<(), SendError> {
     send_with(reply, &[])
+}
+
+/// Why the worker's host could not answer a host call of its JavaScript (`__host.call`). The
+/// text becomes the message of the JavaScript `Error` thrown (for a fetch or a tool call, what
+/// user code sees), each worded as it always was.
+#[derive(Debug, thiserror::Error)]
+enum HostCallError {
+    /// The message is not one the host knows: the parser's words.
+    #[error("{0}")]
+    Malformed(#[source] serde_json::Error),
+    /// Anything but the memory snapshot, while booting.
+    #[error("only the snapshot is taken while booting")]
+    WhileBooting,
+    /// A memory snapshot, once booted.
+    #[error("a snapshot is only made while booting")]
+    SnapshotAfterBoot,
+    /// A request of user code (`what`, plural) while no run is in progress.
+    #[error("{what} are only available while code runs")]
+    NotRunning { what: &'static str },
+    /// The front's next frame is not the answer to the request of kind `kind` (a
+    /// [`Reply::kind`]) of the run.
+    #[error("the front did not answer the {kind}")]
+    Unanswered { kind: &'static str },
+    /// The front's answer cannot be handed to JavaScript as JSON: the encoder's words.
+    #[error("{0}")]
+    Encode(#[source] serde_json::Error),
+    /// The request could not be sent. The text is the whole chain, as the worker has always
+    /// worded it (`writing to the front: the pipe failed: …`).
+    #[error("{}", chain(.0))]
+    Send(#[source] SendError),
+    /// The front closed the worker's input instead of answering.
+    #[error("the front closed the worker's input")]
+    InputClosed,
+    /// The front's answer could not be read.
+    #[error("the front's answer could not be read: {0}")]
+    Read(#[source] FrameError),
+}
+
+/// `error` and each of its sources, joined by `: ` (as `anyhow` shows a chain with `{:#}`).
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// `--wasm-max-mib=N` from the worker's arguments, in bytes.
@@ -257,7 +313,7 @@ fn catch_snapshot(engine: &mut Engine) -> Rc<RefCell<Option<Vec<u8>>>> {
                 *made_in.borrow_mut() = Some(bytes);
                 Ok(("{}".to_owned(), Vec::new()))
             }
-            _ => Err("only the snapshot is taken while booting".to_owned()),
+            _ => Err(CallError::from(HostCallError::WhileBooting)),
         },
     ));
     made
@@ -562,9 +618,25 @@ fn read_images(
     read
 }
 
+/// Why the runner could not read a file; its text goes to the front as the worker's own words
+/// ([`Reply::File`]).
+#[derive(Debug, thiserror::Error)]
+enum ReadFileError {
+    /// The runner said why (no such file, too large, a directory).
+    #[error(transparent)]
+    Runner(#[from] OperationError),
+    /// The engine failed while the runner read it.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The runner answered, but handed no bytes to the host.
+    #[error("the runner read no bytes")]
+    NoBytes,
+}
+
 /// The bytes of file `path` under the working directory, read through the runner's
-/// `readFile` (which hands them to the host into `file_in`) if it has at most `cap` bytes;
-/// otherwise why not, in words.
+/// `readFile` (which hands them to the host into `file_in`) if it has at most `cap` bytes.
+///
+/// Errors: [`ReadFileError`], saying why not.
 fn read_file(
     engine: &mut Engine,
     runner: &Runner,
@@ -572,15 +644,15 @@ fn read_file(
     id: CallId,
     path: &str,
     cap: usize,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, ReadFileError> {
     let args = [Arg::Str(path), Arg::Num(cap as f64)];
     let answered = call(engine, &runner.read_file, id, &args, None);
     let bytes = file_in.borrow_mut().take();
     match (answered.map(|text| parse_answer::<Empty>(&text)), bytes) {
         (Ok(Ok(_)), Some(bytes)) => Ok(bytes),
-        (Ok(Err(e)), _) => Err(e.to_string()),
-        (Err(e), _) => Err(e.to_string()),
-        (Ok(Ok(_)), None) => Err("the runner read no bytes".into()),
+        (Ok(Err(e)), _) => Err(e.into()),
+        (Err(e), _) => Err(e.into()),
+        (Ok(Ok(_)), None) => Err(ReadFileError::NoBytes),
     }
 }
 
@@ -679,7 +751,9 @@ struct BootReport {
 impl BootReport {
     /// Sends [`Reply::Ready`] with this report and the confinement as `confined` has it
     /// (`all_on`: whether every layer is on, as far as the front is told).
-    fn send(self, confined: &super::confine::Status, all_on: bool) -> Result<()> {
+    ///
+    /// Errors: [`SendError`].
+    fn send(self, confined: &super::confine::Status, all_on: bool) -> Result<(), SendError> {
         send_with(
             &Reply::Ready {
                 pyodide_version: self.version,
@@ -701,7 +775,7 @@ fn send_ready(report: BootReport, confined: super::confine::Status) -> Result<()
     // The second wall, part two: seccomp and limits on every thread before the first call.
     let confined = super::confine::seal(confined)?;
     let all_on = confined.all_on();
-    report.send(&confined, all_on)
+    Ok(report.send(&confined, all_on)?)
 }
 
 /// What the worker's JavaScript asks of its host with `__mcpHostCall(json, bytes)`: one typed
@@ -735,33 +809,16 @@ struct Host {
 }
 
 impl Host {
-    /// Answers one host call: `(json, bytes)` back to JavaScript, or an error it throws.
-    fn answer(&self, json: &str, bytes: Vec<u8>) -> Result<(String, Vec<u8>), String> {
-        match serde_json::from_str::<HostRequest>(json).map_err(|e| e.to_string())? {
+    /// Answers one host call: `(json, bytes)` back to JavaScript, or the error it throws.
+    fn answer(&self, json: &str, bytes: Vec<u8>) -> Result<(String, Vec<u8>), HostCallError> {
+        match serde_json::from_str::<HostRequest>(json).map_err(HostCallError::Malformed)? {
             HostRequest::File => {
                 // Only the runner's closure holds the host call (fetch.js took it off the global).
                 *self.file_in.borrow_mut() = Some(bytes);
                 Ok(("{}".to_owned(), Vec::new()))
             }
-            HostRequest::Snapshot => Err("a snapshot is only made while booting".into()),
-            HostRequest::Fetch { request } => {
-                let id = self.running_call("network requests")?;
-                let answer = self.ask_front(&Reply::Fetch { id, request }, &[&bytes])?;
-                match answer {
-                    Frame {
-                        header: Request::FetchResult { id: got, response },
-                        attachments,
-                    } if got == id => {
-                        let json = serde_json::to_string(&response).map_err(|e| e.to_string())?;
-                        let body = match response {
-                            FetchResponse::Error { .. } => Vec::new(),
-                            _ => attachments.into_iter().next().unwrap_or_default(),
-                        };
-                        Ok((json, body))
-                    }
-                    _ => Err("the front did not answer the fetch".into()),
-                }
-            }
+            HostRequest::Snapshot => Err(HostCallError::SnapshotAfterBoot),
+            HostRequest::Fetch { request } => self.fetch(request, &bytes),
             HostRequest::Tool { call } => {
                 let id = self.running_call("MCP tool calls")?;
                 self.ask_tool(Reply::ToolCall { id, call }, id)
@@ -773,36 +830,65 @@ impl Host {
         }
     }
 
+    /// Hands user code's HTTP request (`request`, its body `bytes`) to the front, which
+    /// performs or refuses it: the response's JSON and its body (none for a refusal).
+    fn fetch(
+        &self,
+        request: FetchRequest,
+        bytes: &[u8],
+    ) -> Result<(String, Vec<u8>), HostCallError> {
+        let id = self.running_call("network requests")?;
+        let reply = Reply::Fetch { id, request };
+        match self.ask_front(&reply, &[bytes])? {
+            Frame {
+                header: Request::FetchResult { id: got, response },
+                attachments,
+            } if got == id => {
+                let json = serde_json::to_string(&response).map_err(HostCallError::Encode)?;
+                let body = match response {
+                    FetchResponse::Error { .. } => Vec::new(),
+                    _ => attachments.into_iter().next().unwrap_or_default(),
+                };
+                Ok((json, body))
+            }
+            _ => Err(HostCallError::Unanswered { kind: reply.kind() }),
+        }
+    }
+
     /// Sends a tool or function call of run `id` to the front: the answer's JSON and its
     /// images' bytes, one after another.
-    fn ask_tool(&self, reply: Reply, id: CallId) -> Result<(String, Vec<u8>), String> {
+    fn ask_tool(&self, reply: Reply, id: CallId) -> Result<(String, Vec<u8>), HostCallError> {
         match self.ask_front(&reply, &[])? {
             Frame {
                 header: Request::ToolResult { id: got, answer },
                 attachments,
             } if got == id => {
-                let json = serde_json::to_string(&answer).map_err(|e| e.to_string())?;
+                let json = serde_json::to_string(&answer).map_err(HostCallError::Encode)?;
                 Ok((json, attachments.concat()))
             }
-            _ => Err(format!("the front did not answer the {}", reply.kind())),
+            _ => Err(HostCallError::Unanswered { kind: reply.kind() }),
         }
     }
 
-    /// The call id of the run in progress; `what` is only available while code runs.
-    fn running_call(&self, what: &str) -> Result<CallId, String> {
+    /// The call id of the run in progress; `what` (plural) is only available while code runs.
+    fn running_call(&self, what: &'static str) -> Result<CallId, HostCallError> {
         self.running
             .borrow()
             .id
-            .ok_or_else(|| format!("{what} are only available while code runs"))
+            .ok_or(HostCallError::NotRunning { what })
     }
 
     /// Sends `reply` to the front and reads its answer (the run waits meanwhile).
-    fn ask_front(&self, reply: &Reply, attachments: &[&[u8]]) -> Result<Frame<Request>, String> {
-        send_with(reply, attachments).map_err(|e| format!("{e:#}"))?;
+    fn ask_front(
+        &self,
+        reply: &Reply,
+        attachments: &[&[u8]],
+    ) -> Result<Frame<Request>, HostCallError> {
+        send_with(reply, attachments).map_err(HostCallError::Send)?;
         match read_frame::<Request>(&mut *self.input.borrow_mut(), FrameLimits::REQUEST) {
             Ok(Some(frame)) => Ok(frame),
-            Ok(None) => Err("the front closed the worker's input".into()),
-            Err(e) => Err(format!("the front's answer could not be read: {e}")),
+            Ok(None) => Err(HostCallError::InputClosed),
+            Err(e) => Err(HostCallError::Read(e)),
         }
     }
 }
@@ -930,7 +1016,7 @@ fn attach_host(engine: &mut Engine, input: Rc<RefCell<FrontInput>>) -> Result<Rc
     engine.eval(FETCH_JS, "mcp:fetch.js")?;
     let calls = host.clone();
     engine.set_call_handler(Box::new(move |json: &str, bytes: Vec<u8>| {
-        calls.answer(json, bytes)
+        calls.answer(json, bytes).map_err(CallError::from)
     }));
     Ok(host)
 }
@@ -1050,7 +1136,7 @@ impl Serving {
                     }
                     Err(error) => Reply::File {
                         id,
-                        error: Some(error),
+                        error: Some(error.to_string()),
                     },
                 }
             }
@@ -1231,6 +1317,18 @@ mod tests {
             got,
             "[3,4,5,6,7,8,true,true,null,true,8,10,true,true,2,true,3,true,12,12,null]"
         );
+    }
+
+    #[test]
+    fn a_failed_send_is_worded_as_its_whole_chain() {
+        let failed = || FrameError::Io(io::Error::other("broken"));
+        let typed = HostCallError::Send(SendError(failed())).to_string();
+        let chained = format!(
+            "{:#}",
+            anyhow::Error::new(failed()).context("writing to the front")
+        );
+        assert_eq!(typed, chained);
+        assert_eq!(typed, "writing to the front: the pipe failed: broken");
     }
 
     #[test]
