@@ -600,7 +600,7 @@ async fn warmup(server: &RunPythonServer) -> i32 {
         _ => String::new(),
     };
     println!("Pyodide booted: Python {version}");
-    if let Some(report) = executor.spares.sandbox_report() {
+    if let Some(report) = executor.spares.confinement_report() {
         println!("{}", report.line);
     }
     if !executor.startup_deps.is_empty() {

@@ -31,8 +31,12 @@ pub type EmitSink = Box<dyn FnMut(&str)>;
 
 /// Answers synchronous requests JavaScript makes with `__host.call(json, bytes)`: a JSON
 /// message (the embedder parses it into its typed requests) and bytes in, `(json, bytes)` out,
-/// or an error message that becomes a JS `Error`.
-pub type CallHandler = Box<dyn FnMut(&str, Vec<u8>) -> Result<(String, Vec<u8>), String>>;
+/// or the embedder's error, whose text becomes the message of a JS `Error`.
+pub type CallHandler = Box<dyn FnMut(&str, Vec<u8>) -> Result<(String, Vec<u8>), CallError>>;
+
+/// Why the embedder did not answer a host call: its own typed error (the engine knows nothing
+/// of the embedder's requests), of which JavaScript gets the text (`Display`) as an `Error`.
+pub type CallError = Box<dyn std::error::Error>;
 
 /// An unhandled promise rejection: its text, and whether it ended the interpreter.
 #[derive(Debug, Clone)]
@@ -430,6 +434,6 @@ fn host_call(call: &HostCall<'_>) -> JSValueRef {
             set_property(ctx, out, "body", make_array_buffer(ctx, body));
             out
         },
-        Err(msg) => call.throw(&msg),
+        Err(error) => call.throw(&error.to_string()),
     }
 }

@@ -14,7 +14,7 @@ mod mapped;
 mod value;
 
 use ffi::*;
-pub use host::{CallHandler, EmitSink, Rejection};
+pub use host::{CallError, CallHandler, EmitSink, Rejection};
 use host::{HostFn, HostState, OwnedBytes};
 pub use mapped::MappedFile;
 use std::cell::RefCell;

@@ -2,7 +2,7 @@
 //! (connect, list the allowed tools, list again on `list_changed`, reconnect after a loss).
 
 use super::config::{ServerConfig, Transport};
-use super::Upstreams;
+use super::{ToolCallError, Upstreams};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
     Implementation, ServerNotification, SubscriptionFilter, Tool,
@@ -100,22 +100,28 @@ impl Connection {
             .cloned()
     }
 
-    /// Calls a tool; `Err` says why in words (not connected, the upstream's error, a request
-    /// for input code mode cannot give). Dropping the future cancels the upstream request.
-    pub async fn call(&self, params: CallToolRequestParams) -> Result<CallToolResult, String> {
-        let name = &self.config.name;
+    /// Calls a tool. Dropping the future cancels the upstream request.
+    ///
+    /// Errors: [`ToolCallError::NotConnected`], [`ToolCallError::Unanswerable`] (a request for
+    /// input code mode cannot give), [`ToolCallError::Upstream`] (the upstream's error).
+    pub async fn call(
+        &self,
+        params: CallToolRequestParams,
+    ) -> Result<CallToolResult, ToolCallError> {
+        let server = || self.config.name.clone();
         let peer = self
             .peer
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
-            .ok_or_else(|| format!("MCP server {name:?} is not connected now (reconnecting)"))?;
+            .ok_or_else(|| ToolCallError::NotConnected { server: server() })?;
         match peer.call_tool_once(params).await {
             Ok(CallToolResponse::Complete(result)) => Ok(result),
-            Ok(_) => Err(format!(
-                "MCP server {name:?} asked for input or started a task, which code mode cannot answer"
-            )),
-            Err(e) => Err(format!("MCP server {name:?}: {e}")),
+            Ok(_) => Err(ToolCallError::Unanswerable { server: server() }),
+            Err(source) => Err(ToolCallError::Upstream {
+                server: server(),
+                source,
+            }),
         }
     }
 

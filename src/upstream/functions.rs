@@ -92,8 +92,35 @@ pub enum ChannelError {
     Hello { path: PathBuf },
 }
 
+/// Why a host function call failed. It is never an error of the run: user code sees the text
+/// as `mcp_run_python.FunctionError` (a `ToolAnswer::Error`).
+#[derive(Debug, thiserror::Error)]
+pub enum FunctionCallError {
+    /// The launcher offers no host functions (no `--functions-socket`).
+    #[error("this server has no host functions")]
+    NoFunctions,
+    /// The launcher offers no function of that name.
+    #[error("there is no host function {name:?}")]
+    NoSuchFunction { name: String },
+    /// The run's tool calls reached a limit (host function calls count as tool calls).
+    #[error(transparent)]
+    Budget(#[from] super::BudgetExceeded),
+    /// The call could not be put in a line: the encoder's words.
+    #[error("{0}")]
+    Encode(#[source] serde_json::Error),
+    /// Writing to the launcher failed.
+    #[error("the launcher's function channel failed: {0}")]
+    Write(#[source] std::io::Error),
+    /// The channel closed before the answer came.
+    #[error("the launcher's function channel closed")]
+    Closed,
+    /// The function raised: the exception's type name and message, in the launcher's words.
+    #[error("{type_name}: {message}")]
+    Raised { type_name: String, message: String },
+}
+
 /// How a call ended, as the launcher said.
-type Answer = Result<Value, String>;
+type Answer = Result<Value, FunctionCallError>;
 
 /// Calls waiting for their answer, by id.
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Answer>>>>;
@@ -147,8 +174,10 @@ impl Channel {
     }
 
     /// Calls `function(*args, **kwargs)` in the launcher for the sandbox tagged `sandbox`:
-    /// its JSON result, or why it failed in words (`TypeName: message`). Dropping the future
-    /// cancels the call in the launcher.
+    /// its JSON result. Dropping the future cancels the call in the launcher.
+    ///
+    /// Errors: [`FunctionCallError`]: no such function, the channel failed or closed, or the
+    /// function raised ([`FunctionCallError::Raised`], `TypeName: message`).
     pub async fn call(
         self: &Arc<Self>,
         function: &str,
@@ -157,7 +186,9 @@ impl Channel {
         sandbox: &str,
     ) -> Answer {
         if !self.functions.iter().any(|f| f.name == function) {
-            return Err(format!("there is no host function {function:?}"));
+            return Err(FunctionCallError::NoSuchFunction {
+                name: function.to_owned(),
+            });
         }
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = oneshot::channel();
@@ -177,21 +208,22 @@ impl Channel {
             sandbox,
         };
         self.send(&line).await?;
-        let answer = rx
-            .await
-            .unwrap_or_else(|_| Err("the launcher's function channel closed".to_owned()));
+        let answer = rx.await.unwrap_or_else(|_| Err(FunctionCallError::Closed));
         cancel.id = None;
         answer
     }
 
-    async fn send(&self, line: &ToLauncher<'_>) -> Result<(), String> {
-        let mut text = serde_json::to_vec(line).map_err(|e| e.to_string())?;
+    /// Writes `line` to the launcher, whole (the writer's lock keeps lines apart).
+    ///
+    /// Errors: [`FunctionCallError::Encode`], [`FunctionCallError::Write`].
+    async fn send(&self, line: &ToLauncher<'_>) -> Result<(), FunctionCallError> {
+        let mut text = serde_json::to_vec(line).map_err(FunctionCallError::Encode)?;
         text.push(b'\n');
         let mut writer = self.writer.lock().await;
         writer
             .write_all(&text)
             .await
-            .map_err(|e| format!("the launcher's function channel failed: {e}"))
+            .map_err(FunctionCallError::Write)
     }
 }
 
@@ -249,7 +281,7 @@ async fn read_answers(
                 id,
                 type_name,
                 message,
-            }) => (id, Err(format!("{type_name}: {message}"))),
+            }) => (id, Err(FunctionCallError::Raised { type_name, message })),
             _ => {
                 tracing::warn!("the launcher's function channel sent a malformed line; closing it");
                 break;

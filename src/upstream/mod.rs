@@ -23,6 +23,7 @@ use crate::worker::protocol::{FunctionCall, ToolAnswer, ToolCall, ToolItem};
 pub use catalog::Catalog;
 use config::ServerConfig;
 use connection::Connection;
+pub use functions::FunctionCallError;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, RequestMetaObject};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -46,6 +47,51 @@ pub struct ToolLimits {
     pub bytes: usize,
 }
 
+/// A run's tool calls reached one of its limits: the call is not made, or its answer is
+/// dropped. User code sees the text (as `mcp_tools.ToolError` or
+/// `mcp_run_python.FunctionError`), which names the option that sets the limit.
+#[derive(Debug, thiserror::Error)]
+pub enum BudgetExceeded {
+    /// `--max-tool-calls`: `limit` calls were made already.
+    #[error(
+        "this run already made {limit} tool calls, the most one call may make (--max-tool-calls)"
+    )]
+    Calls { limit: usize },
+    /// `--max-tool-bytes`: the answers passed `limit` bytes.
+    #[error("the tools' answers in this run passed {limit} bytes, the most one call may receive (--max-tool-bytes)")]
+    Bytes { limit: usize },
+}
+
+/// Why an upstream tool call of code mode failed. It is never an error of the run: user code
+/// sees the text as `mcp_tools.ToolError` ([`ToolAnswer::Error`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ToolCallError {
+    /// No upstream server of that name (`--tools-config`).
+    #[error("there is no MCP server {server:?}")]
+    NoServer { server: String },
+    /// The server has no allowed tool of that name now.
+    #[error("MCP server {server:?} has no tool {tool:?}")]
+    NoTool { server: String, tool: String },
+    /// The run's tool calls reached a limit.
+    #[error(transparent)]
+    Budget(#[from] BudgetExceeded),
+    /// The server's connection is lost; its supervisor is reconnecting.
+    #[error("MCP server {server:?} is not connected now (reconnecting)")]
+    NotConnected { server: String },
+    /// The server asked for input (elicitation) or started a task instead of answering.
+    #[error(
+        "MCP server {server:?} asked for input or started a task, which code mode cannot answer"
+    )]
+    Unanswerable { server: String },
+    /// The request failed (the server's error, a lost connection); rmcp's words follow.
+    #[error("MCP server {server:?}: {source}")]
+    Upstream {
+        server: String,
+        #[source]
+        source: rmcp::ServiceError,
+    },
+}
+
 /// The tool calls one run has left.
 #[derive(Debug)]
 pub struct ToolBudget {
@@ -63,26 +109,28 @@ impl ToolBudget {
         }
     }
 
-    /// Counts one more call: `Err(message)` past the limit (the call is not made).
-    fn spend_call(&mut self) -> Result<(), String> {
+    /// Counts one more call.
+    ///
+    /// Errors: [`BudgetExceeded::Calls`] past the limit (the call is not made).
+    fn spend_call(&mut self) -> Result<(), BudgetExceeded> {
         if self.calls >= self.limits.calls {
-            return Err(format!(
-                "this run already made {} tool calls, the most one call may make (--max-tool-calls)",
-                self.limits.calls
-            ));
+            return Err(BudgetExceeded::Calls {
+                limit: self.limits.calls,
+            });
         }
         self.calls += 1;
         Ok(())
     }
 
-    /// Counts `bytes` of answer: `Err(message)` past the limit (the answer is dropped).
-    fn spend_bytes(&mut self, bytes: usize) -> Result<(), String> {
+    /// Counts `bytes` of answer.
+    ///
+    /// Errors: [`BudgetExceeded::Bytes`] past the limit (the answer is dropped).
+    fn spend_bytes(&mut self, bytes: usize) -> Result<(), BudgetExceeded> {
         self.bytes = self.bytes.saturating_add(bytes);
         if self.bytes > self.limits.bytes {
-            return Err(format!(
-                "the tools' answers in this run passed {} bytes, the most one call may receive (--max-tool-bytes)",
-                self.limits.bytes
-            ));
+            return Err(BudgetExceeded::Bytes {
+                limit: self.limits.bytes,
+            });
         }
         Ok(())
     }
@@ -186,22 +234,27 @@ impl Upstreams {
         sandbox: &str,
         budget: &mut ToolBudget,
     ) -> (ToolAnswer, Vec<Vec<u8>>) {
-        let error = |message: String| (ToolAnswer::Error { message }, Vec::new());
+        let error = |e: ToolCallError| {
+            let message = e.to_string();
+            (ToolAnswer::Error { message }, Vec::new())
+        };
         let Some(connection) = self
             .connections
             .iter()
             .find(|c| c.config.name == call.server)
         else {
-            return error(format!("there is no MCP server {:?}", call.server));
+            return error(ToolCallError::NoServer {
+                server: call.server,
+            });
         };
         let Some(tool) = connection.tool(&call.tool) else {
-            return error(format!(
-                "MCP server {:?} has no tool {:?}",
-                call.server, call.tool
-            ));
+            return error(ToolCallError::NoTool {
+                server: call.server,
+                tool: call.tool,
+            });
         };
-        if let Err(message) = budget.spend_call() {
-            return error(message);
+        if let Err(exceeded) = budget.spend_call() {
+            return error(exceeded.into());
         }
         let mut meta = RequestMetaObject::new();
         meta.insert(SANDBOX_META_KEY.to_owned(), sandbox.into());
@@ -210,13 +263,13 @@ impl Upstreams {
         params.meta = Some(meta);
         let answer = match connection.call(params).await {
             Ok(result) => answer_of(result, catalog::wraps_result(&tool)),
-            Err(message) => error(message),
+            Err(failed) => error(failed),
         };
         let size = serde_json::to_vec(&answer.0).map_or(0, |j| j.len())
             + answer.1.iter().map(Vec::len).sum::<usize>();
         match budget.spend_bytes(size) {
             Ok(()) => answer,
-            Err(message) => error(message),
+            Err(exceeded) => error(exceeded.into()),
         }
     }
 }
@@ -231,24 +284,26 @@ impl Upstreams {
         sandbox: &str,
         budget: &mut ToolBudget,
     ) -> ToolAnswer {
-        let error = |message: String| ToolAnswer::Error { message };
-        let Some(channel) = &self.functions else {
-            return error("this server has no host functions".into());
+        let error = |e: FunctionCallError| ToolAnswer::Error {
+            message: e.to_string(),
         };
-        if let Err(message) = budget.spend_call() {
-            return error(message);
+        let Some(channel) = &self.functions else {
+            return error(FunctionCallError::NoFunctions);
+        };
+        if let Err(exceeded) = budget.spend_call() {
+            return error(exceeded.into());
         }
         let answer = match channel
             .call(&call.function, &call.args, &call.kwargs, sandbox)
             .await
         {
             Ok(value) => ToolAnswer::Structured { value },
-            Err(message) => error(message),
+            Err(failed) => error(failed),
         };
         let size = serde_json::to_vec(&answer).map_or(0, |j| j.len());
         match budget.spend_bytes(size) {
             Ok(()) => answer,
-            Err(message) => error(message),
+            Err(exceeded) => error(exceeded.into()),
         }
     }
 }
@@ -308,4 +363,37 @@ fn answer_of(result: CallToolResult, wraps: bool) -> (ToolAnswer, Vec<Vec<u8>>) 
 /// The digest that names sandbox `handle` upstream: 16 hex characters of its SHA-256.
 pub fn sandbox_tag(handle: &str) -> String {
     crate::packages::cache::sha256_hex(handle.as_bytes())[..16].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// User code reads these words (`mcp_tools.ToolError`), and the client tests match them.
+    #[test]
+    fn a_spent_budget_says_which_limit_in_the_words_users_read() {
+        let mut budget = ToolBudget::new(ToolLimits {
+            calls: 1,
+            bytes: 10,
+        });
+        assert!(budget.spend_call().is_ok());
+        let calls = ToolCallError::from(budget.spend_call().unwrap_err()).to_string();
+        assert_eq!(
+            calls,
+            "this run already made 1 tool calls, the most one call may make (--max-tool-calls)"
+        );
+        let bytes = FunctionCallError::from(budget.spend_bytes(11).unwrap_err()).to_string();
+        assert_eq!(
+            bytes,
+            "the tools' answers in this run passed 10 bytes, the most one call may receive (--max-tool-bytes)"
+        );
+        let missing = ToolCallError::NoTool {
+            server: "upstream".into(),
+            tool: "hidden".into(),
+        };
+        assert_eq!(
+            missing.to_string(),
+            r#"MCP server "upstream" has no tool "hidden""#
+        );
+    }
 }

@@ -5,15 +5,14 @@
 //! and output is counted against the call's cap as it arrives. Any breach ends the worker.
 
 use super::mount::Mounts;
-use super::net::NetPolicy;
+use super::net::{FetchRequest, FetchResponse};
 use super::process::{Ended, Process};
 use super::protocol::{
     read_frame_async, write_frame_async, BootAttachments, BootInstall, CallId, Frame, FrameError,
-    FrameLimits, Reply, Request, RunOutcome, SnapshotMode, Stream, ToolAnswer, MAX_IMAGES,
-    MAX_LISTED_FILES, MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
+    FrameLimits, FunctionCall, OutputLine, Reply, Request, RunOutcome, SnapshotMode, Stream,
+    ToolAnswer, ToolCall, MAX_IMAGES, MAX_LISTED_FILES, MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
 };
 use super::worker_main::OUTPUT_SLACK;
-use crate::upstream::{ToolBudget, Upstreams};
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
@@ -93,6 +92,19 @@ pub enum WorkerError {
     Unconfined(String),
 }
 
+/// Why a file under an interpreter's working directory could not be read, written or removed
+/// ([`Worker::read_file`], [`Worker::write_file`]).
+#[derive(Debug, Error)]
+pub enum FileError {
+    /// The worker could not: its own words (no such file, too large, a directory, no memory
+    /// left, a folder in the way). The worker goes on serving.
+    #[error("{reason}")]
+    Refused { reason: String },
+    /// Talking to the worker failed; it must be discarded.
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+}
+
 /// How the front saw a worker end. Each wording starts with its own separator, so that it
 /// follows "stopped unexpectedly" as a clause (or says nothing when nothing is known).
 #[derive(Debug, Error)]
@@ -164,15 +176,47 @@ pub struct RunRequest<'a> {
     /// Largest image (bytes) handed back from the run (`--max-image-bytes` with
     /// `--stateful`); 0 for none.
     pub image_cap: usize,
-    /// Code mode (`--tools-config`): the upstream tools the code may call; `None`: none.
-    pub tools: Option<ToolAccess<'a>>,
 }
 
-/// What a run's tool calls go through (code mode, issue 28).
-pub struct ToolAccess<'a> {
-    pub upstreams: &'a Upstreams,
-    /// Names the sandbox in the upstream requests' `_meta` ([`crate::upstream::sandbox_tag`]).
-    pub sandbox: String,
+/// The host side of one run: what the code asks of the process that serves it while it runs
+/// (its fetches; in code mode, issue 28, its upstream tool calls, its host function calls and
+/// the tool catalog its interpreter builds `mcp_tools` from). [`Worker::run`] forwards each such
+/// request of the worker here, under the run's deadline, and sends the answer back.
+///
+/// The front implements it for each call (its `--allow-net` policy, the upstream servers and
+/// the call's budget), so that workers know nothing of the layers above them. Every method
+/// answers: a refusal or a failure is an answer the code sees (a fetch error, a `ToolError`),
+/// never an error of the run.
+#[async_trait::async_trait]
+pub trait RunHost: Send {
+    /// The largest request body one fetch of the code may send (bytes): a run's frames are
+    /// read with room for it.
+    fn max_request_bytes(&self) -> usize;
+
+    /// Performs or refuses one HTTP request of the code (`request`, with its `body`): the
+    /// response and the response's body.
+    async fn fetch(&mut self, request: &FetchRequest, body: Vec<u8>) -> (FetchResponse, Vec<u8>);
+
+    /// The code-mode tool catalog as the run publishes it to an interpreter that has version
+    /// `known` of it (0: none yet); `None` without code mode.
+    fn catalog(&self, known: u64) -> Option<CatalogUpdate>;
+
+    /// Makes the code's call of an upstream MCP tool: the answer and its images' bytes, in the
+    /// order the answer names them.
+    async fn call_tool(&mut self, call: ToolCall) -> (ToolAnswer, Vec<Vec<u8>>);
+
+    /// Makes the code's call of a host function (the launcher's): its answer.
+    async fn call_function(&mut self, call: FunctionCall) -> ToolAnswer;
+}
+
+/// The code-mode tool catalog as one run hands it to its interpreter ([`RunHost::catalog`]).
+#[derive(Debug, Clone)]
+pub struct CatalogUpdate {
+    /// The catalog's version now: the interpreter has it once the run is sent.
+    pub version: u64,
+    /// What the interpreter builds `mcp_tools` from (JSON); `None` when it already has this
+    /// version.
+    pub tools: Option<serde_json::Value>,
 }
 
 /// The front's end of a worker's standard input: a pipe of a spawned or a forked process.
@@ -189,14 +233,14 @@ pub struct Worker {
     /// The packages installed in this worker: normalized name → version.
     pub installed: HashMap<String, String>,
     /// What the worker reported of its confinement when it was ready.
-    pub sandbox: SandboxReport,
+    pub confinement: ConfinementReport,
     /// The version of the tool catalog its interpreter builds `mcp_tools` from (0: none yet).
     tools_version: u64,
 }
 
-/// A worker's report of its confinement layers, from [`Reply::Ready`].
+/// A worker's report of its confinement layers (the second wall), from [`Reply::Ready`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SandboxReport {
+pub struct ConfinementReport {
     /// One line naming every layer and whether it is on (`sandbox default: seccomp: on, …`).
     pub line: String,
     /// Whether every layer is on.
@@ -357,14 +401,15 @@ impl Worker {
             stdout: BufReader::new(stdout),
             next_id: 1,
             installed: HashMap::new(),
-            sandbox: SandboxReport::default(),
+            confinement: ConfinementReport::default(),
             tools_version: 0,
         }
     }
 
-    /// Sends `boot` (the snapshot mode, the snapshot and the mounts), if given, and waits for the worker
-    /// to say it is ready (a forked interpreter says so by itself). Returns the worker and the
-    /// snapshot it made, if any.
+    /// Sends `boot` (the snapshot mode, the snapshot and the mounts), if given, and waits for
+    /// the worker to say it is ready (a forked interpreter says so by itself), at most
+    /// [`BOOT_TIMEOUT`]. Returns the worker and the snapshot it made, if any. A worker that
+    /// does not become ready is killed.
     ///
     /// Errors: [`WorkerError::Boot`], [`WorkerError::BootTimeout`], [`WorkerError::Stopped`],
     /// [`WorkerError::Protocol`], [`WorkerError::Unconfined`].
@@ -381,25 +426,7 @@ impl Worker {
         let preinstalled = boot.as_ref().and_then(|b| b.preinstall);
         let booted = async {
             if let Some(boot) = boot {
-                let layout = BootAttachments {
-                    mount: (!boot.mounts.plan.is_empty()).then_some(boot.mounts.bytes.as_slice()),
-                    install: boot
-                        .preinstall
-                        .iter()
-                        .flat_map(|p| p.files.iter().map(|(_, bytes)| bytes.as_slice()))
-                        .collect(),
-                };
-                let install = boot.preinstall.map(|p| BootInstall {
-                    files: p.files.iter().map(|(path, _)| path.clone()).collect(),
-                    items: p.items.clone(),
-                    imports: p.imports.clone(),
-                });
-                let request = Request::Boot {
-                    snapshot: boot.mode,
-                    mount: boot.mounts.plan.clone(),
-                    install,
-                };
-                worker.send(&request, &layout.to_frame()).await?;
+                worker.send_boot(boot).await?;
             }
             worker.next_frame(limits).await
         };
@@ -418,19 +445,55 @@ impl Worker {
                     e => e,
                 })
             }
-            Ok(Ok(Frame {
-                header:
-                    Reply::Ready {
-                        boot_ms,
-                        pyodide_version,
-                        restored,
-                        sandbox,
-                        confined,
-                        install_error,
-                    },
-                attachments,
-            })) => {
-                let how = match (worker.process.is_forked(), restored) {
+            Ok(Ok(frame)) => worker.take_ready(frame, preinstalled).await,
+        }
+    }
+
+    /// Sends the boot frame of `boot`: the request, then the mount's bytes and the install
+    /// files' bytes as attachments ([`BootAttachments`]).
+    async fn send_boot(&mut self, boot: BootRequest<'_>) -> Result<(), WorkerError> {
+        let layout = BootAttachments {
+            mount: (!boot.mounts.plan.is_empty()).then_some(boot.mounts.bytes.as_slice()),
+            install: boot
+                .preinstall
+                .iter()
+                .flat_map(|p| p.files.iter().map(|(_, bytes)| bytes.as_slice()))
+                .collect(),
+        };
+        let install = boot.preinstall.map(|p| BootInstall {
+            files: p.files.iter().map(|(path, _)| path.clone()).collect(),
+            items: p.items.clone(),
+            imports: p.imports.clone(),
+        });
+        let request = Request::Boot {
+            snapshot: boot.mode,
+            mount: boot.mounts.plan.clone(),
+            install,
+        };
+        self.send(&request, &layout.to_frame()).await
+    }
+
+    /// Takes the worker's first frame apart: [`Reply::Ready`] (its confinement report is kept,
+    /// and `preinstalled`'s packages when they installed) gives the worker and the snapshot it
+    /// made, if any; anything else kills it.
+    ///
+    /// Errors: [`WorkerError::Boot`] (it reported a fatal error), [`WorkerError::Unconfined`],
+    /// [`WorkerError::Protocol`] (another reply).
+    async fn take_ready(
+        mut self,
+        frame: Frame<Reply>,
+        preinstalled: Option<&Preinstall>,
+    ) -> Result<(Worker, Option<Vec<u8>>), WorkerError> {
+        let error = match frame.header {
+            Reply::Ready {
+                boot_ms,
+                pyodide_version,
+                restored,
+                confinement,
+                confined,
+                install_error,
+            } => {
+                let how = match (self.process.is_forked(), restored) {
                     (true, _) => "forked from the zygote",
                     (false, true) => "booted from a memory snapshot",
                     (false, false) => "booted",
@@ -438,40 +501,25 @@ impl Worker {
                 tracing::info!(
                     "sandbox worker ready: Pyodide {pyodide_version:?} {how} in {boot_ms} ms"
                 );
-                worker.sandbox = SandboxReport {
-                    line: sandbox,
+                self.confinement = ConfinementReport {
+                    line: confinement,
                     confined,
                 };
                 match (preinstalled, install_error) {
-                    (Some(p), None) => worker.installed = p.installed.clone(),
+                    (Some(p), None) => self.installed = p.installed.clone(),
                     (Some(_), Some(e)) => {
                         tracing::warn!("--deps did not install as the worker booted: {e}")
                     }
                     (None, _) => {}
                 }
-                Ok((worker, attachments.into_iter().next()))
+                return Ok((self, frame.attachments.into_iter().next()));
             }
-            Ok(Ok(Frame {
-                header: Reply::Fatal { error },
-                ..
-            })) => {
-                worker.kill().await;
-                Err(WorkerError::Boot(BootFailure::Reported(error)))
-            }
-            Ok(Ok(Frame {
-                header: Reply::Unconfined { reason },
-                ..
-            })) => {
-                worker.kill().await;
-                Err(WorkerError::Unconfined(reason))
-            }
-            Ok(Ok(other)) => {
-                worker.kill().await;
-                Err(WorkerError::Protocol(Violation::WhileBooting(
-                    other.header.kind(),
-                )))
-            }
-        }
+            Reply::Fatal { error } => WorkerError::Boot(BootFailure::Reported(error)),
+            Reply::Unconfined { reason } => WorkerError::Unconfined(reason),
+            other => WorkerError::Protocol(Violation::WhileBooting(other.kind())),
+        };
+        self.kill().await;
+        Err(error)
     }
 
     async fn next_frame(&mut self, limits: FrameLimits) -> Result<Frame<Reply>, WorkerError> {
@@ -599,14 +647,16 @@ impl Worker {
     }
 
     /// The bytes of file `path` under the interpreter's working directory, if it has at most
-    /// `cap` bytes: `Ok(Err(reason))` when the worker could not read it (no such file, too
-    /// large, a directory).
+    /// `cap` bytes.
+    ///
+    /// Errors: [`FileError::Refused`] when the worker could not read it (no such file, too
+    /// large, a directory); [`FileError::Worker`] when talking to it failed.
     pub async fn read_file(
         &mut self,
         path: &str,
         cap: usize,
         deadline: Deadline,
-    ) -> Result<Result<Vec<u8>, String>, WorkerError> {
+    ) -> Result<Vec<u8>, FileError> {
         let make = |id| Request::ReadFile {
             id,
             path: path.to_owned(),
@@ -629,18 +679,21 @@ impl Worker {
             ),
             _ => None,
         };
-        self.call(make, &[], limits, deadline, take).await
+        let read = self.call(make, &[], limits, deadline, take).await?;
+        read.map_err(|reason| FileError::Refused { reason })
     }
 
     /// Writes `bytes` to file `path` under the working directory, or removes it when `bytes`
-    /// is `None`: `Ok(Err(reason))` when the worker could not (no such file, no memory left,
-    /// a folder in the way).
+    /// is `None`.
+    ///
+    /// Errors: [`FileError::Refused`] when the worker could not (no such file, no memory left,
+    /// a folder in the way); [`FileError::Worker`] when talking to it failed.
     pub async fn write_file(
         &mut self,
         path: &str,
         bytes: Option<&[u8]>,
         deadline: Deadline,
-    ) -> Result<Result<(), String>, WorkerError> {
+    ) -> Result<(), FileError> {
         let make = |id| Request::WriteFile {
             id,
             path: path.to_owned(),
@@ -648,11 +701,13 @@ impl Worker {
         };
         let attachments: Vec<&[u8]> = bytes.into_iter().collect();
         let take = |frame: Frame<Reply>| match frame.header {
-            Reply::File { error, .. } => Some(Ok(error.map_or(Ok(()), Err))),
+            Reply::File { error, .. } => Some(Ok(error)),
             _ => None,
         };
-        self.call(make, &attachments, FrameLimits::CONTROL, deadline, take)
-            .await
+        let refused = self
+            .call(make, &attachments, FrameLimits::CONTROL, deadline, take)
+            .await?;
+        refused.map_or(Ok(()), |reason| Err(FileError::Refused { reason }))
     }
 
     /// Hands `files` (virtual path, bytes) to the worker and loads `items` with
@@ -681,130 +736,114 @@ impl Worker {
     /// Runs the code of `request` before `deadline`. Output lines are counted against the
     /// output cap as they arrive: lines within it go to `on_output`, then one marker line;
     /// past the cap plus [`OUTPUT_SLACK`] the run is stopped ([`WorkerError::OutputFlood`]).
-    /// Fetches of user code are performed under `net`.
+    /// What the code asks of its host (fetches, code mode's tool calls) goes to `host`, and
+    /// its answer back to the worker, until the worker says the run is over.
+    ///
+    /// Errors: [`WorkerError::Deadline`] (phase of `deadline`), [`WorkerError::OutputFlood`],
+    /// [`WorkerError::Died`], [`WorkerError::Protocol`].
     pub async fn run(
         &mut self,
         request: RunRequest<'_>,
         deadline: Deadline,
-        net: &NetPolicy,
+        host: &mut dyn RunHost,
         on_output: &mut (dyn FnMut(Stream, String) + Send),
     ) -> Result<RunOutcome, WorkerError> {
+        let limits = run_limits(&request, host.max_request_bytes());
+        let image_cap = request.image_cap;
+        let mut output = OutputCount::new(request.output_cap);
+        let id = self.send_run(request, deadline, host).await?;
+        loop {
+            let frame = self.expect(id, limits, deadline).await?;
+            match frame.header {
+                Reply::Fetch { request, .. } => {
+                    let body = frame.attachments.into_iter().next().unwrap_or_default();
+                    self.answer_fetch(id, &request, body, host, deadline)
+                        .await?;
+                }
+                Reply::ToolCall { call, .. } => {
+                    self.answer_tool_call(id, call, host, deadline).await?;
+                }
+                Reply::FunctionCall { call, .. } => {
+                    self.answer_function_call(id, call, host, deadline).await?;
+                }
+                Reply::Output { lines, .. } => output.take(lines, on_output)?,
+                Reply::Ran { outcome, .. } => return ran(outcome, frame.attachments, image_cap),
+                other => return Err(unexpected(&other)),
+            }
+        }
+    }
+
+    /// Sends the `run` request of `request` for a fresh call id before `deadline`, with the
+    /// code-mode catalog when the interpreter does not have its version yet; returns the id.
+    async fn send_run(
+        &mut self,
+        request: RunRequest<'_>,
+        deadline: Deadline,
+        host: &mut dyn RunHost,
+    ) -> Result<CallId, WorkerError> {
         let id = self.new_id();
-        let output_cap = request.output_cap;
-        let limits = FrameLimits {
-            header: JSON_ESCAPE_FACTOR
-                .saturating_mul(
-                    output_cap
-                        .saturating_add(OUTPUT_SLACK + 1)
-                        .max(request.result_cap),
-                )
-                .saturating_add(RUN_FRAME_OVERHEAD),
-            // A fetch's body, or the images of the answer.
-            attachments: MAX_IMAGES.max(1),
-            attachment: net.max_request_bytes().max(request.image_cap),
+        let (catalog_version, tools) = match host.catalog(self.tools_version) {
+            Some(CatalogUpdate { version, tools }) => (Some(version), tools),
+            None => (None, None),
         };
-        let published = request.tools.as_ref().map(|t| t.upstreams.published());
-        let tools = published
-            .as_ref()
-            .filter(|p| p.catalog.version != self.tools_version)
-            .map(|p| p.for_worker.clone());
         let message = Request::Run {
             id,
             code: request.code.to_owned(),
             globals: request.globals,
-            output_cap,
+            output_cap: request.output_cap,
             result_cap: request.result_cap,
             keep_globals: request.keep_globals,
             image_cap: request.image_cap,
             tools,
         };
         self.send_before(&message, &[], deadline).await?;
-        if let Some(published) = &published {
-            self.tools_version = published.catalog.version;
+        if let Some(version) = catalog_version {
+            self.tools_version = version;
         }
-        let mut budget = request
-            .tools
-            .as_ref()
-            .map(|t| ToolBudget::new(t.upstreams.limits));
-        let flood_limit = output_cap.saturating_add(OUTPUT_SLACK);
-        let mut used = 0usize;
-        let mut marked = false;
-        loop {
-            let frame = self.expect(id, limits, deadline).await?;
-            match frame.header {
-                Reply::Fetch { request, .. } => {
-                    let body = frame.attachments.into_iter().next().unwrap_or_default();
-                    let (response, body) = deadline.bound(net.fetch(&request, body)).await?;
-                    self.send_before(&Request::FetchResult { id, response }, &[&body], deadline)
-                        .await?;
-                }
-                Reply::ToolCall { call, .. } => {
-                    let (answer, images) = match (&request.tools, &mut budget) {
-                        (Some(access), Some(budget)) => {
-                            let calling = access.upstreams.call(call, &access.sandbox, budget);
-                            deadline.bound(calling).await?
-                        }
-                        _ => (no_code_mode(), Vec::new()),
-                    };
-                    let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
-                    let reply = Request::ToolResult { id, answer };
-                    self.send_before(&reply, &attachments, deadline).await?;
-                }
-                Reply::FunctionCall { call, .. } => {
-                    let answer = match (&request.tools, &mut budget) {
-                        (Some(access), Some(budget)) => {
-                            let calling =
-                                access
-                                    .upstreams
-                                    .call_function(call, &access.sandbox, budget);
-                            deadline.bound(calling).await?
-                        }
-                        _ => no_code_mode(),
-                    };
-                    let reply = Request::ToolResult { id, answer };
-                    self.send_before(&reply, &[], deadline).await?;
-                }
-                Reply::Output { lines, .. } => {
-                    for (stream, text) in lines {
-                        used = used.saturating_add(text.len() + 1);
-                        if used <= output_cap.saturating_add(MARKER_ALLOWANCE) {
-                            on_output(stream, text);
-                        } else if !marked {
-                            marked = true;
-                            on_output(stream, truncation_marker(output_cap));
-                        }
-                    }
-                    if used > flood_limit {
-                        return Err(WorkerError::OutputFlood { limit: flood_limit });
-                    }
-                }
-                Reply::Ran { mut outcome, .. } => {
-                    // Exactly one attachment per image named, each within the cap asked for.
-                    let images = frame.attachments;
-                    if images.len() != outcome.images.len()
-                        || images.len() > MAX_IMAGES
-                        || images.iter().any(|b| b.len() > request.image_cap)
-                    {
-                        return Err(WorkerError::Protocol(Violation::Images {
-                            images: images.len(),
-                            names: outcome.images.len(),
-                            cap: request.image_cap,
-                        }));
-                    }
-                    let listed = outcome
-                        .files
-                        .len()
-                        .max(outcome.written.len())
-                        .max(outcome.refresh.len());
-                    if listed > MAX_LISTED_FILES {
-                        return Err(WorkerError::Protocol(Violation::TooManyFiles(listed)));
-                    }
-                    outcome.image_bytes = images;
-                    return Ok(outcome);
-                }
-                other => return Err(unexpected(&other)),
-            }
-        }
+        Ok(id)
+    }
+
+    /// Answers a fetch of run `id` (`request`, with its `body`) with what `host` made of it,
+    /// the response's body attached.
+    async fn answer_fetch(
+        &mut self,
+        id: CallId,
+        request: &FetchRequest,
+        body: Vec<u8>,
+        host: &mut dyn RunHost,
+        deadline: Deadline,
+    ) -> Result<(), WorkerError> {
+        let (response, body) = deadline.bound(host.fetch(request, body)).await?;
+        self.send_before(&Request::FetchResult { id, response }, &[&body], deadline)
+            .await
+    }
+
+    /// Answers an upstream tool call of run `id` (code mode) with `host`'s answer, its images'
+    /// bytes attached in order.
+    async fn answer_tool_call(
+        &mut self,
+        id: CallId,
+        call: ToolCall,
+        host: &mut dyn RunHost,
+        deadline: Deadline,
+    ) -> Result<(), WorkerError> {
+        let (answer, images) = deadline.bound(host.call_tool(call)).await?;
+        let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+        let reply = Request::ToolResult { id, answer };
+        self.send_before(&reply, &attachments, deadline).await
+    }
+
+    /// Answers a host function call of run `id` (code mode) with `host`'s answer.
+    async fn answer_function_call(
+        &mut self,
+        id: CallId,
+        call: FunctionCall,
+        host: &mut dyn RunHost,
+        deadline: Deadline,
+    ) -> Result<(), WorkerError> {
+        let answer = deadline.bound(host.call_function(call)).await?;
+        let reply = Request::ToolResult { id, answer };
+        self.send_before(&reply, &[], deadline).await
     }
 
     /// Whether the zygote forked this worker (it then shares the zygote's compiled code; a
@@ -847,6 +886,104 @@ impl Worker {
 /// (written after the cap is reached) is kept rather than replaced (bytes).
 const MARKER_ALLOWANCE: usize = 256;
 
+/// The limits of the frames of a run of `request`: a header with room for the output and the
+/// return value (escaped as JSON), and attachments for a fetch's body (at most
+/// `max_request_bytes`) or the images of the answer.
+fn run_limits(request: &RunRequest<'_>, max_request_bytes: usize) -> FrameLimits {
+    FrameLimits {
+        header: JSON_ESCAPE_FACTOR
+            .saturating_mul(
+                request
+                    .output_cap
+                    .saturating_add(OUTPUT_SLACK + 1)
+                    .max(request.result_cap),
+            )
+            .saturating_add(RUN_FRAME_OVERHEAD),
+        // A fetch's body, or the images of the answer.
+        attachments: MAX_IMAGES.max(1),
+        attachment: max_request_bytes.max(request.image_cap),
+    }
+}
+
+/// A run's output as the front counts it against the output cap (bytes, a newline counted per
+/// line).
+struct OutputCount {
+    /// The output cap (`--output-cap`).
+    cap: usize,
+    /// Bytes written so far.
+    used: usize,
+    /// Whether the truncation marker was handed on.
+    marked: bool,
+}
+
+impl OutputCount {
+    fn new(cap: usize) -> OutputCount {
+        OutputCount {
+            cap,
+            used: 0,
+            marked: false,
+        }
+    }
+
+    /// Counts `lines`: those within the cap go to `on_output`, then one marker line, then
+    /// nothing.
+    ///
+    /// Errors: [`WorkerError::OutputFlood`] once the run wrote more than the cap plus
+    /// [`OUTPUT_SLACK`].
+    fn take(
+        &mut self,
+        lines: Vec<OutputLine>,
+        on_output: &mut (dyn FnMut(Stream, String) + Send),
+    ) -> Result<(), WorkerError> {
+        for (stream, text) in lines {
+            self.used = self.used.saturating_add(text.len() + 1);
+            if self.used <= self.cap.saturating_add(MARKER_ALLOWANCE) {
+                on_output(stream, text);
+            } else if !self.marked {
+                self.marked = true;
+                on_output(stream, truncation_marker(self.cap));
+            }
+        }
+        let flood_limit = self.cap.saturating_add(OUTPUT_SLACK);
+        if self.used > flood_limit {
+            return Err(WorkerError::OutputFlood { limit: flood_limit });
+        }
+        Ok(())
+    }
+}
+
+/// The outcome of a run as the worker reported it, with its images' bytes (`images`, the
+/// frame's attachments): exactly one per image named, each of at most `image_cap` bytes.
+///
+/// Errors: [`WorkerError::Protocol`] for images that break that rule, or more files listed
+/// than [`MAX_LISTED_FILES`].
+fn ran(
+    mut outcome: RunOutcome,
+    images: Vec<Vec<u8>>,
+    image_cap: usize,
+) -> Result<RunOutcome, WorkerError> {
+    if images.len() != outcome.images.len()
+        || images.len() > MAX_IMAGES
+        || images.iter().any(|b| b.len() > image_cap)
+    {
+        return Err(WorkerError::Protocol(Violation::Images {
+            images: images.len(),
+            names: outcome.images.len(),
+            cap: image_cap,
+        }));
+    }
+    let listed = outcome
+        .files
+        .len()
+        .max(outcome.written.len())
+        .max(outcome.refresh.len());
+    if listed > MAX_LISTED_FILES {
+        return Err(WorkerError::Protocol(Violation::TooManyFiles(listed)));
+    }
+    outcome.image_bytes = images;
+    Ok(outcome)
+}
+
 /// The line that replaces output past the cap (the same text the Python helper writes).
 pub fn truncation_marker(cap: usize) -> String {
     format!("[output truncated: more than {cap} bytes were written]")
@@ -885,14 +1022,6 @@ impl Deadline {
     }
 }
 
-/// The answer to a tool or function call on a server without code mode.
-fn no_code_mode() -> ToolAnswer {
-    ToolAnswer::Error {
-        message: "this server has no MCP tools or host functions to call (no --tools-config)"
-            .into(),
-    }
-}
-
 fn unexpected(reply: &Reply) -> WorkerError {
     WorkerError::Protocol(Violation::Unexpected(reply.kind()))
 }
@@ -913,8 +1042,41 @@ mod tests {
     //! engine, which the Python client tests drive for real).
 
     use super::*;
+    use crate::worker::net::NetPolicy;
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
+
+    /// A run's host with a network policy and no code mode.
+    struct NetOnly(NetPolicy);
+
+    #[async_trait::async_trait]
+    impl RunHost for NetOnly {
+        fn max_request_bytes(&self) -> usize {
+            self.0.max_request_bytes()
+        }
+
+        async fn fetch(
+            &mut self,
+            request: &FetchRequest,
+            body: Vec<u8>,
+        ) -> (FetchResponse, Vec<u8>) {
+            self.0.fetch(request, body).await
+        }
+
+        fn catalog(&self, _known: u64) -> Option<CatalogUpdate> {
+            None
+        }
+
+        async fn call_tool(&mut self, _call: ToolCall) -> (ToolAnswer, Vec<Vec<u8>>) {
+            let message = "no code mode in this test".to_owned();
+            (ToolAnswer::Error { message }, Vec::new())
+        }
+
+        async fn call_function(&mut self, _call: FunctionCall) -> ToolAnswer {
+            let message = "no code mode in this test".to_owned();
+            ToolAnswer::Error { message }
+        }
+    }
 
     /// A Python program that boots like a worker, then answers every request with `answer`
     /// (Python code computing `reply`, a dict, from `req`, the request) and `extra` frames.
@@ -1025,12 +1187,11 @@ while True:
             result_cap: 1000,
             keep_globals: false,
             image_cap: 0,
-            tools: None,
         };
-        let net = NetPolicy::new(Vec::new(), 1 << 20);
+        let mut host = NetOnly(NetPolicy::new(Vec::new(), 1 << 20));
         let deadline = Deadline::after(Duration::from_secs(20), Phase::Running);
         let e = w
-            .run(request, deadline, &net, &mut |_, line| kept.push(line))
+            .run(request, deadline, &mut host, &mut |_, line| kept.push(line))
             .await
             .unwrap_err();
         assert!(matches!(e, WorkerError::OutputFlood { .. }), "{e}");

@@ -15,6 +15,7 @@
 //! could wait for them for ever. Once idle for about ten seconds they exit; the scavenger is
 //! suspended by hand ([`crate::engine::allocator::suspend_scavenger`]).
 
+use super::descriptors::{inherited_descriptor, DescriptorError};
 use super::protocol::Control;
 use anyhow::{anyhow, bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -286,16 +287,7 @@ fn refuse(control: BorrowedFd<'_>, why: &str) -> Result<(), ControlError> {
 /// Errors: the zygote cannot become single-threaded, or its control socket fails.
 pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
     wait_single_threaded(proc_status)?;
-    // With one thread, nothing changes the memory while it is laid out for cheap forks.
-    let prepared = super::fork_memory::prepare();
-    tracing::info!(
-        "memory prepared for forking in {} ms: {} mappings merged into {}, {} huge pages collapsed ({} KiB filled)",
-        prepared.took_ms,
-        prepared.mappings.0,
-        prepared.mappings.1,
-        prepared.collapsed,
-        prepared.filled_kib
-    );
+    prepare_memory();
     let shared = event_fds();
     send(control.as_fd(), &Control::Forkable, &[])?;
     loop {
@@ -328,37 +320,11 @@ pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
         match unsafe { fork() } {
             Ok(ForkResult::Child) => {
                 drop(control);
-                for (fd, target) in fds.iter().zip(0..) {
-                    // SAFETY: both are descriptors of this process; dup2 replaces `target`
-                    // (stdin, stdout, stderr) atomically and leaves it without close-on-exec.
-                    if unsafe { libc::dup2(fd.as_raw_fd(), target) } < 0 {
-                        return Err(std::io::Error::last_os_error())
-                            .context("installing the child's descriptors");
-                    }
-                }
-                drop(fds);
-                replace_event_fds(&shared)?;
-                // Die with the zygote, which dies with the front.
-                // SAFETY: prctl with PR_SET_PDEATHSIG only sets a flag on this process.
-                unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-                return Ok(Some(Forked { requested }));
+                return become_child(fds, &shared, requested).map(Some);
             }
             Ok(ForkResult::Parent { child }) => {
                 drop(fds);
-                match pidfd_open(child) {
-                    Ok(pidfd) => {
-                        let pid = u32::try_from(child.as_raw()).unwrap_or_default();
-                        let forked = Control::Forked { pid };
-                        send(control.as_fd(), &forked, &[pidfd.as_raw_fd()])?;
-                    }
-                    Err(e) => {
-                        // SAFETY: kill takes plain integers; `child` is our own child, not yet
-                        // reaped, so its pid cannot name another process.
-                        unsafe { libc::kill(child.as_raw(), libc::SIGKILL) };
-                        let why = format!("pidfd_open failed: {e}");
-                        refuse(control.as_fd(), &why)?;
-                    }
-                }
+                hand_over(control.as_fd(), child)?;
             }
             Err(e) => {
                 let why = format!("fork failed: {e}");
@@ -368,11 +334,70 @@ pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
     }
 }
 
+/// Lays the zygote's memory out for cheap forks (`fork_memory.rs`), with one thread, so that
+/// nothing changes it meanwhile, and logs what that did.
+fn prepare_memory() {
+    let prepared = super::fork_memory::prepare();
+    tracing::info!(
+        "memory prepared for forking in {} ms: {} mappings merged into {}, {} huge pages collapsed ({} KiB filled)",
+        prepared.took_ms,
+        prepared.mappings.0,
+        prepared.mappings.1,
+        prepared.collapsed,
+        prepared.filled_kib
+    );
+}
+
+/// In a forked child: makes `fds` (the descriptors the front sent) its stdin, stdout and
+/// stderr, gives it event descriptors of its own in place of the zygote's (`shared`), and
+/// makes it die with the zygote. `requested`: when the fork request arrived.
+///
+/// Errors: a descriptor cannot be installed or replaced.
+fn become_child(fds: Vec<OwnedFd>, shared: &[EventFd], requested: Instant) -> Result<Forked> {
+    for (fd, target) in fds.iter().zip(0..) {
+        // SAFETY: both are descriptors of this process; dup2 replaces `target`
+        // (stdin, stdout, stderr) atomically and leaves it without close-on-exec.
+        if unsafe { libc::dup2(fd.as_raw_fd(), target) } < 0 {
+            return Err(std::io::Error::last_os_error())
+                .context("installing the child's descriptors");
+        }
+    }
+    drop(fds);
+    replace_event_fds(shared)?;
+    // Die with the zygote, which dies with the front.
+    // SAFETY: prctl with PR_SET_PDEATHSIG only sets a flag on this process.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    Ok(Forked { requested })
+}
+
+/// In the zygote, after a fork: hands the front `child`'s pidfd ([`Control::Forked`]), by
+/// which it kills it and sees it end; or, when none can be had, kills the child and answers
+/// [`Control::ForkFailed`].
+///
+/// Errors: [`ControlError`] when the control socket fails.
+fn hand_over(control: BorrowedFd<'_>, child: Pid) -> Result<(), ControlError> {
+    match pidfd_open(child) {
+        Ok(pidfd) => {
+            let pid = u32::try_from(child.as_raw()).unwrap_or_default();
+            let forked = Control::Forked { pid };
+            send(control, &forked, &[pidfd.as_raw_fd()])
+        }
+        Err(e) => {
+            // SAFETY: kill takes plain integers; `child` is our own child, not yet
+            // reaped, so its pid cannot name another process.
+            unsafe { libc::kill(child.as_raw(), libc::SIGKILL) };
+            let why = format!("pidfd_open failed: {e}");
+            refuse(control, &why)
+        }
+    }
+}
+
 /// The control socket, when this worker was started as a zygote ([`CONTROL_FD_ARG`]).
 ///
-/// Errors: the argument is not a descriptor number, or names a descriptor that is not open.
-pub fn control_socket() -> Result<Option<OwnedFd>> {
-    super::worker_main::inherited_descriptor(CONTROL_FD_ARG)
+/// Errors: [`DescriptorError`]: the argument is not a descriptor number, or names a
+/// descriptor that is not open.
+pub fn control_socket() -> Result<Option<OwnedFd>, DescriptorError> {
+    inherited_descriptor(CONTROL_FD_ARG)
 }
 
 /// Fails unless `buffered` (bytes of standard input read but not consumed) is 0: the zygote's

@@ -8,15 +8,18 @@
 //!   front's side of the fork server) and [`fork_server`] (the zygote's side), [`fork_memory`],
 //!   [`spares`] (made ahead) and [`pool`] (`--isolation shared`);
 //! - [`confine`]: the second wall (namespaces, Landlock, seccomp); [`process`]: a spawned or
-//!   forked process; [`mount`]: `--mount` data; [`net`]: the front's `fetch` policy for user
-//!   code.
+//!   forked process; [`descriptors`]: the descriptors a worker inherits by argument (its
+//!   snapshot, a zygote's control socket); [`mount`]: `--mount` data; [`net`]: the front's
+//!   `fetch` policy for user code.
 //!
-//! A worker is not a sandbox: a sandbox ([`crate::sandbox`]) is what a user holds by handle,
-//! and takes a worker at its first call. Nothing here imports the front or the sandboxes; the
-//! host side of a run (fetches, code mode's tool calls) comes in as [`client::RunHost`].
+//! A worker is not a sandbox: a sandbox (`src/sandbox/`, a layer above) is what a user holds
+//! by handle, and takes a worker at its first call. Nothing here imports the layers above (the
+//! front, code mode's upstream servers, the sandboxes): the host side of a run (fetches, code
+//! mode's tool calls and catalog) comes in as [`client::RunHost`], which the front implements.
 
 pub mod client;
 pub mod confine;
+pub mod descriptors;
 pub mod fork_memory;
 pub mod fork_server;
 pub mod mount;

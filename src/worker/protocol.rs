@@ -264,13 +264,15 @@ pub struct BootInstall {
 pub enum Reply {
     /// Pyodide booted (`boot_ms` milliseconds, `restored` from a snapshot) and the worker sealed
     /// itself; sent once, after [`Request::Boot`]. When a snapshot was made it is attachment 0.
-    /// `sandbox` is the worker's one-line report of every confinement layer
-    /// (`confine::describe`), `confined` whether all of them are on.
+    /// `confinement` (`sandbox` on the wire) is the worker's one-line report of every
+    /// confinement layer (`confine::describe`), `confined` whether all of them are on.
     Ready {
         pyodide_version: String,
         boot_ms: u64,
         restored: bool,
-        sandbox: String,
+        /// Named `sandbox` on the wire since the first version of the protocol.
+        #[serde(rename = "sandbox")]
+        confinement: String,
         confined: bool,
         /// Why the boot's `install` failed (the worker then has none of its packages for
         /// sure); `None` when it succeeded or there was none.
@@ -892,6 +894,17 @@ mod tests {
         assert!(serde_json::from_slice::<Reply>(json).is_err());
         let json = br#"{"kind":"surprise"}"#;
         assert!(serde_json::from_slice::<Reply>(json).is_err());
+    }
+
+    #[test]
+    fn the_ready_reply_names_its_confinement_report_sandbox_on_the_wire() {
+        let json = br#"{"kind":"ready","pyodide_version":"v","boot_ms":1,"restored":false,"sandbox":"sandbox off","confined":false}"#;
+        let ready: Reply = serde_json::from_slice(json).unwrap();
+        assert!(
+            matches!(ready, Reply::Ready { ref confinement, .. } if confinement == "sandbox off")
+        );
+        let back = serde_json::to_value(&ready).unwrap();
+        assert_eq!(back["sandbox"], "sandbox off");
     }
 
     #[test]

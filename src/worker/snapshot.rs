@@ -1,7 +1,7 @@
 //! Starting workers fast: a Pyodide memory snapshot taken after the first plain boot is kept in
 //! the cache directory and restored by later workers, which then skip Python's start-up.
 
-use super::client::{Preinstall, SandboxReport, Worker, WorkerError};
+use super::client::{ConfinementReport, Preinstall, Worker, WorkerError};
 use super::mount::Mounts;
 use super::zygote::Zygote;
 use futures::future::{BoxFuture, Shared};
@@ -32,7 +32,7 @@ pub struct Launcher {
     args: Vec<String>,
     store: Option<SnapshotStore>,
     /// The last confinement report of a worker, logged whenever it changes.
-    sandbox: Mutex<Option<SandboxReport>>,
+    confinement: Mutex<Option<ConfinementReport>>,
     /// The fork server, when enabled (`--zygote`).
     zygote: Option<Mutex<ZygoteState>>,
     /// `--mount`: the operator's data, handed to every worker as it boots.
@@ -186,7 +186,7 @@ impl Launcher {
                 path,
                 file: Mutex::new(None),
             }),
-            sandbox: Mutex::new(None),
+            confinement: Mutex::new(None),
             zygote: zygote.then(|| Mutex::new(ZygoteState::Idle)),
             mounts: Arc::new(mounts),
             preinstall,
@@ -315,8 +315,8 @@ impl Launcher {
     }
 
     /// The confinement report of the last worker booted (`None` before the first).
-    pub fn sandbox_report(&self) -> Option<SandboxReport> {
-        self.sandbox
+    pub fn confinement_report(&self) -> Option<ConfinementReport> {
+        self.confinement
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
@@ -325,14 +325,14 @@ impl Launcher {
     /// Logs `worker`'s confinement when it differs from the last one logged: at start-up,
     /// and should the kernel's answer change (a warning whenever a layer is off).
     fn note(&self, worker: Worker) -> Worker {
-        let mut last = self.sandbox.lock().unwrap_or_else(|p| p.into_inner());
-        if last.as_ref() != Some(&worker.sandbox) {
-            if worker.sandbox.confined {
-                tracing::info!("{}", worker.sandbox.line);
+        let mut last = self.confinement.lock().unwrap_or_else(|p| p.into_inner());
+        if last.as_ref() != Some(&worker.confinement) {
+            if worker.confinement.confined {
+                tracing::info!("{}", worker.confinement.line);
             } else {
-                tracing::warn!("{}", worker.sandbox.line);
+                tracing::warn!("{}", worker.confinement.line);
             }
-            *last = Some(worker.sandbox.clone());
+            *last = Some(worker.confinement.clone());
         }
         worker
     }

@@ -209,8 +209,8 @@ impl Spares {
     }
 
     /// The confinement report of the last worker booted (`None` before the first).
-    pub fn sandbox_report(&self) -> Option<super::client::SandboxReport> {
-        self.launcher.sandbox_report()
+    pub fn confinement_report(&self) -> Option<super::client::ConfinementReport> {
+        self.launcher.confinement_report()
     }
 
     /// Kills every spare and stops booting new ones.

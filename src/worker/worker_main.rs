@@ -9,20 +9,21 @@
 //! the call id of each request; output is forwarded only while a `run` is in progress, tagged
 //! with its call id.
 
+use super::descriptors::inherited_descriptor;
 use super::mount::MountPlan;
 use super::net::{FetchRequest, FetchResponse};
 use super::protocol::{
-    read_frame, write_frame, BootAttachments, BootInstall, CallId, Frame, FrameLimits,
+    read_frame, write_frame, BootAttachments, BootInstall, CallId, Frame, FrameError, FrameLimits,
     FunctionCall, OutputLine, Reply, Request, RunOutcome, RunStatus, SnapshotMode, ToolCall,
     MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
 };
-use crate::engine::{Arg, Engine, EngineError, JsFunction, MappedFile};
+use crate::engine::{Arg, CallError, Engine, EngineError, JsFunction, MappedFile};
 use anyhow::{anyhow, bail, Context, Result};
 use include_dir::{include_dir, Dir};
 use serde::Deserialize;
 use std::cell::RefCell;
 use std::io::{self, BufReader, BufWriter};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -93,14 +94,70 @@ pub fn main() -> Result<()> {
     result
 }
 
+/// A frame to the front could not be written (to standard output): the worker cannot go on.
+#[derive(Debug, thiserror::Error)]
+#[error("writing to the front")]
+struct SendError(#[source] FrameError);
+
 /// Writes one frame to the front (buffered; `write_frame` flushes at the end).
-fn send_with(reply: &Reply, attachments: &[&[u8]]) -> Result<()> {
+///
+/// Errors: [`SendError`] when the frame cannot be encoded or the pipe fails.
+fn send_with(reply: &Reply, attachments: &[&[u8]]) -> Result<(), SendError> {
     let mut out = BufWriter::new(io::stdout().lock());
-    write_frame(&mut out, reply, attachments).context("writing to the front")
+    write_frame(&mut out, reply, attachments).map_err(SendError)
 }
 
-fn send(reply: &Reply) -> Result<()> {
+/// Writes one frame without attachments to the front ([`send_with`]).
+fn send(reply: &Reply) -> Result<(), SendError> {
     send_with(reply, &[])
+}
+
+/// Why the worker's host could not answer a host call of its JavaScript (`__host.call`). The
+/// text becomes the message of the JavaScript `Error` thrown (for a fetch or a tool call, what
+/// user code sees), each worded as it always was.
+#[derive(Debug, thiserror::Error)]
+enum HostCallError {
+    /// The message is not one the host knows: the parser's words.
+    #[error("{0}")]
+    Malformed(#[source] serde_json::Error),
+    /// Anything but the memory snapshot, while booting.
+    #[error("only the snapshot is taken while booting")]
+    WhileBooting,
+    /// A memory snapshot, once booted.
+    #[error("a snapshot is only made while booting")]
+    SnapshotAfterBoot,
+    /// A request of user code (`what`, plural) while no run is in progress.
+    #[error("{what} are only available while code runs")]
+    NotRunning { what: &'static str },
+    /// The front's next frame is not the answer to the request of kind `kind` (a
+    /// [`Reply::kind`]) of the run.
+    #[error("the front did not answer the {kind}")]
+    Unanswered { kind: &'static str },
+    /// The front's answer cannot be handed to JavaScript as JSON: the encoder's words.
+    #[error("{0}")]
+    Encode(#[source] serde_json::Error),
+    /// The request could not be sent. The text is the whole chain, as the worker has always
+    /// worded it (`writing to the front: the pipe failed: …`).
+    #[error("{}", chain(.0))]
+    Send(#[source] SendError),
+    /// The front closed the worker's input instead of answering.
+    #[error("the front closed the worker's input")]
+    InputClosed,
+    /// The front's answer could not be read.
+    #[error("the front's answer could not be read: {0}")]
+    Read(#[source] FrameError),
+}
+
+/// `error` and each of its sources, joined by `: ` (as `anyhow` shows a chain with `{:#}`).
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// `--wasm-max-mib=N` from the worker's arguments, in bytes.
@@ -219,26 +276,12 @@ fn map_snapshot() -> Result<MappedFile> {
     MappedFile::map(&file, MAX_SNAPSHOT_BYTES as u64).context("mapping the memory snapshot")
 }
 
-/// The descriptor the front handed this worker under the argument `prefix` (`--name=N`: its
-/// number, kept across `exec`; `Worker::start`), or `None` without that argument.
+/// Boots Pyodide in a new engine (`mode`: plainly, making a memory snapshot, or restoring
+/// `snapshot`): the engine, the runner's functions, Pyodide's version and the snapshot made, if
+/// any.
 ///
-/// Errors: the argument names no open descriptor past stderr.
-pub(super) fn inherited_descriptor(prefix: &str) -> Result<Option<OwnedFd>> {
-    let Some(arg) = std::env::args().find_map(|a| a.strip_prefix(prefix).map(str::to_owned)) else {
-        return Ok(None);
-    };
-    let fd: RawFd = arg
-        .parse()
-        .map_err(|_| anyhow!("{prefix}{arg} is not a descriptor"))?;
-    // SAFETY: F_GETFD only reads the descriptor's flags; it fails with EBADF if it is not open.
-    if fd <= 2 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        bail!("{prefix}{arg} is not an open descriptor");
-    }
-    // SAFETY: the front passed this descriptor for this one use (`Worker::start`); it is open
-    // (checked above), and nothing else in this process owns it.
-    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
-}
-
+/// Errors: the engine cannot be made, an embedded script fails, or Pyodide does not boot
+/// within [`BOOT_TIMEOUT`].
 fn boot(
     mode: SnapshotMode,
     snapshot: Option<MappedFile>,
@@ -247,6 +290,21 @@ fn boot(
     if let Some(mapped) = snapshot {
         engine.add_mapped_file("/snapshot.bin", mapped);
     }
+    let made = catch_snapshot(&mut engine);
+    for file in PYODIDE.files() {
+        let name = file.path().to_string_lossy();
+        engine.add_static_file(&format!("/pyodide/{name}"), file.contents());
+    }
+    let runner = load_runner(&mut engine)?;
+    let version = boot_runner(&mut engine, &runner, mode)?;
+    engine.clear_files();
+    let snapshot = made.borrow_mut().take();
+    Ok((engine, runner, version, snapshot))
+}
+
+/// Answers the host calls made while booting: only the memory snapshot Pyodide makes (with
+/// [`SnapshotMode::Make`]), which lands in the returned cell.
+fn catch_snapshot(engine: &mut Engine) -> Rc<RefCell<Option<Vec<u8>>>> {
     let made: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
     let made_in = made.clone();
     engine.set_call_handler(Box::new(
@@ -255,13 +313,17 @@ fn boot(
                 *made_in.borrow_mut() = Some(bytes);
                 Ok(("{}".to_owned(), Vec::new()))
             }
-            _ => Err("only the snapshot is taken while booting".to_owned()),
+            _ => Err(CallError::from(HostCallError::WhileBooting)),
         },
     ));
-    for file in PYODIDE.files() {
-        let name = file.path().to_string_lossy();
-        engine.add_static_file(&format!("/pyodide/{name}"), file.contents());
-    }
+    made
+}
+
+/// Evaluates the bootstrap, Pyodide's scripts and the runner (`js/runner.js`) in `engine`, and
+/// keeps the runner's functions.
+///
+/// Errors: an embedded script is missing or fails.
+fn load_runner(engine: &mut Engine) -> Result<Runner> {
     let text = |name: &str| -> Result<&'static str> {
         PYODIDE
             .get_file(name)
@@ -292,7 +354,7 @@ fn boot(
             .next()
             .ok_or_else(|| anyhow!("runner.js is incomplete"))
     };
-    let runner = Runner {
+    Ok(Runner {
         boot: next()?,
         find_imports: next()?,
         install: next()?,
@@ -301,11 +363,18 @@ fn boot(
         read_file: next()?,
         write_file: next()?,
         mount: next()?,
-    };
+    })
+}
+
+/// Boots Pyodide through the runner's `boot` (`mode`: how, as the front asked), within
+/// [`BOOT_TIMEOUT`]: Pyodide's version.
+///
+/// Errors: the boot failed or took too long ("booting Pyodide").
+fn boot_runner(engine: &mut Engine, runner: &Runner, mode: SnapshotMode) -> Result<String> {
     let env = r#"{"HOME":"/home/pyodide","USER":"pyodide","LANG":"C.UTF-8"}"#;
     let deadline = Some(Instant::now() + BOOT_TIMEOUT);
     let answer = call(
-        &mut engine,
+        engine,
         &runner.boot,
         BOOT_CALL,
         &[
@@ -323,9 +392,7 @@ fn boot(
     )
     .context("booting Pyodide")?;
     let booted: Booted = parse_answer(&answer).context("booting Pyodide")?;
-    engine.clear_files();
-    let snapshot = made.borrow_mut().take();
-    Ok((engine, runner, booted.version, snapshot))
+    Ok(booted.version)
 }
 
 /// Writes the operator's `--mount` files into the interpreter's file system, read-only
@@ -551,9 +618,25 @@ fn read_images(
     read
 }
 
+/// Why the runner could not read a file; its text goes to the front as the worker's own words
+/// ([`Reply::File`]).
+#[derive(Debug, thiserror::Error)]
+enum ReadFileError {
+    /// The runner said why (no such file, too large, a directory).
+    #[error(transparent)]
+    Runner(#[from] OperationError),
+    /// The engine failed while the runner read it.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The runner answered, but handed no bytes to the host.
+    #[error("the runner read no bytes")]
+    NoBytes,
+}
+
 /// The bytes of file `path` under the working directory, read through the runner's
-/// `readFile` (which hands them to the host into `file_in`) if it has at most `cap` bytes;
-/// otherwise why not, in words.
+/// `readFile` (which hands them to the host into `file_in`) if it has at most `cap` bytes.
+///
+/// Errors: [`ReadFileError`], saying why not.
 fn read_file(
     engine: &mut Engine,
     runner: &Runner,
@@ -561,15 +644,15 @@ fn read_file(
     id: CallId,
     path: &str,
     cap: usize,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, ReadFileError> {
     let args = [Arg::Str(path), Arg::Num(cap as f64)];
     let answered = call(engine, &runner.read_file, id, &args, None);
     let bytes = file_in.borrow_mut().take();
     match (answered.map(|text| parse_answer::<Empty>(&text)), bytes) {
         (Ok(Ok(_)), Some(bytes)) => Ok(bytes),
-        (Ok(Err(e)), _) => Err(e.to_string()),
-        (Err(e), _) => Err(e.to_string()),
-        (Ok(Ok(_)), None) => Err("the runner read no bytes".into()),
+        (Ok(Err(e)), _) => Err(e.into()),
+        (Err(e), _) => Err(e.into()),
+        (Ok(Ok(_)), None) => Err(ReadFileError::NoBytes),
     }
 }
 
@@ -651,30 +734,48 @@ fn zygote_run(engine: &mut Engine, runner: &Runner, code: &str) -> Result<()> {
 /// Output and result caps of a warm-up call (bytes).
 const WARM_UP_CAP: usize = 1 << 10;
 
+/// What a worker tells the front once booted ([`Reply::Ready`]), but its confinement.
+struct BootReport {
+    /// Pyodide's version.
+    version: String,
+    /// How long the boot took (milliseconds; for a forked interpreter, the fork).
+    boot_ms: u64,
+    /// Whether the interpreter was restored from a memory snapshot (or forked from one).
+    restored: bool,
+    /// The memory snapshot the boot made, if any (sent as attachment 0).
+    made: Option<Vec<u8>>,
+    /// Why `--deps` did not install as it booted, if they did not.
+    install_error: Option<String>,
+}
+
+impl BootReport {
+    /// Sends [`Reply::Ready`] with this report and the confinement as `confined` has it
+    /// (`all_on`: whether every layer is on, as far as the front is told).
+    ///
+    /// Errors: [`SendError`].
+    fn send(self, confined: &super::confine::Status, all_on: bool) -> Result<(), SendError> {
+        send_with(
+            &Reply::Ready {
+                pyodide_version: self.version,
+                boot_ms: self.boot_ms,
+                restored: self.restored,
+                confinement: super::confine::describe(confined),
+                confined: all_on,
+                install_error: self.install_error,
+            },
+            &self.made.as_deref().into_iter().collect::<Vec<_>>(),
+        )
+    }
+}
+
 /// Seals the worker (seccomp, limits) and tells the front it is ready, with the memory
 /// snapshot it made, if any. Ready only once sealed: the front hands out no worker that is not
 /// yet confined.
-fn send_ready(
-    version: String,
-    boot_ms: u64,
-    restored: bool,
-    confined: super::confine::Status,
-    made: Option<Vec<u8>>,
-    install_error: Option<String>,
-) -> Result<()> {
+fn send_ready(report: BootReport, confined: super::confine::Status) -> Result<()> {
     // The second wall, part two: seccomp and limits on every thread before the first call.
     let confined = super::confine::seal(confined)?;
-    send_with(
-        &Reply::Ready {
-            pyodide_version: version,
-            boot_ms,
-            restored,
-            sandbox: super::confine::describe(&confined),
-            confined: confined.all_on(),
-            install_error,
-        },
-        &made.as_deref().into_iter().collect::<Vec<_>>(),
-    )
+    let all_on = confined.all_on();
+    Ok(report.send(&confined, all_on)?)
 }
 
 /// What the worker's JavaScript asks of its host with `__mcpHostCall(json, bytes)`: one typed
@@ -694,10 +795,13 @@ enum HostRequest {
     Function { call: FunctionCall },
 }
 
+/// The worker's standard input, where the front's requests arrive.
+type FrontInput = BufReader<io::StdinLock<'static>>;
+
 /// The host side of the worker once booted: the state its host calls reach.
 struct Host {
     /// The front's requests (a host call that asks the front reads its answer here).
-    input: Rc<RefCell<BufReader<io::StdinLock<'static>>>>,
+    input: Rc<RefCell<FrontInput>>,
     /// The run in progress, if any.
     running: Rc<RefCell<Running>>,
     /// The bytes of a file the runner just read.
@@ -705,33 +809,16 @@ struct Host {
 }
 
 impl Host {
-    /// Answers one host call: `(json, bytes)` back to JavaScript, or an error it throws.
-    fn answer(&self, json: &str, bytes: Vec<u8>) -> Result<(String, Vec<u8>), String> {
-        match serde_json::from_str::<HostRequest>(json).map_err(|e| e.to_string())? {
+    /// Answers one host call: `(json, bytes)` back to JavaScript, or the error it throws.
+    fn answer(&self, json: &str, bytes: Vec<u8>) -> Result<(String, Vec<u8>), HostCallError> {
+        match serde_json::from_str::<HostRequest>(json).map_err(HostCallError::Malformed)? {
             HostRequest::File => {
                 // Only the runner's closure holds the host call (fetch.js took it off the global).
                 *self.file_in.borrow_mut() = Some(bytes);
                 Ok(("{}".to_owned(), Vec::new()))
             }
-            HostRequest::Snapshot => Err("a snapshot is only made while booting".into()),
-            HostRequest::Fetch { request } => {
-                let id = self.running_call("network requests")?;
-                let answer = self.ask_front(&Reply::Fetch { id, request }, &[&bytes])?;
-                match answer {
-                    Frame {
-                        header: Request::FetchResult { id: got, response },
-                        attachments,
-                    } if got == id => {
-                        let json = serde_json::to_string(&response).map_err(|e| e.to_string())?;
-                        let body = match response {
-                            FetchResponse::Error { .. } => Vec::new(),
-                            _ => attachments.into_iter().next().unwrap_or_default(),
-                        };
-                        Ok((json, body))
-                    }
-                    _ => Err("the front did not answer the fetch".into()),
-                }
-            }
+            HostRequest::Snapshot => Err(HostCallError::SnapshotAfterBoot),
+            HostRequest::Fetch { request } => self.fetch(request, &bytes),
             HostRequest::Tool { call } => {
                 let id = self.running_call("MCP tool calls")?;
                 self.ask_tool(Reply::ToolCall { id, call }, id)
@@ -743,36 +830,65 @@ impl Host {
         }
     }
 
+    /// Hands user code's HTTP request (`request`, its body `bytes`) to the front, which
+    /// performs or refuses it: the response's JSON and its body (none for a refusal).
+    fn fetch(
+        &self,
+        request: FetchRequest,
+        bytes: &[u8],
+    ) -> Result<(String, Vec<u8>), HostCallError> {
+        let id = self.running_call("network requests")?;
+        let reply = Reply::Fetch { id, request };
+        match self.ask_front(&reply, &[bytes])? {
+            Frame {
+                header: Request::FetchResult { id: got, response },
+                attachments,
+            } if got == id => {
+                let json = serde_json::to_string(&response).map_err(HostCallError::Encode)?;
+                let body = match response {
+                    FetchResponse::Error { .. } => Vec::new(),
+                    _ => attachments.into_iter().next().unwrap_or_default(),
+                };
+                Ok((json, body))
+            }
+            _ => Err(HostCallError::Unanswered { kind: reply.kind() }),
+        }
+    }
+
     /// Sends a tool or function call of run `id` to the front: the answer's JSON and its
     /// images' bytes, one after another.
-    fn ask_tool(&self, reply: Reply, id: CallId) -> Result<(String, Vec<u8>), String> {
+    fn ask_tool(&self, reply: Reply, id: CallId) -> Result<(String, Vec<u8>), HostCallError> {
         match self.ask_front(&reply, &[])? {
             Frame {
                 header: Request::ToolResult { id: got, answer },
                 attachments,
             } if got == id => {
-                let json = serde_json::to_string(&answer).map_err(|e| e.to_string())?;
+                let json = serde_json::to_string(&answer).map_err(HostCallError::Encode)?;
                 Ok((json, attachments.concat()))
             }
-            _ => Err(format!("the front did not answer the {}", reply.kind())),
+            _ => Err(HostCallError::Unanswered { kind: reply.kind() }),
         }
     }
 
-    /// The call id of the run in progress; `what` is only available while code runs.
-    fn running_call(&self, what: &str) -> Result<CallId, String> {
+    /// The call id of the run in progress; `what` (plural) is only available while code runs.
+    fn running_call(&self, what: &'static str) -> Result<CallId, HostCallError> {
         self.running
             .borrow()
             .id
-            .ok_or_else(|| format!("{what} are only available while code runs"))
+            .ok_or(HostCallError::NotRunning { what })
     }
 
     /// Sends `reply` to the front and reads its answer (the run waits meanwhile).
-    fn ask_front(&self, reply: &Reply, attachments: &[&[u8]]) -> Result<Frame<Request>, String> {
-        send_with(reply, attachments).map_err(|e| format!("{e:#}"))?;
+    fn ask_front(
+        &self,
+        reply: &Reply,
+        attachments: &[&[u8]],
+    ) -> Result<Frame<Request>, HostCallError> {
+        send_with(reply, attachments).map_err(HostCallError::Send)?;
         match read_frame::<Request>(&mut *self.input.borrow_mut(), FrameLimits::REQUEST) {
             Ok(Some(frame)) => Ok(frame),
-            Ok(None) => Err("the front closed the worker's input".into()),
-            Err(e) => Err(format!("the front's answer could not be read: {e}")),
+            Ok(None) => Err(HostCallError::InputClosed),
+            Err(e) => Err(HostCallError::Read(e)),
         }
     }
 }
@@ -819,6 +935,12 @@ fn read_boot(input: &mut impl io::Read) -> Result<Option<BootPlan>> {
     }))
 }
 
+/// The worker's life: reads the boot frame, confines itself, boots Pyodide, and serves the
+/// front's requests until stdin closes; a zygote forks interpreters instead, and each forked
+/// child goes on serving.
+///
+/// Errors: the boot frame is not one, a confinement layer fails (`--sandbox strict`), Pyodide
+/// does not boot, or the front breaks the protocol.
 fn serve() -> Result<()> {
     let control = super::fork_server::control_socket()?;
     // The zygote counts its threads before each fork; the file is opened before Landlock.
@@ -838,9 +960,52 @@ fn serve() -> Result<()> {
     let (mut engine, runner, version, made) = boot(plan.mode, plan.snapshot)?;
     mount_files(&mut engine, &runner, plan.mount)?;
     let boot_ms = started.elapsed().as_millis() as u64;
-    // From now on every line a run writes is streamed to the front as it happens.
+    let host = attach_host(&mut engine, input.clone())?;
+    let install_error = plan.install.and_then(|(install, files)| {
+        let failed = preinstall(&mut engine, &runner, install, files).err()?;
+        Some(format!("{failed:#}"))
+    });
+    let report = BootReport {
+        version,
+        boot_ms,
+        restored: plan.mode == SnapshotMode::Load,
+        made,
+        install_error,
+    };
+    let forked = match (control, proc_status) {
+        (Some(control), Some(proc_status)) => {
+            let zygote = Zygote {
+                control,
+                proc_status,
+                input: &input,
+            };
+            if !zygote.fork_interpreters(&mut engine, &runner, report, confined)? {
+                return Ok(());
+            }
+            true
+        }
+        _ => {
+            send_ready(report, confined)?;
+            false
+        }
+    };
+    #[cfg(feature = "escape-test")]
+    super::confine::escape_test_if_requested();
+    let worker = Serving {
+        engine,
+        runner,
+        host,
+    };
+    serve_requests(worker, &input, forked)
+}
+
+/// Gives the booted engine its host: output lines of a run stream to the front as they are
+/// written, `fetch.js` is installed, and host calls go to [`Host::answer`].
+///
+/// Errors: `js/fetch.js` fails.
+fn attach_host(engine: &mut Engine, input: Rc<RefCell<FrontInput>>) -> Result<Rc<Host>> {
     let host = Rc::new(Host {
-        input: input.clone(),
+        input,
         running: Rc::default(),
         file_in: Rc::default(),
     });
@@ -851,49 +1016,64 @@ fn serve() -> Result<()> {
     engine.eval(FETCH_JS, "mcp:fetch.js")?;
     let calls = host.clone();
     engine.set_call_handler(Box::new(move |json: &str, bytes: Vec<u8>| {
-        calls.answer(json, bytes)
+        calls.answer(json, bytes).map_err(CallError::from)
     }));
-    let install_error = plan.install.and_then(|(install, files)| {
-        let failed = preinstall(&mut engine, &runner, install, files).err()?;
-        Some(format!("{failed:#}"))
-    });
-    let restored = plan.mode == SnapshotMode::Load;
-    let mut scavenger_suspended = false;
-    if let (Some(control), Some(proc_status)) = (control, proc_status) {
-        // The zygote: warm up, say it booted, then fork interpreters until the front is done.
-        // Only the forked children go on below, each with its own stdin, stdout and stderr.
-        warm_up(&mut engine, &runner)?;
-        send_with(
-            &Reply::Ready {
-                pyodide_version: version.clone(),
-                boot_ms,
-                restored,
-                sandbox: super::confine::describe(&confined),
-                confined: false,
-                install_error,
-            },
-            &made.as_deref().into_iter().collect::<Vec<_>>(),
-        )?;
-        drop(made);
-        super::fork_server::check_drained(input.borrow().buffer().len())?;
-        let Some(forked) = super::fork_server::serve(control, &proc_status)? else {
-            return Ok(());
+    Ok(host)
+}
+
+/// A worker started as the zygote ([`super::fork_server`]), once booted.
+struct Zygote<'a> {
+    /// The control socket the front asks for forks on.
+    control: OwnedFd,
+    /// `/proc/self/status`, opened before Landlock: the zygote counts its threads there.
+    proc_status: std::fs::File,
+    /// The front's requests: none may be left unread when the zygote forks.
+    input: &'a RefCell<FrontInput>,
+}
+
+impl Zygote<'_> {
+    /// Warms up, says it booted (`report`; its confinement, `confined`, is not sealed: the
+    /// zygote runs no user code), then forks interpreters until the front is done. Returns
+    /// `false` in the zygote when done, and `true` in each forked child, which has confined
+    /// itself and said it is ready; only the children go on, each with its own stdin, stdout
+    /// and stderr.
+    ///
+    /// Errors: the warm-up fails, unread input is left, or the fork server fails.
+    fn fork_interpreters(
+        self,
+        engine: &mut Engine,
+        runner: &Runner,
+        report: BootReport,
+        confined: super::confine::Status,
+    ) -> Result<bool> {
+        warm_up(engine, runner)?;
+        let version = report.version.clone();
+        report.send(&confined, false)?;
+        super::fork_server::check_drained(self.input.borrow().buffer().len())?;
+        let Some(forked) = super::fork_server::serve(self.control, &self.proc_status)? else {
+            return Ok(false);
         };
-        drop(proc_status);
+        drop(self.proc_status);
         let confined = super::confine::enter_forked(confined)?;
-        let fork_ms = forked.requested.elapsed().as_millis() as u64;
-        send_ready(version, fork_ms, true, confined, None, None)?;
-        scavenger_suspended = true;
-    } else {
-        send_ready(version, boot_ms, restored, confined, made, install_error)?;
+        let child = BootReport {
+            version,
+            boot_ms: forked.requested.elapsed().as_millis() as u64,
+            restored: true,
+            made: None,
+            install_error: None,
+        };
+        send_ready(child, confined)?;
+        Ok(true)
     }
-    #[cfg(feature = "escape-test")]
-    super::confine::escape_test_if_requested();
-    let mut worker = Serving {
-        engine,
-        runner,
-        host,
-    };
+}
+
+/// Serves the front's requests until it closes the input or the code ends the interpreter.
+/// `forked`: an interpreter forked by the zygote, whose allocator's scavenger stays suspended
+/// until its first run is over.
+///
+/// Errors: the front breaks the protocol, or the pipes fail.
+fn serve_requests(mut worker: Serving, input: &RefCell<FrontInput>, forked: bool) -> Result<()> {
+    let mut scavenger_suspended = forked;
     loop {
         let Some(frame) = read_frame::<Request>(&mut *input.borrow_mut(), FrameLimits::REQUEST)?
         else {
@@ -956,7 +1136,7 @@ impl Serving {
                     }
                     Err(error) => Reply::File {
                         id,
-                        error: Some(error),
+                        error: Some(error.to_string()),
                     },
                 }
             }
@@ -1137,6 +1317,18 @@ mod tests {
             got,
             "[3,4,5,6,7,8,true,true,null,true,8,10,true,true,2,true,3,true,12,12,null]"
         );
+    }
+
+    #[test]
+    fn a_failed_send_is_worded_as_its_whole_chain() {
+        let failed = || FrameError::Io(io::Error::other("broken"));
+        let typed = HostCallError::Send(SendError(failed())).to_string();
+        let chained = format!(
+            "{:#}",
+            anyhow::Error::new(failed()).context("writing to the front")
+        );
+        assert_eq!(typed, chained);
+        assert_eq!(typed, "writing to the front: the pipe failed: broken");
     }
 
     #[test]

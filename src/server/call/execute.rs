@@ -19,8 +19,9 @@ use crate::sandbox::live::{Arrival, Sandbox};
 use crate::server::call::outcome::{failed, read_outcome, Verdict};
 use crate::server::call::queue::{Held, Isolation, Queue};
 use crate::server::call::result::{CallResult, Outcome};
+use crate::server::call::run_host::CallRunHost;
 use crate::server::call::startup_deps::StartupPlan;
-use crate::worker::client::{Deadline, Phase, RunRequest, ToolAccess, Worker, WorkerError};
+use crate::worker::client::{self, Deadline, Phase, RunRequest, Worker, WorkerError};
 use crate::worker::net::NetPolicy;
 use crate::worker::protocol::{RunOutcome, Stream};
 use crate::worker::spares::Spares;
@@ -216,8 +217,9 @@ impl Executor {
             .read_file(path, self.limits.result_cap, deadline)
             .await
         {
-            Ok(read) => read.map_err(FileError::Refused),
-            Err(e) => {
+            Ok(bytes) => Ok(bytes),
+            Err(client::FileError::Refused { reason }) => Err(FileError::Refused(reason)),
+            Err(client::FileError::Worker(e)) => {
                 if let Some(worker) = slot.take() {
                     worker.kill_soon();
                 }
@@ -254,12 +256,12 @@ impl Executor {
         };
         let deadline = Deadline::after(FILE_TIMEOUT, Phase::Writing);
         match worker.write_file(path, bytes, deadline).await {
-            Ok(Ok(())) => Ok(sandbox.with_files(|f| match bytes {
+            Ok(()) => Ok(sandbox.with_files(|f| match bytes {
                 Some(bytes) => f.keep(path, bytes.to_vec(), self.limits.max_session_file_bytes),
                 None => f.remove(path),
             })),
-            Ok(Err(why)) => Err(FileError::Refused(why)),
-            Err(e) => {
+            Err(client::FileError::Refused { reason }) => Err(FileError::Refused(reason)),
+            Err(client::FileError::Worker(e)) => {
                 if let Some(worker) = slot.take() {
                     worker.kill_soon();
                 }
@@ -280,7 +282,7 @@ impl Executor {
         for (path, bytes) in sandbox.with_files(|f| f.copies()) {
             let deadline = Deadline::after(FILE_TIMEOUT, Phase::Writing);
             match worker.write_file(&path, Some(&bytes), deadline).await {
-                Ok(Ok(())) => restored.push(path),
+                Ok(()) => restored.push(path),
                 _ => {
                     sandbox.with_files(|f| f.remove(&path));
                     lost.push(path);
@@ -330,7 +332,7 @@ impl Executor {
             let deadline = Deadline::after(FILE_TIMEOUT, Phase::Reading);
             // A file the code changes again between the listing and this read is copied as
             // it is now; the next call's listing sees the change and reads it again.
-            if let Ok(Ok(bytes)) = worker.read_file(&path, room as usize, deadline).await {
+            if let Ok(bytes) = worker.read_file(&path, room as usize, deadline).await {
                 sandbox.with_files(|f| f.keep(&path, bytes, cap));
             }
         }
@@ -742,12 +744,10 @@ impl Executor {
             } else {
                 0
             },
-            tools: self.upstreams.as_deref().map(|upstreams| ToolAccess {
-                upstreams,
-                sandbox: crate::upstream::sandbox_tag(sandbox.id.as_str()),
-            }),
         };
-        let run = worker.run(request, run_deadline, &self.net, &mut collect);
+        let upstreams = self.upstreams.as_deref();
+        let mut host = CallRunHost::new(&self.net, upstreams, sandbox.id.as_str());
+        let run = worker.run(request, run_deadline, &mut host, &mut collect);
         let watch = watch_memory(pid, self.limits.memory_limit);
         tokio::select! {
             r = run => Ok(r),
