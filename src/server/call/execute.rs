@@ -32,6 +32,15 @@ use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
+/// How a run on a worker ended: the worker's answer (or its failure), or the memory watch
+/// first.
+enum RunEnd {
+    /// The worker answered, or failed, before the memory watch fired.
+    Ran(Result<RunOutcome, WorkerError>),
+    /// Its resident memory passed `--memory` first: `used` bytes.
+    OverMemory { used: u64 },
+}
+
 /// Per-call limits.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -634,12 +643,12 @@ impl Executor {
             .await;
         result.output = output;
         match outcome {
-            Ok(Ok(outcome)) => {
+            RunEnd::Ran(Ok(outcome)) => {
                 let fatal = read_outcome(outcome, result, listing);
                 self.verdict(worker, fatal)
             }
-            Ok(Err(e)) => failed(result, e),
-            Err(used) => {
+            RunEnd::Ran(Err(e)) => failed(result, e),
+            RunEnd::OverMemory { used } => {
                 let limit = self.limits.memory_limit.unwrap_or_default() >> 20;
                 result.outcome = Outcome::RunError(format!(
                     "MemoryError: the worker exceeded its memory limit of {limit} MiB (it used {} MiB) and was stopped",
@@ -721,7 +730,7 @@ impl Executor {
     }
 
     /// Runs `code` with `globals` on `worker` before `run_deadline`, each output line to
-    /// `collect`, while the worker's memory is watched: `Err(resident bytes)` when it passed
+    /// `collect`, while the worker's memory is watched: [`RunEnd::OverMemory`] when it passed
     /// `--memory` first (the run is then abandoned and the worker is to be killed).
     async fn run_code(
         &self,
@@ -731,7 +740,7 @@ impl Executor {
         globals: serde_json::Map<String, serde_json::Value>,
         run_deadline: Deadline,
         mut collect: impl FnMut(Stream, String) + Send,
-    ) -> Result<Result<RunOutcome, WorkerError>, u64> {
+    ) -> RunEnd {
         let pid = worker.pid();
         let request = RunRequest {
             code,
@@ -750,8 +759,8 @@ impl Executor {
         let run = worker.run(request, run_deadline, &mut host, &mut collect);
         let watch = watch_memory(pid, self.limits.memory_limit);
         tokio::select! {
-            r = run => Ok(r),
-            used = watch => Err(used),
+            r = run => RunEnd::Ran(r),
+            used = watch => RunEnd::OverMemory { used },
         }
     }
 
