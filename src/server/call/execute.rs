@@ -1,13 +1,13 @@
 //! One tool call from start to end: find the requirements, install them into the caller's
-//! interpreter, run the code there, and collect the result — each phase under a deadline the
+//! worker, run the code there, and collect the result — each phase under a deadline the
 //! front enforces by killing the worker. Every path ends in a [`CallResult`], or in nothing
 //! when the call was cancelled or its session ended (MCP spec, cancellation: no result is
 //! sent for a cancelled request).
 //!
 //! Tenancy (docs/architecture.md §3, issue 8; the rules in [`super::queue`]): with
-//! [`Isolation::Sandbox`] an interpreter belongs to one [`Sandbox`] for its whole life and dies
-//! with it; [`Isolation::Call`] gives every call a clean interpreter; [`Isolation::Shared`]
-//! reuses interpreters across sandboxes. What packages to install comes from
+//! [`Isolation::Sandbox`] a worker belongs to one [`Sandbox`] for its whole life and dies with
+//! it; [`Isolation::Call`] gives every call a clean worker; [`Isolation::Shared`] reuses
+//! workers across sandboxes. What packages to install comes from
 //! [`crate::packages::install`]; how a run's end reads as a result, from [`super::outcome`].
 
 use crate::metrics::KillReason;
@@ -55,12 +55,12 @@ pub struct Limits {
     pub result_cap: usize,
     /// Resident memory a worker may use (bytes); above it the worker is killed.
     pub memory_limit: Option<u64>,
-    /// Calls that may wait for an interpreter at once; more are refused.
+    /// Calls that may wait for a worker at once; more are refused.
     pub max_queue: usize,
     /// Largest image returned as content (`--max-image-bytes`; with `--stateful` only).
     pub max_image_bytes: usize,
     /// Most bytes of a sandbox's files the front keeps copies of, to restore them into its
-    /// next interpreter (`--max-session-file-bytes`; with `--stateful` only).
+    /// next worker (`--max-session-file-bytes`; with `--stateful` only).
     pub max_session_file_bytes: u64,
 }
 
@@ -76,11 +76,11 @@ const MEMORY_POLL: Duration = Duration::from_millis(25);
 /// allocations, and be killed there.
 const MEMORY_HEADROOM: u64 = 32 << 20;
 
-/// The `state` note of a `--stateful` call whose interpreter was stopped (issue 14: the result
+/// The `state` note of a `--stateful` call whose worker was stopped (issue 14: the result
 /// says when state was lost, so that an agent knows to run its setup again).
 const STATE_LOST: &str = "lost: this sandbox's interpreter was stopped after this call, and the variables, functions and imports of its earlier calls are gone; the next call starts in a new interpreter";
 
-/// Why a `--stateful` sandbox's next call runs in a new interpreter: the first words of that
+/// Why a `--stateful` sandbox's next call runs in a new worker: the first words of that
 /// call's `state` note.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Restart {
@@ -100,8 +100,8 @@ impl Restart {
     }
 }
 
-/// The `state` note of a call that stopped its sandbox's interpreter: what is lost, which
-/// files the next interpreter will have again, which are gone.
+/// The `state` note of a call that stopped its sandbox's worker: what is lost, which files
+/// the next worker will have again, which are gone.
 fn lost_note(survivors: &Survivors) -> String {
     let mut note = STATE_LOST.to_owned();
     if !survivors.kept.is_empty() {
@@ -121,7 +121,7 @@ const FILE_TIMEOUT: Duration = Duration::from_secs(30);
 /// What "no limit" means for a deadline (seconds): ten years.
 const NO_LIMIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-/// Runs calls on interpreters.
+/// Runs calls on workers.
 pub struct Executor {
     pub spares: Arc<Spares>,
     pub resolver: Arc<Resolver>,
@@ -135,7 +135,7 @@ pub struct Executor {
     pub upstreams: Option<Arc<crate::upstream::Upstreams>>,
     /// `--stateful`: a sandbox's globals last from one call to the next (`Isolation::Sandbox`).
     pub stateful: bool,
-    /// Admission (`--max-queue`), the running slots (`--workers`) and the shared interpreters.
+    /// Admission (`--max-queue`), the running slots (`--workers`) and the shared workers.
     queue: Queue,
     /// `--deps`, resolved once (shared with the launcher, whose workers install it as they boot).
     startup_plan: StartupPlan,
@@ -145,7 +145,7 @@ pub struct Executor {
 pub type OutputSink = Box<dyn FnMut(Stream, &str) + Send>;
 
 impl Executor {
-    /// An executor that takes interpreters from `spares` (and, with `Isolation::Shared`,
+    /// An executor that takes workers from `spares` (and, with `Isolation::Shared`,
     /// keeps `workers` of them for everyone); at most `workers` calls run at once. Every call
     /// has `startup_deps` installed (planned by `startup_plan`).
     #[allow(clippy::too_many_arguments)]
@@ -195,7 +195,7 @@ impl Executor {
     }
 
     /// `reset_session` (`--stateful`; despite its name it acts on a sandbox): once the
-    /// sandbox's calls that arrived before it are done, stops its interpreter, so that its next
+    /// sandbox's calls that arrived before it are done, stops its worker, so that its next
     /// call starts in a new one with fresh globals. That call has no `<state>` note: the client
     /// asked for the loss. Whether the sandbox's files (its resources) changed: they go too,
     /// copies included.
@@ -210,8 +210,8 @@ impl Executor {
     }
 
     /// The bytes of file `path` in the session's interpreter (a resource of `--stateful`), at
-    /// most `--result-cap` of them, once the session's running call is done; between
-    /// interpreters, the front's copy. Errors say why in words: no such file, too large; a
+    /// most `--result-cap` of them, once the session's running call is done; while it
+    /// holds no worker, the front's copy. Errors say why in words: no such file, too large; a
     /// worker that fails to answer is stopped (its files' copies are kept).
     pub async fn read_file(&self, sandbox: &Sandbox, path: &str) -> Result<Vec<u8>, FileError> {
         let mut slot = sandbox.queue(None).await;
@@ -239,7 +239,7 @@ impl Executor {
     }
 
     /// `upload_file` / `delete_file` (`--stateful`): once the session's earlier calls are done,
-    /// writes `bytes` to file `path` of its working directory (taking an interpreter when it
+    /// writes `bytes` to file `path` of its working directory (taking a worker when it
     /// has none yet, with the session's kept files), or removes that file when `bytes` is
     /// `None`. `Ok(changed)`: whether the session's file list (its resources) changed. Errors
     /// say why in words; a worker that fails to answer is stopped (the copies the front holds
@@ -280,7 +280,7 @@ impl Executor {
         }
     }
 
-    /// A new interpreter for `sandbox` (`--stateful`): when the session had one before, its kept
+    /// A new worker for `sandbox` (`--stateful`): when the session had one before, its kept
     /// files are written into it and its next call gets a `state` note that says so.
     async fn adopt(&self, sandbox: &Sandbox, worker: &mut Worker, why: Restart) {
         if sandbox.first_interpreter() {
@@ -313,7 +313,7 @@ impl Executor {
         sandbox.set_note(note);
     }
 
-    /// After a call that kept its interpreter (`--stateful`): takes its listing of the working
+    /// After a call that kept its worker (`--stateful`): takes its listing of the working
     /// directory, and reads again the files that changed for the copies the front keeps (within
     /// `--max-session-file-bytes`).
     async fn copy_files(
@@ -347,12 +347,12 @@ impl Executor {
         }
     }
 
-    /// `create_sandbox` (`--stateful`): gives `sandbox` its interpreter now and installs its
+    /// `create_sandbox` (`--stateful`): gives `sandbox` its worker now and installs its
     /// dependencies (with `--deps`) into it, under `--install-timeout`, so that it answers
     /// only once they are there (its first call then starts at once).
     ///
-    /// Errors: the install failure in words (naming the package), or why no interpreter could
-    /// be had; the interpreter is then stopped.
+    /// Errors: the install failure in words (naming the package), or why no worker could be
+    /// had; the worker is then stopped.
     pub async fn prepare(&self, sandbox: &Sandbox) -> Result<(), InstallError> {
         let mut slot = sandbox.queue(None).await;
         let _permit = self
@@ -382,7 +382,7 @@ impl Executor {
         installed
     }
 
-    /// Kills every interpreter (at shutdown).
+    /// Kills every worker (at shutdown).
     pub async fn shutdown(&self) {
         self.spares.shutdown().await;
         self.queue.shutdown().await;
@@ -390,7 +390,7 @@ impl Executor {
 
     /// Runs one call of `run_python_code` for `sandbox`, after the sandbox's calls that arrived
     /// before it (`arrival`, when the transport stamped one). `None` when `cancel` fired or the
-    /// sandbox ended first: the interpreter was killed and no result is due.
+    /// sandbox ended first: the worker was killed and no result is due.
     pub async fn run(
         &self,
         sandbox: &Sandbox,
@@ -448,7 +448,7 @@ impl Executor {
     }
 
     /// Waits for the call's turn ([`Queue::turn`]), counted as waiting meanwhile: the
-    /// sandbox's interpreter (in arrival order), then a running slot.
+    /// sandbox's worker slot (in arrival order), then a running slot.
     ///
     /// Errors: [`Early::Failed`] when `--max-queue` calls already wait or the server is
     /// shutting down; [`Early::Stopped`] when `stop` fired first.
@@ -476,11 +476,11 @@ impl Executor {
         Ok(turn)
     }
 
-    /// Gives `held` a live interpreter for the call: a shared one restored before the zygote
+    /// Gives `held` a live worker for the call: a shared one restored before the zygote
     /// was ready gives way to a fork, one that ended since the last call is replaced, and an
     /// empty slot gets a clean one (with `stateful`, given the sandbox's kept files).
     ///
-    /// Errors: [`Early::Failed`] when no interpreter can be had; [`Early::Stopped`] when
+    /// Errors: [`Early::Failed`] when no worker can be had; [`Early::Stopped`] when
     /// `stop` fired first.
     async fn ready_interpreter(
         &self,
@@ -490,14 +490,14 @@ impl Executor {
         mut stop: Pin<&mut impl Future<Output = ()>>,
     ) -> Result<(), Early> {
         if let Held::Shared(lease) = held {
-            // A shared interpreter restored before the zygote was ready gives way to a fork
+            // A shared worker restored before the zygote was ready gives way to a fork
             // once it is, a single time per slot, between calls.
             if let Some(worker) = lease.slot().take_if(|w| self.spares.outdated(w)) {
                 worker.kill_soon();
             }
         }
-        // An interpreter that ended between calls (killed from outside, the OOM killer, a crash
-        // while idle) is replaced before the code is sent, rather than failing a call that
+        // A worker that ended between calls (killed from outside, the OOM killer, a crash while
+        // idle) is replaced before the code is sent, rather than failing a call that
         // never ran.
         let died = held.slot().as_mut().is_some_and(Worker::has_ended);
         if died {
@@ -531,8 +531,8 @@ impl Executor {
     }
 
     /// Runs `call` on `worker`, filling `result`, and with `stateful` copies the files it
-    /// changed when the interpreter is kept. `None` when `stop` fired first: the call was
-    /// cancelled and its interpreter is to be killed.
+    /// changed when the worker is kept. `None` when `stop` fired first: the call was cancelled
+    /// and its worker is to be killed.
     async fn run_on(
         &self,
         worker: &mut Worker,
@@ -558,7 +558,7 @@ impl Executor {
         }
     }
 
-    /// After the call (`verdict`, `None` when it was cancelled): keeps `held`'s interpreter
+    /// After the call (`verdict`, `None` when it was cancelled): keeps `held`'s worker
     /// when the verdict and the isolation allow; otherwise kills it, with `stateful` says in
     /// `result` what of the sandbox's state survives, and asks for a spare for the next call.
     async fn settle(
@@ -575,7 +575,7 @@ impl Executor {
             return;
         }
         if stateful {
-            // Files the front holds copies of outlive the interpreter; the rest go.
+            // Files the front holds copies of outlive the worker; the rest go.
             let survivors = sandbox.with_files(SandboxFiles::survive);
             result.files_changed = !survivors.lost.is_empty();
             result.written.clear();
@@ -585,7 +585,7 @@ impl Executor {
         }
         held.discard().await;
         if self.isolation.reuses_interpreters() && !sandbox.has_ended() {
-            // The sandbox's (or the shared slot's) next call will want a clean interpreter.
+            // The sandbox's (or the shared slot's) next call will want a clean worker.
             self.spares.replenish();
         }
     }
@@ -707,7 +707,7 @@ impl Executor {
 
     /// Installs what the call needs into `worker`, under `--install-timeout`. `None` when all
     /// is there and the code may run; otherwise the verdict, `result` saying why the call ends
-    /// here: a refused install keeps the interpreter, a failed or late worker is discarded.
+    /// here: a refused install keeps the worker, a failed or late one is discarded.
     async fn install_phase(
         &self,
         worker: &mut Worker,
@@ -916,12 +916,12 @@ pub enum FileError {
     /// The worker failed to answer (it is stopped; the copies of its files are kept).
     #[error(transparent)]
     Worker(#[from] WorkerError),
-    /// No interpreter could be had to write into.
+    /// No worker could be had to write into.
     #[error("no interpreter: {0}")]
     NoInterpreter(#[source] WorkerError),
 }
 
-/// A call that ended before its code ran, for `why` (no interpreter, a full queue).
+/// A call that ended before its code ran, for `why` (no worker, a full queue).
 fn run_error(why: impl std::fmt::Display) -> CallResult {
     CallResult::new(Outcome::RunError(why.to_string()))
 }

@@ -1,6 +1,6 @@
 //! How a call's run ends up in its result: the worker's outcome read into the
 //! [`CallResult`] (images typed from their bytes), a worker failure worded as the call's
-//! error, and the [`Verdict`] on the interpreter. Apart from the pipeline
+//! error, and the [`Verdict`] on the worker. Apart from the pipeline
 //! ([`super::execute`]) so that the words a result may say are read in one place.
 
 use crate::metrics::KillReason;
@@ -9,7 +9,7 @@ use crate::server::call::result::{CallResult, Image, Outcome, ReturnValue};
 use crate::worker::client::{Phase, WorkerError};
 use crate::worker::protocol::{ReturnKind, RunOutcome, RunStatus};
 
-/// Whether the interpreter may serve another call after this one.
+/// Whether the worker may serve another call after this one.
 #[derive(Clone, Copy, PartialEq)]
 pub(super) enum Verdict {
     /// It may: the call went well, or failed without harm to it.

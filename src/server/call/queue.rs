@@ -1,5 +1,5 @@
-//! Who waits, and who shares an interpreter (docs/architecture.md §3, issue 8). A call is
-//! admitted only while fewer than `--max-queue` calls wait; it then takes the interpreter slot
+//! Who waits, and who shares a worker (docs/architecture.md §3, issue 8). A call is admitted
+//! only while fewer than `--max-queue` calls wait; it then takes the worker slot
 //! that [`Isolation`] gives it (its sandbox's, a clean one, or one of the shared pool), then
 //! one of the `--workers` running slots, both in FIFO order. The pipeline
 //! ([`super::execute`]) runs the call once it holds both. Kept apart from the pipeline so
@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::{AcquireError, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
-/// Which callers share an interpreter (`--isolation`).
+/// Which callers share a worker (`--isolation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Isolation {
     /// One interpreter per sandbox (an MCP session's own, or with `--stateful` one reached by
@@ -27,25 +27,25 @@ pub enum Isolation {
 }
 
 impl Isolation {
-    /// Whether an interpreter may serve another call after one that went well: always but
+    /// Whether a worker may serve another call after one that went well: always but
     /// with [`Isolation::Call`], whose calls each get a clean one.
     pub fn reuses_interpreters(self) -> bool {
         self != Isolation::Call
     }
 }
 
-/// The interpreter slot a call uses, as its [`Isolation`] gives it.
+/// The worker slot a call uses, as its [`Isolation`] gives it.
 pub(super) enum Held {
     /// The sandbox's own slot, held in arrival order.
     Sandbox(OwnedMutexGuard<Option<Worker>>),
-    /// A slot of this call alone, empty until a clean interpreter is taken.
+    /// A slot of this call alone, empty until a clean worker is taken.
     Call(Box<Option<Worker>>),
     /// A slot of the shared pool.
     Shared(Lease),
 }
 
 impl Held {
-    /// The slot's interpreter, if it has one.
+    /// The slot's worker, if it has one.
     pub(super) fn slot(&mut self) -> &mut Option<Worker> {
         match self {
             Held::Sandbox(guard) => guard,
@@ -54,7 +54,7 @@ impl Held {
         }
     }
 
-    /// Empties the slot; its interpreter is killed.
+    /// Empties the slot; its worker is killed.
     pub(super) async fn discard(&mut self) {
         if let Some(worker) = self.slot().take() {
             worker.kill_soon();
@@ -84,9 +84,9 @@ pub struct QueueFull {
 
 /// The waiting room and the running slots of an executor.
 pub(super) struct Queue {
-    /// Which callers share an interpreter.
+    /// Which callers share a worker.
     isolation: Isolation,
-    /// The interpreters of `--isolation shared`.
+    /// The workers of `--isolation shared`.
     shared: Option<Arc<Pool>>,
     /// Bounds the calls running at once (`--workers`); FIFO.
     running: Arc<Semaphore>,
@@ -97,7 +97,7 @@ pub(super) struct Queue {
 }
 
 impl Queue {
-    /// A queue with `workers` running slots (at least one), and as many shared interpreters
+    /// A queue with `workers` running slots (at least one), and as many shared workers
     /// with [`Isolation::Shared`].
     pub(super) fn new(isolation: Isolation, workers: usize) -> Queue {
         let workers = workers.max(1);
@@ -136,7 +136,7 @@ impl Queue {
         Ok(waiting)
     }
 
-    /// Waits for the call's turn: its interpreter slot (for `sandbox`'s own, after the calls
+    /// Waits for the call's turn: its worker slot (for `sandbox`'s own, after the calls
     /// stamped before `arrival`), then a running slot, which it holds until the permit is
     /// dropped. `None` once the queue was shut down.
     pub(super) async fn turn(
@@ -153,7 +153,7 @@ impl Queue {
         Some((held, permit))
     }
 
-    /// A running slot alone, for work that already holds its sandbox's interpreter
+    /// A running slot alone, for work that already holds its sandbox's worker
     /// (`create_sandbox`'s install).
     ///
     /// Errors: the queue was shut down.
@@ -161,7 +161,7 @@ impl Queue {
         self.running.clone().acquire_owned().await
     }
 
-    /// Kills the shared interpreters and hands out no more turns (at shutdown).
+    /// Kills the shared workers and hands out no more turns (at shutdown).
     pub(super) async fn shutdown(&self) {
         if let Some(pool) = &self.shared {
             pool.shutdown().await;

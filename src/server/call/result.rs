@@ -95,7 +95,7 @@ pub struct CallResult {
     /// `--stateful` only: images the call made in its working directory, returned as `image`
     /// content after the text (which does not change).
     pub images: Vec<Image>,
-    /// `--stateful` only: why the sandbox's state is gone or new (its interpreter was stopped
+    /// `--stateful` only: why the sandbox's state is gone or new (its worker was stopped
     /// by this call, this call ran in a new one, or made the sandbox). `None` otherwise, and
     /// always without the flag.
     pub state: Option<String>,
