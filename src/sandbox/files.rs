@@ -1,6 +1,6 @@
 //! A `--stateful` sandbox's files as the front knows them (issue 14): the listing its
-//! interpreter reported after the last call (its MCP resources), and a copy of their bytes, up
-//! to `--max-session-file-bytes` in all, so that they outlive an interpreter that is stopped (a
+//! worker reported after the last call (its MCP resources), and a copy of their bytes, up to
+//! `--max-session-file-bytes` in all, so that they outlive a worker that is stopped (a
 //! timeout, the memory limit, a crash) and are written into the sandbox's next one. Python
 //! objects cannot be copied that way; files can.
 
@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// One file of the working directory: its size (bytes) and, when the front holds a copy, its
-/// bytes as the interpreter last reported them.
+/// bytes as the worker last reported them.
 #[derive(Debug, Clone)]
 struct Entry {
     size: u64,
@@ -24,7 +24,7 @@ pub struct SandboxFiles {
 }
 
 /// What a kept call's worker said of its working directory (`--stateful`): every file with its
-/// size in bytes, and the paths changed since the interpreter's previous call, whose copies the
+/// size in bytes, and the paths changed since the worker's previous call, whose copies the
 /// front reads again.
 #[derive(Debug)]
 pub struct Listing {
@@ -34,8 +34,8 @@ pub struct Listing {
     pub refresh: Vec<String>,
 }
 
-/// What survived an interpreter that was stopped: the files whose copy the front holds (they
-/// go into the next interpreter), and those it had none of (too large to keep, or changed by
+/// What survived a worker that was stopped: the files whose copy the front holds (they go
+/// into the next worker), and those it had none of (too large to keep, or changed by
 /// the call that stopped it before the front could copy them).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Survivors {
@@ -83,7 +83,7 @@ impl SandboxFiles {
             .collect()
     }
 
-    /// Takes the interpreter's listing after a call: files no longer there are forgotten, and a
+    /// Takes the worker's listing after a call: files no longer there are forgotten, and a
     /// file whose size changed loses its copy (until [`SandboxFiles::keep`] gives a new one).
     /// Whether the set of names or sizes changed.
     pub fn observe(&mut self, files: &[(String, u64)]) -> bool {
@@ -136,7 +136,7 @@ impl SandboxFiles {
         had
     }
 
-    /// The interpreter was stopped: files without a copy are gone with it. Returns which files
+    /// The worker was stopped: files without a copy are gone with it. Returns which files
     /// survive and which were lost (in path order).
     pub fn survive(&mut self) -> Survivors {
         self.version += 1;
@@ -153,7 +153,7 @@ impl SandboxFiles {
         survivors
     }
 
-    /// The held copies (path, bytes), to write into a new interpreter.
+    /// The held copies (path, bytes), to write into a new worker.
     pub fn copies(&self) -> Vec<(String, Arc<Vec<u8>>)> {
         self.entries
             .iter()
@@ -186,7 +186,7 @@ mod tests {
         assert!(files.keep("a.csv", vec![1; 6], 10));
         assert!(files.keep("b.bin", vec![2; 6], 10)); // over the cap: listed, not copied
         assert_eq!(files.copies().len(), 1);
-        // The interpreter reports a changed size for a.csv: its copy is stale.
+        // The worker reports a changed size for a.csv: its copy is stale.
         assert!(files.observe(&[("a.csv".into(), 7), ("b.bin".into(), 6)]));
         assert!(files.copy_of("a.csv").is_none());
         assert!(!files.keep("a.csv", vec![3; 7], 10));

@@ -1,12 +1,12 @@
-//! One sandbox: an interpreter slot with its files and, with `--stateful`, its globals, the
+//! One sandbox: a worker slot with its files and, with `--stateful`, its globals, the
 //! arrival order of its calls, and its activity (docs/architecture.md §3).
 //!
-//! A sandbox gets an interpreter at its first call and keeps it for its whole life; calls to
+//! A sandbox gets a worker at its first call and keeps it for its whole life; calls to
 //! one sandbox run one at a time, in the order they arrived, while different sandboxes run in
 //! parallel. Transports that read a session's messages in order (stdio, SSE) stamp each call
 //! with its [`Arrival`] in the sandbox it names as the message is read; a call then queues for
-//! the interpreter (a fair mutex) only after every earlier stamped call has. [`Sandbox::end`]
-//! kills the interpreter.
+//! the worker (a fair mutex) only after every earlier stamped call has. [`Sandbox::end`] kills
+//! the worker.
 
 use super::activity::{Activity, InFlight};
 use super::files::SandboxFiles;
@@ -56,7 +56,7 @@ pub struct Arrival {
 /// (seconds): a request the MCP layer answers without calling the tool never claims its turn.
 const UNCLAIMED_ARRIVAL: Duration = Duration::from_secs(2);
 
-/// Calls of a sandbox that were read but have not yet queued for its interpreter.
+/// Calls of a sandbox that were read but have not yet queued for its worker.
 #[derive(Default)]
 struct Arrivals {
     next: u64,
@@ -79,17 +79,17 @@ pub struct Sandbox {
     /// restored sandbox): what the state directory records.
     pub created_unix: u64,
     /// Requirements given to `create_sandbox` (PEP 508): installed before it answered, and
-    /// again into every later interpreter of the sandbox.
+    /// again into every later worker of the sandbox.
     pub dependencies: Vec<String>,
-    /// The interpreter, once the first call took one.
+    /// The worker, once the first call took one.
     worker: Arc<tokio::sync::Mutex<Option<Worker>>>,
-    /// Whether the sandbox has had an interpreter (so a new one means its state was lost).
+    /// Whether the sandbox has had a worker (so a new one means its state was lost).
     had_interpreter: AtomicBool,
-    /// `--stateful`: the `state` note for the sandbox's next call, when its interpreter was
+    /// `--stateful`: the `state` note for the sandbox's next call, when its worker was
     /// replaced since its last one (what was lost, which files were restored).
     new_interpreter_note: Mutex<Option<String>>,
     /// `--stateful`: the files in the interpreter's working directory after the last call (the
-    /// sandbox's MCP resources), with the copies that outlive a stopped interpreter.
+    /// sandbox's MCP resources), with the copies that outlive a stopped worker.
     files: Mutex<SandboxFiles>,
     /// Cancelled when the sandbox ends: a running call stops and sends no result.
     ended: CancellationToken,
@@ -108,8 +108,8 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// A sandbox named `id`, held by `owner`, with no interpreter yet (it gets one at its first
-    /// call) and `dependencies` to install into each of its interpreters.
+    /// A sandbox named `id`, held by `owner`, with no worker yet (it gets one at its first call)
+    /// and `dependencies` to install into each of its workers.
     pub fn new(id: SandboxId, owner: Owner, dependencies: Vec<String>) -> Arc<Sandbox> {
         Sandbox::owned(id, owner, dependencies, None)
     }
@@ -154,7 +154,7 @@ impl Sandbox {
 
     /// A sandbox taken over from the state directory: named `id`, made at `created_unix` (seconds
     /// since the Unix epoch) on another replica, held under `generation`, with `files` (path,
-    /// bytes, kept within `cap` bytes in all) as copies that its first interpreter gets, and
+    /// bytes, kept within `cap` bytes in all) as copies that its first worker gets, and
     /// `note` as the first words of that call's `state` note.
     pub fn restored(
         id: SandboxId,
@@ -175,7 +175,7 @@ impl Sandbox {
         // Its files as saved count as saved.
         sandbox.saved_files = Mutex::new(Some(files.version()));
         sandbox.generation = AtomicU64::new(restored.generation);
-        // Its first interpreter is not its first: the kept files go into it, with the note.
+        // Its first worker is not its first: the kept files go into it, with the note.
         sandbox.had_interpreter = AtomicBool::new(true);
         sandbox.restored_note = Mutex::new(Some(note));
         Arc::new(sandbox)
@@ -265,7 +265,7 @@ impl Sandbox {
         self.queued.notify_waiters();
     }
 
-    /// Queues for the interpreter after every call stamped before `arrival` (when it was
+    /// Queues for the worker after every call stamped before `arrival` (when it was
     /// stamped for this sandbox; otherwise simply in the mutex's FIFO order).
     pub async fn queue(&self, arrival: Option<&Arrival>) -> OwnedMutexGuard<Option<Worker>> {
         let Some(n) = arrival.filter(|a| a.sandbox == self.id).map(|a| a.n) else {
@@ -309,13 +309,13 @@ impl Sandbox {
         f(&mut self.files.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// A new interpreter is taken: whether it is the sandbox's first (otherwise the state of
+    /// A new worker is taken: whether it is the sandbox's first (otherwise the state of
     /// an earlier one was lost).
     pub fn first_interpreter(&self) -> bool {
         !self.had_interpreter.swap(true, Ordering::SeqCst)
     }
 
-    /// The state was cleared on purpose (`reset_session`): the next interpreter counts as the
+    /// The state was cleared on purpose (`reset_session`): the next worker counts as the
     /// first, with no note.
     pub fn forget_interpreters(&self) {
         self.had_interpreter.store(false, Ordering::SeqCst);
@@ -337,7 +337,7 @@ impl Sandbox {
             .take()
     }
 
-    /// Whether it holds an interpreter that is not running a call now (for metrics).
+    /// Whether it holds a worker that is not running a call now (for metrics).
     pub fn has_idle_interpreter(&self) -> bool {
         self.worker.try_lock().is_ok_and(|slot| slot.is_some())
     }
@@ -352,7 +352,7 @@ impl Sandbox {
         self.ended.is_cancelled()
     }
 
-    /// Ends the sandbox: its interpreter is killed now if idle, or by the running call, which
+    /// Ends the sandbox: its worker is killed now if idle, or by the running call, which
     /// then sends no result.
     pub fn end(&self) {
         self.ended.cancel();

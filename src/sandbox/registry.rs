@@ -154,7 +154,7 @@ impl Registry {
         })
     }
 
-    /// How many sandboxes are live, and how many of them hold an interpreter between calls
+    /// How many sandboxes are live, and how many of them hold a worker between calls
     /// (for metrics).
     pub fn counts(&self) -> (usize, usize) {
         let live = self.live();
@@ -203,7 +203,7 @@ impl Registry {
     }
 
     /// A new sandbox held by `owner` (tests: the server makes its own through
-    /// [`create_as`](Self::create_as)), with `dependencies` for each of its interpreters,
+    /// [`create_as`](Self::create_as)), with `dependencies` for each of its workers,
     /// registered under a fresh handle; at the cap it takes an idle sandbox's place.
     ///
     /// Errors: [`RegistryError::Full`] when `--max-sandboxes` are live and none may give way;

@@ -2,7 +2,7 @@
 //! sandboxes' files and metadata after each completed call, so that a sandbox outlives the
 //! replica that held it. A replica that gets a call for a sandbox it does not hold (the load
 //! balancer moved it after its replica died or drained) restores it from here: a fresh
-//! interpreter, its files back, its dependencies installed; its globals are lost, and the
+//! worker, its files back, its dependencies installed; its globals are lost, and the
 //! call's `state` note says so.
 //!
 //! Layout, one directory per sandbox, named by the SHA-256 of its handle (the directory
@@ -95,7 +95,7 @@ fn principal_digest(principal: Option<&str>) -> Option<String> {
 #[derive(Debug, Serialize, Deserialize)]
 struct Manifest {
     format: u32,
-    /// The sandbox's requirements (PEP 508), installed again into a restored interpreter.
+    /// The sandbox's requirements (PEP 508), installed again into a restored sandbox's worker.
     dependencies: Vec<String>,
     /// Files the sandbox had but the front held no copy of (over `--max-session-file-bytes`):
     /// a restore says they are gone.

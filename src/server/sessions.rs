@@ -9,7 +9,7 @@ use crate::sandbox::registry::{Registry, RegistryError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// The live sessions, bounded by `--max-sessions`: every live session may hold an interpreter,
+/// The live sessions, bounded by `--max-sessions`: every live session may hold a worker,
 /// so the bound is what keeps the server's memory finite.
 pub struct Sessions {
     live: AtomicUsize,
@@ -72,7 +72,7 @@ impl Sessions {
 /// One live session. Held only by the session's handler (never by a call's task), so that
 /// when the transport drops the handler (stdio EOF, `DELETE /mcp`, idle expiry, SSE
 /// disconnect, a sessionless request answered) the session ends and so does its default
-/// sandbox, interpreter and all.
+/// sandbox, worker and all.
 pub struct SessionGuard {
     default: Mutex<Option<Arc<Sandbox>>>,
     registry: Arc<Registry>,

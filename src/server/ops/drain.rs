@@ -16,7 +16,7 @@
 //!    check) until one is refused and replayed elsewhere, and a request that reached the
 //!    listener as it closed would be cut without an answer that says nothing ran.
 //! 3. Then the listener stops (responses being written get a few more seconds), every
-//!    interpreter is killed and reaped, and the process exits 0. A call still running at the
+//!    worker is killed and reaped, and the process exits 0. A call still running at the
 //!    drain timeout is stopped: its client sees its stream end without an answer.
 //!
 //! A second SIGTERM or SIGINT during the drain skips to step 3. Over stdio there is one client

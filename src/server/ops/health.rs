@@ -1,7 +1,7 @@
 //! Health and readiness over HTTP, for load balancers and Kubernetes probes (issue 27):
 //! `GET /healthz` answers 200 while the process serves; `GET /readyz` answers 200 only when a
 //! new sandbox is cheap (the zygote is ready where the server uses one, and a spare
-//! interpreter is ready where spares are kept) and the server is not shutting down, else 503
+//! worker is ready where spares are kept) and the server is not shutting down, else 503
 //! with the reason. Both sit outside the DNS-rebinding guard: they reveal nothing and run
 //! nothing, and a probe's `Host` is the pod's address.
 

@@ -2,10 +2,10 @@
 //! uses [`Activity`] directly).
 //!
 //! A session is idle once none of its requests is in flight and its last message went either
-//! way at least the idle time ago ([`crate::sandbox::activity`]). A request in flight keeps its session alive however long it
-//! runs (a call under `--timeout 0` or a slow install): rmcp's own session expiry counts only
-//! messages, so a call longer than the idle time used to lose its session, interpreter and
-//! result half-way (the client got an empty event stream).
+//! way at least the idle time ago ([`crate::sandbox::activity`]). A request in flight keeps
+//! its session alive however long it runs (a call under `--timeout 0` or a slow install):
+//! rmcp's own session expiry counts only messages, so a call longer than the idle time used
+//! to lose its session, worker and result half-way (the client got an empty event stream).
 
 use crate::sandbox::activity::{until_idle, Activity, InFlight};
 use axum::body::Body;

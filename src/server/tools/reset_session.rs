@@ -39,7 +39,7 @@ impl McpTool for ResetSession {
         )
     }
 
-    /// After the sandbox's earlier calls, drops its interpreter and files.
+    /// After the sandbox's earlier calls, drops its worker and files.
     async fn call(
         server: &RunPythonServer,
         _arguments: SandboxArguments,

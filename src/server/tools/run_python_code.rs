@@ -349,7 +349,7 @@ impl RunPythonServer {
 
     /// Runs `arguments`' code in `in_use` on a task of its own, which holds the sandbox but not
     /// the session: when the session or the sandbox ends, or the client cancels the request
-    /// (`notifications/cancelled`), the interpreter is killed at once and `None` comes back.
+    /// (`notifications/cancelled`), the worker is killed at once and `None` comes back.
     async fn run_in(
         &self,
         arguments: RunArguments,

@@ -743,7 +743,7 @@ fn streamable_router(
     }
     // rmcp would end a session after `keep_alive` without a message (its default is
     // 300 s), even with a call in flight; `StreamableSessions` ends it once idle
-    // instead, and the session's interpreter, and with `--stateful` its state, go
+    // instead, and the session's worker, and with `--stateful` its state, go
     // with it.
     manager.session_config.keep_alive = None;
     let manager = Arc::new(manager);

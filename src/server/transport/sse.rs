@@ -39,8 +39,8 @@ struct Session {
 type Sessions = Arc<Mutex<HashMap<String, Session>>>;
 
 /// Ends the session (`done`) once it is idle for `idle` (`--session-idle-timeout`; see
-/// [`idle`](crate::server::ops::idle)): its stream closes, its interpreter and state go, and later POSTs
-/// get 404.
+/// [`idle`](crate::server::ops::idle)): its stream closes, its worker and state go, and later
+/// POSTs get 404.
 async fn expire_when_idle(activity: Arc<Activity>, idle: Duration, done: CancellationToken) {
     if until_idle(&activity, idle, &done).await {
         tracing::debug!("an SSE session was idle for {} s and ended", idle.as_secs());
