@@ -118,7 +118,7 @@ pub enum Exit {
     /// It reported a fatal error as it ended: its own words.
     #[error(": {0}")]
     Fatal(String),
-    /// It ended; only its parent knows how (a forked interpreter, reaped by the zygote).
+    /// It ended; only its parent knows how (a forked worker, reaped by the zygote).
     #[error("")]
     Unknown,
 }
@@ -285,8 +285,8 @@ pub struct BootRequest<'a> {
 /// Files handed to a worker to install: virtual path and bytes (a wheel, or a lock package's file).
 pub type InstallFiles = Vec<(String, Arc<Vec<u8>>)>;
 
-/// Packages every interpreter installs, and imports, as it boots (`--deps`): the zygote does it
-/// once for all the interpreters it forks. Made by the front from the resolver's plan.
+/// Packages every worker installs, and imports, as it boots (`--deps`): the zygote does it once
+/// for all the workers it forks. Made by the front from the resolver's plan.
 #[derive(Debug, Default)]
 pub struct Preinstall {
     /// The files to install, as in [`Worker::install`].
@@ -407,7 +407,7 @@ impl Worker {
     }
 
     /// Sends `boot` (the snapshot mode, the snapshot and the mounts), if given, and waits for
-    /// the worker to say it is ready (a forked interpreter says so by itself), at most
+    /// the worker to say it is ready (a forked worker says so by itself), at most
     /// [`BOOT_TIMEOUT`]. Returns the worker and the snapshot it made, if any. A worker that
     /// does not become ready is killed.
     ///
@@ -565,7 +565,7 @@ impl Worker {
     async fn exit_reason(&mut self) -> Exit {
         match tokio::time::timeout(Duration::from_secs(2), self.process.wait()).await {
             Ok(Some(Ended::Status(status))) => Exit::Status(status),
-            // Only the zygote sees how a forked interpreter ended.
+            // Only the zygote sees how a forked worker ended.
             _ => Exit::Unknown,
         }
     }

@@ -1,7 +1,7 @@
 //! The zygote's memory, laid out so that forking it and ending a child are cheap (issue 13).
 //!
 //! `fork(2)` copies one page-table entry per resident page of every private mapping and links
-//! one `anon_vma` chain per mapping; a child's exit undoes both. With one fresh interpreter
+//! one `anon_vma` chain per mapping; a child's exit undoes both. With one fresh worker
 //! per call (`--isolation call`) those two were half of a call's CPU time. Two things make
 //! them smaller, done once in the zygote just before it starts forking:
 //!

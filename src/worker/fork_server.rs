@@ -1,12 +1,12 @@
 //! The zygote's side of the fork server (issue 13; `docs/fork-server-research.md`): a worker
 //! started with [`ZYGOTE_ARG`] boots Pyodide once, warms it up, and then, instead of serving
-//! calls, forks a ready interpreter for every request of the front. It never runs user code.
+//! calls, forks a ready worker for every request of the front. It never runs user code.
 //!
 //! The control channel is a `SOCK_SEQPACKET` UNIX socket whose descriptor is named by
 //! [`CONTROL_FD_ARG`] (message boundaries are kept, and descriptors travel as `SCM_RIGHTS`).
 //! Its messages are [`Control`], declared with the worker protocol:
 //! - zygote → front, once: [`Control::Forkable`], when the zygote has one thread and may fork;
-//! - front → zygote: [`Control::Fork`] with the new interpreter's stdin, stdout and stderr;
+//! - front → zygote: [`Control::Fork`] with the new worker's stdin, stdout and stderr;
 //! - zygote → front: [`Control::Forked`] with the child's pidfd, by which the front kills it and
 //!   sees it end (the zygote reaps it), or [`Control::ForkFailed`].
 //!
@@ -49,7 +49,7 @@ const SINGLE_THREAD_WAIT: Duration = Duration::from_secs(60);
 const THREAD_POLL: Duration = Duration::from_millis(100);
 
 /// How often the zygote reaps its ended children while no request comes (milliseconds): an
-/// ended interpreter stays a zombie at most this long. A wake-up costs one `poll` and one
+/// ended worker stays a zombie at most this long. A wake-up costs one `poll` and one
 /// `waitpid` and touches no engine memory.
 const REAP_INTERVAL_MS: u16 = 100;
 

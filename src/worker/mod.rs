@@ -4,7 +4,7 @@
 //! - [`client`]: the front's side of one worker ([`client::Worker`]): every request and its one
 //!   reply, under deadlines and caps; [`protocol`]: the frames both sides speak (§10);
 //! - [`worker_main`]: the worker's side (`__worker`): boot, confinement, the request loop;
-//! - where interpreters come from: [`snapshot`] (boot or restore; `Launcher`), [`zygote`] (the
+//! - where workers come from: [`snapshot`] (boot or restore; `Launcher`), [`zygote`] (the
 //!   front's side of the fork server) and [`fork_server`] (the zygote's side), [`fork_memory`],
 //!   [`spares`] (made ahead) and [`pool`] (`--isolation shared`);
 //! - [`confine`]: the second wall (namespaces, Landlock, seccomp); [`process`]: a spawned or

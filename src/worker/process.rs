@@ -11,7 +11,7 @@ use tokio::process::Child;
 pub enum Ended {
     /// The front's own child: its exit status.
     Status(std::process::ExitStatus),
-    /// A forked interpreter: it ended, but only its parent (the zygote) sees the status.
+    /// A forked worker: it ended, but only its parent (the zygote) sees the status.
     Forked,
 }
 

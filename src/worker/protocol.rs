@@ -352,7 +352,7 @@ impl Reply {
 pub enum Control {
     /// Zygote → front, once: the zygote is single-threaded and serves fork requests.
     Forkable,
-    /// Front → zygote: fork one interpreter, whose stdin, stdout and stderr are attached.
+    /// Front → zygote: fork one worker, whose stdin, stdout and stderr are attached.
     Fork,
     /// Zygote → front: the child's process id, its pidfd attached (the front kills it and
     /// sees it end by it; the zygote reaps it).
@@ -463,7 +463,7 @@ pub struct RunOutcome {
     /// after the text).
     #[serde(default)]
     pub written: Vec<String>,
-    /// `--stateful`: the paths of `files` that changed since the interpreter's previous such
+    /// `--stateful`: the paths of `files` that changed since the worker's previous such
     /// run, between runs too: the front reads them again for the copy it restores from.
     #[serde(default)]
     pub refresh: Vec<String>,

@@ -51,7 +51,7 @@ enum ZygoteState {
     Idle,
     /// Booting and warming up in the background.
     Starting,
-    /// Forks interpreters.
+    /// Forks workers.
     Ready(Arc<Zygote>),
     /// Failed; not started again before this instant.
     Failed(Instant),
@@ -210,12 +210,12 @@ impl Launcher {
         }
     }
 
-    /// Whether this launcher forks interpreters from a zygote once one is ready.
+    /// Whether this launcher forks workers from a zygote once one is ready.
     pub fn uses_zygote(&self) -> bool {
         self.zygote.is_some()
     }
 
-    /// Whether new interpreters are forked now (the zygote is ready, and alive).
+    /// Whether new workers are forked now (the zygote is ready, and alive).
     pub fn forks(&self) -> bool {
         self.ready_zygote().is_some_and(|zygote| zygote.is_alive())
     }

@@ -1,6 +1,6 @@
-//! Clean spare interpreters, booted ahead (from the memory snapshot) so that a new session or
-//! a fresh-per-call interpreter rarely waits for a boot (docs/architecture.md §3). A spare has run nothing; it
-//! is handed out once and never comes back.
+//! Clean spare workers, booted ahead (from the memory snapshot) so that a new session or a
+//! fresh-per-call worker rarely waits for a boot (docs/architecture.md §3). A spare has run
+//! nothing; it is handed out once and never comes back.
 
 use super::client::{Deadline, Phase, Worker, WorkerError};
 use super::snapshot::Launcher;
@@ -15,10 +15,10 @@ use tokio::sync::Notify;
 /// (SIGSTOP) or wedged is replaced.
 pub const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Why a new interpreter is not cheap now ([`Spares::readiness`]).
+/// Why a new worker is not cheap now ([`Spares::readiness`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum NotReady {
-    /// The zygote is starting (or restarting after a failure): new interpreters are restored
+    /// The zygote is starting (or restarting after a failure): new workers are restored
     /// from the memory snapshot meanwhile, ~0.5 s and ~170 MiB each instead of a fork's ~10 ms.
     #[error("the zygote is not ready: new interpreters are restored from the snapshot (slow) until it is")]
     Zygote,
@@ -78,8 +78,8 @@ impl Spares {
         self.fill_to(self.target);
     }
 
-    /// Boots one spare in the background unless one is ready or booting already: after an
-    /// interpreter was lost (or at start-up), so that its replacement is likely ready before
+    /// Boots one spare in the background unless one is ready or booting already: after a
+    /// worker was lost (or at start-up), so that its replacement is likely ready before
     /// it is needed, even with a `target` of 0.
     pub fn replenish(self: &Arc<Self>) {
         self.fill_to(self.target.max(1));
@@ -119,7 +119,7 @@ impl Spares {
         }
     }
 
-    /// A clean interpreter: a ready spare that passes a health check, else the next one to
+    /// A clean worker: a ready spare that passes a health check, else the next one to
     /// finish booting, else one booted now. Starts booting a replacement.
     ///
     /// Errors: a worker could not be booted; [`WorkerError::Closed`] after shutdown.
@@ -140,7 +140,7 @@ impl Spares {
                 self.fill();
                 if self.outdated(&worker) {
                     // Booted before the zygote was ready: a fork (milliseconds) inherits the
-                    // zygote's compiled code, which a booted interpreter would spend its first
+                    // zygote's compiled code, which a booted worker would spend its first
                     // thousands of calls compiling, slower all the while.
                     worker.kill_soon();
                     continue;
@@ -183,15 +183,15 @@ impl Spares {
         Ok(())
     }
 
-    /// Whether `worker` should give way to a forked interpreter: it was booted (restored)
-    /// before the zygote was ready, and the zygote is ready now. A booted interpreter compiles
+    /// Whether `worker` should give way to a forked worker: it was booted (restored)
+    /// before the zygote was ready, and the zygote is ready now. A booted worker compiles
     /// the per-call code anew for thousands of calls, slower all the while, which a fork
-    /// inherits compiled (`--isolation shared` keeps its interpreters for the server's life).
+    /// inherits compiled (`--isolation shared` keeps its workers for the server's life).
     pub fn outdated(&self, worker: &Worker) -> bool {
         !worker.is_forked() && self.launcher.forks()
     }
 
-    /// Whether a new interpreter is cheap now (`GET /readyz`): the zygote, where the server
+    /// Whether a new worker is cheap now (`GET /readyz`): the zygote, where the server
     /// uses one, is ready to fork, and a spare is ready where spares are kept.
     ///
     /// Errors: [`NotReady`], which says why not.

@@ -455,7 +455,7 @@ fn install_packages(
 
 /// Installs `--deps` as the worker boots ([`BootInstall`]: `files[i]`'s bytes are `bytes[i]`),
 /// then imports their top-level modules, so that the worker's calls (and, in the zygote, every
-/// interpreter forked from it) find them ready. A module that fails to import is logged on
+/// worker forked from it) find them ready. A module that fails to import is logged on
 /// stderr and left for the calls to import.
 ///
 /// Errors: a package did not install (the front then installs `--deps` at the first call, which
@@ -505,7 +505,7 @@ fn error_outcome(error: String, fatal: bool) -> RunOutcome {
     }
 }
 
-/// The result of a run whose interpreter ended (the next call runs in a new one).
+/// The result of a run whose interpreter ended (the next call runs in a new worker).
 fn ended_outcome(ended: Ended) -> RunOutcome {
     let error = match ended {
         Ended::Exit(code) => format!("SystemExit: the code ended the interpreter with exit({code}) (os._exit); the next call runs in a new interpreter"),
@@ -657,16 +657,16 @@ fn read_file(
 }
 
 /// Calls the zygote makes before it forks, so that its children inherit warm caches and
-/// compiled code: the first call of a forked interpreter then costs about what a later one does.
+/// compiled code: the first call of a forked worker then costs about what a later one does.
 const WARM_UP_CALLS: usize = 200;
 
 /// More calls the zygote makes after [`WARM_UP_CALLS`] (the same code, without the import
 /// scan, which most calls skip too), so that its children inherit the per-call code compiled by
 /// the engine's optimizing WebAssembly tier (OMG). That tier takes a function once its counter
 /// reaches 50,000, and an entry adds 15: a function entered once per call tiers up after about
-/// 3,300 calls. With only the 200 warm-up calls, every forked interpreter compiled those
+/// 3,300 calls. With only the 200 warm-up calls, every forked worker compiled those
 /// functions itself around its 3,000th call, on a second thread, and `session` throughput with
-/// 8 forked interpreters was 547–598 calls/s against 900–1,300 after 5,000 warm-up calls. The
+/// 8 forked workers was 547–598 calls/s against 900–1,300 after 5,000 warm-up calls. The
 /// warm-call tail over HTTP moved from 3–5× the median to 1.4–3.4× across runs (this machine's
 /// noise is of that order). The price: a few seconds of one core before the zygote is ready.
 const TIER_UP_CALLS: usize = 4800;
@@ -712,7 +712,7 @@ fn warm_up(engine: &mut Engine, runner: &Runner) -> Result<()> {
 
 /// The zygote's last call: every object alive now moves to the garbage collector's permanent
 /// generation, which it never scans again (`gc.freeze`, meant for pre-fork servers), so that a
-/// forked interpreter's collections do not write to (and copy) every page of the zygote's heap.
+/// forked worker's collections do not write to (and copy) every page of the zygote's heap.
 const FREEZE_CODE: &str = "import gc\ngc.collect()\ngc.freeze()";
 
 /// Runs `code` in the zygote through the runner's `run`, as a call would, with fresh globals and
@@ -738,7 +738,7 @@ const WARM_UP_CAP: usize = 1 << 10;
 struct BootReport {
     /// Pyodide's version.
     version: String,
-    /// How long the boot took (milliseconds; for a forked interpreter, the fork).
+    /// How long the boot took (milliseconds; for a forked worker, the fork).
     boot_ms: u64,
     /// Whether the interpreter was restored from a memory snapshot (or forked from one).
     restored: bool,
@@ -936,7 +936,7 @@ fn read_boot(input: &mut impl io::Read) -> Result<Option<BootPlan>> {
 }
 
 /// The worker's life: reads the boot frame, confines itself, boots Pyodide, and serves the
-/// front's requests until stdin closes; a zygote forks interpreters instead, and each forked
+/// front's requests until stdin closes; a zygote forks workers instead, and each forked
 /// child goes on serving.
 ///
 /// Errors: the boot frame is not one, a confinement layer fails (`--sandbox strict`), Pyodide
@@ -1033,7 +1033,7 @@ struct Zygote<'a> {
 
 impl Zygote<'_> {
     /// Warms up, says it booted (`report`; its confinement, `confined`, is not sealed: the
-    /// zygote runs no user code), then forks interpreters until the front is done. Returns
+    /// zygote runs no user code), then forks workers until the front is done. Returns
     /// `false` in the zygote when done, and `true` in each forked child, which has confined
     /// itself and said it is ready; only the children go on, each with its own stdin, stdout
     /// and stderr.
@@ -1068,7 +1068,7 @@ impl Zygote<'_> {
 }
 
 /// Serves the front's requests until it closes the input or the code ends the interpreter.
-/// `forked`: an interpreter forked by the zygote, whose allocator's scavenger stays suspended
+/// `forked`: a worker forked by the zygote, whose allocator's scavenger stays suspended
 /// until its first run is over.
 ///
 /// Errors: the front breaks the protocol, or the pipes fail.
@@ -1082,7 +1082,7 @@ fn serve_requests(mut worker: Serving, input: &RefCell<FrontInput>, forked: bool
         match worker.serve(frame)? {
             Served::Answered => {}
             Served::Ran if scavenger_suspended => {
-                // A forked interpreter's first run is over: the allocator may scavenge again.
+                // A forked worker's first run is over: the allocator may scavenge again.
                 super::fork_server::resume_scavenger();
                 scavenger_suspended = false;
             }

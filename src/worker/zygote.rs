@@ -1,10 +1,10 @@
 //! The front's side of the fork server (issue 13): one zygote process boots Pyodide once and
-//! forks a fresh, confined interpreter for every worker the front asks for, in milliseconds
+//! forks a fresh, confined worker each time the front asks for one, in milliseconds
 //! instead of the ~0.9 s of a snapshot restore. The protocol and the zygote's side are in
 //! `fork_server.rs`; the reasons and measurements in `docs/fork-server-research.md`.
 //!
 //! The zygote is trusted no more than any worker for what it sends: the only thing the front
-//! takes from it is a pid and a pidfd per fork, and the forked interpreter is then a worker
+//! takes from it is a pid and a pidfd per fork, and the forked child is then a worker
 //! like any other (its `Ready` frame, its pipes, its deadlines). It never runs user code.
 
 use super::client::{BootRequest, Preinstall, Worker, WorkerError};
@@ -59,7 +59,7 @@ pub struct Zygote {
     process: Mutex<Option<Worker>>,
     /// The front's end of the control socket; one fork request at a time.
     control: Arc<Mutex<OwnedFd>>,
-    /// The packages the zygote installed as it booted (`--deps`), which every interpreter it
+    /// The packages the zygote installed as it booted (`--deps`), which every worker it
     /// forks has: normalized name → version.
     installed: HashMap<String, String>,
 }
@@ -143,7 +143,7 @@ impl Zygote {
         }
     }
 
-    /// Forks a fresh interpreter and waits until it is ready (confined, reseeded).
+    /// Forks a fresh worker and waits until it is ready (confined, reseeded).
     ///
     /// Errors: [`ZygoteError`]; after any, this zygote should be replaced.
     pub async fn fork(&self) -> Result<Worker, ZygoteError> {
@@ -197,7 +197,7 @@ impl Zygote {
             .is_some_and(|worker| !worker.has_ended())
     }
 
-    /// Kills the zygote (its interpreters die with it: `PR_SET_PDEATHSIG`).
+    /// Kills the zygote (the workers it forked die with it: `PR_SET_PDEATHSIG`).
     pub async fn kill(&self) {
         let process = self
             .process

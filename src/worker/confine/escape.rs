@@ -190,7 +190,7 @@ pub fn run_if_requested() {
     };
     let mut parts = spec.split(',');
     let port = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    // `stdin`: an interpreter forked from a zygote shares the zygote's arguments, so the test
+    // `stdin`: a worker forked from a zygote shares the zygote's arguments, so the test
     // writes the first probe's index on its stdin instead (one decimal line).
     let first: usize = match parts.next() {
         Some("stdin") => first_from_stdin(),

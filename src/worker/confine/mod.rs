@@ -351,11 +351,11 @@ pub fn seal(mut status: Status) -> Result<Status, ConfineError> {
     Ok(status)
 }
 
-/// In an interpreter forked by the zygote (`fork_server.rs`), before [`seal`]: a Landlock
+/// In a worker forked by the zygote (`fork_server.rs`), before [`seal`]: a Landlock
 /// domain of its own, nested in the zygote's, so that Landlock's scoping of signals and
-/// abstract UNIX sockets keeps it from its sibling interpreters as well as from the host. The
+/// abstract UNIX sockets keeps it from its sibling workers as well as from the host. The
 /// namespaces and the empty capability sets are the zygote's (entered by [`enter`] before it
-/// booted), shared by its interpreters; the seccomp filter kills every system call that could
+/// booted), shared by its workers; the seccomp filter kills every system call that could
 /// reach a sibling through them (sockets, System V IPC, `ptrace`, other processes' signals).
 ///
 /// Errors: under [`Mode::Strict`], Landlock cannot be applied.
