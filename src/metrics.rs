@@ -4,7 +4,7 @@
 //! is one of a fixed set: nothing a client or user code sends becomes a label (a tool name a
 //! client made up is counted as `other`).
 //!
-//! Counters and histograms are recorded where things happen; the gauges (interpreters,
+//! Counters and histograms are recorded where things happen; the gauges (workers,
 //! queue depth, live sandboxes and sessions) are read at each scrape ([`Gauges`]), so they
 //! cannot drift. Without an installed recorder (stdio, `warmup`) every call here is a no-op.
 
@@ -18,18 +18,18 @@ use std::time::Duration;
 const TOOL_CALLS: &str = "mcp_run_python_tool_calls_total";
 /// Seconds from a `tools/call`'s arrival to its answer, by `tool`.
 const TOOL_CALL_DURATION: &str = "mcp_run_python_tool_call_duration_seconds";
-/// Interpreters by `state`: `booting`, `spare` (ready, unused), `idle` (a sandbox's, between
-/// calls), `busy` (running a call).
+/// Workers by `state` (the metric's name says interpreters): `booting`, `spare` (ready,
+/// unused), `idle` (a sandbox's, between calls), `busy` (running a call).
 const INTERPRETERS: &str = "mcp_run_python_interpreters";
-/// Calls waiting for an interpreter (`--max-queue` bounds it).
+/// Calls waiting for a worker (`--max-queue` bounds it).
 const QUEUE_DEPTH: &str = "mcp_run_python_queue_depth";
-/// Seconds a call waited for its sandbox's interpreter and a running slot.
+/// Seconds a call waited for its sandbox's worker and a running slot.
 const QUEUE_WAIT: &str = "mcp_run_python_queue_wait_seconds";
 /// Live sandboxes (sessions' own included).
 const SANDBOXES: &str = "mcp_run_python_sandboxes";
 /// Live protocol sessions.
 const SESSIONS: &str = "mcp_run_python_sessions";
-/// Interpreters the server stopped, by `reason`.
+/// Workers the server stopped, by `reason`.
 const WORKERS_KILLED: &str = "mcp_run_python_workers_killed_total";
 /// Package installs into an interpreter, by `result` (`ok`, `error`).
 const INSTALLS: &str = "mcp_run_python_package_installs_total";
@@ -102,7 +102,7 @@ pub fn queue_wait(waited: Duration) {
     histogram!(QUEUE_WAIT).record(waited.as_secs_f64());
 }
 
-/// Why the server stopped an interpreter.
+/// Why the server stopped a worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KillReason {
     /// The call's deadline (`--timeout`).
@@ -139,7 +139,7 @@ impl KillReason {
     }
 }
 
-/// The server stopped an interpreter.
+/// The server stopped a worker.
 pub fn worker_killed(reason: KillReason) {
     counter!(WORKERS_KILLED, "reason" => reason.label()).increment(1);
 }

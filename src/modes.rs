@@ -187,10 +187,9 @@ async fn build(cli: &Cli) -> Result<RunPythonServer> {
     Ok(server)
 }
 
-/// Who shares an interpreter: `--isolation`, or `call` with `--fresh-worker`.
+/// Who shares a worker: `--isolation`, or `call` with `--fresh-worker`.
 ///
-/// Errors: `--stateful` with any isolation but `session`, whose interpreter is the sandbox's
-/// own.
+/// Errors: `--stateful` with any isolation but `session`, whose worker is the sandbox's own.
 fn isolation(cli: &Cli) -> Result<Isolation> {
     let isolation = if cli.fresh_worker {
         Isolation::Call
@@ -210,10 +209,10 @@ fn isolation(cli: &Cli) -> Result<Isolation> {
 fn spare_counts(cli: &Cli, isolation: Isolation, workers: usize) -> (usize, usize) {
     let (spares, initial) = match (isolation, cli.mode) {
         (Isolation::Call, _) => (workers, workers),
-        // Shared interpreters are booted at start-up and replaced when lost (and, over HTTP,
+        // Shared workers are booted at start-up and replaced when lost (and, over HTTP,
         // by forks once the zygote is ready).
         (Isolation::Shared, _) => (0, workers),
-        // One session: one spare at start, and one after each lost interpreter.
+        // One session: one spare at start, and one after each lost worker.
         (Isolation::Sandbox, Mode::Stdio | Mode::Warmup | Mode::Example) => (0, 1),
         (Isolation::Sandbox, _) => {
             let n = DEFAULT_HTTP_SPARES.min(workers.max(1));
@@ -226,12 +225,11 @@ fn spare_counts(cli: &Cli, isolation: Isolation, workers: usize) -> (usize, usiz
     }
 }
 
-/// Whether interpreters are forked from a zygote (unless `--no-zygote`).
+/// Whether workers are forked from a zygote (unless `--no-zygote`).
 fn uses_zygote(cli: &Cli, isolation: Isolation) -> bool {
-    // A zygote pays for itself where new interpreters are needed all the time: a session each
-    // (HTTP) or a call each; and over HTTP with `shared`, whose long-lived interpreters it
-    // hands out with their code compiled. Over stdio one session keeps one interpreter for its
-    // whole life.
+    // A zygote pays for itself where new workers are needed all the time: a session each (HTTP)
+    // or a call each; and over HTTP with `shared`, whose long-lived workers it hands out with
+    // their code compiled. Over stdio one session keeps one worker for its whole life.
     !cli.no_zygote
         && (isolation == Isolation::Call
             || !matches!(cli.mode, Mode::Stdio | Mode::Warmup | Mode::Example))
@@ -318,7 +316,7 @@ async fn upstreams(cli: &Cli) -> Result<Option<Arc<crate::upstream::Upstreams>>>
 }
 
 /// The sandbox registry: its bounds and, with `--state-dir`, the directory sandboxes are
-/// saved to. Idle sandboxes' interpreters are counted at the zygote's size when there is one.
+/// saved to. Idle sandboxes' workers are counted at the zygote's size when there is one.
 ///
 /// Errors: `--state-dir` without `--stateful` or unusable; a time limit out of range.
 fn registry(cli: &Cli, zygote: bool) -> Result<Arc<Registry>> {
@@ -373,22 +371,22 @@ const DEFAULT_HTTP_SPARES: usize = 2;
 /// Install limit when `--install-timeout 0` asks for none (seconds): ten years.
 const NO_INSTALL_LIMIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-/// Resident memory of one live, idle interpreter, rounded up (MiB; measured: ~230 MiB RSS
+/// Resident memory of one live, idle worker, rounded up (MiB; measured: ~230 MiB RSS
 /// after one trivial call). Used to size the default `--max-sessions`.
 const INTERPRETER_MIB: u64 = 256;
 
-/// Memory of one live, idle interpreter forked from the zygote, rounded up (MiB of PSS;
+/// Memory of one live, idle worker forked from the zygote, rounded up (MiB of PSS;
 /// measured by `bench/interpreters.py`: its own pages after one trivial call, plus its share of
 /// the zygote's). Used to size the default `--max-sessions` when a zygote is on.
 const FORKED_INTERPRETER_MIB: u64 = 32;
 
-/// Memory of one idle sandbox's interpreter forked from the zygote, with room to grow (MiB of
+/// Memory of one idle sandbox's worker forked from the zygote, with room to grow (MiB of
 /// PSS; `bench/sandboxes.py` measured 5.4 MiB each with 300 live after one call, and an idle
-/// forked interpreter that had run more measured ~15 MiB). Used to size the default
+/// forked worker that had run more measured ~15 MiB). Used to size the default
 /// `--max-sandboxes`.
 const IDLE_SANDBOX_MIB: u64 = 16;
 
-/// Share of the machine's memory that live interpreters may take by default (percent).
+/// Share of the machine's memory that live workers may take by default (percent).
 const SESSION_MEMORY_PERCENT: u64 = 75;
 
 /// Bounds of the default `--max-sessions` and `--max-sandboxes`.
@@ -396,7 +394,7 @@ const MIN_DEFAULT_SESSIONS: usize = 4;
 const MAX_DEFAULT_SESSIONS: usize = 1024;
 const MAX_DEFAULT_SANDBOXES: usize = 4096;
 
-/// `--max-sessions` (or `--max-sandboxes`) by default: as many idle interpreters of
+/// `--max-sessions` (or `--max-sandboxes`) by default: as many idle workers of
 /// `interpreter_mib` MiB as fit in 75% of the memory, at least [`MIN_DEFAULT_SESSIONS`] and at
 /// most `most`.
 fn default_max_live(interpreter_mib: u64, most: usize) -> usize {

@@ -111,7 +111,7 @@ pub struct Project {
 #[derive(Clone)]
 pub struct Fetcher {
     /// Made at the first request: making one loads the system's root certificates (~8 ms),
-    /// which would otherwise delay every server's start, and its first interpreter's boot.
+    /// which would otherwise delay every server's start, and its first worker's boot.
     client: Arc<OnceLock<reqwest::Client>>,
     cache: Cache,
     offline: bool,
