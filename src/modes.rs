@@ -534,21 +534,19 @@ async fn serve_http(cli: &Cli, server: RunPythonServer) -> Result<()> {
 
 /// Before serving: under `--confinement strict`, boots one worker now and refuses to serve
 /// (exit code 1) unless it confined itself fully; under `--confinement off`, says loudly that
-/// the workers are not confined. Returns the exit code when the server must not start. The
-/// two messages still name the option by its earlier name, `--sandbox`, as they always did
-/// (scripts and tests read them).
+/// the workers are not confined. Returns the exit code when the server must not start.
 async fn check_confinement(cli: &Cli, server: &RunPythonServer) -> Option<i32> {
     match cli.confinement {
         ConfinementMode::Strict => match server.executor.spares.boot_now().await {
             Ok(()) => None,
             Err(e) => {
-                eprintln!("refusing to serve under --sandbox strict: {e}");
+                eprintln!("refusing to serve under --confinement strict: {e}");
                 Some(1)
             }
         },
         ConfinementMode::Off => {
             tracing::warn!(
-                "--sandbox off: workers are NOT confined by the operating system (no seccomp, \
+                "--confinement off: workers are NOT confined by the operating system (no seccomp, \
                  Landlock, namespaces or limits); for debugging only"
             );
             None

@@ -2,8 +2,9 @@
 //! in flight. A session or sandbox is idle once nothing of it is in flight and its last use is
 //! at least the idle time ago; a request in flight keeps it alive however long it runs (a call
 //! under `--timeout 0`, a slow install), and the idle time counts from that request's end.
-//! Both HTTP session expiries (`--session-idle-timeout`, [`crate::server::ops::idle`]) and the
-//! sandbox registry (`--sandbox-idle-timeout`, eviction at `--max-sandboxes`) count this way.
+//! Both the front's expiry of HTTP sessions (`--session-idle-timeout`,
+//! `src/server/ops/idle.rs`) and the sandbox registry (`--sandbox-idle-timeout`, eviction at
+//! `--max-sandboxes`) count this way.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

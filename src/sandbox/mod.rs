@@ -10,8 +10,8 @@
 //! live and ends the idle and the old; [`state_dir`] saves them for other replicas
 //! (`--state-dir`); [`files`] keeps their files; [`activity`] tells in flight from idle.
 //!
-//! Below the front, above the workers: this folder imports [`crate::worker`], never
-//! [`crate::server`].
+//! Below the front, above the workers: this folder imports [`crate::worker`], never the
+//! front (`src/server/`).
 
 pub mod activity;
 pub mod files;

@@ -87,7 +87,7 @@ pub enum WorkerError {
     OutputFlood { limit: usize },
     #[error("the server is shutting down")]
     Closed,
-    /// `--sandbox strict` and a layer is off; the text names it and says why.
+    /// `--confinement strict` and a layer is off; the text names it and says why.
     #[error("the sandbox worker refused to serve: {0}")]
     Unconfined(String),
 }
@@ -241,7 +241,7 @@ pub struct Worker {
 /// A worker's report of its confinement layers (the second wall), from [`Reply::Ready`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConfinementReport {
-    /// One line naming every layer and whether it is on (`sandbox default: seccomp: on, …`).
+    /// One line naming every layer and whether it is on (`confinement default: seccomp: on, …`).
     pub line: String,
     /// Whether every layer is on.
     pub confined: bool,
@@ -1103,7 +1103,7 @@ def send(reply, raw=None):
     data = raw if raw is not None else json.dumps(reply).encode()
     out.write(struct.pack('<I', len(data)) + data + struct.pack('<I', 0)); out.flush()
 read()
-send({{'kind': 'ready', 'pyodide_version': 'fake', 'boot_ms': 0, 'restored': False, 'sandbox': 'sandbox off', 'confined': False}})
+send({{'kind': 'ready', 'pyodide_version': 'fake', 'boot_ms': 0, 'restored': False, 'sandbox': 'confinement off', 'confined': False}})
 while True:
     req = read()
 {body}

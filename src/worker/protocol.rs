@@ -303,7 +303,7 @@ pub enum Reply {
     FunctionCall { id: CallId, call: FunctionCall },
     /// The worker cannot go on (boot failed, engine error); it exits after sending this.
     Fatal { error: String },
-    /// Under `--sandbox strict`, a confinement layer could not be applied (`reason` names it
+    /// Under `--confinement strict`, a confinement layer could not be applied (`reason` names it
     /// and says why); the worker exits after sending this, before running any code.
     Unconfined { reason: String },
 }
@@ -898,13 +898,13 @@ mod tests {
 
     #[test]
     fn the_ready_reply_names_its_confinement_report_sandbox_on_the_wire() {
-        let json = br#"{"kind":"ready","pyodide_version":"v","boot_ms":1,"restored":false,"sandbox":"sandbox off","confined":false}"#;
+        let json = br#"{"kind":"ready","pyodide_version":"v","boot_ms":1,"restored":false,"sandbox":"confinement off","confined":false}"#;
         let ready: Reply = serde_json::from_slice(json).unwrap();
         assert!(
-            matches!(ready, Reply::Ready { ref confinement, .. } if confinement == "sandbox off")
+            matches!(ready, Reply::Ready { ref confinement, .. } if confinement == "confinement off")
         );
         let back = serde_json::to_value(&ready).unwrap();
-        assert_eq!(back["sandbox"], "sandbox off");
+        assert_eq!(back["sandbox"], "confinement off");
     }
 
     #[test]

@@ -343,7 +343,7 @@ impl Launcher {
     /// ones. The first boot starts the zygote in the background.
     ///
     /// Errors: the worker could not be started or booted, or it refused to serve unconfined
-    /// ([`WorkerError::Unconfined`], `--sandbox strict`).
+    /// ([`WorkerError::Unconfined`], `--confinement strict`).
     pub async fn launch(self: &Arc<Self>) -> Result<Worker, WorkerError> {
         if let Some(zygote) = self.ready_zygote() {
             match zygote.fork().await {

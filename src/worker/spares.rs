@@ -169,7 +169,7 @@ impl Spares {
         }
     }
 
-    /// Boots one spare now and keeps it ready: the start-up check of `--sandbox strict` and
+    /// Boots one spare now and keeps it ready: the start-up check of `--confinement strict` and
     /// `warmup`, which must know before serving that a worker boots and confines itself.
     ///
     /// Errors: as [`Launcher::launch`].

@@ -939,7 +939,7 @@ fn read_boot(input: &mut impl io::Read) -> Result<Option<BootPlan>> {
 /// front's requests until stdin closes; a zygote forks workers instead, and each forked
 /// child goes on serving.
 ///
-/// Errors: the boot frame is not one, a confinement layer fails (`--sandbox strict`), Pyodide
+/// Errors: the boot frame is not one, a confinement layer fails (`--confinement strict`), Pyodide
 /// does not boot, or the front breaks the protocol.
 fn serve() -> Result<()> {
     let control = super::fork_server::control_socket()?;

@@ -34,7 +34,7 @@ def warmup(*args, prefix=()):
 
 
 def report_line(text, mode):
-    lines = [line for line in text.splitlines() if f"sandbox {mode}:" in line]
+    lines = [line for line in text.splitlines() if f"confinement {mode}:" in line]
     assert lines, text
     return lines[0]
 
@@ -115,7 +115,7 @@ async def test_without_user_namespaces_the_server_falls_back_and_says_so(tmp_pat
 def test_strict_refuses_to_serve_without_a_layer():
     proc = warmup("--confinement", "strict", prefix=NO_USERNS)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "refusing to serve under --sandbox strict" in proc.stderr
+    assert "refusing to serve under --confinement strict" in proc.stderr
     assert "userns" in proc.stderr
 
     # Over stdio too: the server exits before it answers anything.
@@ -124,7 +124,7 @@ def test_strict_refuses_to_serve_without_a_layer():
         input="", capture_output=True, text=True, timeout=120, env=server_env(),
     )
     assert started.returncode == 1, started.stderr
-    assert "refusing to serve under --sandbox strict" in started.stderr
+    assert "refusing to serve under --confinement strict" in started.stderr
     assert started.stdout == ""
 
 
@@ -144,5 +144,5 @@ async def test_sandbox_off_is_said_loudly(tmp_path):
         assert await run(session, "1 + 1") == "<status>success</status>\n<return_value>\n2\n</return_value>"
     errlog.seek(0)
     log = errlog.read()
-    assert "--sandbox off: workers are NOT confined" in log, log
+    assert "--confinement off: workers are NOT confined" in log, log
     assert "the worker is NOT confined by the operating system" in log, log

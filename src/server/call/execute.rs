@@ -209,8 +209,8 @@ impl Executor {
         sandbox.with_files(SandboxFiles::clear)
     }
 
-    /// The bytes of file `path` in the session's interpreter (a resource of `--stateful`), at
-    /// most `--result-cap` of them, once the session's running call is done; while it
+    /// The bytes of file `path` in the sandbox's interpreter (a resource of `--stateful`), at
+    /// most `--result-cap` of them, once the sandbox's running call is done; while it
     /// holds no worker, the front's copy. Errors say why in words: no such file, too large; a
     /// worker that fails to answer is stopped (its files' copies are kept).
     pub async fn read_file(&self, sandbox: &Sandbox, path: &str) -> Result<Vec<u8>, FileError> {
@@ -238,10 +238,10 @@ impl Executor {
         }
     }
 
-    /// `upload_file` / `delete_file` (`--stateful`): once the session's earlier calls are done,
+    /// `upload_file` / `delete_file` (`--stateful`): once the sandbox's earlier calls are done,
     /// writes `bytes` to file `path` of its working directory (taking a worker when it
-    /// has none yet, with the session's kept files), or removes that file when `bytes` is
-    /// `None`. `Ok(changed)`: whether the session's file list (its resources) changed. Errors
+    /// has none yet, with the sandbox's kept files), or removes that file when `bytes` is
+    /// `None`. `Ok(changed)`: whether the sandbox's file list (its resources) changed. Errors
     /// say why in words; a worker that fails to answer is stopped (the copies the front holds
     /// of its files are kept).
     pub async fn write_file(
@@ -280,7 +280,7 @@ impl Executor {
         }
     }
 
-    /// A new worker for `sandbox` (`--stateful`): when the session had one before, its kept
+    /// A new worker for `sandbox` (`--stateful`): when the sandbox had one before, its kept
     /// files are written into it and its next call gets a `state` note that says so.
     async fn adopt(&self, sandbox: &Sandbox, worker: &mut Worker, why: Restart) {
         if sandbox.first_interpreter() {

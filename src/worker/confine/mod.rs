@@ -39,10 +39,11 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use thiserror::Error;
 
-/// The worker argument that selects the [`Mode`] (`--sandbox=strict|default|off`).
-pub const MODE_ARG: &str = "--sandbox=";
+/// The worker argument that selects the [`Mode`] (`--confinement=strict|default|off`), as the
+/// front passes its own `--confinement` on.
+pub const MODE_ARG: &str = "--confinement=";
 
-/// How hard the worker insists on its confinement (`--sandbox`).
+/// How hard the worker insists on its confinement (`--confinement`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Mode {
     /// Every layer must be applied; one that cannot be is an error.
@@ -55,7 +56,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// The worker argument that selects this mode (`--sandbox=strict`).
+    /// The worker argument that selects this mode (`--confinement=strict`).
     pub fn worker_arg(self) -> String {
         let name = match self {
             Mode::Strict => "strict",
@@ -65,7 +66,7 @@ impl Mode {
         format!("{MODE_ARG}{name}")
     }
 
-    /// The mode named by `--sandbox=` among the worker's arguments (default: [`Mode::Default`]).
+    /// The mode named by `--confinement=` among the worker's arguments (default: [`Mode::Default`]).
     pub fn from_args() -> Result<Mode, ConfineError> {
         match std::env::args().find_map(|a| a.strip_prefix(MODE_ARG).map(str::to_owned)) {
             None => Ok(Mode::Default),
@@ -110,7 +111,7 @@ pub enum ConfineError {
         #[source]
         source: caps::errors::CapsError,
     },
-    #[error("sandbox layer {layer} is off under --sandbox=strict: {reason}")]
+    #[error("confinement layer {layer} is off under --confinement strict: {reason}")]
     Strict { layer: &'static str, reason: String },
 }
 
@@ -238,7 +239,7 @@ impl Status {
 /// Logged by the worker; meant for `Reply::Ready` and the front's `warmup` line as well.
 pub fn describe(status: &Status) -> String {
     if status.mode == Mode::Off {
-        return "sandbox off (debugging only): the worker is NOT confined by the operating system"
+        return "confinement off (debugging only): the worker is NOT confined by the operating system"
             .to_owned();
     }
     let layers: Vec<String> = status
@@ -251,7 +252,7 @@ pub fn describe(status: &Status) -> String {
         Mode::Default => "default",
         Mode::Off => "off",
     };
-    format!("sandbox {mode}: {}", layers.join(", "))
+    format!("confinement {mode}: {}", layers.join(", "))
 }
 
 /// Largest `/proc/self/status` read for the thread count (bytes; it is about 1.5 KiB).
@@ -299,7 +300,7 @@ fn fix_time_zone() {
 /// Errors: under [`Mode::Strict`], the first of these layers that cannot be applied.
 pub fn enter(mode: Mode) -> Result<Status, ConfineError> {
     if mode == Mode::Off {
-        return Ok(Status::all_off("--sandbox=off"));
+        return Ok(Status::all_off("--confinement=off"));
     }
     let proc_status = File::open("/proc/self/status").ok().map(Arc::new);
     let threads = proc_status.as_deref().and_then(thread_count);
@@ -425,7 +426,7 @@ mod tests {
         s.mode = Mode::Default;
         s.landlock = Layer::On("abi 7".into());
         let line = describe(&s);
-        assert!(line.starts_with("sandbox default: seccomp: off (x), landlock: on (abi 7)"));
+        assert!(line.starts_with("confinement default: seccomp: off (x), landlock: on (abi 7)"));
         assert!(line.contains("netns: off (x)"));
     }
 
