@@ -1,0 +1,189 @@
+//! A sandbox's files across its workers (`--stateful`; issue 14): the file tools' reads and
+//! writes (`read_file`, `write_file`, `reset`), the copies the front keeps of what a call
+//! wrote (`copy_files`, within `--max-session-file-bytes`), and a new worker's adoption of them
+//! with the `state` note that says what survived (`adopt`). They run through the sandbox's
+//! queue like calls, so that a file operation sees the files of the calls that arrived before
+//! it.
+
+use crate::sandbox::files::{name_list, Listing, SandboxFiles};
+use crate::sandbox::live::{Arrival, Sandbox};
+use crate::server::call::execute::Executor;
+use crate::server::call::result::CallResult;
+use crate::server::call::state_note::Restart;
+use crate::worker::client::{self, Deadline, Phase, Worker, WorkerError};
+use std::time::Duration;
+
+/// How long reading, writing or removing one file in an interpreter may take (seconds).
+const FILE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a file of a sandbox could not be read, written or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// No such file, in the interpreter nor among the front's copies.
+    #[error("the sandbox has no file {0:?}")]
+    Missing(String),
+    /// The interpreter refused: its own words (no such file, a directory, too large …).
+    #[error("{0}")]
+    Refused(String),
+    /// The worker failed to answer (it is stopped; the copies of its files are kept).
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// No worker could be had to write into.
+    #[error("no interpreter: {0}")]
+    NoInterpreter(#[source] WorkerError),
+}
+
+impl Executor {
+    /// `reset_session` (`--stateful`; despite its name it acts on a sandbox): once the
+    /// sandbox's calls that arrived before it are done, stops its worker, so that its next
+    /// call starts in a new one with fresh globals. That call has no `<state>` note: the client
+    /// asked for the loss. Whether the sandbox's files (its resources) changed: they go too,
+    /// copies included.
+    pub async fn reset(&self, sandbox: &Sandbox, arrival: Option<&Arrival>) -> bool {
+        let mut slot = sandbox.queue(arrival).await;
+        if let Some(worker) = slot.take() {
+            worker.kill_soon();
+            self.spares.replenish();
+        }
+        sandbox.forget_interpreters();
+        sandbox.with_files(SandboxFiles::clear)
+    }
+
+    /// The bytes of file `path` in the sandbox's interpreter (a resource of `--stateful`), at
+    /// most `--result-cap` of them, once the sandbox's running call is done; while it
+    /// holds no worker, the front's copy. Errors say why in words: no such file, too large; a
+    /// worker that fails to answer is stopped (its files' copies are kept).
+    pub async fn read_file(&self, sandbox: &Sandbox, path: &str) -> Result<Vec<u8>, FileError> {
+        let mut slot = sandbox.queue(None).await;
+        let Some(worker) = slot.as_mut() else {
+            return match sandbox.with_files(|f| f.copy_of(path)) {
+                Some(bytes) => Ok(bytes.as_ref().clone()),
+                None => Err(FileError::Missing(path.to_owned())),
+            };
+        };
+        let deadline = Deadline::after(FILE_TIMEOUT, Phase::Reading);
+        match worker
+            .read_file(path, self.limits.result_cap, deadline)
+            .await
+        {
+            Ok(bytes) => Ok(bytes),
+            Err(client::FileError::Refused { reason }) => Err(FileError::Refused(reason)),
+            Err(client::FileError::Worker(e)) => {
+                if let Some(worker) = slot.take() {
+                    worker.kill_soon();
+                }
+                sandbox.with_files(SandboxFiles::survive);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// `upload_file` / `delete_file` (`--stateful`): once the sandbox's earlier calls are done,
+    /// writes `bytes` to file `path` of its working directory (taking a worker when it
+    /// has none yet, with the sandbox's kept files), or removes that file when `bytes` is
+    /// `None`. `Ok(changed)`: whether the sandbox's file list (its resources) changed. Errors
+    /// say why in words; a worker that fails to answer is stopped (the copies the front holds
+    /// of its files are kept).
+    pub async fn write_file(
+        &self,
+        sandbox: &Sandbox,
+        arrival: Option<&Arrival>,
+        path: &str,
+        bytes: Option<&[u8]>,
+    ) -> Result<bool, FileError> {
+        let mut slot = sandbox.queue(arrival).await;
+        if slot.is_none() {
+            if bytes.is_none() && sandbox.with_files(|f| f.copy_of(path)).is_none() {
+                return Err(FileError::Missing(path.to_owned()));
+            }
+            let mut worker = self.spares.take().await.map_err(FileError::NoInterpreter)?;
+            self.adopt(sandbox, &mut worker, Restart::Stopped).await;
+            *slot = Some(worker);
+        }
+        let Some(worker) = slot.as_mut() else {
+            return Err(FileError::NoInterpreter(WorkerError::Closed));
+        };
+        let deadline = Deadline::after(FILE_TIMEOUT, Phase::Writing);
+        match worker.write_file(path, bytes, deadline).await {
+            Ok(()) => Ok(sandbox.with_files(|f| match bytes {
+                Some(bytes) => f.keep(path, bytes.to_vec(), self.limits.max_session_file_bytes),
+                None => f.remove(path),
+            })),
+            Err(client::FileError::Refused { reason }) => Err(FileError::Refused(reason)),
+            Err(client::FileError::Worker(e)) => {
+                if let Some(worker) = slot.take() {
+                    worker.kill_soon();
+                }
+                sandbox.with_files(SandboxFiles::survive);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// A new worker for `sandbox` (`--stateful`): when the sandbox had one before, its kept
+    /// files are written into it and its next call gets a `state` note that says so.
+    pub(super) async fn adopt(&self, sandbox: &Sandbox, worker: &mut Worker, why: Restart) {
+        if sandbox.first_interpreter() {
+            return;
+        }
+        let mut restored = Vec::new();
+        let mut lost = Vec::new();
+        for (path, bytes) in sandbox.with_files(|f| f.copies()) {
+            let deadline = Deadline::after(FILE_TIMEOUT, Phase::Writing);
+            match worker.write_file(&path, Some(&bytes), deadline).await {
+                Ok(()) => restored.push(path),
+                _ => {
+                    sandbox.with_files(|f| f.remove(&path));
+                    lost.push(path);
+                }
+            }
+        }
+        // A sandbox restored from the state directory says so rather than why a restart.
+        let mut note = sandbox
+            .take_restored_note()
+            .unwrap_or_else(|| why.note().to_owned());
+        if !restored.is_empty() {
+            note.push_str("; the sandbox's files were restored: ");
+            note.push_str(&name_list(&restored));
+        }
+        if !lost.is_empty() {
+            note.push_str("; these files could not be restored: ");
+            note.push_str(&name_list(&lost));
+        }
+        sandbox.set_note(note);
+    }
+
+    /// After a call that kept its worker (`--stateful`): takes its listing of the working
+    /// directory, and reads again the files that changed for the copies the front keeps (within
+    /// `--max-session-file-bytes`).
+    pub(super) async fn copy_files(
+        &self,
+        sandbox: &Sandbox,
+        worker: &mut Worker,
+        listing: Listing,
+        result: &mut CallResult,
+    ) {
+        let cap = self.limits.max_session_file_bytes;
+        result.files_changed = sandbox.with_files(|f| f.observe(&listing.files));
+        let listed: std::collections::HashMap<&str, u64> = listing
+            .files
+            .iter()
+            .map(|(p, n)| (p.as_str(), *n))
+            .collect();
+        for path in listing.refresh {
+            let Some(&size) = listed.get(path.as_str()) else {
+                continue;
+            };
+            let room = sandbox.with_files(|f| f.room_for(&path, cap));
+            if size > room {
+                continue;
+            }
+            let deadline = Deadline::after(FILE_TIMEOUT, Phase::Reading);
+            // A file the code changes again between the listing and this read is copied as
+            // it is now; the next call's listing sees the change and reads it again.
+            if let Ok(bytes) = worker.read_file(&path, room as usize, deadline).await {
+                sandbox.with_files(|f| f.keep(&path, bytes, cap));
+            }
+        }
+    }
+}

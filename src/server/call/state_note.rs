@@ -1,0 +1,45 @@
+//! The `state` notes of `--stateful` results (issue 14): a result says when its sandbox's
+//! interpreter state was lost or is new, and which files survived, so that an agent knows to
+//! run its setup again.
+
+use crate::sandbox::files::{name_list, Survivors};
+
+/// The `state` note of a `--stateful` call whose worker was stopped (issue 14: the result
+/// says when state was lost, so that an agent knows to run its setup again).
+const STATE_LOST: &str = "lost: this sandbox's interpreter was stopped after this call, and the variables, functions and imports of its earlier calls are gone; the next call starts in a new interpreter";
+
+/// Why a `--stateful` sandbox's next call runs in a new worker: the first words of that
+/// call's `state` note.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restart {
+    /// The front stopped the previous one (a timeout, the memory limit, a failed worker).
+    Stopped,
+    /// The previous one ended by itself between calls (killed from outside, the OOM killer, a
+    /// crash while idle).
+    Died,
+}
+
+impl Restart {
+    /// The first words of the `state` note of the call that runs in the new worker.
+    pub fn note(self) -> &'static str {
+        match self {
+            Restart::Stopped => "new: this call ran in a new interpreter (the previous one was stopped); the variables, functions and imports of earlier calls are gone",
+            Restart::Died => "new: this call ran in a new interpreter (the previous one had ended since the last call: it was killed from outside, ran out of memory or crashed); the variables, functions and imports of earlier calls are gone",
+        }
+    }
+}
+
+/// The `state` note of a call that stopped its sandbox's worker: what is lost, which files
+/// the next worker will have again, which are gone.
+pub fn lost_note(survivors: &Survivors) -> String {
+    let mut note = STATE_LOST.to_owned();
+    if !survivors.kept.is_empty() {
+        note.push_str("; the sandbox's files as its last completed call left them are kept and will be in the new interpreter: ");
+        note.push_str(&name_list(&survivors.kept));
+    }
+    if !survivors.lost.is_empty() {
+        note.push_str("; these files are gone (over --max-session-file-bytes, or changed by this call before they could be copied): ");
+        note.push_str(&name_list(&survivors.lost));
+    }
+    note
+}
