@@ -1,5 +1,5 @@
 """Benchmark (issue 10): what the operating-system wall costs, measured in one run with
-`--sandbox default` (every layer on) against `--sandbox off`: cold start from the memory
+`--confinement default` (every layer on) against `--confinement off`: cold start from the memory
 snapshot (process start -> first result over stdio), warm trivial call p50/p99, and a CPU-bound
 Python loop. Reported as ratios on/off.
 
@@ -20,7 +20,7 @@ CPU_LOOP = "sum(i * i for i in range(2_000_000))"
 
 def measure(binary, cache, mode):
     t0 = time.perf_counter()
-    s = Stdio(binary, "--workers", "1", "--cache-dir", cache, "--sandbox", mode)
+    s = Stdio(binary, "--workers", "1", "--cache-dir", cache, "--confinement", mode)
     s.initialize()
     s.call("print(1)")
     cold = time.perf_counter() - t0
