@@ -88,7 +88,7 @@ def node_baseline():
 
 
 def parse_args():
-    """`--binary` and `--runs`, shared with bench/sandbox.py so that both take the same options."""
+    """`--binary` and `--runs`, shared with bench/confinement.py so that both take the same options."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", default=str(ROOT / "target" / "release" / "mcp-run-python"))
     ap.add_argument("--runs", type=int, default=DEFAULT_RUNS)

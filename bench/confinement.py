@@ -3,7 +3,7 @@
 snapshot (process start -> first result over stdio), warm trivial call p50/p99, and a CPU-bound
 Python loop. Reported as ratios on/off.
 
-    python3 bench/sandbox.py [--binary target/release/mcp-run-python] [--runs 3]
+    python3 bench/confinement.py [--binary target/release/mcp-run-python] [--runs 3]
 """
 
 import pathlib
