@@ -63,7 +63,9 @@ pub struct RunPythonServer {
 /// What the HTTP front left in the extensions of `context`'s HTTP request (a
 /// [`MintedSandbox`](tools::reach::MintedSandbox), a [`Principal`]); `None` over
 /// stdio and SSE, whose messages have none.
-fn http_extension<T: Send + Sync + 'static>(context: &RequestContext<RoleServer>) -> Option<&T> {
+pub fn http_extension<T: Send + Sync + 'static>(
+    context: &RequestContext<RoleServer>,
+) -> Option<&T> {
     context
         .extensions
         .get::<axum::http::request::Parts>()
@@ -132,15 +134,6 @@ impl RunPythonServer {
         http_extension::<Principal>(context)
             .cloned()
             .or_else(|| self.principal.clone())
-    }
-
-    /// What the HTTP front left in the extensions of `context`'s HTTP request (see
-    /// [`http_extension`]).
-    pub fn http_extension<'a, T: Send + Sync + 'static>(
-        &self,
-        context: &'a RequestContext<RoleServer>,
-    ) -> Option<&'a T> {
-        http_extension(context)
     }
 
     /// Whether calls keep state and the sandbox tools are offered (`--stateful`).

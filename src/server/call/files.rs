@@ -33,6 +33,26 @@ pub enum FileError {
     NoInterpreter(#[source] WorkerError),
 }
 
+/// A file operation's failure as the file tools word it: the worker's refusal in its own
+/// words; a worker that failed to answer is stopped, and the copies the front holds of its
+/// files are kept for the next one.
+fn file_failure(
+    slot: &mut Option<Worker>,
+    sandbox: &Sandbox,
+    error: client::FileError,
+) -> FileError {
+    match error {
+        client::FileError::Refused { reason } => FileError::Refused(reason),
+        client::FileError::Worker(e) => {
+            if let Some(worker) = slot.take() {
+                worker.kill_soon();
+            }
+            sandbox.with_files(SandboxFiles::survive);
+            e.into()
+        }
+    }
+}
+
 impl Executor {
     /// `reset_session` (`--stateful`; despite its name it acts on a sandbox): once the
     /// sandbox's calls that arrived before it are done, stops its worker, so that its next
@@ -67,14 +87,7 @@ impl Executor {
             .await
         {
             Ok(bytes) => Ok(bytes),
-            Err(client::FileError::Refused { reason }) => Err(FileError::Refused(reason)),
-            Err(client::FileError::Worker(e)) => {
-                if let Some(worker) = slot.take() {
-                    worker.kill_soon();
-                }
-                sandbox.with_files(SandboxFiles::survive);
-                Err(e.into())
-            }
+            Err(e) => Err(file_failure(&mut slot, sandbox, e)),
         }
     }
 
@@ -109,14 +122,7 @@ impl Executor {
                 Some(bytes) => f.keep(path, bytes.to_vec(), self.limits.max_session_file_bytes),
                 None => f.remove(path),
             })),
-            Err(client::FileError::Refused { reason }) => Err(FileError::Refused(reason)),
-            Err(client::FileError::Worker(e)) => {
-                if let Some(worker) = slot.take() {
-                    worker.kill_soon();
-                }
-                sandbox.with_files(SandboxFiles::survive);
-                Err(e.into())
-            }
+            Err(e) => Err(file_failure(&mut slot, sandbox, e)),
         }
     }
 

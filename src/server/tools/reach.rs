@@ -14,7 +14,7 @@ use crate::sandbox::handle::SandboxId;
 use crate::sandbox::live::{Owner, Sandbox};
 use crate::sandbox::registry::{self, Missing, OpenError, RegistryError};
 use crate::sandbox::state_dir::StateError;
-use crate::server::handler::RunPythonServer;
+use crate::server::handler::{http_extension, RunPythonServer};
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 use std::sync::Arc;
@@ -213,7 +213,7 @@ impl RunPythonServer {
         context: &RequestContext<RoleServer>,
         dependencies: Vec<String>,
     ) -> Result<Arc<Sandbox>, RegistryError> {
-        let id = match self.http_extension::<MintedSandbox>(context) {
+        let id = match http_extension::<MintedSandbox>(context) {
             Some(minted) => minted.0.clone(),
             None => SandboxId::mint()?,
         };
