@@ -272,6 +272,27 @@ pub struct Cli {
     /// interpreter in milliseconds (README, "Performance").
     #[arg(long)]
     pub no_zygote: bool,
+
+    /// Do not use the per-host zygote service: the HTTP modes and `--isolation call` keep a
+    /// zygote of their own (which dies with them), and stdio boots its interpreter itself. By
+    /// default every front of this user with the same binary and interpreter-shaping options
+    /// forks its workers from one warm service, started by the first front that finds none
+    /// (README, "The zygote service").
+    #[arg(long)]
+    pub no_shared_zygote: bool,
+
+    /// The zygote service's socket [default: `$XDG_RUNTIME_DIR/mcp-run-python/`, else
+    /// `<cache dir>/zygote/`, `zygote-<digest>.sock`]. Its directory must belong to this user
+    /// and be closed to others (mode 0700).
+    #[arg(long, value_name = "PATH")]
+    pub zygote_socket: Option<PathBuf>,
+
+    /// A zygote service started by this front ends after this many seconds with no front
+    /// connected. Ten minutes spans the pause between two agent runs of one working session
+    /// (each starting its stdio front anew), which would otherwise pay a new warm-up; past it
+    /// the service's memory (~250 MiB) goes back to the machine.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub zygote_idle_exit: u64,
 }
 
 /// Where packages come from; shared by the server and `packages download`.
@@ -353,6 +374,43 @@ pub enum Mode {
     Warmup,
     /// Run an example script that needs a package from PyPI and print the tool result.
     Example,
+    /// The per-host zygote service, as a front starts it (internal).
+    #[value(name = "zygote-service", hide = true)]
+    ZygoteService,
+}
+
+/// `mcp-run-python zygote …`: see and stop this user's zygote services.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mcp-run-python zygote",
+    about = "See and stop this user's zygote services (README, \"The zygote service\")"
+)]
+pub struct ZygoteCli {
+    #[command(subcommand)]
+    pub command: ZygoteCommand,
+}
+
+/// What `zygote` does.
+#[derive(Debug, clap::Subcommand)]
+pub enum ZygoteCommand {
+    /// One line per service: its socket, pid, whether it forks, fronts and workers. Exit
+    /// status 0 when one runs, 1 when none does.
+    Status(ZygoteWhere),
+    /// Stop the services (their workers end with them); exit status 0.
+    Stop(ZygoteWhere),
+}
+
+/// Which services `zygote status` and `zygote stop` look at.
+#[derive(Debug, clap::Args)]
+pub struct ZygoteWhere {
+    /// Only the service at this socket (as given to the fronts' `--zygote-socket`).
+    #[arg(long, value_name = "PATH")]
+    pub zygote_socket: Option<PathBuf>,
+
+    /// The cache directory the fronts use, where the services live when there is no
+    /// `$XDG_RUNTIME_DIR` [default: the user cache dir + `mcp-run-python`].
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
 }
 
 #[cfg(test)]

@@ -52,6 +52,11 @@ fn main() -> Result<()> {
         let code = runtime.block_on(modes::packages(cli))?;
         std::process::exit(code);
     }
+    if std::env::args().nth(1).as_deref() == Some("zygote") {
+        let cli = cli::ZygoteCli::parse_from(std::env::args().skip(1));
+        init_logging(false);
+        std::process::exit(modes::zygote::operate(cli));
+    }
     let cli = cli::Cli::parse();
     init_logging(cli.verbose);
     let runtime = tokio::runtime::Runtime::new()?;

@@ -30,6 +30,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+pub mod zygote;
+
 /// The script `example` runs: it needs a package from PyPI and prints and returns values.
 pub const EXAMPLE_CODE: &str = r#"# /// script
 # dependencies = ["humanize"]
@@ -135,8 +137,9 @@ async fn build(cli: &Cli) -> Result<RunPythonServer> {
     });
     let isolation = isolation(cli)?;
     let (spares, initial) = spare_counts(cli, isolation, workers);
-    let zygote = uses_zygote(cli, isolation);
     let mounts = Mounts::load(&cli.mount, cli.max_mount_bytes).context("--mount")?;
+    let zygote_source = zygote::source(cli, isolation, &mounts);
+    let zygote = zygote_source.is_some();
     let deps: Vec<String> = cli
         .deps
         .iter()
@@ -149,10 +152,11 @@ async fn build(cli: &Cli) -> Result<RunPythonServer> {
         exe,
         worker_args(cli),
         snapshot_path(cli),
-        zygote,
+        zygote_source,
         mounts,
         startup_deps::preinstall_source(&startup_plan, &deps),
     ));
+    launcher.prepare().await;
     let limits = limits(cli)?;
     let mut executor = Executor::new(
         Spares::new(launcher, spares, initial),
@@ -223,16 +227,6 @@ fn spare_counts(cli: &Cli, isolation: Isolation, workers: usize) -> (usize, usiz
         Some(n) => (n, initial.max(n)),
         None => (spares, initial),
     }
-}
-
-/// Whether workers are forked from a zygote (unless `--no-zygote`).
-fn uses_zygote(cli: &Cli, isolation: Isolation) -> bool {
-    // A zygote pays for itself where new workers are needed all the time: a session each (HTTP)
-    // or a call each; and over HTTP with `shared`, whose long-lived workers it hands out with
-    // their code compiled. Over stdio one session keeps one worker for its whole life.
-    !cli.no_zygote
-        && (isolation == Isolation::Call
-            || !matches!(cli.mode, Mode::Stdio | Mode::Warmup | Mode::Example))
 }
 
 /// The arguments every worker gets: its confinement and, under `--memory`, its WebAssembly
@@ -442,6 +436,9 @@ fn wasm_budget_mib(memory: u64) -> u64 {
 ///
 /// Errors: the server cannot be built ([`build`]) or a transport failed.
 pub async fn run(cli: Cli) -> Result<i32> {
+    if cli.mode == Mode::ZygoteService {
+        return zygote::serve(&cli).await;
+    }
     let server = build(&cli).await?;
     let executor = server.executor.clone();
     let registry = server.registry.clone();
@@ -469,6 +466,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         }
         Mode::Warmup => warmup(&server).await,
         Mode::Example => example(&server).await,
+        Mode::ZygoteService => unreachable!("served above"),
     };
     sweeping.cancel();
     registry.end_all();

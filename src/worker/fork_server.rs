@@ -34,8 +34,9 @@ pub const CONTROL_FD_ARG: &str = "--control-fd=";
 /// Most descriptors one control message carries (a fork request's stdin, stdout, stderr).
 const MAX_CONTROL_FDS: usize = 3;
 
-/// Longest control message (bytes).
-pub const CONTROL_MESSAGE_MAX: usize = 1024;
+/// Longest control message (bytes): a [`Control::Serving`] lists the `--deps` installed, so
+/// this leaves room for a few hundred packages.
+pub const CONTROL_MESSAGE_MAX: usize = 64 << 10;
 
 /// Longest reason of a [`Control::ForkFailed`] (bytes), so that the message fits.
 const REASON_MAX: usize = 512;

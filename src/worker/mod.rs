@@ -6,7 +6,8 @@
 //! - [`worker_main`]: the worker's side (`__worker`): boot, confinement, the request loop;
 //! - where workers come from: [`snapshot`] (boot or restore; `Launcher`), [`zygote`] (the
 //!   front's side of the fork server) and [`fork_server`] (the zygote's side), [`fork_memory`],
-//!   [`spares`] (made ahead) and [`pool`] (`--isolation shared`);
+//!   [`spares`] (made ahead) and [`pool`] (`--isolation shared`); [`zygote_service`]: one warm
+//!   zygote per host and user, shared by every front;
 //! - [`confine`]: the second wall (namespaces, Landlock, seccomp); [`process`]: a spawned or
 //!   forked process; [`descriptors`]: the descriptors a worker inherits by argument (its
 //!   snapshot, a zygote's control socket); [`mount`]: `--mount` data; [`net`]: the front's
@@ -31,3 +32,4 @@ pub mod snapshot;
 pub mod spares;
 pub mod worker_main;
 pub mod zygote;
+pub mod zygote_service;

@@ -46,7 +46,7 @@ impl Process {
     pub fn id(&self) -> Option<u32> {
         match self {
             Process::Spawned(child) => child.id(),
-            Process::Forked { pid, pidfd } => (!has_ended(pidfd.get_ref())).then_some(*pid),
+            Process::Forked { pid, pidfd } => (!pidfd_has_ended(pidfd.get_ref())).then_some(*pid),
         }
     }
 
@@ -54,7 +54,7 @@ impl Process {
     pub fn has_ended(&mut self) -> bool {
         match self {
             Process::Spawned(child) => !matches!(child.try_wait(), Ok(None)),
-            Process::Forked { pidfd, .. } => has_ended(pidfd.get_ref()),
+            Process::Forked { pidfd, .. } => pidfd_has_ended(pidfd.get_ref()),
         }
     }
 
@@ -74,7 +74,7 @@ impl Process {
             Process::Spawned(child) => {
                 let _ = child.start_kill();
             }
-            Process::Forked { pidfd, .. } => kill(pidfd.get_ref()),
+            Process::Forked { pidfd, .. } => pidfd_kill(pidfd.get_ref()),
         }
     }
 
@@ -95,13 +95,13 @@ impl Process {
 impl Drop for Process {
     fn drop(&mut self) {
         if let Process::Forked { pidfd, .. } = self {
-            kill(pidfd.get_ref());
+            pidfd_kill(pidfd.get_ref());
         }
     }
 }
 
 /// `pidfd_send_signal(pidfd, SIGKILL)`; an ended process (ESRCH) is fine.
-fn kill(pidfd: &OwnedFd) {
+pub fn pidfd_kill(pidfd: &OwnedFd) {
     // SAFETY: plain integers and a null siginfo (the kernel fills in a default one).
     unsafe {
         libc::syscall(
@@ -115,7 +115,7 @@ fn kill(pidfd: &OwnedFd) {
 }
 
 /// Whether the process behind `pidfd` has ended: the pidfd polls readable.
-fn has_ended(pidfd: &OwnedFd) -> bool {
+pub fn pidfd_has_ended(pidfd: &OwnedFd) -> bool {
     let mut fds = libc::pollfd {
         fd: pidfd.as_raw_fd(),
         events: libc::POLLIN,

@@ -344,21 +344,55 @@ impl Reply {
     }
 }
 
-/// A message on the zygote's control socket (`fork_server.rs`, `zygote.rs`): one JSON
-/// datagram of a `SOCK_SEQPACKET` socket, its descriptors attached as `SCM_RIGHTS`, as many as
-/// [`Control::descriptors`] says.
+/// A message on a zygote's control socket (`fork_server.rs`, `zygote.rs`) or on the socket of
+/// the per-host zygote service (`zygote_service/`): one JSON datagram of a `SOCK_SEQPACKET`
+/// socket, its descriptors attached as `SCM_RIGHTS`, as many as [`Control::descriptors`] says.
+/// The service relays `Fork`, `Forked` and `ForkFailed` between a front and its zygote
+/// unchanged, so that a front forks the same way from either.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Control {
     /// Zygote → front, once: the zygote is single-threaded and serves fork requests.
     Forkable,
-    /// Front → zygote: fork one worker, whose stdin, stdout and stderr are attached.
+    /// Front → zygote (or service): fork one worker, whose stdin, stdout and stderr are attached.
     Fork,
     /// Zygote → front: the child's process id, its pidfd attached (the front kills it and
     /// sees it end by it; the zygote reaps it).
     Forked { pid: u32 },
     /// Zygote → front: the fork failed, and why.
     ForkFailed { reason: String },
+    /// Service → front or operator, first on every connection: which service this is (the
+    /// digest of what shapes its interpreters, `zygote_service::ServiceKey`) and its pid.
+    Hello { digest: String, pid: u32 },
+    /// Service → front, once its zygote is forkable: the packages every fork has (`--deps`,
+    /// normalized name → version).
+    Serving {
+        installed: std::collections::BTreeMap<String, String>,
+    },
+    /// Operator → service: how it stands.
+    Status,
+    /// Service → operator: the answer to [`Control::Status`].
+    StatusReport(ServiceStatus),
+    /// Operator → service: end now (its zygote and every worker forked from it with it).
+    Stop,
+    /// Service → operator: the answer to [`Control::Stop`], sent before it ends.
+    Stopping,
+}
+
+/// How a zygote service stands ([`Control::StatusReport`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceStatus {
+    /// Whether its zygote forks (else it still warms up).
+    pub ready: bool,
+    /// Fronts connected (the asking connection not counted).
+    pub fronts: usize,
+    /// Workers forked for those fronts that still run.
+    pub workers: usize,
+    /// Seconds since the service started.
+    pub uptime_s: u64,
+    /// Seconds without a front after which it exits (`--zygote-idle-exit`).
+    pub idle_exit_s: u64,
 }
 
 impl Control {
@@ -367,7 +401,14 @@ impl Control {
         match self {
             Control::Fork => 3,
             Control::Forked { .. } => 1,
-            Control::Forkable | Control::ForkFailed { .. } => 0,
+            Control::Forkable
+            | Control::ForkFailed { .. }
+            | Control::Hello { .. }
+            | Control::Serving { .. }
+            | Control::Status
+            | Control::StatusReport(_)
+            | Control::Stop
+            | Control::Stopping => 0,
         }
     }
 }

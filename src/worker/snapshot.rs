@@ -3,7 +3,8 @@
 
 use super::client::{ConfinementReport, Preinstall, Worker, WorkerError};
 use super::mount::Mounts;
-use super::zygote::Zygote;
+use super::zygote::{Zygote, ZygoteError};
+use super::zygote_service::front::{self as service, Reached, ServiceSpec};
 use futures::future::{BoxFuture, Shared};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,24 @@ const PREINSTALL_WAIT: Duration = Duration::from_secs(60);
 /// the snapshot meanwhile.
 const ZYGOTE_RETRY: Duration = Duration::from_secs(30);
 
+/// How long a front's first contact with the zygote service waits for it to fork before the
+/// front boots its first interpreter itself: a warm service answers within a millisecond or
+/// two; one that is warming up takes seconds, which the first call should not wait for.
+const FIRST_CONTACT_WAIT: Duration = Duration::from_millis(250);
+
+/// How long a front waits in the background for a warming zygote service (seconds): its boot
+/// and warm-up, as for a zygote of its own.
+const SERVICE_WARM_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Where forked workers come from.
+#[derive(Debug, Clone)]
+pub enum ZygoteSource {
+    /// A zygote of this process's own (`--no-shared-zygote`, or the service itself).
+    Own,
+    /// The per-host zygote service (`zygote_service/`), started when there is none.
+    Shared(ServiceSpec),
+}
+
 /// Starts workers: forked from the zygote once it is ready, else from a snapshot when one is
 /// known to work, else plainly.
 pub struct Launcher {
@@ -33,8 +52,8 @@ pub struct Launcher {
     store: Option<SnapshotStore>,
     /// The last confinement report of a worker, logged whenever it changes.
     confinement: Mutex<Option<ConfinementReport>>,
-    /// The fork server, when enabled (`--zygote`).
-    zygote: Option<Mutex<ZygoteState>>,
+    /// The fork server, when enabled (unless `--no-zygote`), and where it comes from.
+    zygote: Option<(ZygoteSource, Mutex<ZygoteState>)>,
     /// `--mount`: the operator's data, handed to every worker as it boots.
     mounts: Arc<Mounts>,
     /// `--deps`: installed by every worker (and the zygote) as it boots.
@@ -169,13 +188,14 @@ fn prune_stale(dir: &Path, keep: &Path) {
 
 impl Launcher {
     /// Workers run `exe __worker <args>`; with `snapshot_path`, snapshots are kept there.
-    /// With `zygote`, workers are forked from a zygote once it is ready (`zygote.rs`). Every
-    /// worker (the zygote too) boots with `mounts`, and installs what `preinstall` gives.
+    /// With `zygote`, workers are forked from a zygote once it is ready (`zygote.rs`), its own
+    /// or the host's service. Every worker (the zygote too) boots with `mounts`, and installs
+    /// what `preinstall` gives.
     pub fn new(
         exe: PathBuf,
         args: Vec<String>,
         snapshot_path: Option<PathBuf>,
-        zygote: bool,
+        zygote: Option<ZygoteSource>,
         mounts: Mounts,
         preinstall: Option<PreinstallSource>,
     ) -> Self {
@@ -187,7 +207,7 @@ impl Launcher {
                 file: Mutex::new(None),
             }),
             confinement: Mutex::new(None),
-            zygote: zygote.then(|| Mutex::new(ZygoteState::Idle)),
+            zygote: zygote.map(|source| (source, Mutex::new(ZygoteState::Idle))),
             mounts: Arc::new(mounts),
             preinstall,
         }
@@ -225,6 +245,7 @@ impl Launcher {
         let state = self
             .zygote
             .as_ref()?
+            .1
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         match &*state {
@@ -233,9 +254,66 @@ impl Launcher {
         }
     }
 
-    /// Starts the zygote in the background unless it runs, starts, or failed recently.
+    /// Starts this process's own zygote: restored from the snapshot when there is one, with
+    /// `--deps` installed. The zygote service runs its zygote with this.
+    ///
+    /// Errors: [`ZygoteError`].
+    pub async fn own_zygote(&self) -> Result<Zygote, ZygoteError> {
+        let snapshot = self.store.as_ref().and_then(SnapshotStore::load);
+        let preinstall = self.preinstall().await;
+        Zygote::start(
+            &self.exe,
+            &self.args,
+            snapshot,
+            &self.mounts,
+            preinstall.as_deref(),
+        )
+        .await
+    }
+
+    /// First contact with the zygote service, at start-up: when it forks already, the first
+    /// worker is a fork; else it is started (when none runs) and waited for in the background.
+    /// Nothing for a zygote of this process's own, which starts after the first boot.
+    pub async fn prepare(self: &Arc<Self>) {
+        let Some((ZygoteSource::Shared(spec), slot)) = &self.zygote else {
+            return;
+        };
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = ZygoteState::Starting;
+        let first = spec.clone();
+        let reached =
+            tokio::task::spawn_blocking(move || service::reach(&first, FIRST_CONTACT_WAIT)).await;
+        let reached =
+            reached.unwrap_or_else(|e| Err(service::ServiceError::Start(std::io::Error::other(e))));
+        match reached {
+            Ok(Reached::Serving(zygote)) => self.zygote_started(Some(*zygote)).await,
+            Ok(Reached::Warming(warming)) => {
+                let launcher = self.clone();
+                tokio::spawn(async move {
+                    let ready = warming.serving(SERVICE_WARM_TIMEOUT).await;
+                    launcher.service_reached(ready).await;
+                });
+            }
+            Err(e) => self.service_reached(Err(e)).await,
+        }
+    }
+
+    /// Records the outcome of reaching the zygote service (one log line either way).
+    async fn service_reached(&self, reached: Result<Zygote, service::ServiceError>) {
+        match reached {
+            Ok(zygote) => self.zygote_started(Some(zygote)).await,
+            Err(e) => {
+                tracing::warn!(
+                    "the zygote service cannot be used (interpreters are booted meanwhile): {e}"
+                );
+                self.zygote_started(None).await
+            }
+        }
+    }
+
+    /// Starts the zygote in the background unless it runs, starts, or failed recently: this
+    /// process's own, or the service (reached, or started when none runs).
     fn start_zygote(self: &Arc<Self>) {
-        let Some(slot) = &self.zygote else {
+        let Some((source, slot)) = &self.zygote else {
             return;
         };
         {
@@ -248,50 +326,81 @@ impl Launcher {
             *state = ZygoteState::Starting;
         }
         let launcher = self.clone();
+        let source = source.clone();
         tokio::spawn(async move {
-            let snapshot = launcher.store.as_ref().and_then(SnapshotStore::load);
-            let preinstall = launcher.preinstall().await;
-            let started = Zygote::start(
-                &launcher.exe,
-                &launcher.args,
-                snapshot,
-                &launcher.mounts,
-                preinstall.as_deref(),
-            )
-            .await;
-            let Some(slot) = &launcher.zygote else {
-                return;
-            };
-            let unwanted = {
-                let mut state = slot.lock().unwrap_or_else(|p| p.into_inner());
-                let closed = matches!(*state, ZygoteState::Closed);
-                match started {
-                    Ok(zygote) if !closed => {
-                        tracing::info!("the zygote is ready: new interpreters are forked from it");
-                        *state = ZygoteState::Ready(Arc::new(zygote));
-                        None
-                    }
-                    Ok(zygote) => Some(zygote),
-                    Err(e) => {
-                        tracing::warn!(
-                            "the zygote did not start (interpreters are booted meanwhile): {e}"
-                        );
-                        if !closed {
-                            *state = ZygoteState::Failed(Instant::now() + ZYGOTE_RETRY);
-                        }
-                        None
-                    }
+            match source {
+                ZygoteSource::Own => {
+                    let started = launcher.own_zygote().await;
+                    let started = started
+                        .map_err(|e| {
+                            tracing::warn!(
+                                "the zygote did not start (interpreters are booted meanwhile): {e}"
+                            )
+                        })
+                        .ok();
+                    launcher.zygote_started(started).await
                 }
-            };
-            if let Some(zygote) = unwanted {
-                zygote.kill().await;
+                ZygoteSource::Shared(spec) => {
+                    let reached =
+                        tokio::task::spawn_blocking(move || service::reach(&spec, Duration::ZERO))
+                            .await
+                            .unwrap_or_else(|e| {
+                                Err(service::ServiceError::Start(std::io::Error::other(e)))
+                            });
+                    let ready = match reached {
+                        Ok(Reached::Serving(zygote)) => Ok(*zygote),
+                        Ok(Reached::Warming(warming)) => {
+                            warming.serving(SERVICE_WARM_TIMEOUT).await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    launcher.service_reached(ready).await
+                }
             }
         });
     }
 
+    /// Makes `started` the zygote (unless the launcher was shut down meanwhile), or notes the
+    /// failure (`None`, logged by the caller), after which the next start is tried
+    /// [`ZYGOTE_RETRY`] later.
+    async fn zygote_started(&self, started: Option<Zygote>) {
+        let Some((_, slot)) = &self.zygote else {
+            return;
+        };
+        let unwanted = {
+            let mut state = slot.lock().unwrap_or_else(|p| p.into_inner());
+            let closed = matches!(*state, ZygoteState::Closed);
+            match started {
+                Some(zygote) if !closed => {
+                    match zygote.service() {
+                        Some((pid, socket)) => tracing::info!(
+                            "the zygote service at {} (pid {pid}) is ready: new interpreters are forked from it",
+                            socket.display()
+                        ),
+                        None => tracing::info!(
+                            "the zygote is ready: new interpreters are forked from it"
+                        ),
+                    }
+                    *state = ZygoteState::Ready(Arc::new(zygote));
+                    None
+                }
+                Some(zygote) => Some(zygote),
+                None => {
+                    if !closed {
+                        *state = ZygoteState::Failed(Instant::now() + ZYGOTE_RETRY);
+                    }
+                    None
+                }
+            }
+        };
+        if let Some(zygote) = unwanted {
+            zygote.kill().await;
+        }
+    }
+
     /// Drops `zygote` after it failed, and lets a new one start after [`ZYGOTE_RETRY`].
     async fn zygote_failed(&self, zygote: Arc<Zygote>) {
-        if let Some(slot) = &self.zygote {
+        if let Some((_, slot)) = &self.zygote {
             let mut state = slot.lock().unwrap_or_else(|p| p.into_inner());
             if matches!(&*state, ZygoteState::Ready(z) if Arc::ptr_eq(z, &zygote)) {
                 *state = ZygoteState::Failed(Instant::now() + ZYGOTE_RETRY);
@@ -302,7 +411,7 @@ impl Launcher {
 
     /// Kills the zygote and starts none again (at shutdown).
     pub async fn shutdown(&self) {
-        let Some(slot) = &self.zygote else {
+        let Some((_, slot)) = &self.zygote else {
             return;
         };
         let old = std::mem::replace(

@@ -53,15 +53,29 @@ pub enum ZygoteError {
     Ready(#[source] WorkerError),
 }
 
-/// A running zygote that serves fork requests.
+/// A running zygote that serves fork requests: this process's own, or the per-host service's
+/// (`zygote_service/`), which relays the same fork requests to its own zygote.
 pub struct Zygote {
-    /// The zygote process (killed when this is dropped; its children die with it).
-    process: Mutex<Option<Worker>>,
-    /// The front's end of the control socket; one fork request at a time.
+    /// Whose zygote it is.
+    owner: Owner,
+    /// The front's end of the control socket (to its own zygote, or its connection to the
+    /// service); one fork request at a time.
     control: Arc<Mutex<OwnedFd>>,
     /// The packages the zygote installed as it booted (`--deps`), which every worker it
     /// forks has: normalized name → version.
     installed: HashMap<String, String>,
+}
+
+/// Whose zygote a [`Zygote`] is.
+enum Owner {
+    /// This process started it: the zygote process (killed when this is dropped; its
+    /// children die with it).
+    Own(Box<Mutex<Option<Worker>>>),
+    /// The per-host service (`zygote_service/`) at `socket`, whose process is `pid`.
+    Service {
+        pid: u32,
+        socket: std::path::PathBuf,
+    },
 }
 
 /// Longest single wait of [`receive_within`] (milliseconds): `poll` takes at most a `u16`.
@@ -136,9 +150,55 @@ impl Zygote {
         match first {
             (Control::Forkable, _) => Ok(Zygote {
                 installed: worker.installed.clone(),
-                process: Mutex::new(Some(worker)),
+                owner: Owner::Own(Box::new(Mutex::new(Some(worker)))),
                 control,
             }),
+            (other, _) => Err(ZygoteError::Unexpected(other)),
+        }
+    }
+
+    /// The zygote of the per-host service reached over `control` (a connected socket on which
+    /// the service said [`Control::Serving`]): `pid` is the service's, `socket` its path,
+    /// `installed` what its forks have.
+    pub fn of_service(
+        control: OwnedFd,
+        pid: u32,
+        socket: std::path::PathBuf,
+        installed: HashMap<String, String>,
+    ) -> Zygote {
+        Zygote {
+            owner: Owner::Service { pid, socket },
+            control: Arc::new(Mutex::new(control)),
+            installed,
+        }
+    }
+
+    /// The service's pid and socket, when this is the per-host service's zygote.
+    pub fn service(&self) -> Option<(u32, &Path)> {
+        match &self.owner {
+            Owner::Service { pid, socket } => Some((*pid, socket)),
+            Owner::Own(_) => None,
+        }
+    }
+
+    /// Asks the zygote for one child whose stdin, stdout and stderr are `stdio`, and waits
+    /// (blocking, at most [`FORK_TIMEOUT`]) for its pid and pidfd. The per-host service relays
+    /// its fronts' requests with this.
+    ///
+    /// Errors: [`ZygoteError::Control`], [`ZygoteError::Timeout`], [`ZygoteError::Closed`],
+    /// [`ZygoteError::Refused`], [`ZygoteError::Unexpected`].
+    pub fn request_fork(&self, stdio: [OwnedFd; 3]) -> Result<(u32, OwnedFd), ZygoteError> {
+        let control = self.control.lock().unwrap_or_else(|p| p.into_inner());
+        let raw = stdio.each_ref().map(|fd| fd.as_raw_fd());
+        fork_server::send(control.as_fd(), &Control::Fork, &raw).map_err(ZygoteError::Control)?;
+        // The zygote has them now; this process keeps none.
+        drop(stdio);
+        match receive_within(&control, FORK_TIMEOUT)? {
+            (Control::ForkFailed { reason }, _) => Err(ZygoteError::Refused(reason)),
+            (Control::Forked { pid }, fds) => match fds.into_iter().next() {
+                Some(pidfd) => Ok((pid, pidfd)),
+                None => Err(ZygoteError::Unexpected(Control::Forked { pid })),
+            },
             (other, _) => Err(ZygoteError::Unexpected(other)),
         }
     }
@@ -146,8 +206,8 @@ impl Zygote {
     /// Forks a fresh worker and waits until it is ready (confined, reseeded).
     ///
     /// Errors: [`ZygoteError`]; after any, this zygote should be replaced.
-    pub async fn fork(&self) -> Result<Worker, ZygoteError> {
-        let control = self.control.clone();
+    pub async fn fork(self: &Arc<Self>) -> Result<Worker, ZygoteError> {
+        let zygote = self.clone();
         let (pid, pidfd, stdin, stdout, stderr) = tokio::task::spawn_blocking(move || {
             let (in_r, in_w) =
                 nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(ZygoteError::Io)?;
@@ -155,23 +215,8 @@ impl Zygote {
                 nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(ZygoteError::Io)?;
             let (err_r, err_w) =
                 nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(ZygoteError::Io)?;
-            let control = control.lock().unwrap_or_else(|p| p.into_inner());
-            fork_server::send(
-                control.as_fd(),
-                &Control::Fork,
-                &[in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
-            )
-            .map_err(ZygoteError::Control)?;
-            // The child has them now; the front keeps only its own ends.
-            drop((in_r, out_w, err_w));
-            match receive_within(&control, FORK_TIMEOUT)? {
-                (Control::ForkFailed { reason }, _) => Err(ZygoteError::Refused(reason)),
-                (Control::Forked { pid }, fds) => match fds.into_iter().next() {
-                    Some(pidfd) => Ok((pid, pidfd, in_w, out_r, err_r)),
-                    None => Err(ZygoteError::Unexpected(Control::Forked { pid })),
-                },
-                (other, _) => Err(ZygoteError::Unexpected(other)),
-            }
+            let (pid, pidfd) = zygote.request_fork([in_r, out_w, err_w])?;
+            Ok::<_, ZygoteError>((pid, pidfd, in_w, out_r, err_r))
         })
         .await
         .map_err(|e| ZygoteError::Setup(std::io::Error::other(e)))??;
@@ -188,22 +233,38 @@ impl Zygote {
         Ok(worker)
     }
 
-    /// Whether the zygote process is still there (not killed from outside, not crashed).
-    pub fn is_alive(&self) -> bool {
-        self.process
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_mut()
-            .is_some_and(|worker| !worker.has_ended())
+    /// What every fork has installed (`--deps`): normalized name → version.
+    pub fn installed(&self) -> &HashMap<String, String> {
+        &self.installed
     }
 
-    /// Kills the zygote (the workers it forked die with it: `PR_SET_PDEATHSIG`).
+    /// Whether the zygote is still there: its process not killed from outside or crashed, or
+    /// the service's connection not closed.
+    pub fn is_alive(&self) -> bool {
+        match &self.owner {
+            Owner::Own(process) => process
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_mut()
+                .is_some_and(|worker| !worker.has_ended()),
+            Owner::Service { .. } => {
+                // The service sends nothing unasked once it serves: anything to read, or a
+                // hang-up, means it closed the connection (it ended, or was stopped).
+                let control = self.control.lock().unwrap_or_else(|p| p.into_inner());
+                let mut fds = [PollFd::new(control.as_fd(), PollFlags::POLLIN)];
+                matches!(poll(&mut fds, PollTimeout::ZERO), Ok(0))
+            }
+        }
+    }
+
+    /// Kills this process's own zygote (the workers it forked die with it:
+    /// `PR_SET_PDEATHSIG`). A service's zygote is left alone: it outlives this front, and the
+    /// workers it forked for this front end when this front's connection closes.
     pub async fn kill(&self) {
-        let process = self
-            .process
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let Owner::Own(process) = &self.owner else {
+            return;
+        };
+        let process = process.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(worker) = process {
             worker.kill().await;
         }

@@ -58,12 +58,16 @@ pub enum Mode {
 impl Mode {
     /// The worker argument that selects this mode (`--confinement=strict`).
     pub fn worker_arg(self) -> String {
-        let name = match self {
+        format!("{MODE_ARG}{}", self.name())
+    }
+
+    /// The mode's name on the command line (`--confinement NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
             Mode::Strict => "strict",
             Mode::Default => "default",
             Mode::Off => "off",
-        };
-        format!("{MODE_ARG}{name}")
+        }
     }
 
     /// The mode named by `--confinement=` among the worker's arguments (default: [`Mode::Default`]).
