@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "shared"))
 from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
     BINARY, CALL_TIMEOUT, INIT_TIMEOUT, SHARED_CACHE, http_server, server_env,
+    stop_zygote_services, zygote_services,
 )
 
 STDIO_ARGS = ["stdio", "--workers", "1", "--cache-dir", SHARED_CACHE]
@@ -20,6 +21,14 @@ CODE = "print('hi')\n[1, 2]"
 EXPECTED = "<status>success</status>\n<output>\nhi\n</output>\n<return_value>\n[\n  1,\n  2\n]\n</return_value>"
 ERROR_CODE = "1/0"
 ERROR_PREFIX = "<status>run-error</status>"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def zygote_services_stopped():
+    """Every zygote service the run's fronts started ends with the run, even when a test
+    failed."""
+    yield
+    stop_zygote_services()
 
 
 @pytest.fixture(scope="session")

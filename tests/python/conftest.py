@@ -15,9 +15,18 @@ from mcp.client.stdio import stdio_client
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "shared"))
 from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
     BINARY, CALL_TIMEOUT, ROOT, SHARED_CACHE, http_server, server_env,
+    stop_zygote_services, zygote_services,
 )
 
 LOCK = json.loads((ROOT / "pyodide-assets" / "pyodide-lock.json").read_text())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def zygote_services_stopped():
+    """Every zygote service the run's fronts started ends with the run, even when a test
+    failed."""
+    yield
+    stop_zygote_services()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import os
 import pathlib
 import socket
 import subprocess
+import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -29,12 +30,34 @@ POLL_INTERVAL = 0.1
 LOOPBACK = "127.0.0.1"
 
 
-def server_env():
-    """The server's whole environment: `PATH`, and `RUST_LOG` when the run sets it."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+# This run's own `$XDG_RUNTIME_DIR` (0700, like a real one), where every front of the run finds or
+# starts its zygote service: the run never uses, nor leaves behind, a service of the machine's
+# user, and `stop_zygote_services` ends all of the run's at the end.
+RUNTIME_DIR = tempfile.mkdtemp(prefix="mcp-run-python-test-runtime-")
+
+
+def server_env(runtime_dir=RUNTIME_DIR):
+    """The server's whole environment: `PATH`, this run's `XDG_RUNTIME_DIR` (the zygote
+    services' home), and `RUST_LOG` when the run sets it."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "XDG_RUNTIME_DIR": str(runtime_dir)}
     if "RUST_LOG" in os.environ:
         env["RUST_LOG"] = os.environ["RUST_LOG"]
     return env
+
+
+def zygote_services(runtime_dir=RUNTIME_DIR):
+    """`mcp-run-python zygote status` for `runtime_dir`: (exit status, its lines)."""
+    done = subprocess.run([BINARY, "zygote", "status"], env=server_env(runtime_dir),
+                          capture_output=True, text=True, timeout=STOP_TIMEOUT)
+    return done.returncode, done.stdout.splitlines()
+
+
+def stop_zygote_services(runtime_dir=RUNTIME_DIR):
+    """Stops every zygote service of `runtime_dir` (`mcp-run-python zygote stop`); fails the
+    test run when one does not stop."""
+    done = subprocess.run([BINARY, "zygote", "stop"], env=server_env(runtime_dir),
+                          capture_output=True, text=True, timeout=STOP_TIMEOUT)
+    assert done.returncode == 0, done
 
 
 class ServerURL(str):
