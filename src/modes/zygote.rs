@@ -160,8 +160,12 @@ pub async fn serve(cli: &Cli) -> Result<i32> {
 /// `mcp-run-python zygote status|stop`; the exit status.
 pub fn operate(cli: ZygoteCli) -> i32 {
     let (ZygoteCommand::Status(at) | ZygoteCommand::Stop(at)) = &cli.command;
-    let dir = ServicePlace::default_dir(&cache_dir(&at.cache_dir));
-    let places = operator::places(at.zygote_socket.as_deref(), &dir);
+    let dirs = ServicePlace::default_dirs(&cache_dir(&at.cache_dir));
+    let places = operator::places(at.zygote_socket.as_deref(), &dirs);
+    let dir = dirs
+        .first()
+        .map(|d| d.display().to_string())
+        .unwrap_or_default();
     match cli.command {
         ZygoteCommand::Status(_) => status(&places, &dir),
         ZygoteCommand::Stop(_) => stop(&places, &dir),
@@ -169,7 +173,7 @@ pub fn operate(cli: ZygoteCli) -> i32 {
 }
 
 /// Prints one line per service; 0 when one runs, 1 when none does.
-fn status(places: &[ServicePlace], dir: &std::path::Path) -> i32 {
+fn status(places: &[ServicePlace], dir: &str) -> i32 {
     let mut live = 0;
     for place in places {
         let socket = place.socket.display();
@@ -192,14 +196,14 @@ fn status(places: &[ServicePlace], dir: &std::path::Path) -> i32 {
         }
     }
     if live == 0 {
-        println!("no zygote service is running in {}", dir.display());
+        println!("no zygote service is running in {dir}");
         return 1;
     }
     0
 }
 
 /// Stops every service; 0 unless one did not stop.
-fn stop(places: &[ServicePlace], dir: &std::path::Path) -> i32 {
+fn stop(places: &[ServicePlace], dir: &str) -> i32 {
     let mut code = 0;
     let mut stopped = 0;
     for place in places {
@@ -219,7 +223,7 @@ fn stop(places: &[ServicePlace], dir: &std::path::Path) -> i32 {
         }
     }
     if stopped == 0 && code == 0 {
-        println!("no zygote service is running in {}", dir.display());
+        println!("no zygote service is running in {dir}");
     }
     code
 }

@@ -47,7 +47,7 @@ def server_env(runtime_dir=RUNTIME_DIR):
 
 def zygote_services(runtime_dir=RUNTIME_DIR):
     """`mcp-run-python zygote status` for `runtime_dir`: (exit status, its lines)."""
-    done = subprocess.run([BINARY, "zygote", "status"], env=server_env(runtime_dir),
+    done = subprocess.run([BINARY, "zygote", "status", "--cache-dir", SHARED_CACHE], env=server_env(runtime_dir),
                           capture_output=True, text=True, timeout=STOP_TIMEOUT)
     return done.returncode, done.stdout.splitlines()
 
@@ -55,7 +55,7 @@ def zygote_services(runtime_dir=RUNTIME_DIR):
 def stop_zygote_services(runtime_dir=RUNTIME_DIR):
     """Stops every zygote service of `runtime_dir` (`mcp-run-python zygote stop`); fails the
     test run when one does not stop."""
-    done = subprocess.run([BINARY, "zygote", "stop"], env=server_env(runtime_dir),
+    done = subprocess.run([BINARY, "zygote", "stop", "--cache-dir", SHARED_CACHE], env=server_env(runtime_dir),
                           capture_output=True, text=True, timeout=STOP_TIMEOUT)
     assert done.returncode == 0, done
 

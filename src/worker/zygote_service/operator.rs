@@ -102,10 +102,10 @@ fn remove_if_stale(place: &ServicePlace) {
 }
 
 /// The places `zygote status` and `zygote stop` look at: `socket` alone when given
-/// (`--zygote-socket`), else every service in `dir`.
-pub fn places(socket: Option<&Path>, dir: &Path) -> Vec<ServicePlace> {
+/// (`--zygote-socket`), else every service in `dirs`.
+pub fn places(socket: Option<&Path>, dirs: &[std::path::PathBuf]) -> Vec<ServicePlace> {
     match socket {
         Some(socket) => vec![ServicePlace::at(socket.to_owned())],
-        None => ServicePlace::all_in(dir),
+        None => dirs.iter().flat_map(|d| ServicePlace::all_in(d)).collect(),
     }
 }

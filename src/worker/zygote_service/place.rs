@@ -45,6 +45,25 @@ pub enum PlaceError {
     TooLong(PathBuf),
 }
 
+/// Where systemd-logind makes each logged-in user's runtime directory: `/run/user/<uid>`.
+const LOGIND_RUNTIME_ROOT: &str = "/run/user";
+
+/// This user's runtime directory: `$XDG_RUNTIME_DIR`, else `/run/user/<uid>` when it exists,
+/// belongs to this user and is closed to others. The fallback matters because MCP clients
+/// start a stdio server with a few variables only (the `mcp` SDK passes `HOME`, `LOGNAME`,
+/// `PATH`, `SHELL`, `TERM` and `USER`), so a front they start would otherwise look elsewhere
+/// than `mcp-run-python zygote status` typed in the user's shell.
+fn runtime_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
+    let ours = nix::unistd::geteuid().as_raw();
+    let dir = Path::new(LOGIND_RUNTIME_ROOT).join(ours.to_string());
+    let meta = std::fs::metadata(&dir).ok()?;
+    let private = meta.permissions().mode() & PRIVATE_MODE_MASK == 0;
+    (meta.is_dir() && meta.uid() == ours && private).then_some(dir)
+}
+
 /// What makes one service's interpreters what they are: the digest of this executable (its
 /// identity on disk), the embedded runtime, and the options that shape an interpreter. Two
 /// fronts share a service exactly when their keys are equal.
@@ -96,13 +115,25 @@ pub struct ServicePlace {
 }
 
 impl ServicePlace {
-    /// The default directory of this user's services: `$XDG_RUNTIME_DIR/mcp-run-python`, else
+    /// The default directory of this user's services: `<runtime dir>/mcp-run-python`, else
     /// `<cache_dir>/zygote`.
     pub fn default_dir(cache_dir: &Path) -> PathBuf {
-        match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-            Some(dir) => PathBuf::from(dir).join(DIR_NAME),
+        match runtime_dir() {
+            Some(dir) => dir.join(DIR_NAME),
             None => cache_dir.join(CACHE_SUBDIR),
         }
+    }
+
+    /// Every directory a default service of this user may be in (the runtime directory's and
+    /// the cache directory's), for `zygote status` and `zygote stop`: a front started without
+    /// the runtime directory (see [`runtime_dir`]) uses the cache directory's.
+    pub fn default_dirs(cache_dir: &Path) -> Vec<PathBuf> {
+        let mut dirs = vec![ServicePlace::default_dir(cache_dir)];
+        let cached = cache_dir.join(CACHE_SUBDIR);
+        if !dirs.contains(&cached) {
+            dirs.push(cached);
+        }
+        dirs
     }
 
     /// The place of the service with `key` in `dir`.
