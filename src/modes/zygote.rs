@@ -50,11 +50,12 @@ pub fn source(cli: &Cli, isolation: Isolation, mounts: &Mounts) -> Option<Zygote
     }
 }
 
-/// The options that shape an interpreter, as arguments in a fixed order: a service is started
-/// with them, and their digest keys it. Options that only the front applies (time limits,
-/// caps, transports, the tool set) are left out, so that fronts differing in them share a
-/// service; the network policy is kept in, although the front applies it, so that a service
-/// never serves fronts of two policies should workers ever apply it themselves.
+/// The options that shape an interpreter, as arguments in a fixed order: their digest keys a
+/// service. Options that only the front applies (time limits, caps, transports, the tool set)
+/// are left out, so that fronts differing in them share a service; the network policy is kept
+/// in, although the front applies it, so that a service never serves fronts of two policies
+/// should workers ever apply it themselves. The cache directory is left out too: it holds files
+/// named by their digests (the snapshot by the runtime's), which are the same in any cache.
 fn shaping_args(cli: &Cli) -> Vec<String> {
     let mut args = vec![
         format!("--confinement={}", cli.confinement.name()),
@@ -69,9 +70,6 @@ fn shaping_args(cli: &Cli) -> Vec<String> {
         format!("--mount={}:{}", host.display(), m.sandbox)
     }));
     args.extend(cli.allow_net.iter().map(|h| format!("--allow-net={h}")));
-    if let Some(dir) = &cli.packages.cache_dir {
-        args.push(format!("--cache-dir={}", dir.display()));
-    }
     for (on, flag) in [
         (cli.packages.offline, "--offline"),
         (cli.no_snapshot, "--no-snapshot"),
@@ -102,6 +100,9 @@ fn spec(cli: &Cli, mounts: &Mounts) -> ServiceSpec {
         ),
     };
     let mut args = shaping;
+    if let Some(dir) = &cli.packages.cache_dir {
+        args.push(format!("--cache-dir={}", dir.display()));
+    }
     args.push(format!("--zygote-socket={}", place.socket.display()));
     args.push(format!("--zygote-idle-exit={}", cli.zygote_idle_exit));
     if cli.verbose {

@@ -75,15 +75,55 @@ def zygote_pids(pid):
 
 
 def child_pids(pid, state_filter=lambda state: state != "Z"):
-    """The worker processes of server `pid` (zombies excluded): its children but the zygote,
-    and the zygote's children (the interpreters it forked), from /proc."""
+    """The worker processes of server `pid` (zombies excluded), from /proc: its children but
+    the zygote, the zygote's children (the interpreters it forked), and the interpreters the
+    host's zygote service forked for it (children of a service's zygote whose standard input is
+    a pipe that `pid` holds the other end of; read as root, since workers are not dumpable)."""
     workers = []
     for kid, state in _children(pid):
         if is_zygote(kid):
             workers.extend(k for k, s in _children(kid) if state_filter(s))
         elif state_filter(state):
             workers.append(kid)
+    pipes = _pipes(pid)
+    for service in _service_pids():
+        for zygote in zygote_pids(service):
+            workers.extend(k for k, s in _children(zygote)
+                           if state_filter(s) and _stdin_pipe(k) in pipes)
     return workers
+
+
+def _service_pids():
+    """Every zygote service process on the host (`zygote-service` in its command line)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if b"zygote-service" in f.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def _pipes(pid):
+    """The pipes `pid` holds a descriptor of (`pipe:[inode]`)."""
+    held = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("pipe:"):
+                    held.add(target)
+    return held
+
+
+def _stdin_pipe(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/fd/0")
+    except OSError:
+        return None
 
 
 def direct_child_pids(pid, state_filter=lambda state: state != "Z"):
