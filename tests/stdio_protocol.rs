@@ -19,7 +19,14 @@ impl Server {
         let log = tempfile::NamedTempFile::new().unwrap();
         let cache = std::env::temp_dir().join("mcp-run-python-rust-tests");
         let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-run-python"))
-            .args(["stdio", "--workers", "1", "--cache-dir"])
+            // The host's zygote service would outlive the test (test_zygote_service.py covers it).
+            .args([
+                "stdio",
+                "--workers",
+                "1",
+                "--no-shared-zygote",
+                "--cache-dir",
+            ])
             .arg(&cache)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -374,7 +374,7 @@ impl Launcher {
                 Some(zygote) if !closed => {
                     match zygote.service() {
                         Some((pid, socket)) => tracing::info!(
-                            "the zygote service at {} (pid {pid}) is ready: new interpreters are forked from it",
+                            "the zygote is ready (the zygote service at {}, pid {pid}): new interpreters are forked from it",
                             socket.display()
                         ),
                         None => tracing::info!(

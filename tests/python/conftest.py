@@ -80,13 +80,15 @@ def child_pids(pid, state_filter=lambda state: state != "Z"):
     host's zygote service forked for it (children of a service's zygote whose standard input is
     a pipe that `pid` holds the other end of; read as root, since workers are not dumpable)."""
     workers = []
+    services = _service_pids()
     for kid, state in _children(pid):
         if is_zygote(kid):
             workers.extend(k for k, s in _children(kid) if state_filter(s))
-        elif state_filter(state):
+        elif state_filter(state) and kid not in services:
+            # A zygote service this server started stays its child until the server ends.
             workers.append(kid)
     pipes = _pipes(pid)
-    for service in _service_pids():
+    for service in services:
         for zygote in zygote_pids(service):
             workers.extend(k for k, s in _children(zygote)
                            if state_filter(s) and _stdin_pipe(k) in pipes)

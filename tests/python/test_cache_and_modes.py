@@ -104,7 +104,10 @@ async def test_memory_snapshot_is_made_once_and_restored(tmp_path):
         path.write_bytes(b"another binary's snapshot")
         os.utime(path, (when, when))
     with open(log, "w") as errlog:
-        async with mcp_session("--workers", "1", "--fresh-worker", cache_dir=cache, errlog=errlog) as session:
+        # A zygote of its own, not the host's service, which would fork these interpreters
+        # instead of restoring them.
+        async with mcp_session("--workers", "1", "--fresh-worker", "--no-shared-zygote", cache_dir=cache,
+                               errlog=errlog) as session:
             for _ in range(3):
                 text = await run(session, code)
                 values.append(text)
@@ -119,7 +122,7 @@ async def test_memory_snapshot_is_made_once_and_restored(tmp_path):
 
     # Restoring a snapshot marks it as in use, so that no other binary prunes it.
     os.utime(snapshots[0], (month_ago, month_ago))
-    async with mcp_session("--workers", "1", cache_dir=cache) as session:
+    async with mcp_session("--workers", "1", "--no-shared-zygote", cache_dir=cache) as session:
         assert (await run(session, "1 + 1")).endswith("<return_value>\n2\n</return_value>")
         # The worker mapped the snapshot file: the server holds no copy of it.
         assert server_anon_kib() < MAX_SERVER_ANON_KIB
@@ -128,6 +131,6 @@ async def test_memory_snapshot_is_made_once_and_restored(tmp_path):
     # A damaged snapshot is dropped and the worker boots plainly.
     snapshots[0].write_bytes(b"not a snapshot")
     with open(log, "w") as errlog:
-        async with mcp_session("--workers", "1", cache_dir=cache, errlog=errlog) as session:
+        async with mcp_session("--workers", "1", "--no-shared-zygote", cache_dir=cache, errlog=errlog) as session:
             assert (await run(session, "1 + 1")).endswith("<return_value>\n2\n</return_value>")
     assert "booting from the memory snapshot failed" in log.read_text()

@@ -123,8 +123,10 @@ async def sessions_on(stack, url, n):
 
 
 # One interpreter booted at start (the first session's) and no spare kept: every later session's
-# interpreter is forked when it is asked for, after the zygote is ready.
-FORK_ON_DEMAND = ("--workers", "1", "--spares", "0")
+# interpreter is forked when it is asked for, after the zygote is ready. The server keeps a zygote
+# of its own (`--no-shared-zygote`), whose process these tests inspect and kill; the host's zygote
+# service, which holds the same zygote, is tested in test_zygote_service.py.
+FORK_ON_DEMAND = ("--workers", "1", "--spares", "0", "--no-shared-zygote")
 
 
 async def test_forked_sessions_are_confined_apart_and_reaped_and_die_with_the_zygote(tmp_path):
@@ -203,7 +205,7 @@ async def test_shared_interpreters_give_way_to_forks_once_the_zygote_is_ready(tm
     # the throughput of forked ones), so at its next call it is replaced by a fork.
     log = tmp_path / "server.log"
     with open(log, "w") as errlog, http_server("streamable-http", "--isolation", "shared", "--workers", "1",
-                                               errlog=errlog) as url:
+                                               "--no-shared-zygote", errlog=errlog) as url:
         stack = contextlib.AsyncExitStack()
         (session,) = await sessions_on(stack, url, 1)
         await run(session, "import sys")

@@ -5,8 +5,10 @@
 //   MCP_RUN_PYTHON_BIN=target/debug/mcp-run-python node tests/ts/client_test.mjs
 
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -26,8 +28,12 @@ const TOOL = 'run_python_code';
 const CODE = "print('hi')\n[1, 2]";
 const EXPECTED = '<status>success</status>\n<output>\nhi\n</output>\n<return_value>\n[\n  1,\n  2\n]\n</return_value>';
 
+// This run's own runtime directory (0700), where the servers find or start their zygote service;
+// every service there is stopped at the end, even after a failure.
+const RUNTIME_DIR = fs.mkdtempSync(path.join(os.tmpdir(), 'mcp-run-python-ts-runtime-'));
+
 function serverEnv() {
-  const env = { PATH: process.env.PATH || '/usr/bin:/bin' };
+  const env = { PATH: process.env.PATH || '/usr/bin:/bin', XDG_RUNTIME_DIR: RUNTIME_DIR };
   if (process.env.RUST_LOG) env.RUST_LOG = process.env.RUST_LOG;
   return env;
 }
@@ -204,5 +210,11 @@ for (const [name, run] of cases) {
     console.error(`FAILED ${name}:`, error);
   }
 }
+const stopped = spawnSync(BINARY, ['zygote', 'stop', '--cache-dir', CACHE], { env: serverEnv(), encoding: 'utf8' });
+if (stopped.status !== 0) {
+  failed += 1;
+  console.error('FAILED stopping the zygote services:', stopped.stdout, stopped.stderr);
+}
+fs.rmSync(RUNTIME_DIR, { recursive: true, force: true });
 console.log(`${passed} passed, ${failed} failed`);
 process.exitCode = failed ? 1 : 0;

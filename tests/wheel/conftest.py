@@ -4,11 +4,14 @@ this project is: a fresh venv, uv's throw-away environments, a bare root file sy
 
 Runs in the test command's .venv (the seed's client line: mcp 1.x, PydanticAI 1.x, uv)."""
 
+import contextlib
 import dataclasses
 import json
 import os
 import pathlib
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -66,6 +69,37 @@ class Venv:
     def run(self, *args, **kwargs) -> subprocess.CompletedProcess:
         kwargs.setdefault("env", self.env())
         return subprocess.run(args, capture_output=True, text=True, timeout=SLOW, **kwargs)
+
+
+def zygote_services() -> set[int]:
+    """Pids of every zygote service process on the host (`zygote-service` in its command line)."""
+    found = set()
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"zygote-service" in (entry / "cmdline").read_bytes().split(b"\0"):
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def zygote_services_stopped():
+    """The servers these tests start (pip's, uv's, the bare root's) start zygote services of their
+    own, in homes and roots of their own; every one that was not there before the session is
+    ended with SIGTERM (which the service takes as `zygote stop`) at the end, even after a
+    failure, and must be gone within 10 s."""
+    before = zygote_services()
+    yield
+    started = zygote_services() - before
+    for pid in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while (left := zygote_services() & started) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"zygote services did not stop: {left}"
 
 
 @pytest.fixture(scope="session")

@@ -61,9 +61,9 @@ pub fn status(place: &ServicePlace) -> Seen {
     }
 }
 
-/// Stops the service at `place` and waits (up to [`STOP_WAIT`]) until its socket file is
-/// gone. Returns its pid, or `None` when no service answered there (a stale socket file is
-/// removed).
+/// Stops the service at `place` and waits (up to [`STOP_WAIT`]) until its process has ended
+/// (its socket file is gone by then). Returns its pid, or `None` when no service answered
+/// there (a stale socket file is removed).
 ///
 /// Errors: [`ServiceError`] when the service does not confirm, or does not end in time.
 pub fn stop(place: &ServicePlace) -> Result<Option<u32>, ServiceError> {
@@ -85,13 +85,24 @@ pub fn stop(place: &ServicePlace) -> Result<Option<u32>, ServiceError> {
         }
     }
     let until = Instant::now() + STOP_WAIT;
-    while place.socket.exists() {
+    while place.socket.exists() || !has_ended(pid) {
         if Instant::now() > until {
             return Err(ServiceError::Timeout(STOP_WAIT));
         }
         std::thread::sleep(STOP_POLL);
     }
     Ok(Some(pid))
+}
+
+/// Whether process `pid` has ended: gone from `/proc`, or a zombie waiting for its parent.
+fn has_ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the first field after the command name, which ends with the last `)`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
 }
 
 /// Removes a socket file no service listens at, if its lock is free (no service is starting).

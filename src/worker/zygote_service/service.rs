@@ -195,6 +195,7 @@ where
     );
     let accepting = state.clone();
     let accept_loop = std::thread::spawn(move || accept_connections(listener, accepting));
+    stop_on_signals(state.clone())?;
     let zygote = tokio::select! {
         started = start => Some(started),
         () = wait_for_end(&state) => None,
@@ -223,11 +224,30 @@ where
     Ok(())
 }
 
+/// Makes SIGTERM and SIGINT stop the service as `zygote stop` does: its socket removed, its
+/// zygote and workers ended (an operator's `kill`, or a test's clean-up).
+///
+/// Errors: the signal handlers cannot be installed.
+fn stop_on_signals(state: Arc<State>) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        tracing::info!("zygote service stopped by a signal");
+        state.stop.store(true, Ordering::SeqCst);
+    });
+    Ok(())
+}
+
 /// Returns once the service should end: stopped, idle past its time, or its zygote lost.
 async fn wait_for_end(state: &State) {
     loop {
         if state.stop.load(Ordering::SeqCst) {
-            tracing::info!("zygote service stopped by an operator");
+            tracing::info!("zygote service stopping");
             return;
         }
         if state.idle() {
