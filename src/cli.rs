@@ -266,10 +266,10 @@ pub struct Cli {
     #[arg(long)]
     pub no_snapshot: bool,
 
-    /// Never fork interpreters from a zygote; boot each one (from the memory snapshot). By
-    /// default the HTTP modes and `--isolation call`, which need a new interpreter per session
-    /// or per call, keep one zygote that boots Pyodide once and forks a fresh, confined
-    /// interpreter in milliseconds (README, "Performance").
+    /// Never fork interpreters from a zygote (neither the host's zygote service nor one of this
+    /// server's own); boot each one (from the memory snapshot). By default every front forks
+    /// fresh, confined interpreters in milliseconds from a zygote that booted Pyodide once
+    /// (README, "How it works").
     #[arg(long)]
     pub no_zygote: bool,
 

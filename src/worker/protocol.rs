@@ -956,4 +956,41 @@ mod tests {
         assert_eq!(o.status, RunStatus::Success);
         assert_eq!(o.return_value.unwrap().kind, ReturnKind::Json);
     }
+
+    #[test]
+    fn the_zygote_services_messages_keep_their_wire_shape_and_carry_no_descriptors() {
+        let status = Control::StatusReport(ServiceStatus {
+            ready: true,
+            fronts: 2,
+            workers: 3,
+            uptime_s: 4,
+            idle_exit_s: 600,
+        });
+        let wire = serde_json::to_value(&status).unwrap();
+        assert_eq!(wire["kind"], "status_report");
+        assert_eq!(wire["fronts"], 2);
+        let back: Control = serde_json::from_value(wire).unwrap();
+        assert_eq!(back, status);
+        let hello: Control =
+            serde_json::from_str(r#"{"kind":"hello","digest":"ab","pid":7}"#).unwrap();
+        assert_eq!(
+            hello,
+            Control::Hello {
+                digest: "ab".into(),
+                pid: 7
+            }
+        );
+        for message in [
+            hello,
+            status,
+            Control::Status,
+            Control::Stop,
+            Control::Stopping,
+        ] {
+            assert_eq!(message.descriptors(), 0, "{message:?}");
+        }
+        assert_eq!(Control::Fork.descriptors(), 3);
+        // A peer cannot smuggle fields into a message.
+        assert!(serde_json::from_str::<Control>(r#"{"kind":"stop","now":true}"#).is_err());
+    }
 }
