@@ -140,3 +140,21 @@ pub unsafe extern "C" fn _ZN3WTF15AutomaticThreadC2ERKNS_14AbstractLockerENS_3Bo
     // SAFETY: as above.
     unsafe { real(this, locker, lock, condition, thread_type, chosen(timeout)) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only a longer timeout is shortened, and only once a timeout is set; the library's
+    /// constructors are found (the test binary links the library too).
+    #[test]
+    fn only_longer_timeouts_are_shortened() {
+        assert_eq!(chosen(10.0), 10.0);
+        set_idle_timeout(Duration::from_millis(50));
+        assert_eq!(chosen(10.0), 0.05);
+        assert_eq!(chosen(0.01), 0.01);
+        assert!(shortened() >= 1);
+        let real = real_constructors();
+        assert!(real.plain.is_some() && real.typed.is_some());
+    }
+}
