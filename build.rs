@@ -112,4 +112,8 @@ fn link_javascriptcore() {
              `apt-get install libjavascriptcoregtk-4.1-dev` (scripts/setup.sh does this)."
         );
     }
+    // The engine's helper threads' idle timeout (src/engine/helper_threads.rs): the binary's
+    // `WTF::AutomaticThread` constructors must be in its dynamic symbol table for the
+    // library's calls to reach them.
+    println!("cargo:rustc-link-arg-bins=-Wl,--export-dynamic-symbol=_ZN3WTF15AutomaticThreadC2*");
 }

@@ -9,6 +9,7 @@
 
 pub mod allocator;
 mod ffi;
+pub mod helper_threads;
 mod host;
 mod mapped;
 mod value;
@@ -100,6 +101,28 @@ fn configure_engine() {
             tracing::warn!("JavaScriptCore has no option numberOfWasmCompilerThreads");
         }
     });
+}
+
+/// How long an idle engine helper thread lives in a zygote and in the interpreters forked from
+/// it, instead of the library's 10 s ([`helper_threads`]). The zygote forks only once its last
+/// helper has ended, which after its warm-up is this long after the last compile ends (the wait
+/// went from 10.0-10.3 s to 50-180 ms, docs/fork-server-research.md, 2026-11-27). A helper that
+/// ends early costs one thread start (~0.1 ms) at the next compile; forked interpreters'
+/// warm calls measured the same with 50 ms and 2 s.
+pub const ZYGOTE_HELPER_IDLE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Engine settings of a zygote, the process that warms up once and forks interpreters
+/// (`worker::fork_server`): idle helper threads end after [`ZYGOTE_HELPER_IDLE`]. Call it
+/// before the first engine, which makes the helpers' objects; forked interpreters inherit
+/// them, and so the timeout.
+///
+/// The engine's options stay the library's: they become read-only once the first context
+/// exists (writing one then faults) and every forked interpreter inherits them. A lower
+/// optimizing-tier threshold (`thresholdForOMGOptimizeAfterWarmUp` 5,000-20,000 instead of
+/// 50,000) shortened the warm-up but made the children optimize on their own: their first
+/// thousand warm calls had a p99 of 2-7 ms instead of 0.8-1.8 ms.
+pub fn configure_zygote() {
+    helper_threads::set_idle_timeout(ZYGOTE_HELPER_IDLE);
 }
 
 impl Engine {

@@ -12,8 +12,9 @@
 //!
 //! Why one thread: JavaScriptCore's helper threads (JIT, wasm compilers, GC, the libpas
 //! scavenger) would be missing in the child while their state says they exist, and the child
-//! could wait for them for ever. Once idle for about ten seconds they exit; the scavenger is
-//! suspended by hand ([`crate::engine::allocator::suspend_scavenger`]).
+//! could wait for them for ever. Once idle for a while they exit (the zygote shortens that
+//! while from ten seconds, [`crate::engine::configure_zygote`]); the scavenger is suspended by
+//! hand ([`crate::engine::allocator::suspend_scavenger`]).
 
 use super::descriptors::{inherited_descriptor, DescriptorError};
 use super::protocol::Control;
@@ -41,13 +42,14 @@ pub const CONTROL_MESSAGE_MAX: usize = 64 << 10;
 /// Longest reason of a [`Control::ForkFailed`] (bytes), so that the message fits.
 const REASON_MAX: usize = 512;
 
-/// How long the zygote waits for its helper threads to end after warming up (seconds).
-/// JavaScriptCore's idle helper threads exit after 10 s (`AutomaticThread`); a busy machine
-/// may take longer.
+/// How long the zygote waits for its helper threads to end after warming up (seconds). They
+/// end once idle for [`crate::engine::ZYGOTE_HELPER_IDLE`] after their last compile (10 s, the
+/// library's own timeout, where it cannot be shortened); a busy machine may take longer.
 const SINGLE_THREAD_WAIT: Duration = Duration::from_secs(60);
 
-/// How often the zygote looks at its thread count while it waits for one thread.
-const THREAD_POLL: Duration = Duration::from_millis(100);
+/// How often the zygote looks at its thread count while it waits for one thread: a small
+/// part of the ~50-200 ms the helpers take to end (one read of `/proc/self/status` each).
+const THREAD_POLL: Duration = Duration::from_millis(5);
 
 /// How often the zygote reaps its ended children while no request comes (milliseconds): an
 /// ended worker stays a zombie at most this long. A wake-up costs one `poll` and one
@@ -80,10 +82,20 @@ pub fn resume_scavenger() {
 fn wait_single_threaded(proc_status: &File) -> Result<()> {
     release_free_memory();
     crate::engine::allocator::suspend_scavenger();
-    let until = Instant::now() + SINGLE_THREAD_WAIT;
+    let started = Instant::now();
+    let until = started + SINGLE_THREAD_WAIT;
+    if crate::engine::helper_threads::shortened() == 0 {
+        tracing::info!(
+            "the engine's helper threads keep their 10 s idle timeout: the zygote waits for them"
+        );
+    }
     loop {
         match super::confine::thread_count(proc_status) {
-            Some(1) => return Ok(()),
+            Some(1) => {
+                let waited = started.elapsed().as_millis();
+                tracing::info!("the zygote has one thread after {waited} ms");
+                return Ok(());
+            }
             Some(n) if Instant::now() > until => {
                 bail!(
                     "the zygote still has {n} threads after {} s",

@@ -658,26 +658,31 @@ fn read_file(
 
 /// Calls the zygote makes before it forks, so that its children inherit warm caches and
 /// compiled code: the first call of a forked worker then costs about what a later one does.
-const WARM_UP_CALLS: usize = 200;
+/// Each also scans the code's imports, as a first call does. 50 instead of 200 saved ~0.2 s of
+/// the zygote's start; forked workers' first calls measured the same (5-9 ms over HTTP).
+const WARM_UP_CALLS: usize = 50;
 
 /// More calls the zygote makes after [`WARM_UP_CALLS`] (the same code, without the import
 /// scan, which most calls skip too), so that its children inherit the per-call code compiled by
 /// the engine's optimizing WebAssembly tier (OMG). That tier takes a function once its counter
 /// reaches 50,000, and an entry adds 15: a function entered once per call tiers up after about
-/// 3,300 calls. With only the 200 warm-up calls, every forked worker compiled those
-/// functions itself around its 3,000th call, on a second thread, and `session` throughput with
-/// 8 forked workers was 547–598 calls/s against 900–1,300 after 5,000 warm-up calls. The
-/// warm-call tail over HTTP moved from 3–5× the median to 1.4–3.4× across runs (this machine's
-/// noise is of that order). The price: a few seconds of one core before the zygote is ready.
-const TIER_UP_CALLS: usize = 4800;
+/// 3,300 calls, so the warm-up makes 4,050 (its compiles still running when the calls end are
+/// waited for with the helper threads). With only 200 warm-up calls, every forked worker
+/// compiled those functions itself around its 3,000th call, on a second thread, and `session`
+/// throughput with 8 forked workers was 547–598 calls/s against 900–1,300 after 5,000 warm-up
+/// calls. Lowering the threshold instead is no way out: the children inherit it
+/// ([`crate::engine::configure_zygote`]). The price: about two seconds of the zygote's start.
+const TIER_UP_CALLS: usize = 4000;
 
 /// Code of the warm-up calls: a trivial expression, output, a standard-library import, a loop
 /// with a function call (tier-up of the interpreter's hot paths), an error with a traceback.
+/// The loop is short: 20 iterations a call enter its per-iteration functions ~16,000 times over
+/// the warm-up (the optimizing tier needs ~3,300), and longer loops only cost warm-up time.
 const WARM_UP_CODE: [&str; 5] = [
     "1 + 1",
     "print('warm')",
     "import json, re\njson.dumps({'a': re.sub('a', 'b', 'aaa')})",
-    "def f(n):\n    return sum(i * i for i in range(n))\nf(200)",
+    "def f(n):\n    return sum(i * i for i in range(n))\nf(20)",
     "undefined_name",
 ];
 
@@ -950,6 +955,10 @@ fn serve() -> Result<()> {
         }
         None => None,
     };
+    if control.is_some() {
+        // Before the engine exists: its helper threads are made with it.
+        crate::engine::configure_zygote();
+    }
     let input = Rc::new(RefCell::new(BufReader::new(io::stdin().lock())));
     let Some(plan) = read_boot(&mut *input.borrow_mut())? else {
         return Ok(());
