@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "shared"))
 from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
     BINARY, CALL_TIMEOUT, INIT_TIMEOUT, SHARED_CACHE, http_server, server_env,
-    stop_zygote_services, zygote_services,
+    forked_for, stop_zygote_services, zygote_services,
 )
 
 STDIO_ARGS = ["stdio", "--workers", "1", "--cache-dir", SHARED_CACHE]

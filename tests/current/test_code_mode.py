@@ -24,7 +24,7 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
-from conftest import CALL_TIMEOUT, INIT_TIMEOUT, TOOL, http_server
+from conftest import CALL_TIMEOUT, INIT_TIMEOUT, TOOL, forked_for, http_server
 
 pytestmark = pytest.mark.anyio
 
@@ -204,7 +204,8 @@ async def test_a_slow_tool_meets_the_deadline_and_is_cancelled_upstream(code_mod
 
 
 def worker_pids(server_pid):
-    """The server's sandbox workers (the zygote and its interpreters), by their command line."""
+    """The server's sandbox workers (the zygote and its interpreters, its own or a zygote
+    service's), by their command line."""
     children = {}
     for entry in pathlib.Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -221,7 +222,7 @@ def worker_pids(server_pid):
             todo.append(pid)
             if b"__worker" in cmdline:
                 found.append(pid)
-    return found
+    return found + [pid for pid in forked_for(server_pid) if pid not in found]
 
 
 # /proc/PID/pagemap: one little-endian u64 per page, bit 63 set when the page is in memory.

@@ -15,7 +15,7 @@ from mcp.client.stdio import stdio_client
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "shared"))
 from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
     BINARY, CALL_TIMEOUT, ROOT, SHARED_CACHE, http_server, server_env,
-    stop_zygote_services, zygote_services,
+    forked_for, stop_zygote_services, zygote_service_pids, zygote_services,
 )
 
 LOCK = json.loads((ROOT / "pyodide-assets" / "pyodide-lock.json").read_text())
@@ -80,52 +80,14 @@ def child_pids(pid, state_filter=lambda state: state != "Z"):
     host's zygote service forked for it (children of a service's zygote whose standard input is
     a pipe that `pid` holds the other end of; read as root, since workers are not dumpable)."""
     workers = []
-    services = _service_pids()
+    services = zygote_service_pids()
     for kid, state in _children(pid):
         if is_zygote(kid):
             workers.extend(k for k, s in _children(kid) if state_filter(s))
         elif state_filter(state) and kid not in services:
             # A zygote service this server started stays its child until the server ends.
             workers.append(kid)
-    pipes = _pipes(pid)
-    for service in services:
-        for zygote in zygote_pids(service):
-            workers.extend(k for k, s in _children(zygote)
-                           if state_filter(s) and _stdin_pipe(k) in pipes)
-    return workers
-
-
-def _service_pids():
-    """Every zygote service process on the host (`zygote-service` in its command line)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if b"zygote-service" in f.read().split(b"\0"):
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
-def _pipes(pid):
-    """The pipes `pid` holds a descriptor of (`pipe:[inode]`)."""
-    held = set()
-    with contextlib.suppress(OSError):
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            with contextlib.suppress(OSError):
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if target.startswith("pipe:"):
-                    held.add(target)
-    return held
-
-
-def _stdin_pipe(pid):
-    try:
-        return os.readlink(f"/proc/{pid}/fd/0")
-    except OSError:
-        return None
+    return workers + forked_for(pid, state_filter)
 
 
 def direct_child_pids(pid, state_filter=lambda state: state != "Z"):

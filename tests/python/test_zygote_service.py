@@ -319,11 +319,14 @@ def test_a_service_killed_mid_use_costs_no_call(runtime_dir):
     service = one_service(runtime_dir)
     with front(runtime_dir) as f:
         assert "<return_value>\n2\n</return_value>" in f.run("1 + 1")
-        assert service_workers(service)
+        workers = service_workers(service)
+        assert workers
         os.kill(service, signal.SIGKILL)
         wait_until(lambda: not live_services(runtime_dir), 10, "the service to end")
-        # The forked worker died with the service; the next calls get interpreters of the
-        # front's own.
+        # The forked worker dies with the service (its zygote and it die with their parents);
+        # the front notices before the next call's code is sent, and the next calls get
+        # interpreters of the front's own.
+        wait_until(lambda: all(is_zombie(w) for w in workers), 10, "the forked worker to end")
         assert "<status>success</status>" in f.run("2 + 2")
         assert "<return_value>\n6\n</return_value>" in f.run("3 + 3")
 

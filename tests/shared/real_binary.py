@@ -103,3 +103,74 @@ def http_server(mode, *args, cache_dir=SHARED_CACHE, errlog=None):
             proc.wait()
             raise
         assert code == 0, f"{mode} server exited with {code} after SIGTERM"
+
+
+def zygote_service_pids():
+    """Every zygote service process on the host (`zygote-service` in its command line)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if b"zygote-service" in f.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def forked_for(server_pid, state_filter=lambda state: state != "Z"):
+    """The workers a zygote service forked for `server_pid`: children of a service's zygote (its
+    child with `--control-fd=` in its command line) whose standard input is a pipe the server
+    holds the other end of. Read as root: workers are not dumpable."""
+    pipes = _pipes(server_pid)
+    found = []
+    for service in zygote_service_pids():
+        for zygote, _ in _children_of(service):
+            if not _is_zygote(zygote):
+                continue
+            found.extend(k for k, state in _children_of(zygote)
+                         if state_filter(state) and _stdin_pipe(k) in pipes)
+    return found
+
+
+def _is_zygote(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"--control-fd=" in f.read()
+    except OSError:
+        return False
+
+
+def _children_of(pid):
+    """(pid, state) of every child process of `pid`, from /proc."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[1] == str(pid):
+                children.append((int(entry), fields[0]))
+    return children
+
+
+def _pipes(pid):
+    """The pipes `pid` holds a descriptor of (`pipe:[inode]`)."""
+    held = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("pipe:"):
+                    held.add(target)
+    return held
+
+
+def _stdin_pipe(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/fd/0")
+    except OSError:
+        return None
