@@ -11,7 +11,8 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "shared"))
 from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
     BINARY, CALL_TIMEOUT, INIT_TIMEOUT, SHARED_CACHE, http_server, server_env,
-    forked_for, stop_zygote_services, zygote_services,
+    forked_for, stop_new_zygote_services, stop_zygote_services, zygote_service_pids,
+    zygote_services,
 )
 
 STDIO_ARGS = ["stdio", "--workers", "1", "--cache-dir", SHARED_CACHE]
@@ -26,9 +27,11 @@ ERROR_PREFIX = "<status>run-error</status>"
 @pytest.fixture(scope="session", autouse=True)
 def zygote_services_stopped():
     """Every zygote service the run's fronts started ends with the run, even when a test
-    failed."""
+    failed: those in the run's runtime directory, and any other that was not there before."""
+    before = zygote_service_pids()
     yield
     stop_zygote_services()
+    stop_new_zygote_services(before)
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,8 @@ from mcp.client.stdio import stdio_client
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "shared"))
 from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
     BINARY, CALL_TIMEOUT, ROOT, SHARED_CACHE, http_server, server_env,
-    forked_for, stop_zygote_services, zygote_service_pids, zygote_services,
+    forked_for, stop_new_zygote_services, stop_zygote_services, zygote_service_pids,
+    zygote_services,
 )
 
 LOCK = json.loads((ROOT / "pyodide-assets" / "pyodide-lock.json").read_text())
@@ -24,9 +25,11 @@ LOCK = json.loads((ROOT / "pyodide-assets" / "pyodide-lock.json").read_text())
 @pytest.fixture(scope="session", autouse=True)
 def zygote_services_stopped():
     """Every zygote service the run's fronts started ends with the run, even when a test
-    failed."""
+    failed: those in the run's runtime directory, and any other that was not there before."""
+    before = zygote_service_pids()
     yield
     stop_zygote_services()
+    stop_new_zygote_services(before)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ what its tests use."""
 import contextlib
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import tempfile
@@ -58,6 +59,21 @@ def stop_zygote_services(runtime_dir=RUNTIME_DIR):
     done = subprocess.run([BINARY, "zygote", "stop", "--cache-dir", SHARED_CACHE], env=server_env(runtime_dir),
                           capture_output=True, text=True, timeout=STOP_TIMEOUT)
     assert done.returncode == 0, done
+
+
+def stop_new_zygote_services(before):
+    """Ends every zygote service process that is not in `before` (pids taken when the run
+    began) with SIGTERM, which a service takes as `zygote stop`: those started wherever their
+    front looked, such as the ones the Python package's launchers start with the user's own
+    environment. Fails the run when one is still there after STOP_TIMEOUT."""
+    started = set(zygote_service_pids()) - set(before)
+    for pid in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while (left := set(zygote_service_pids()) & started) and time.monotonic() < deadline:
+        time.sleep(POLL_INTERVAL)
+    assert not left, f"zygote services did not stop: {left}"
 
 
 class ServerURL(str):
@@ -112,6 +128,7 @@ def zygote_service_pids():
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    # A zombie's command line is empty.
                     if b"zygote-service" in f.read().split(b"\0"):
                         found.append(int(entry))
             except OSError:
