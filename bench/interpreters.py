@@ -307,6 +307,31 @@ def pss_kib(pid):
     return 0
 
 
+def zygote_services():
+    """Every zygote service process on the host (`zygote-service` in its command line): a
+    front's workers are forked by the host's service, not by the front (README, "The zygote
+    service")."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"zygote-service" in (entry / "cmdline").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def server_processes(pid):
+    """A server and every process that works for it: its descendants, and each zygote service
+    with its descendants (its zygote, and the workers it forked: on a machine where only the
+    measured server runs, they are all the server's)."""
+    pids = [pid, *descendants(pid)]
+    for service in zygote_services():
+        pids += [service, *descendants(service)]
+    return list(dict.fromkeys(pids))
+
+
 def descendants(pid):
     kids = []
     for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
@@ -329,7 +354,7 @@ async def memory(binary, cache, sessions):
             await server.call(http, h)
             open_.append(h)
         await settle(server.proc.pid)
-        pids = [server.proc.pid, *descendants(server.proc.pid)]
+        pids = server_processes(server.proc.pid)
         total = sum(pss_kib(p) for p in pids) / 1024
         # Every session is still alive: one more call on each of the first ones.
         for h in open_[:5]:

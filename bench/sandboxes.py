@@ -25,7 +25,7 @@ import time
 
 import httpx
 
-from interpreters import ZYGOTE_READY, Http, descendants, node_run, pss_kib
+from interpreters import ZYGOTE_READY, Http, node_run, pss_kib, server_processes
 from throughput import percentile, settle
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -99,7 +99,7 @@ async def ours(binary, cache, sandboxes):
         while len(live) < sandboxes:
             live.append(await client.create_and_run())
         await settle(server.proc.pid)
-        pids = [server.proc.pid, *descendants(server.proc.pid)]
+        pids = server_processes(server.proc.pid)
         total = sum(pss_kib(p) for p in pids) / 1024
         # Every sandbox is still alive.
         for sandbox in live[:5]:
