@@ -460,6 +460,11 @@ impl Launcher {
                 Err(super::zygote::ZygoteError::Ready(e @ WorkerError::Unconfined(_))) => {
                     return Err(e)
                 }
+                // The service answered but this fork did not work out: the connection, which
+                // the workers already forked through it live by, is kept.
+                Err(e) if zygote.service().is_some() && !e.ends_connection() => {
+                    tracing::warn!("a fork through the zygote service failed (booting one): {e}");
+                }
                 Err(e) => {
                     tracing::warn!(
                         "the zygote failed, booting interpreters until it is replaced: {e}"

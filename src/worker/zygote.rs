@@ -53,6 +53,26 @@ pub enum ZygoteError {
     Ready(#[source] WorkerError),
 }
 
+impl ZygoteError {
+    /// Whether the control socket can no longer be trusted (it failed, closed, timed out or
+    /// carried something unexpected), as against a zygote that answered and refused, or a
+    /// forked child that did not get ready. Through the zygote service, only the former ends
+    /// the connection, which the workers already forked through it live by.
+    pub fn ends_connection(&self) -> bool {
+        match self {
+            ZygoteError::Io(_)
+            | ZygoteError::Control(_)
+            | ZygoteError::Timeout(_)
+            | ZygoteError::Closed
+            | ZygoteError::Unexpected(_) => true,
+            ZygoteError::Boot(_)
+            | ZygoteError::Refused(_)
+            | ZygoteError::Setup(_)
+            | ZygoteError::Ready(_) => false,
+        }
+    }
+}
+
 /// A running zygote that serves fork requests: this process's own, or the per-host service's
 /// (`zygote_service/`), which relays the same fork requests to its own zygote.
 pub struct Zygote {
