@@ -4,12 +4,14 @@ in the other venv with the 1.x line; starting the binary is shared with it throu
 tests/shared/real_binary.py (standard library only)."""
 
 import pathlib
+import shutil
 import sys
 
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "shared"))
 from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
+    RUNTIME_DIR,
     BINARY, CALL_TIMEOUT, INIT_TIMEOUT, SHARED_CACHE, http_server, server_env,
     forked_for, stop_new_zygote_services, stop_zygote_services, zygote_service_pids,
     zygote_services,
@@ -32,6 +34,7 @@ def zygote_services_stopped():
     yield
     stop_zygote_services()
     stop_new_zygote_services(before)
+    shutil.rmtree(RUNTIME_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

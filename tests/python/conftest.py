@@ -5,6 +5,7 @@ import datetime
 import json
 import os
 import pathlib
+import shutil
 import sys
 
 import pytest
@@ -14,6 +15,7 @@ from mcp.client.stdio import stdio_client
 # Starting the binary is shared with tests/current (tests/shared/real_binary.py).
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "shared"))
 from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
+    RUNTIME_DIR,
     BINARY, CALL_TIMEOUT, ROOT, SHARED_CACHE, http_server, server_env,
     forked_for, stop_new_zygote_services, stop_zygote_services, zygote_service_pids,
     zygote_services,
@@ -30,6 +32,7 @@ def zygote_services_stopped():
     yield
     stop_zygote_services()
     stop_new_zygote_services(before)
+    shutil.rmtree(RUNTIME_DIR, ignore_errors=True)
 
 
 @pytest.fixture
