@@ -140,12 +140,7 @@ async fn build(cli: &Cli) -> Result<RunPythonServer> {
     let mounts = Mounts::load(&cli.mount, cli.max_mount_bytes).context("--mount")?;
     let zygote_source = zygote::source(cli, isolation, &mounts);
     let zygote = zygote_source.is_some();
-    let deps: Vec<String> = cli
-        .deps
-        .iter()
-        .map(|d| d.trim().to_owned())
-        .filter(|d| !d.is_empty())
-        .collect();
+    let deps = deps(cli);
     let resolver = Arc::new(resolver);
     let startup_plan = startup_deps::startup_plan(resolver.clone(), deps.clone());
     let launcher = Arc::new(Launcher::new(
@@ -189,6 +184,15 @@ async fn build(cli: &Cli) -> Result<RunPythonServer> {
     );
     server.session_idle = seconds(cli.session_idle_timeout, "--session-idle-timeout")?;
     Ok(server)
+}
+
+/// `--deps`, each trimmed, empty ones left out.
+fn deps(cli: &Cli) -> Vec<String> {
+    cli.deps
+        .iter()
+        .map(|d| d.trim().to_owned())
+        .filter(|d| !d.is_empty())
+        .collect()
 }
 
 /// Who shares a worker: `--isolation`, or `call` with `--fresh-worker`.

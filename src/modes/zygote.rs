@@ -64,7 +64,7 @@ fn shaping_args(cli: &Cli) -> Vec<String> {
         format!("--packages-url={}", cli.packages.packages_url),
         format!("--index-url={}", cli.packages.index_url),
     ];
-    args.extend(cli.deps.iter().map(|d| format!("--deps={}", d.trim())));
+    args.extend(super::deps(cli).iter().map(|d| format!("--deps={d}")));
     args.extend(cli.mount.iter().map(|m| {
         let host = std::fs::canonicalize(&m.host).unwrap_or_else(|_| m.host.clone());
         format!("--mount={}:{}", host.display(), m.sandbox)
@@ -134,12 +134,7 @@ pub async fn serve(cli: &Cli) -> Result<i32> {
         return Ok(0);
     };
     let (resolver, _) = resolver(&cli.packages)?;
-    let deps: Vec<String> = cli
-        .deps
-        .iter()
-        .map(|d| d.trim().to_owned())
-        .filter(|d| !d.is_empty())
-        .collect();
+    let deps = super::deps(cli);
     let startup_plan = startup_deps::startup_plan(Arc::new(resolver), deps.clone());
     let launcher = Launcher::new(
         spec.exe.clone(),

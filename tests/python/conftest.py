@@ -17,7 +17,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "shared"))
 from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
     RUNTIME_DIR,
     BINARY, CALL_TIMEOUT, ROOT, SHARED_CACHE, http_server, server_env,
-    forked_for, stop_new_zygote_services, stop_zygote_services, zygote_service_pids,
+    children_of, forked_for, is_zygote, stop_new_zygote_services, stop_zygote_services, zygote_service_pids,
     zygote_services,
 )
 
@@ -66,15 +66,6 @@ async def run(session, code, **global_variables):
     return result.content[0].text
 
 
-def is_zygote(pid):
-    """Whether `pid` is a zygote (the fork server's process, which never runs user code)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"--control-fd=" in f.read()
-    except OSError:
-        return False
-
-
 def zygote_pids(pid):
     """The zygotes among the children of `pid`."""
     return [kid for kid in direct_child_pids(pid) if is_zygote(kid)]
@@ -87,9 +78,9 @@ def child_pids(pid, state_filter=lambda state: state != "Z"):
     a pipe that `pid` holds the other end of; read as root, since workers are not dumpable)."""
     workers = []
     services = zygote_service_pids()
-    for kid, state in _children(pid):
+    for kid, state in children_of(pid):
         if is_zygote(kid):
-            workers.extend(k for k, s in _children(kid) if state_filter(s))
+            workers.extend(k for k, s in children_of(kid) if state_filter(s))
         elif state_filter(state) and kid not in services:
             # A zygote service this server started stays its child until the server ends.
             workers.append(kid)
@@ -98,24 +89,8 @@ def child_pids(pid, state_filter=lambda state: state != "Z"):
 
 def direct_child_pids(pid, state_filter=lambda state: state != "Z"):
     """Live child processes of `pid` (zombies excluded), from /proc."""
-    return [kid for kid, state in _children(pid) if state_filter(state)]
+    return [kid for kid, state in children_of(pid) if state_filter(state)]
 
-
-def _children(pid):
-    """(pid, state) of every child process of `pid`, from /proc."""
-    children = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[1] == str(pid):
-            children.append((int(entry), fields[0]))
-    return children
 
 
 def zombie_pids(pid):

@@ -143,15 +143,16 @@ def forked_for(server_pid, state_filter=lambda state: state != "Z"):
     pipes = _pipes(server_pid)
     found = []
     for service in zygote_service_pids():
-        for zygote, _ in _children_of(service):
-            if not _is_zygote(zygote):
+        for zygote, _ in children_of(service):
+            if not is_zygote(zygote):
                 continue
-            found.extend(k for k, state in _children_of(zygote)
+            found.extend(k for k, state in children_of(zygote)
                          if state_filter(state) and _stdin_pipe(k) in pipes)
     return found
 
 
-def _is_zygote(pid):
+def is_zygote(pid):
+    """Whether `pid` is a zygote (the fork server's process, which never runs user code)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return b"--control-fd=" in f.read()
@@ -159,7 +160,7 @@ def _is_zygote(pid):
         return False
 
 
-def _children_of(pid):
+def children_of(pid):
     """(pid, state) of every child process of `pid`, from /proc."""
     children = []
     for entry in os.listdir("/proc"):
