@@ -58,6 +58,17 @@ pub struct Cli {
     #[arg(long, default_value_t = 300.0)]
     pub install_timeout: f64,
 
+    /// Time limit for one call's code when the client declared the tasks extension
+    /// (`io.modelcontextprotocol/tasks`, SEP-2663), in seconds (0 = no limit). Such a call that
+    /// is still running after a second becomes a task the client polls; `--timeout` stays the
+    /// limit of every other call.
+    #[arg(long, default_value_t = 3600.0)]
+    pub task_timeout: f64,
+
+    /// How long a finished task's result is kept for `tasks/get`, in seconds (at least 1).
+    #[arg(long, default_value_t = 3600.0)]
+    pub task_ttl: f64,
+
     /// Calls running code at once (default: the number of CPU cores); more wait in a fair queue.
     /// With `--isolation shared`, also the number of shared interpreters.
     #[arg(long)]

@@ -16,6 +16,8 @@ use crate::server::call::result::{Outcome, Status};
 use crate::server::call::startup_deps;
 use crate::server::handler::RunPythonServer;
 use crate::server::sessions::Sessions;
+use crate::server::tasks::store::TaskStore;
+use crate::server::tasks::{TaskLimits, Tasks};
 use crate::server::tools::format::render;
 use crate::server::transport::http::HttpMode;
 use crate::worker::confine::Mode as ConfinementMode;
@@ -183,7 +185,30 @@ async fn build(cli: &Cli) -> Result<RunPythonServer> {
         sessions,
     );
     server.session_idle = seconds(cli.session_idle_timeout, "--session-idle-timeout")?;
+    server.tasks = Some(Arc::new(tasks(cli)?));
     Ok(server)
+}
+
+/// The tasks (the MCP tasks extension): `--task-timeout`, `--task-ttl`, saved in `--state-dir`.
+///
+/// Errors: a time out of range; `--task-ttl` 0; the state directory's task folder cannot be
+/// made.
+fn tasks(cli: &Cli) -> Result<Tasks> {
+    let limits = TaskLimits {
+        timeout: seconds(cli.task_timeout, "--task-timeout")?,
+        ttl: seconds(cli.task_ttl, "--task-ttl")?
+            .ok_or_else(|| anyhow!("--task-ttl must be more than 0 seconds"))?,
+    };
+    let store = match &cli.state_dir {
+        Some(dir) => {
+            let keep = limits.timeout.unwrap_or(NO_INSTALL_LIMIT) + limits.ttl;
+            Some(Arc::new(
+                TaskStore::open(dir, keep).context("--state-dir: its tasks folder")?,
+            ))
+        }
+        None => None,
+    };
+    Ok(Tasks::new(limits, store))
 }
 
 /// `--deps`, each trimmed, empty ones left out.
@@ -577,6 +602,7 @@ async fn warmup(server: &RunPythonServer) -> i32 {
             None,
             "import sys\nsys.version",
             serde_json::Map::new(),
+            executor.limits.timeout,
             Box::new(|_, _| {}),
             &CancellationToken::new(),
         )
@@ -620,6 +646,7 @@ async fn example(server: &RunPythonServer) -> i32 {
             None,
             EXAMPLE_CODE,
             serde_json::Map::new(),
+            server.executor.limits.timeout,
             Box::new(|_, _| {}),
             &CancellationToken::new(),
         )

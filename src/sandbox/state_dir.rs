@@ -54,6 +54,9 @@ const MANIFEST: &str = "manifest.json";
 /// The folder of the sandbox's files inside the archive.
 const FILES_PREFIX: &str = "files/";
 
+/// Hex digits of a sandbox directory's name (a SHA-256).
+const DIGEST_HEX_LEN: usize = 64;
+
 /// The archive format this build writes and reads.
 const FORMAT: u32 = 1;
 
@@ -506,7 +509,12 @@ impl StateDir {
         let mut removed = 0;
         for entry in entries.flatten().take(SWEEP_BATCH) {
             let dir = entry.path();
-            if !dir.is_dir() {
+            // Only sandboxes' directories (named by a digest): others (the tasks' folder) are
+            // not this sweep's.
+            let named_by_digest = entry.file_name().to_str().is_some_and(|n| {
+                n.len() == DIGEST_HEX_LEN && n.bytes().all(|b| b.is_ascii_hexdigit())
+            });
+            if !dir.is_dir() || !named_by_digest {
                 continue;
             }
             let Ok(Some(lock)) = self.lock(&dir, false) else {

@@ -16,13 +16,15 @@ use crate::sandbox::live::Principal;
 use crate::sandbox::registry::{self, Registry};
 use crate::server::call::execute::Executor;
 use crate::server::sessions::{SessionGuard, Sessions, SessionsFull};
+use crate::server::tasks::{CallTimeout, MintedTask, TaskId, Tasks, TASK_TOOLS};
 use crate::server::tools::format::ReturnMode;
 use crate::server::tools::{self, Reach};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientJsonRpcMessage, ClientRequest, GetExtensions,
-    Implementation, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    LoggingLevel, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, ServerCapabilities, ServerConfig, SetLevelRequestParams, Tool,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientJsonRpcMessage, ClientRequest,
+    GetExtensions, GetTaskParams, GetTaskResult, Implementation, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -58,6 +60,9 @@ pub struct RunPythonServer {
     /// The principal of this session's stream, for a transport whose messages carry no HTTP
     /// request of their own (SSE: the `GET /sse` that opened it).
     principal: Option<Principal>,
+    /// Long calls as tasks (the MCP tasks extension, SEP-2663); `None`: the extension is not
+    /// offered.
+    pub tasks: Option<Arc<Tasks>>,
 }
 
 /// What the HTTP front left in the extensions of `context`'s HTTP request (a
@@ -93,6 +98,7 @@ impl RunPythonServer {
             activity: None,
             drain: crate::server::ops::drain::Drain::new(),
             principal: None,
+            tasks: None,
         }
     }
 
@@ -195,6 +201,70 @@ impl RunPythonServer {
             request.request.extensions_mut().insert(arrival);
         }
     }
+
+    /// The tasks, when `request` may become one: a tool that can run long, called by a client
+    /// that declared the tasks extension (SEP-2663: in the request's `_meta`, or at
+    /// `initialize`).
+    fn tasks_for(
+        &self,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<Arc<Tasks>> {
+        let tasks = self.tasks.as_ref()?;
+        let declared = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        (declared && TASK_TOOLS.contains(&request.name.as_ref())).then(|| tasks.clone())
+    }
+
+    /// Runs `request` under `--task-timeout` on a task of its own: its answer if it comes
+    /// within [`crate::server::tasks::TASK_AFTER`], else a task the client polls.
+    ///
+    /// Errors: the call's own error when it answered in time; `internal_error` when no task
+    /// id could be made.
+    async fn call_as_task(
+        &self,
+        tasks: Arc<Tasks>,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let id = match http_extension::<MintedTask>(&context) {
+            Some(minted) => minted.0.clone(),
+            None => TaskId::mint()
+                .map_err(|e| McpError::internal_error(format!("no task id: {e}"), None))?,
+        };
+        let principal = self.principal_of(&context);
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let mut inner = context.clone();
+        inner.ct = cancel.clone();
+        inner.extensions.insert(CallTimeout(tasks.limits.timeout));
+        let server = self.clone();
+        let in_flight = self.drain.begin_call();
+        let run = tokio::spawn(async move {
+            let _in_flight = in_flight;
+            tools::dispatch(&server, request, &inner).await
+        });
+        // Until the task exists, the client cancels the call as any other
+        // (`notifications/cancelled`); afterwards only `tasks/cancel` does.
+        let forward = {
+            let (asked, cancel) = (context.ct.clone(), cancel.clone());
+            tokio::spawn(async move {
+                asked.cancelled().await;
+                cancel.cancel();
+            })
+        };
+        let answer = tasks.answer_or_task(id, principal, run, cancel).await;
+        forward.abort();
+        answer
+    }
+
+    /// The tasks, for a `tasks/*` request (rmcp has checked the client declared the
+    /// extension, else -32021).
+    fn tasks(&self) -> Result<&Tasks, McpError> {
+        self.tasks
+            .as_deref()
+            .ok_or_else(|| McpError::internal_error("this server runs no tasks", None))
+    }
 }
 
 impl ServerHandler for RunPythonServer {
@@ -220,6 +290,16 @@ impl ServerHandler for RunPythonServer {
                 .enable_logging()
                 .build()
         };
+        let mut capabilities = capabilities;
+        if self.tasks.is_some() {
+            capabilities
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert(
+                    rmcp::model::TASKS_EXTENSION_ID.to_owned(),
+                    Default::default(),
+                );
+        }
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new(
                 "mcp-run-python",
@@ -250,7 +330,10 @@ impl ServerHandler for RunPythonServer {
         let _call = self.drain.begin_call();
         let started = std::time::Instant::now();
         let tool = tools::find(&request.name, self.stateful()).map(|t| t.name);
-        let answer = tools::dispatch(self, request, &context).await;
+        let answer = match self.tasks_for(&request, &context) {
+            Some(tasks) => self.call_as_task(tasks, request, context).await,
+            None => tools::dispatch(self, request, &context).await,
+        };
         let status = match &answer {
             Err(_) => "invalid",
             Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => "error",
@@ -262,6 +345,7 @@ impl ServerHandler for RunPythonServer {
                 .and_then(crate::server::call::result::Status::parse)
                 .map(crate::server::call::result::Status::as_str)
                 .unwrap_or("success"),
+            Ok(CallToolResponse::Task(_)) => "task",
             Ok(_) => "success",
         };
         crate::metrics::tool_call(tool.unwrap_or("other"), status, started.elapsed());
@@ -350,6 +434,45 @@ impl ServerHandler for RunPythonServer {
             .map_err(|why| not_found(&why))?;
         let contents = tools::resources::contents(&request.uri, &path, bytes);
         Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+
+    /// `tasks/get` (SEP-2663): the task as its owner may see it.
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let principal = self.principal_of(&context);
+        let task = self
+            .tasks()?
+            .get(&request.task_id, principal.as_ref())
+            .await?;
+        Ok(GetTaskResult::new(task))
+    }
+
+    /// `tasks/update` (SEP-2663): our tasks never ask for input; acknowledged for a task the
+    /// caller may see.
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let principal = self.principal_of(&context);
+        self.tasks()?
+            .update(&request.task_id, principal.as_ref())
+            .await
+    }
+
+    /// `tasks/cancel` (SEP-2663): stops the task's interpreter.
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let principal = self.principal_of(&context);
+        self.tasks()?
+            .cancel(&request.task_id, principal.as_ref())
+            .await
     }
 
     async fn set_level(

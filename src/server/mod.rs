@@ -19,5 +19,6 @@ pub mod errors;
 pub mod handler;
 pub mod ops;
 pub mod sessions;
+pub mod tasks;
 pub mod tools;
 pub mod transport;

@@ -197,12 +197,14 @@ impl Executor {
     /// Runs one call of `run_python_code` for `sandbox`, after the sandbox's calls that arrived
     /// before it (`arrival`, when the transport stamped one). `None` when `cancel` fired or the
     /// sandbox ended first: the worker was killed and no result is due.
+    #[allow(clippy::too_many_arguments)]
     pub async fn run(
         &self,
         sandbox: &Sandbox,
         arrival: Option<&Arrival>,
         code: &str,
         globals: serde_json::Map<String, serde_json::Value>,
+        timeout: Option<Duration>,
         on_output: OutputSink,
         cancel: &CancellationToken,
     ) -> Option<CallResult> {
@@ -243,6 +245,7 @@ impl Executor {
             code,
             declared,
             globals,
+            timeout,
             on_output,
         };
         let verdict = self
@@ -410,10 +413,11 @@ impl Executor {
             code,
             declared,
             globals,
+            timeout,
             mut on_output,
         } = call;
         let sandbox_deps = &sandbox.dependencies;
-        let timeout = self.limits.timeout.unwrap_or(NO_LIMIT);
+        let timeout = timeout.unwrap_or(NO_LIMIT);
         // `--timeout` covers scanning and running; installing has its own limit.
         let scan_started = tokio::time::Instant::now();
         let inferred = declared.is_none();
@@ -660,6 +664,9 @@ struct Call<'a> {
     declared: Option<Vec<String>>,
     /// Globals set before it runs.
     globals: serde_json::Map<String, serde_json::Value>,
+    /// Its limit for scanning and running (`--timeout`, or `--task-timeout` for a call that
+    /// may become a task); `None`: none.
+    timeout: Option<Duration>,
     /// Receives its output lines as they come.
     on_output: OutputSink,
 }

@@ -19,6 +19,7 @@ use crate::sandbox::live::Arrival;
 use crate::server::call::execute::OutputSink;
 use crate::server::call::result::CallResult;
 use crate::server::handler::RunPythonServer;
+use crate::server::tasks::CallTimeout;
 use crate::worker::protocol::Stream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject,
@@ -367,6 +368,10 @@ impl RunPythonServer {
         let executor = self.executor.clone();
         let cancel = context.ct.clone();
         let arrival = context.extensions.get::<Arrival>().cloned();
+        let timeout = match context.extensions.get::<CallTimeout>() {
+            Some(CallTimeout(limit)) => *limit,
+            None => self.executor.limits.timeout,
+        };
         let sandbox = in_use.sandbox.clone();
         let result = tokio::spawn(async move {
             let RunArguments { code, globals, .. } = arguments;
@@ -376,6 +381,7 @@ impl RunPythonServer {
                     arrival.as_ref(),
                     &code,
                     globals,
+                    timeout,
                     on_output,
                     &cancel,
                 )

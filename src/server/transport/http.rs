@@ -49,6 +49,7 @@
 //! `DELETE` without a known session 400 in plain text), an unknown path and a wrong method in
 //! plain text, and has no body limit.
 
+use super::task_routing;
 use crate::sandbox::handle::SandboxId;
 use crate::server::errors::{self, Refusal};
 use crate::server::handler::{RunPythonServer, SESSION_HEADER};
@@ -366,6 +367,35 @@ async fn guard(req: Request, next: Next, access: Arc<Access>) -> Response {
     }
 }
 
+/// What a POST's answer names in its headers for a load balancer: the sandbox the call works
+/// in (`Sandbox-Id`) and the task it would become (`Task-Id`).
+#[derive(Default)]
+struct Named {
+    sandbox: Option<SandboxId>,
+    task: Option<crate::server::tasks::TaskId>,
+}
+
+impl Named {
+    /// Puts the names into `headers`.
+    fn into_headers(self, headers: &mut HeaderMap) {
+        let values = [
+            (
+                SANDBOX_RESPONSE_HEADER,
+                self.sandbox.map(|s| s.as_str().to_owned()),
+            ),
+            (
+                task_routing::TASK_RESPONSE_HEADER,
+                self.task.map(|t| t.as_str().to_owned()),
+            ),
+        ];
+        for (name, value) in values {
+            if let Some(Ok(value)) = value.map(|v| axum::http::HeaderValue::from_str(&v)) {
+                headers.insert(name, value);
+            }
+        }
+    }
+}
+
 /// What [`mcp_prechecks`] needs.
 struct McpChecks {
     max_body: usize,
@@ -394,16 +424,16 @@ async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Resp
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(SessionId::from);
-    let (req, sandbox_named) = match method {
+    let (req, named) = match method {
         Method::POST => match checks.post(req, session.is_some()).await {
             Ok(checked) => checked,
             Err(refusal) => return refusal.into_response(),
         },
         Method::GET => match checks.drain.refuse_stream() {
             Some(refusal) => return refusal.into_response(),
-            None => (req, None),
+            None => (req, Named::default()),
         },
-        _ => (req, None),
+        _ => (req, Named::default()),
     };
     if method == Method::DELETE && !checks.session_is_live(session.as_ref()).await {
         return errors::unknown_session().into_response();
@@ -420,13 +450,7 @@ async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Resp
         _ => None,
     };
     let mut response = next.run(req).await;
-    if let Some(id) = sandbox_named {
-        if let Ok(value) = axum::http::HeaderValue::from_str(id.as_str()) {
-            response
-                .headers_mut()
-                .insert(SANDBOX_RESPONSE_HEADER, value);
-        }
-    }
+    named.into_headers(response.headers_mut());
     if method == Method::DELETE && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::OK;
     }
@@ -444,11 +468,7 @@ impl McpChecks {
     /// sandbox it works in, for the `Sandbox-Id` response header.
     ///
     /// Errors: the [`Refusal`] to answer instead of running the request.
-    async fn post(
-        &self,
-        req: Request,
-        in_session: bool,
-    ) -> Result<(Request, Option<SandboxId>), Refusal> {
+    async fn post(&self, req: Request, in_session: bool) -> Result<(Request, Named), Refusal> {
         let (mut parts, body) = req.into_parts();
         let (bytes, message) = errors::read_message(body, self.max_body).await?;
         // A POST without a session id that starts a session (a stateful `initialize`, any
@@ -473,7 +493,10 @@ impl McpChecks {
         } else {
             None
         };
-        Ok((Request::from_parts(parts, Body::from(bytes)), sandbox))
+        let task = task_routing::task_of_call(&mut parts, &message);
+        task_routing::name_task_request(&mut parts, &message);
+        let named = Named { sandbox, task };
+        Ok((Request::from_parts(parts, Body::from(bytes)), named))
     }
 
     /// Whether a `DELETE` may go on to rmcp: in stateful mode only for a live session (rmcp
