@@ -57,6 +57,16 @@ if [ ! -x .venv-current/bin/python ] || ! cmp -s tests/current/requirements.txt 
 fi
 .venv-current/bin/python -m pytest -q -p no:cacheprovider tests/current
 
+# Long runs as tasks (issue 35): fastmcp with fastmcp-tasks, which pins its own fastmcp, in a venv
+# of its own.
+stamp=.venv-tasks/.requirements
+if [ ! -x .venv-tasks/bin/python ] || ! cmp -s tests/tasks/requirements.txt "$stamp"; then
+  python3 -m venv .venv-tasks
+  .venv-tasks/bin/pip install -q --disable-pip-version-check -r tests/tasks/requirements.txt
+  cp tests/tasks/requirements.txt "$stamp"
+fi
+.venv-tasks/bin/python -m pytest -q -p no:cacheprovider tests/tasks
+
 node tests/ts/client_test.mjs
 
 # The second wall (issue 10): a worker built with the test-only `escape-test` feature seals

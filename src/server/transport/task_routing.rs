@@ -23,7 +23,7 @@
 use crate::server::tasks::{MintedTask, TaskId, TASK_TOOLS};
 use axum::http::request::Parts;
 use axum::http::HeaderValue;
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, RequestMetaObject};
 
 /// The response header that names the task a `tools/call` would become.
 pub const TASK_RESPONSE_HEADER: &str = "task-id";
@@ -40,10 +40,11 @@ pub fn task_of_call(parts: &mut Parts, message: &ClientJsonRpcMessage) -> Option
     let ClientRequest::CallToolRequest(call) = &request.request else {
         return None;
     };
+    // rmcp moves a request's `_meta` into its extensions as it parses it.
     let declared = call
-        .params
-        .meta
-        .as_ref()
+        .extensions
+        .get::<RequestMetaObject>()
+        .or(call.params.meta.as_ref())
         .and_then(|m| m.client_capabilities())
         .is_some_and(|c| c.supports_tasks());
     if !declared || !TASK_TOOLS.contains(&call.params.name.as_ref()) {
