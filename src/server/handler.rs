@@ -21,10 +21,10 @@ use crate::server::tools::format::ReturnMode;
 use crate::server::tools::{self, Reach};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientJsonRpcMessage, ClientRequest,
-    GetExtensions, GetTaskParams, GetTaskResult, Implementation, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
-    ServerConfig, SetLevelRequestParams, Tool, UpdateTaskParams,
+    CustomRequest, CustomResult, GetExtensions, GetTaskParams, GetTaskResult, Implementation,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ServerCapabilities, ServerConfig, SetLevelRequestParams, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -253,7 +253,10 @@ impl RunPythonServer {
                 cancel.cancel();
             })
         };
-        let answer = tasks.answer_or_task(id, principal, run, cancel).await;
+        let unread = self.drain.begin_call();
+        let answer = tasks
+            .answer_or_task(id, principal, run, cancel, unread)
+            .await;
         forward.abort();
         answer
     }
@@ -473,6 +476,35 @@ impl ServerHandler for RunPythonServer {
         self.tasks()?
             .cancel(&request.task_id, principal.as_ref())
             .await
+    }
+
+    /// A request rmcp could not read as one it knows: a `tasks/*` with malformed params gets
+    /// `invalid_params` saying what is wrong (-32021 first for a client that did not declare
+    /// the extension); anything else is an unknown method.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        let Some(malformed) = crate::server::tasks::malformed(&request.method, request.params)
+        else {
+            return Err(McpError::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                request.method,
+                None,
+            ));
+        };
+        let declared = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        if self.tasks.is_some() && !declared {
+            return Err(McpError::missing_required_client_capability(
+                rmcp::model::ClientCapabilities::builder()
+                    .enable_tasks()
+                    .build(),
+            ));
+        }
+        Err(malformed)
     }
 
     async fn set_level(

@@ -7,6 +7,8 @@ past a second, becomes a task; any other client's call keeps `--timeout` and run
 
 import asyncio
 import json
+import os
+import signal
 import time
 import urllib.request
 
@@ -238,3 +240,38 @@ async def test_another_principal_cannot_see_or_cancel_a_task(authenticated):
             assert NO_SUCH_TASK in refused.value.error.message
         result = await task.result()
         assert "alice only" in text_of(result)
+
+
+def test_a_malformed_tasks_request_is_refused_with_its_id_and_why(url):
+    task_id = "task_" + "a" * 32
+    for params, why in [
+        ({"taskId": task_id}, "missing field `inputResponses`"),
+        ({"taskId": task_id, "inputResponses": 3}, "expected a map"),
+        ({"taskId": 5, "inputResponses": {}}, "expected a string"),
+    ]:
+        answer, _ = raw_call(url, "tasks/update", params, declare=True,
+                             extra_headers={"Mcp-Name": str(params["taskId"])})
+        assert answer["id"] == 7 and answer["error"]["code"] == -32602, answer
+        assert why in answer["error"]["message"], answer
+
+
+def test_a_draining_replica_still_answers_for_its_tasks():
+    """After SIGTERM new work is refused, but the tasks the drain waits for are still polled
+    to their end (a load balancer keeps sending their `tasks/get` here)."""
+    with http_server("streamable-http", "--workers", "1", *LIMITS, "--drain-timeout", "60") as base:
+        url = f"{base}/mcp"
+        code = {"name": TOOL, "arguments": {"python_code": "import time\ntime.sleep(5)\n'drained'"}}
+        answer, task_id = raw_call(url, "tools/call", code, declare=True)
+        assert answer["result"]["resultType"] == "task", answer
+        os.kill(base.pid, signal.SIGTERM)
+        time.sleep(POLL)
+        refused, _ = raw_call(url, "tools/call", code, declare=True)
+        assert "drain" in refused["error"]["message"], refused
+        deadline = time.monotonic() + CALL_TIMEOUT
+        while True:
+            answer, _ = raw_call(url, "tasks/get", {"taskId": task_id}, declare=True)
+            if answer["result"]["status"] != "working" or time.monotonic() > deadline:
+                break
+            time.sleep(POLL)
+        assert answer["result"]["status"] == "completed", answer
+        assert "drained" in json.dumps(answer["result"]["result"]), answer

@@ -24,7 +24,7 @@
 
 use crate::sandbox::activity::{Activity, InFlight};
 use crate::server::errors::Refusal;
-use rmcp::model::ClientJsonRpcMessage;
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -66,7 +66,9 @@ impl Drain {
     }
 
     /// The refusal for `message` while draining: a request (new work) is refused, a
-    /// notification or a response passes. `None` while serving.
+    /// notification or a response passes, and so do `tasks/*` (SEP-2663): they ask after
+    /// tasks the drain is waiting for, whose clients would otherwise lose sight of them until
+    /// the replica is gone. `None` while serving.
     pub fn refusal_for(&self, message: &ClientJsonRpcMessage) -> Option<Refusal> {
         if !self.is_draining() {
             return None;
@@ -74,6 +76,14 @@ impl Drain {
         let ClientJsonRpcMessage::Request(request) = message else {
             return None;
         };
+        if matches!(
+            request.request,
+            ClientRequest::GetTaskRequest(_)
+                | ClientRequest::UpdateTaskRequest(_)
+                | ClientRequest::CancelTaskRequest(_)
+        ) {
+            return None;
+        }
         let id = serde_json::to_value(&request.id).unwrap_or(serde_json::Value::Null);
         self.refused();
         Some(crate::server::errors::draining(id))

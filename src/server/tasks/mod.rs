@@ -22,8 +22,12 @@
 
 pub mod store;
 
+use crate::sandbox::activity::InFlight;
 use crate::sandbox::live::Principal;
-use rmcp::model::{CallToolResponse, CallToolResult, CreateTaskResult, DetailedTask};
+use rmcp::model::{
+    CallToolResponse, CallToolResult, CancelTaskParams, CreateTaskResult, DetailedTask,
+    GetTaskParams, UpdateTaskParams,
+};
 use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
 use rmcp::ErrorData as McpError;
 use std::collections::HashMap;
@@ -101,6 +105,10 @@ struct Known {
     inner: String,
     /// The principal that made it.
     owner: Option<Principal>,
+    /// Held until its client has read its end (or cancelled it): a draining replica waits for
+    /// it (up to `--drain-timeout`), so that a result finished during the drain is not lost
+    /// with the replica.
+    unread: Option<InFlight>,
 }
 
 /// The server's tasks.
@@ -118,6 +126,24 @@ pub fn unknown_task(id: &str) -> McpError {
         format!("no task {id:?}: it does not exist, or it expired, or it is not yours"),
         None,
     )
+}
+
+/// The error for a `tasks/*` request whose params rmcp could not read (it hands such a request
+/// on as a custom one): `invalid_params` with what is wrong, rather than "method not found" for
+/// a method the server has. `None` for any other method.
+pub fn malformed(method: &str, params: Option<serde_json::Value>) -> Option<McpError> {
+    let params = params.unwrap_or(serde_json::Value::Null);
+    let why = match method {
+        "tasks/get" => serde_json::from_value::<GetTaskParams>(params).err(),
+        "tasks/update" => serde_json::from_value::<UpdateTaskParams>(params).err(),
+        "tasks/cancel" => serde_json::from_value::<CancelTaskParams>(params).err(),
+        _ => return None,
+    };
+    let why = why.map_or_else(|| "they could not be read".to_owned(), |e| e.to_string());
+    Some(McpError::invalid_params(
+        format!("malformed {method} params: {why}"),
+        None,
+    ))
 }
 
 impl Tasks {
@@ -149,6 +175,7 @@ impl Tasks {
         owner: Option<Principal>,
         mut run: tokio::task::JoinHandle<Result<CallToolResponse, McpError>>,
         cancel: tokio_util::sync::CancellationToken,
+        unread: InFlight,
     ) -> Result<CallToolResponse, McpError> {
         match tokio::time::timeout(TASK_AFTER, &mut run).await {
             Ok(answer) => return answer.map_err(failed_run)?,
@@ -181,7 +208,12 @@ impl Tasks {
             store.start(&id, owner.as_ref(), &task).await;
         }
         self.sweep();
-        self.known_mut().insert(id, Known { inner, owner });
+        let known = Known {
+            inner,
+            owner,
+            unread: Some(unread),
+        };
+        self.known_mut().insert(id, known);
         Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
     }
 
@@ -201,6 +233,9 @@ impl Tasks {
                     .get_task(&inner)
                     .map_err(|_| unknown_task(id))?;
                 task.task.task_id = id.to_owned();
+                if task.status().is_terminal() {
+                    self.read(id);
+                }
                 Ok(task)
             }
             None => self.saved(id, principal).await,
@@ -214,10 +249,14 @@ impl Tasks {
     /// here (`invalid_params` saying so).
     pub async fn cancel(&self, id: &str, principal: Option<&Principal>) -> Result<(), McpError> {
         match self.inner_id(id, principal) {
-            Some(inner) => self
-                .manager
-                .cancel_task(&inner)
-                .map_err(|_| unknown_task(id)),
+            Some(inner) => {
+                self.manager
+                    .cancel_task(&inner)
+                    .map_err(|_| unknown_task(id))?;
+                // The client has said it no longer waits for the end.
+                self.read(id);
+                Ok(())
+            }
             None => match self.saved(id, principal).await?.status() {
                 status if status.is_terminal() => Ok(()),
                 _ => Err(McpError::invalid_params(
@@ -260,6 +299,16 @@ impl Tasks {
             .load(&task_id, principal)
             .await
             .ok_or_else(|| unknown_task(id))
+    }
+
+    /// Notes that the client of task `id` has what it waited for (its end, or its cancel).
+    fn read(&self, id: &str) {
+        let Some(id) = TaskId::parse(id) else {
+            return;
+        };
+        if let Some(known) = self.known_mut().get_mut(&id) {
+            known.unread = None;
+        }
     }
 
     /// The id map, whatever a panicking holder left.
