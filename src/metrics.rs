@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// `tools/call` requests answered, by `tool` and `status` (`success`, `install-error`,
 /// `run-error` for `run_python_code`; `success` or `error` for the other tools; `invalid` for
-/// arguments refused with an MCP error).
+/// arguments refused with an MCP error; `task` for a call answered with a task, SEP-2663).
 const TOOL_CALLS: &str = "mcp_run_python_tool_calls_total";
 /// Seconds from a `tools/call`'s arrival to its answer, by `tool`.
 const TOOL_CALL_DURATION: &str = "mcp_run_python_tool_call_duration_seconds";
