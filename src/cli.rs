@@ -69,6 +69,11 @@ pub struct Cli {
     #[arg(long, default_value_t = 3600.0)]
     pub task_ttl: f64,
 
+    /// Tasks kept at once, running or finished within `--task-ttl`. With this many, a long
+    /// call runs to its end as a plain call instead of becoming a task.
+    #[arg(long, default_value_t = 1000)]
+    pub max_tasks: usize,
+
     /// Calls running code at once (default: the number of CPU cores); more wait in a fair queue.
     /// With `--isolation shared`, also the number of shared interpreters.
     #[arg(long)]

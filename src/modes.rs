@@ -198,6 +198,7 @@ fn tasks(cli: &Cli) -> Result<Tasks> {
         timeout: seconds(cli.task_timeout, "--task-timeout")?,
         ttl: seconds(cli.task_ttl, "--task-ttl")?
             .ok_or_else(|| anyhow!("--task-ttl must be more than 0 seconds"))?,
+        max: cli.max_tasks,
     };
     let store = match &cli.state_dir {
         Some(dir) => {

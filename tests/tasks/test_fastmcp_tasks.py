@@ -275,3 +275,15 @@ def test_a_draining_replica_still_answers_for_its_tasks():
             time.sleep(POLL)
         assert answer["result"]["status"] == "completed", answer
         assert "drained" in json.dumps(answer["result"]["result"]), answer
+
+
+def test_past_max_tasks_a_long_call_runs_as_a_plain_call():
+    with http_server("streamable-http", "--workers", "1", *LIMITS, "--max-tasks", "1") as base:
+        url = f"{base}/mcp"
+        code = {"name": TOOL, "arguments": {"python_code": "import time\ntime.sleep(2)\n'kept'"}}
+        first, _ = raw_call(url, "tools/call", code, declare=True)
+        assert first["result"]["resultType"] == "task", first
+        # The first task's result is kept (--task-ttl): no room for a second task.
+        second, _ = raw_call(url, "tools/call", code, declare=True)
+        assert second["result"].get("resultType") != "task", second
+        assert "kept" in second["result"]["content"][0]["text"], second

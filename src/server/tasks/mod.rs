@@ -97,6 +97,8 @@ pub struct TaskLimits {
     pub timeout: Option<Duration>,
     /// How long a finished task's result is kept.
     pub ttl: Duration,
+    /// Most tasks kept at once (`--max-tasks`).
+    pub max: usize,
 }
 
 /// A task this replica runs or ran, as its public id knows it.
@@ -181,6 +183,16 @@ impl Tasks {
             Ok(answer) => return answer.map_err(failed_run)?,
             Err(_elapsed) => {}
         }
+        self.sweep();
+        if self.known_mut().len() >= self.limits.max {
+            // No room for another task: the call runs to its end as a plain call, as it would
+            // for a client without the extension.
+            tracing::warn!(
+                "{} tasks are kept (--max-tasks): a long call runs as a plain call",
+                self.limits.max
+            );
+            return run.await.map_err(failed_run)?;
+        }
         let options = TaskOptions::new()
             .with_ttl_ms(self.ttl_ms())
             .with_poll_interval_ms(POLL_INTERVAL_MS);
@@ -207,7 +219,6 @@ impl Tasks {
         if let Some(store) = &self.store {
             store.start(&id, owner.as_ref(), &task).await;
         }
-        self.sweep();
         let known = Known {
             inner,
             owner,
