@@ -159,6 +159,7 @@ impl TaskStore {
                 return Err(std::io::Error::other("the record names another owner"));
             }
             record.end = Some(end);
+            record.task.last_updated_at = rmcp::task_manager::current_timestamp();
             write_record(&dir, &record)
         });
         if let Err(e) = saved {
