@@ -69,6 +69,19 @@ fi
 
 node tests/ts/client_test.mjs
 
+# The official TypeScript tasks client (@modelcontextprotocol/ext-tasks on the v2 SDK client) in
+# node_modules of its own, so the v1 SDK test above keeps its pins. Both need node >= 20.
+if [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then
+  echo "tests/ts-tasks needs node >= 20 (ext-tasks and the v2 SDK client); this is $(node --version)" >&2
+  exit 1
+fi
+stamp=tests/ts-tasks/node_modules/.package-lock.stamp
+if ! cmp -s tests/ts-tasks/package-lock.json "$stamp"; then
+  npm ci --prefix tests/ts-tasks --no-audit --no-fund --loglevel=error
+  cp tests/ts-tasks/package-lock.json "$stamp"
+fi
+node tests/ts-tasks/tasks_test.mjs
+
 # The second wall (issue 10): a worker built with the test-only `escape-test` feature seals
 # itself, then tries what native code that took it over would. Last, because it rebuilds the
 # binary with that feature (the next `cargo build` puts the release-shaped one back).
