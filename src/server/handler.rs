@@ -394,6 +394,9 @@ impl ServerHandler for RunPythonServer {
 
     /// One `subscriptions/listen` stream, acknowledged already (see [`listen::serve`]).
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        // Held like a call, so that a drain, which ends the stream, waits for its final result
+        // to go out before the server stops.
+        let _in_flight = self.drain.begin_call();
         let sources = listen::Sources {
             changes: &self.changes,
             tools: self.executor.upstreams.as_ref().map(|u| u.watch_tools()),

@@ -10,11 +10,14 @@
 - a listener hears `resourcesListChanged` when its own principal's sandbox's files change and not
   when another principal's do (JWT principals, as in test_auth.py);
 - `prompts/list` and `prompts/get` are unknown methods (-32601): the server has no prompts;
-- a resource that is not found is named in the error's `data.uri` (SEP-2164)."""
+- a resource that is not found is named in the error's `data.uri` (SEP-2164);
+- a drain (SIGTERM) ends a listen stream with its result rather than cutting it off."""
 
 import contextlib
 import json
+import os
 import secrets
+import signal
 
 import anyio
 import httpx2
@@ -104,6 +107,18 @@ async def test_a_listen_stream_hears_that_an_upstream_added_a_tool(code_mode_url
             await sprout(client, name)
             assert await next_event(subscription) == ToolsListChanged()
         assert f"mcp_tools.upstream.{name}()" in await description(client)
+
+
+async def test_a_drain_ends_a_listen_stream_with_its_result(tmp_path):
+    """SIGTERM: the stream ends gracefully (its `subscriptions/listen` result), not cut off."""
+    config = tmp_path / "tools.json"
+    config.write_text('{"mcpServers": {}}')
+    with http_server("streamable-http", "--workers", "1", "--tools-config", str(config)) as base:
+        async with Client(f"{base}/mcp", cache=None) as client, client.listen(tools_list_changed=True) as subscription:
+            os.kill(base.pid, signal.SIGTERM)
+            with anyio.fail_after(CHANGE_TIMEOUT):
+                # SubscriptionLost if it were cut off.
+                assert [event async for event in subscription] == []
 
 
 @contextlib.asynccontextmanager
