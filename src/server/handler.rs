@@ -15,6 +15,7 @@ use crate::sandbox::handle::SandboxId;
 use crate::sandbox::live::Principal;
 use crate::sandbox::registry::{self, Registry};
 use crate::server::call::execute::Executor;
+use crate::server::listen;
 use crate::server::sessions::{SessionGuard, Sessions, SessionsFull};
 use crate::server::tasks::{CallTimeout, MintedTask, TaskId, Tasks, TASK_TOOLS};
 use crate::server::tools::format::ReturnMode;
@@ -22,11 +23,12 @@ use crate::server::tools::{self, Reach};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientJsonRpcMessage, ClientRequest,
     CustomRequest, CustomResult, GetExtensions, GetTaskParams, GetTaskResult, Implementation,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    ServerCapabilities, ServerConfig, SetLevelRequestParams, Tool, UpdateTaskParams,
+    ListPromptsRequestMethod, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, LoggingLevel, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, SubscriptionFilter, Tool, UpdateTaskParams,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use std::sync::{Arc, Mutex};
 
@@ -63,6 +65,8 @@ pub struct RunPythonServer {
     /// Long calls as tasks (the MCP tasks extension, SEP-2663); `None`: the extension is not
     /// offered.
     pub tasks: Option<Arc<Tasks>>,
+    /// The sandboxes' file changes, told to `subscriptions/listen` streams.
+    pub changes: Arc<crate::server::listen::Changes>,
 }
 
 /// What the HTTP front left in the extensions of `context`'s HTTP request (a
@@ -99,6 +103,7 @@ impl RunPythonServer {
             drain: crate::server::ops::drain::Drain::new(),
             principal: None,
             tasks: None,
+            changes: Arc::default(),
         }
     }
 
@@ -293,7 +298,8 @@ impl ServerHandler for RunPythonServer {
                 .enable_logging()
                 .build()
         };
-        let mut capabilities = capabilities;
+        let mut capabilities =
+            listen::with_list_changed(capabilities, self.executor.upstreams.is_some());
         if self.tasks.is_some() {
             capabilities
                 .extensions
@@ -404,10 +410,11 @@ impl ServerHandler for RunPythonServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        // SEP-2164: the error names the URI it did not find in `data.uri`.
         let not_found = |why: &dyn std::fmt::Display| {
             McpError::resource_not_found(
                 format!("resource {:?} not found: {why}", request.uri),
-                None,
+                Some(serde_json::json!({"uri": request.uri})),
             )
         };
         if let (Some(upstreams), crate::upstream::catalog::STUB_URI) =
@@ -514,5 +521,57 @@ impl ServerHandler for RunPythonServer {
     ) -> Result<(), McpError> {
         *self.log_level.lock().unwrap_or_else(|p| p.into_inner()) = Some(request.level);
         Ok(())
+    }
+
+    /// Prompts are not served: `prompts/list` is an unknown method (-32601), as the prompts
+    /// capability is not declared (SEP-2575: a server that handles prompts declares them).
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        Err(McpError::method_not_found::<ListPromptsRequestMethod>())
+    }
+
+    /// The changes a `subscriptions/listen` stream can hear of (SEP-2575; see [`listen`]).
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let code_mode = self.executor.upstreams.is_some();
+        Some(listen::accepted_filter(
+            requested,
+            code_mode,
+            self.stateful(),
+        ))
+    }
+
+    /// One `subscriptions/listen` stream, acknowledged already (see [`listen::serve`]).
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        // Held like a call, so that a drain, which ends the stream, waits for its final result
+        // to go out before the server stops.
+        let _in_flight = self.drain.begin_call();
+        let sources = listen::Sources {
+            changes: &self.changes,
+            tools: self.executor.upstreams.as_ref().map(|u| u.watch_tools()),
+            stateful: self.stateful(),
+            principal: self.principal_of(subscription.request_context()),
+            draining: self.drain.draining_token(),
+        };
+        listen::serve(subscription, sources).await
+    }
+
+    /// A 2025-11-25 session is open: its client hears `notifications/tools/list_changed`
+    /// when code mode's tools change, until the session ends.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let has_session = match context.extensions.get::<axum::http::request::Parts>() {
+            Some(parts) => parts.headers.contains_key(SESSION_HEADER),
+            None => true,
+        };
+        if let (Some(upstreams), Some(session), true) =
+            (&self.executor.upstreams, &self.session, has_session)
+        {
+            listen::tell_session(context.peer, upstreams.watch_tools(), session.ended());
+        }
     }
 }

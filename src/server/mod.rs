@@ -1,4 +1,4 @@
-//! The MCP front: everything between a client's bytes and a sandbox, in four rooms and three
+//! The MCP front: everything between a client's bytes and a sandbox, in four rooms and four
 //! files (docs/architecture.md §8). Imports run one way: transports → handler → tools → call
 //! pipeline → [`crate::sandbox`] → [`crate::worker`].
 //!
@@ -12,11 +12,13 @@
 //!   worker, deadlines) and the `--deps` plan;
 //! - [`ops`]: operating a server: authentication, drain, health, `/metrics`, idle expiry;
 //! - [`sessions`]: protocol sessions and their default sandboxes; [`errors`]: the wording of
-//!   every JSON-RPC refusal.
+//!   every JSON-RPC refusal; [`listen`]: telling clients that a list changed
+//!   (`subscriptions/listen`, `notifications/*/list_changed`).
 
 pub mod call;
 pub mod errors;
 pub mod handler;
+pub mod listen;
 pub mod ops;
 pub mod sessions;
 pub mod tasks;

@@ -8,6 +8,7 @@ use crate::sandbox::live::{Owner, Principal, Sandbox};
 use crate::sandbox::registry::{Registry, RegistryError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
 
 /// The live sessions, bounded by `--max-sessions`: every live session may hold a worker,
 /// so the bound is what keeps the server's memory finite.
@@ -62,6 +63,7 @@ impl Sessions {
             }
         }
         Ok(SessionGuard {
+            ended: CancellationToken::new(),
             default: Mutex::default(),
             registry,
             sessions: self.clone(),
@@ -74,6 +76,8 @@ impl Sessions {
 /// disconnect, a sessionless request answered) the session ends and so does its default
 /// sandbox, worker and all.
 pub struct SessionGuard {
+    /// Cancelled when the session ends: what stops the tasks that tell its client of changes.
+    ended: CancellationToken,
     default: Mutex<Option<Arc<Sandbox>>>,
     registry: Arc<Registry>,
     sessions: Arc<Sessions>,
@@ -99,6 +103,11 @@ impl SessionGuard {
         Ok(made)
     }
 
+    /// A token cancelled when the session ends.
+    pub fn ended(&self) -> CancellationToken {
+        self.ended.clone()
+    }
+
     /// The default sandbox if the session has made one and it is live.
     pub fn current_default(&self) -> Option<Arc<Sandbox>> {
         let slot = self.default.lock().unwrap_or_else(|p| p.into_inner());
@@ -108,6 +117,7 @@ impl SessionGuard {
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
+        self.ended.cancel();
         let default = self
             .default
             .lock()

@@ -165,6 +165,9 @@ pub struct Upstreams {
     functions: Option<Arc<functions::Channel>>,
     published: RwLock<Arc<Published>>,
     version: AtomicU64,
+    /// How many times the tools our clients see changed: `run_python_code`'s description,
+    /// which lists the upstream tools (see [`Upstreams::watch_tools`]).
+    tools_changed: tokio::sync::watch::Sender<u64>,
     pub limits: ToolLimits,
 }
 
@@ -185,6 +188,7 @@ impl Upstreams {
             functions,
             published: RwLock::new(Arc::new(Published::new(Catalog::default()))),
             version: AtomicU64::new(0),
+            tools_changed: tokio::sync::watch::Sender::new(0),
             limits,
         });
         let first = upstreams
@@ -205,8 +209,17 @@ impl Upstreams {
             .clone()
     }
 
+    /// The tool-list change signal: its value counts the changes of the code-mode section of
+    /// `run_python_code`'s description (an upstream tool added, removed or redescribed; a
+    /// server connected or lost), and a receiver wakes at each. What tells our clients
+    /// `notifications/tools/list_changed` (MCP spec, tools: list changed; SEP-2575's
+    /// `subscriptions/listen` for 2026-07-28 clients).
+    pub fn watch_tools(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.tools_changed.subscribe()
+    }
+
     /// Rebuilds the catalog from every connection's tools (after a listing, a connection or a
-    /// loss).
+    /// loss), and signals [`Upstreams::watch_tools`] when the description changed.
     fn republish(&self) {
         let version = self.version.fetch_add(1, Ordering::SeqCst) + 1;
         let servers: Vec<(String, Vec<rmcp::model::Tool>)> = self
@@ -220,7 +233,15 @@ impl Upstreams {
             .map(|f| f.functions.clone())
             .unwrap_or_default();
         let published = Arc::new(Published::new(Catalog::new(version, &servers, functions)));
-        *self.published.write().unwrap_or_else(|p| p.into_inner()) = published;
+        let changed = {
+            let mut slot = self.published.write().unwrap_or_else(|p| p.into_inner());
+            let changed = slot.summary != published.summary;
+            *slot = published;
+            changed
+        };
+        if changed {
+            self.tools_changed.send_modify(|n| *n += 1);
+        }
     }
 
     /// Makes `call` upstream for the sandbox whose handle digests to `sandbox` (for `_meta`),

@@ -1,7 +1,8 @@
 """A small FastMCP server (streamable HTTP) that the code-mode tests (issue 28) put behind
 mcp-run-python's `--tools-config`: every request needs a bearer token, which only the front
 holds (the configuration's `headers`). Its tools record what they saw in a JSON-lines log:
-the `_meta` sandbox tag of each call, and a slow call's cancellation.
+the `_meta` sandbox tag of each call, and a slow call's cancellation. `grow` and `sprout` add
+tools while it runs (the tool-list change tests).
 
 Usage: upstream_server.py PORT TOKEN LOG
 """
@@ -12,6 +13,7 @@ import sys
 
 from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
+from fastmcp.tools import Tool
 from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 
 PORT, TOKEN, LOG = int(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -74,6 +76,19 @@ async def grow(ctx: Context) -> str:
     mcp.add_tool(grown)
     await ctx.send_notification(ToolListChangedNotification())
     return "grew"
+
+
+@mcp.tool
+async def sprout(name: str, ctx: Context) -> str:
+    """Adds a tool called `name`, and says the tool list changed (once per name)."""
+    from mcp.types import ToolListChangedNotification
+
+    def sprouted() -> str:
+        return name
+
+    mcp.add_tool(Tool.from_function(sprouted, name=name, description=f"The tool {name}, added while the server runs."))
+    await ctx.send_notification(ToolListChangedNotification())
+    return f"sprouted {name}"
 
 
 @mcp.tool

@@ -65,6 +65,11 @@ impl Drain {
         self.draining.is_cancelled()
     }
 
+    /// A token cancelled when the drain starts: what ends `subscriptions/listen` streams.
+    pub fn draining_token(&self) -> CancellationToken {
+        self.draining.clone()
+    }
+
     /// The refusal for `message` while draining: a request (new work) is refused, a
     /// notification or a response passes, and so do `tasks/*` (SEP-2663): they ask after
     /// tasks the drain is waiting for, whose clients would otherwise lose sight of them until

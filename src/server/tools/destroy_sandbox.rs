@@ -63,6 +63,7 @@ impl McpTool for DestroySandbox {
         let arrival = context.extensions.get::<Arrival>();
         drop(sandbox.queue(arrival).await);
         sandbox.end();
+        server.changes.files_changed(&sandbox);
         if default {
             let _ = context.peer.notify_resource_list_changed().await;
         }

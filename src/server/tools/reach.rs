@@ -280,8 +280,13 @@ impl RunPythonServer {
     }
 
     /// Tells a session's client that its resources changed, when `in_use` is its default
-    /// sandbox (the only one `resources/list` shows; MCP spec, resources: `list_changed`).
+    /// sandbox (the only one `resources/list` shows; MCP spec, resources: `list_changed`);
+    /// and the `subscriptions/listen` streams that may see the sandbox (SEP-2575,
+    /// [`crate::server::listen`]), for any sandbox that outlives the call.
     pub async fn files_changed(&self, in_use: &InUse, context: &RequestContext<RoleServer>) {
+        if in_use.reached != Reached::OneCall {
+            self.changes.files_changed(&in_use.sandbox);
+        }
         if in_use.reached == Reached::SessionDefault {
             let _ = context.peer.notify_resource_list_changed().await;
         }
