@@ -19,3 +19,7 @@ pub mod handle;
 pub mod live;
 pub mod registry;
 pub mod state_dir;
+
+/// Most requirements a sandbox is made with (`create_sandbox`'s `dependencies`), and so the most
+/// a saved sandbox may name.
+pub const MAX_DEPENDENCIES: usize = 64;

@@ -607,6 +607,11 @@ async fn blocking<T: Send + 'static>(
 
 /// The first words of the `state` note of a restored sandbox's first call.
 fn restored_note(restored: &super::state_dir::Restored) -> String {
+    if let Some(refused) = &restored.refused {
+        return format!(
+            "new: this sandbox's saved state in the shared state directory was refused whole ({refused}); it starts clean, without files or dependencies, and the variables, functions and imports of earlier calls are gone"
+        );
+    }
     let mut note = format!(
         "new: this sandbox was restored from the shared state directory on another replica (replica {} that held it stopped, was drained or lost it); the variables, functions and imports of earlier calls are gone",
         restored.previous_replica

@@ -96,6 +96,7 @@ fn principal_digest(principal: Option<&str>) -> Option<String> {
 
 /// What the archive says besides the files' bytes.
 #[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Manifest {
     format: u32,
     /// The sandbox's requirements (PEP 508), installed again into a restored sandbox's worker.
@@ -128,8 +129,11 @@ pub struct Restored {
     pub dependencies: Vec<String>,
     pub files: Files,
     pub not_kept: Vec<String>,
-    /// The replica that held it before.
+    /// The replica that held it before (checked: letters, digits, `-` and `.`).
     pub previous_replica: String,
+    /// Why its saved state was refused whole, when it was: it then comes back clean (no files,
+    /// no dependencies), and the restore note says why.
+    pub refused: Option<Refused>,
 }
 
 /// What a takeover found.
@@ -144,8 +148,12 @@ pub enum Claim {
 /// A state-directory operation that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    /// The file system refused.
-    #[error("the state directory could not {action} {path}")]
+    /// The file system refused. The message names the file, never its host path (it reaches
+    /// the model); logs give the path (`{:?}`).
+    #[error(
+        "the state directory could not {action} a sandbox's {}",
+        file_name(path)
+    )]
     Io {
         action: &'static str,
         path: PathBuf,
@@ -153,18 +161,96 @@ pub enum StateError {
         source: std::io::Error,
     },
     /// A saved file is not what this build writes.
-    #[error("the state directory's {path} is malformed")]
+    #[error("a sandbox's {} in the state directory is malformed", file_name(path))]
     Malformed {
         path: PathBuf,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The saved files are larger than this replica keeps (`--max-session-file-bytes`).
-    #[error("the state directory's {path} holds more than {max} bytes of files (--max-session-file-bytes)")]
+    #[error("a sandbox's {} in the state directory holds more than {max} bytes of files (--max-session-file-bytes)", file_name(path))]
     TooLarge { path: PathBuf, max: u64 },
     /// Another replica took the sandbox over since this one's generation.
     #[error("replica {replica} took this sandbox over (generation {generation})")]
     Superseded { replica: String, generation: u64 },
+}
+
+/// The last part of `path` (`state.zip`, `owner.json`, …): what an error may say of a file in
+/// the state directory without naming the host's directories.
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "file".to_owned())
+}
+
+/// Why a saved sandbox was refused whole (issue 36): the shared directory may have been
+/// written by a compromised replica, so nothing of an entry that fails a check is used. The
+/// words name the check, never a string from the entry nor a host path: they reach the model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("its archive could not be read or is not of this version's format")]
+    Unreadable,
+    #[error(
+        "its files are larger than this replica keeps (--max-session-file-bytes, {max} bytes)"
+    )]
+    TooLarge { max: u64 },
+    #[error("a file name in it would leave the working directory or is malformed")]
+    FileName,
+    #[error("it names a file twice")]
+    Duplicate,
+    #[error("a dependency in it is not a requirement of a package index (PEP 508, no direct URL)")]
+    Dependency,
+    #[error("it lists more than {max} dependencies")]
+    TooManyDependencies { max: usize },
+    #[error("its record of the replica that held it is malformed")]
+    Replica,
+}
+
+/// Longest replica name accepted from an ownership record (characters).
+const MAX_REPLICA_CHARS: usize = 128;
+
+/// Checks a saved sandbox whole before any of it is used: every file name (the files and
+/// those not kept) stays inside the working directory and appears once, every dependency is
+/// a PEP 508 requirement of a package index (a direct URL such as `file:///etc/passwd` would
+/// fail every later install), at most [`super::MAX_DEPENDENCIES`] of them, and the previous
+/// replica's name is one this program writes (it is shown in the restore note).
+///
+/// Errors: the first [`Refused`] check failed.
+fn check_entry(manifest: &Manifest, files: &Files, replica: &str) -> Result<(), Refused> {
+    if manifest.format != FORMAT {
+        return Err(Refused::Unreadable);
+    }
+    let mut seen = std::collections::HashSet::new();
+    for name in files.iter().map(|(n, _)| n).chain(&manifest.not_kept) {
+        super::files::checked_name(name).map_err(|_| Refused::FileName)?;
+        if !seen.insert(name.as_str()) {
+            return Err(Refused::Duplicate);
+        }
+    }
+    if manifest.dependencies.len() > super::MAX_DEPENDENCIES {
+        return Err(Refused::TooManyDependencies {
+            max: super::MAX_DEPENDENCIES,
+        });
+    }
+    for dependency in &manifest.dependencies {
+        let requirement = crate::packages::requirement::parse_requirement(dependency)
+            .map_err(|_| Refused::Dependency)?;
+        if matches!(
+            requirement.version_or_url,
+            Some(pep508_rs::VersionOrUrl::Url(_))
+        ) {
+            return Err(Refused::Dependency);
+        }
+    }
+    let replica_ok = !replica.is_empty()
+        && replica.chars().count() <= MAX_REPLICA_CHARS
+        && replica
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.'));
+    if !replica_ok {
+        return Err(Refused::Replica);
+    }
+    Ok(())
 }
 
 /// Limits a takeover checks: a sandbox idle or old past them is gone, as it would be on the
@@ -420,7 +506,30 @@ impl StateDir {
             let _ = std::fs::remove_dir_all(&dir);
             return Ok(Claim::Absent);
         }
-        let (manifest, files) = self.read_state(&dir)?;
+        let checked = self
+            .read_state(&dir)
+            .map_err(|e| {
+                tracing::warn!("a saved sandbox's state is refused: {e:?}");
+                match e {
+                    StateError::TooLarge { max, .. } => Refused::TooLarge { max },
+                    _ => Refused::Unreadable,
+                }
+            })
+            .and_then(|(manifest, files)| {
+                check_entry(&manifest, &files, &owner.replica).map(|()| (manifest, files))
+            });
+        let (manifest, files, refused) = match checked {
+            Ok((manifest, files)) => (manifest, files, None),
+            Err(refused) => {
+                tracing::warn!("a saved sandbox is refused whole and starts clean: {refused}");
+                let clean = Manifest {
+                    format: FORMAT,
+                    dependencies: Vec::new(),
+                    not_kept: Vec::new(),
+                };
+                (clean, Vec::new(), Some(refused))
+            }
+        };
         let generation = owner.generation + 1;
         self.write_owner(
             &dir,
@@ -438,7 +547,12 @@ impl StateDir {
             dependencies: manifest.dependencies,
             files,
             not_kept: manifest.not_kept,
-            previous_replica: owner.replica,
+            previous_replica: if refused.is_some() {
+                String::new()
+            } else {
+                owner.replica
+            },
+            refused,
         }))
     }
 
@@ -553,6 +667,102 @@ mod tests {
         }
     }
 
+    /// Saves `snapshot` as replica `a`, then claims it as replica `b`: what `b` restores.
+    fn crafted(snapshot: Snapshot, max_file_bytes: u64) -> Restored {
+        let root = tempfile::tempdir().expect("a temp dir");
+        let a = StateDir::open(root.path(), "a".into(), 1 << 20).expect("open");
+        let b = StateDir::open(root.path(), "b".into(), max_file_bytes).expect("open");
+        let id = SandboxId::mint().expect("random");
+        a.save(&id, 0, unix_now(), None, Some(&snapshot))
+            .expect("saved");
+        match b.claim(&id, NO_EXPIRY, None).expect("claimed") {
+            Claim::Restored(r) => r,
+            Claim::Absent => panic!("absent"),
+        }
+    }
+
+    #[test]
+    fn an_entry_that_fails_a_check_is_refused_whole_and_the_sandbox_starts_clean() {
+        let cases = [
+            (
+                Snapshot {
+                    files: vec![("files/../../../../tmp/x".into(), Arc::new(b"x".to_vec()))],
+                    ..snapshot()
+                },
+                Refused::FileName,
+            ),
+            (
+                Snapshot {
+                    files: vec![("../../../../tmp/x".into(), Arc::new(b"x".to_vec()))],
+                    ..snapshot()
+                },
+                Refused::FileName,
+            ),
+            (
+                Snapshot {
+                    dependencies: vec!["evil @ file:///etc/passwd".into()],
+                    ..snapshot()
+                },
+                Refused::Dependency,
+            ),
+            (
+                Snapshot {
+                    dependencies: vec!["not a requirement ((".into()],
+                    ..snapshot()
+                },
+                Refused::Dependency,
+            ),
+            (
+                Snapshot {
+                    not_kept: vec!["/etc/shadow".into()],
+                    ..snapshot()
+                },
+                Refused::FileName,
+            ),
+            (
+                Snapshot {
+                    files: vec![("a".into(), Arc::new(b"1".to_vec()))],
+                    not_kept: vec!["a".into()],
+                    ..snapshot()
+                },
+                Refused::Duplicate,
+            ),
+        ];
+        for (snapshot, why) in cases {
+            let r = crafted(snapshot, 1 << 20);
+            assert_eq!(r.refused, Some(why.clone()), "{why}");
+            assert!(r.files.is_empty() && r.dependencies.is_empty() && r.not_kept.is_empty());
+            assert_eq!(r.generation, 2, "the claim still takes the sandbox over");
+        }
+        // Larger than this replica keeps: refused whole, in words without a host path.
+        let r = crafted(snapshot(), 2);
+        assert_eq!(r.refused, Some(Refused::TooLarge { max: 2 }));
+        let words = r.refused.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            !words.contains('/') || words.contains("--max-session-file-bytes"),
+            "{words}"
+        );
+        assert!(!words.contains("tmp"), "{words}");
+    }
+
+    #[test]
+    fn errors_name_a_file_but_never_its_host_path() {
+        let error = StateError::Io {
+            action: "open",
+            path: PathBuf::from("/srv/secret/state/abcd/state.zip"),
+            source: std::io::Error::other("denied"),
+        };
+        assert_eq!(
+            error.to_string(),
+            "the state directory could not open a sandbox's state.zip"
+        );
+        let error = StateError::TooLarge {
+            path: PathBuf::from("/srv/secret/state/abcd/state.zip"),
+            max: 5,
+        };
+        assert!(!error.to_string().contains("/srv"), "{error}");
+    }
+
     #[test]
     fn a_saved_sandbox_is_restored_by_another_replica_which_then_owns_it() {
         let root = tempfile::tempdir().expect("a temp dir");
@@ -639,9 +849,10 @@ mod tests {
         let id = SandboxId::mint().expect("random");
         a.save(&id, 0, unix_now(), None, Some(&snapshot()))
             .expect("saved");
-        assert!(matches!(
-            a.claim(&id, NO_EXPIRY, None),
-            Err(StateError::TooLarge { max: 4, .. })
-        ));
+        let Ok(Claim::Restored(r)) = a.claim(&id, NO_EXPIRY, None) else {
+            panic!("the sandbox is taken over, clean");
+        };
+        assert_eq!(r.refused, Some(Refused::TooLarge { max: 4 }));
+        assert!(r.files.is_empty());
     }
 }

@@ -14,7 +14,7 @@ use serde_json::json;
 use std::sync::Arc;
 
 /// Most requirements `create_sandbox` takes.
-pub const MAX_DEPENDENCIES: usize = 64;
+pub use crate::sandbox::MAX_DEPENDENCIES;
 
 /// `create_sandbox`'s arguments.
 #[derive(Deserialize)]

@@ -51,7 +51,7 @@ impl ToolArguments for FileChange {
     ) -> Result<FileChange, Refusal> {
         let args: FileArguments = parse(tool, raw)?;
         let content = content(tool == UploadFile::NAME, args.text, args.base64)?;
-        let path = super::resources::checked_name(&args.name)
+        let path = crate::sandbox::files::checked_name(&args.name)
             .map_err(|bad| Refusal::Tool(format!("{:?}: {bad}", args.name)))?
             .to_owned();
         Ok(FileChange {

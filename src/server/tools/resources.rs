@@ -20,47 +20,7 @@ const PATH: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~')
     .remove(b'/');
 
-/// Longest file path (bytes), and longest name within it (bytes, as Linux file systems allow).
-const MAX_PATH_BYTES: usize = 1024;
-const MAX_NAME_BYTES: usize = 255;
-
-/// Why a file name given by a client cannot name a file of a sandbox's working directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum BadName {
-    #[error("the name is empty")]
-    Empty,
-    #[error("the name is longer than {MAX_PATH_BYTES} bytes, or a part of it longer than {MAX_NAME_BYTES}")]
-    TooLong,
-    #[error("the name is an absolute path; give a path relative to the working directory")]
-    Absolute,
-    #[error("the name holds a NUL character")]
-    Nul,
-    #[error("the name has an empty, `.` or `..` part: it must stay inside the working directory")]
-    OutOfDirectory,
-}
-
-/// `name` as a path relative to the working directory, or why it cannot be one.
-pub fn checked_name(name: &str) -> Result<&str, BadName> {
-    if name.is_empty() {
-        return Err(BadName::Empty);
-    }
-    if name.len() > MAX_PATH_BYTES || name.split('/').any(|s| s.len() > MAX_NAME_BYTES) {
-        return Err(BadName::TooLong);
-    }
-    if name.starts_with('/') {
-        return Err(BadName::Absolute);
-    }
-    if name.contains('\0') {
-        return Err(BadName::Nul);
-    }
-    if name
-        .split('/')
-        .any(|s| s.is_empty() || s == "." || s == "..")
-    {
-        return Err(BadName::OutOfDirectory);
-    }
-    Ok(name)
-}
+use crate::sandbox::files::checked_name;
 
 /// The URI of file `path` of sandbox `sandbox` (its handle).
 pub fn uri(sandbox: &str, path: &str) -> String {
@@ -147,17 +107,6 @@ mod tests {
         assert_eq!(parse("sandbox://sbx_abc/a%00b"), None);
         assert_eq!(parse("sandbox://sbx_abc"), None);
         assert_eq!(parse("file:///abc/x"), None);
-    }
-
-    #[test]
-    fn names_stay_in_the_working_directory() {
-        assert_eq!(checked_name("data/a.csv"), Ok("data/a.csv"));
-        assert_eq!(checked_name(""), Err(BadName::Empty));
-        assert_eq!(checked_name("/etc/passwd"), Err(BadName::Absolute));
-        assert_eq!(checked_name("../x"), Err(BadName::OutOfDirectory));
-        assert_eq!(checked_name("a/./b"), Err(BadName::OutOfDirectory));
-        assert_eq!(checked_name("a\0b"), Err(BadName::Nul));
-        assert_eq!(checked_name(&"x".repeat(256)), Err(BadName::TooLong));
     }
 
     #[test]
