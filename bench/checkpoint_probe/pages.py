@@ -6,6 +6,7 @@ and writes /proc/PID/mem of workers, which are not dumpable).
     sudo .venv/bin/python bench/checkpoint_probe/pages.py
 """
 import struct
+import subprocess
 import sys
 import time
 
@@ -72,15 +73,40 @@ def mib(n):
     return f"{n / (1 << 20):.1f} MiB"
 
 
-def main():
+def start():
+    """A server whose zygote is ready, shared by every probe: (server, linear-memory base, the
+    first sandbox, its worker, the zygote's pid, the zygote's linear memory)."""
     s = Server()
     s.wait_zygote()
     time.sleep(1)
     base, sb0, w0 = wasm_base(s)
     zyg = zygote_of(s, w0)
-    print(f"wasm base {base:#x}, worker {w0}, zygote {zyg}")
     size0, _ = info(s, sb0, "base")
-    zmem = read_mem(zyg, base, size0)
+    return s, base, sb0, w0, zyg, read_mem(zyg, base, size0)
+
+
+def zstd(data, level=3):
+    """(compressed size, seconds) of `data` through the `zstd` command at `level`."""
+    t = time.perf_counter()
+    out = subprocess.run(["zstd", f"-{level}", "-c", "-q"], input=data, capture_output=True).stdout
+    return len(out), time.perf_counter() - t
+
+
+def xor_delta(mem, zmem, pages):
+    """The pages `pages` of `mem`, each XOR-ed with the zygote's page (`zmem`; zeros past its
+    end): the checkpoint body before compression."""
+    out = bytearray()
+    for i in pages:
+        page = mem[i*PAGE:(i+1)*PAGE]
+        zpage = zmem[i*PAGE:(i+1)*PAGE].ljust(PAGE, b"\0")
+        out += (int.from_bytes(page, "little") ^ int.from_bytes(zpage, "little")).to_bytes(PAGE, "little")
+    return bytes(out)
+
+
+def main():
+    s, base, _, w0, zyg, zmem = start()
+    print(f"wasm base {base:#x}, worker {w0}, zygote {zyg}")
+    size0 = len(zmem)
     zh = page_hashes(zmem)
     print(f"zygote linear memory {mib(size0)} = {len(zh)} pages; zero pages {sum(1 for i in range(len(zh)) if zmem[i*PAGE:(i+1)*PAGE] == bytes(PAGE))}")
     w0mem = read_mem(w0, base, size0)

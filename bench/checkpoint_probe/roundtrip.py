@@ -6,14 +6,13 @@ Needs root.
 
     sudo .venv/bin/python bench/checkpoint_probe/roundtrip.py
 """
-import subprocess
 import sys
 import time
 import zlib
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from harness import *  # noqa: E402,F403
-from pages import info, find_worker, wasm_base, zygote_of, mib  # noqa: E402
+from pages import info, find_worker, mib, start, xor_delta, zstd  # noqa: E402
 
 STATE_A = ("import json, decimal, random, collections\n"
            "x = 41\n"
@@ -39,7 +38,7 @@ def rollup(pid):
 
 
 def zstd_size(data, level=3):
-    return len(subprocess.run(["zstd", f"-{level}", "-c", "-q"], input=data, capture_output=True).stdout)
+    return zstd(data, level)[0]
 
 
 def copy_into(src_pid, dst_pid, base, size):
@@ -51,13 +50,7 @@ def copy_into(src_pid, dst_pid, base, size):
 
 
 def main():
-    s = Server()
-    s.wait_zygote()
-    time.sleep(1)
-    base, sb0, w0 = wasm_base(s)
-    zyg = zygote_of(s, w0)
-    size0, _ = info(s, sb0, "base")
-    zmem = read_mem(zyg, base, size0)
+    s, base, _, _, zyg, zmem = start()
     zh = page_hashes(zmem)
 
     # (c) idle worker memory after `import json` + 100 KiB
@@ -77,7 +70,7 @@ def main():
     memA = read_mem(wa, base, sizeA)
     d = diff_pages(zh, page_hashes(memA))
     raw = b"".join(memA[i*PAGE:(i+1)*PAGE] for i in d)
-    xor = b"".join(bytes(p ^ q for p, q in zip(memA[i*PAGE:(i+1)*PAGE], zmem[i*PAGE:(i+1)*PAGE] if i < len(zh) else bytes(PAGE))) for i in d)
+    xor = xor_delta(memA, zmem, d)
     print(f"checkpoint vs zygote: {len(d)} pages, raw {mib(len(raw))}, zlib-1 {mib(len(zlib.compress(raw, 1)))}, zstd-3 {mib(zstd_size(raw))}, XOR-delta zstd-3 {mib(zstd_size(xor))}, XOR-delta zstd-19 {mib(zstd_size(xor, 19))}")
     print(f"whole memory zstd-3 {mib(zstd_size(memA))}")
 

@@ -1,13 +1,11 @@
 """docs/checkpoint-research.md §4: weight of a checkpoint stored as the pages that differ from
 the zygote, XOR-ed with the zygote's page and compressed (zstd), for the issue's two sandboxes.
 Needs root.   sudo .venv/bin/python bench/checkpoint_probe/sizes.py"""
-import subprocess
 import sys
-import time
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from harness import *  # noqa: E402,F403
-from pages import info, find_worker, wasm_base, zygote_of, mib  # noqa: E402
+from pages import info, find_worker, mib, start, xor_delta, zstd  # noqa: E402
 
 CASES = {
     "import json + 100 KiB random bytes": "import json, random\ndata = random.randbytes(100 * 1024)\n",
@@ -17,20 +15,8 @@ CASES = {
 }
 
 
-def zstd(data, level):
-    t = time.perf_counter()
-    out = subprocess.run(["zstd", f"-{level}", "-c", "-q"], input=data, capture_output=True).stdout
-    return len(out), time.perf_counter() - t
-
-
 def main():
-    s = Server()
-    s.wait_zygote()
-    time.sleep(1)
-    base, sb0, w0 = wasm_base(s)
-    zyg = zygote_of(s, w0)
-    size0, _ = info(s, sb0, "base")
-    zmem = read_mem(zyg, base, size0)
+    s, base, _, _, _, zmem = start()
     zh = page_hashes(zmem)
     for n, (name, code) in enumerate(CASES.items()):
         sb = s.create()
@@ -41,13 +27,9 @@ def main():
         mem = read_mem(w, base, size)
         d = diff_pages(zh, page_hashes(mem))
         raw = b"".join(mem[i*PAGE:(i+1)*PAGE] for i in d)
-        xor = bytearray(raw)
-        for k, i in enumerate(d):
-            if i < len(zh):
-                zp = zmem[i*PAGE:(i+1)*PAGE]
-                xor[k*PAGE:(k+1)*PAGE] = (int.from_bytes(raw[k*PAGE:(k+1)*PAGE], 'little') ^ int.from_bytes(zp, 'little')).to_bytes(PAGE, 'little')
-        z1, t1 = zstd(bytes(xor), 1)
-        z3, t3 = zstd(bytes(xor), 3)
+        xor = xor_delta(mem, zmem, d)
+        z1, t1 = zstd(xor, 1)
+        z3, t3 = zstd(xor, 3)
         r1, _ = zstd(raw, 1)
         print(f"[{name}] {out} memory {mib(size)}; {len(d)} pages differ = {mib(len(raw))}; zstd-1 raw {mib(r1)}; XOR-delta zstd-1 {mib(z1)} ({t1*1000:.0f} ms incl. process), zstd-3 {mib(z3)}")
     s.close()
