@@ -4,7 +4,6 @@ in the other venv with the 1.x line; starting the binary is shared with it throu
 tests/shared/real_binary.py (standard library only)."""
 
 import pathlib
-import shutil
 import sys
 
 import pytest
@@ -14,6 +13,7 @@ from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
     RUNTIME_DIR,
     BINARY, CALL_TIMEOUT, INIT_TIMEOUT, SHARED_CACHE, http_server, server_env,
     forked_for, stop_new_zygote_services, stop_zygote_services, zygote_service_pids,
+    zygote_services_stopped_after,
     zygote_services,
 )
 
@@ -30,11 +30,8 @@ ERROR_PREFIX = "<status>run-error</status>"
 def zygote_services_stopped():
     """Every zygote service the run's fronts started ends with the run, even when a test
     failed: those in the run's runtime directory, and any other that was not there before."""
-    before = zygote_service_pids()
-    yield
-    stop_zygote_services()
-    stop_new_zygote_services(before)
-    shutil.rmtree(RUNTIME_DIR, ignore_errors=True)
+    with zygote_services_stopped_after():
+        yield
 
 
 @pytest.fixture(scope="session")

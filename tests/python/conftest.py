@@ -5,7 +5,6 @@ import datetime
 import json
 import os
 import pathlib
-import shutil
 import sys
 
 import pytest
@@ -18,6 +17,7 @@ from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
     RUNTIME_DIR,
     BINARY, CALL_TIMEOUT, ROOT, SHARED_CACHE, http_server, server_env,
     children_of, forked_for, is_zygote, stop_new_zygote_services, stop_zygote_services, zygote_service_pids,
+    zygote_services_stopped_after,
     zygote_services,
 )
 
@@ -28,11 +28,8 @@ LOCK = json.loads((ROOT / "pyodide-assets" / "pyodide-lock.json").read_text())
 def zygote_services_stopped():
     """Every zygote service the run's fronts started ends with the run, even when a test
     failed: those in the run's runtime directory, and any other that was not there before."""
-    before = zygote_service_pids()
-    yield
-    stop_zygote_services()
-    stop_new_zygote_services(before)
-    shutil.rmtree(RUNTIME_DIR, ignore_errors=True)
+    with zygote_services_stopped_after():
+        yield
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ what its tests use."""
 import contextlib
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import subprocess
@@ -119,6 +120,20 @@ def http_server(mode, *args, cache_dir=SHARED_CACHE, errlog=None):
             proc.wait()
             raise
         assert code == 0, f"{mode} server exited with {code} after SIGTERM"
+
+
+@contextlib.contextmanager
+def zygote_services_stopped_after():
+    """Wraps a whole test run: every zygote service the run's fronts started ends with it, even
+    when a test failed (those in the run's runtime directory, and any other that was not there
+    before), and the run's runtime directory is removed."""
+    before = zygote_service_pids()
+    try:
+        yield
+    finally:
+        stop_zygote_services()
+        stop_new_zygote_services(before)
+        shutil.rmtree(RUNTIME_DIR, ignore_errors=True)
 
 
 def zygote_service_pids():

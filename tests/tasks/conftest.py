@@ -2,15 +2,13 @@
 free loopback port, from tests/shared/real_binary.py (standard library only)."""
 
 import pathlib
-import shutil
 import sys
 
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "shared"))
 from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
-    RUNTIME_DIR, BINARY, CALL_TIMEOUT, INIT_TIMEOUT, SHARED_CACHE, http_server,
-    stop_new_zygote_services, stop_zygote_services, zygote_service_pids,
+    BINARY, CALL_TIMEOUT, INIT_TIMEOUT, SHARED_CACHE, http_server, zygote_services_stopped_after,
 )
 
 
@@ -18,11 +16,8 @@ from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
 def zygote_services_stopped():
     """Every zygote service the run's fronts started ends with the run, even when a test
     failed."""
-    before = zygote_service_pids()
-    yield
-    stop_zygote_services()
-    stop_new_zygote_services(before)
-    shutil.rmtree(RUNTIME_DIR, ignore_errors=True)
+    with zygote_services_stopped_after():
+        yield
 
 
 @pytest.fixture(scope="session")
