@@ -89,8 +89,9 @@ struct Ownership {
     principal_sha256: Option<String>,
 }
 
-/// The record of `principal`, as [`Ownership::principal_sha256`] keeps it.
-fn principal_digest(principal: Option<&str>) -> Option<String> {
+/// The record of `principal` in the state directory (SHA-256, hex; the name itself is never
+/// written), as [`Ownership::principal_sha256`] and the tasks' records keep it.
+pub fn principal_digest(principal: Option<&str>) -> Option<String> {
     principal.map(|p| hex::encode(Sha256::digest(p.as_bytes())))
 }
 

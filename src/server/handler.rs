@@ -17,7 +17,7 @@ use crate::sandbox::registry::{self, Registry};
 use crate::server::call::execute::Executor;
 use crate::server::listen;
 use crate::server::sessions::{SessionGuard, Sessions, SessionsFull};
-use crate::server::tasks::{CallTimeout, MintedTask, TaskId, Tasks, TASK_TOOLS};
+use crate::server::tasks::{may_become_task, CallTimeout, MintedTask, TaskId, Tasks};
 use crate::server::tools::format::ReturnMode;
 use crate::server::tools::{self, Reach};
 use rmcp::model::{
@@ -216,10 +216,7 @@ impl RunPythonServer {
         context: &RequestContext<RoleServer>,
     ) -> Option<Arc<Tasks>> {
         let tasks = self.tasks.as_ref()?;
-        let declared = context
-            .client_capabilities()
-            .is_some_and(|c| c.supports_tasks());
-        (declared && TASK_TOOLS.contains(&request.name.as_ref())).then(|| tasks.clone())
+        may_become_task(&request.name, context.client_capabilities()).then(|| tasks.clone())
     }
 
     /// Runs `request` under `--task-timeout` on a task of its own: its answer if it comes

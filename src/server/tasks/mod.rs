@@ -25,8 +25,8 @@ pub mod store;
 use crate::sandbox::activity::InFlight;
 use crate::sandbox::live::Principal;
 use rmcp::model::{
-    CallToolResponse, CallToolResult, CancelTaskParams, CreateTaskResult, DetailedTask,
-    GetTaskParams, UpdateTaskParams,
+    CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities, CreateTaskResult,
+    DetailedTask, GetTaskParams, UpdateTaskParams,
 };
 use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
 use rmcp::ErrorData as McpError;
@@ -45,6 +45,13 @@ pub const POLL_INTERVAL_MS: u64 = 500;
 /// The tools whose calls may become tasks: those that can run for minutes (code, and a
 /// sandbox's dependencies being installed).
 pub const TASK_TOOLS: [&str; 2] = ["run_python_code", "create_sandbox"];
+
+/// Whether a call of tool `tool` from a client with `capabilities` may become a task: a tool
+/// of [`TASK_TOOLS`], and a client that declared the extension (SEP-2663: a server MUST NOT
+/// answer a task to any other).
+pub fn may_become_task(tool: &str, capabilities: Option<ClientCapabilities>) -> bool {
+    TASK_TOOLS.contains(&tool) && capabilities.is_some_and(|c| c.supports_tasks())
+}
 
 /// A task's public id: `task_` and 32 hex digits (128 random bits), a bearer name like a
 /// sandbox handle when the server has no authentication.

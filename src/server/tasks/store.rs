@@ -24,6 +24,7 @@
 
 use super::TaskId;
 use crate::sandbox::live::Principal;
+use crate::sandbox::state_dir::principal_digest;
 use rmcp::model::{CallToolResult, DetailedTask, JsonObject, Task, TaskPayload, TaskStatus};
 use rmcp::task_manager::TaskExit;
 use serde::{Deserialize, Serialize};
@@ -85,9 +86,10 @@ pub struct TaskStore {
     running: Mutex<HashMap<TaskId, File>>,
 }
 
-/// The owner field of a record for `principal`.
+/// The owner field of a record for `principal`: the digest the state directory keeps of every
+/// owner.
 fn owner_digest(principal: Option<&Principal>) -> Option<String> {
-    principal.map(|p| hex::encode(Sha256::digest(p.0.as_bytes())))
+    principal_digest(principal.map(|p| p.0.as_str()))
 }
 
 impl TaskStore {

@@ -3,8 +3,8 @@
 //! where the task's `tasks/*` must go; and it fills in the `Mcp-Name` header that some clients
 //! leave out of `tasks/*`.
 //!
-//! **The `Task-Id` response header.** A `tools/call` that may become a task (a tool of
-//! [`TASK_TOOLS`] whose request `_meta` declares the extension) gets its task id minted here,
+//! **The `Task-Id` response header.** A `tools/call` that may become a task
+//! ([`may_become_task`], by its request `_meta`) gets its task id minted here,
 //! put in the request for the handler ([`MintedTask`]) and named in the response's `Task-Id`
 //! header, as `Sandbox-Id` names a sandbox. The header is there whether or not the call
 //! becomes a task (it is decided a second into the run, after the headers of a streamed
@@ -20,7 +20,7 @@
 //! body here; a present one that differs from the body is still refused by rmcp.
 //! `deploy/haproxy.cfg` routes such a request by the body's `taskId`.
 
-use crate::server::tasks::{MintedTask, TaskId, TASK_TOOLS};
+use crate::server::tasks::{may_become_task, MintedTask, TaskId};
 use axum::http::request::Parts;
 use axum::http::HeaderValue;
 use rmcp::model::{ClientJsonRpcMessage, ClientRequest, RequestMetaObject};
@@ -41,13 +41,12 @@ pub fn task_of_call(parts: &mut Parts, message: &ClientJsonRpcMessage) -> Option
         return None;
     };
     // rmcp moves a request's `_meta` into its extensions as it parses it.
-    let declared = call
+    let capabilities = call
         .extensions
         .get::<RequestMetaObject>()
         .or(call.params.meta.as_ref())
-        .and_then(|m| m.client_capabilities())
-        .is_some_and(|c| c.supports_tasks());
-    if !declared || !TASK_TOOLS.contains(&call.params.name.as_ref()) {
+        .and_then(|m| m.client_capabilities());
+    if !may_become_task(&call.params.name, capabilities) {
         return None;
     }
     // Without an id here the handler mints its own; the header is then left out.
