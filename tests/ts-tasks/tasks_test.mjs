@@ -7,20 +7,14 @@
 //   MCP_RUN_PYTHON_BIN=target/debug/mcp-run-python node tests/ts-tasks/tasks_test.mjs
 
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { createTaskSessionFromClient, resultFromTaskOutcome } from '@modelcontextprotocol/ext-tasks/client';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const BINARY = process.env.MCP_RUN_PYTHON_BIN || path.join(ROOT, 'target', 'debug', 'mcp-run-python');
-// The same download cache and Pyodide snapshot as the other tests.
-const CACHE = process.env.MCP_RUN_PYTHON_TEST_CACHE || path.join(ROOT, 'target', 'test-cache');
+import { BINARY, CACHE, runtimeDir, serverEnv, withHttpServer } from '../shared/real_binary.mjs';
+
 // Generous: the first worker boot of a debug build without a snapshot takes 10-15 s.
 const START_TIMEOUT_MS = 60_000;
 const CALL_TIMEOUT_MS = 120_000;
@@ -33,7 +27,7 @@ const CLIENT_CAPABILITIES = {};
 
 // This run's own runtime directory (0700), where the server finds or starts its zygote service;
 // the service there is stopped at the end, even after a failure.
-const RUNTIME_DIR = fs.mkdtempSync(path.join(os.tmpdir(), 'mcp-run-python-ts-tasks-runtime-'));
+const RUNTIME_DIR = runtimeDir('mcp-run-python-ts-tasks-runtime-');
 
 // The server while it runs, so that even a crash of this script (an exception nothing catches,
 // the watchdog) kills it and stops the zygote service on the way out.
@@ -41,7 +35,7 @@ let liveServer = null;
 let cleanedUp = false;
 
 function stopZygoteService() {
-  return spawnSync(BINARY, ['zygote', 'stop', '--cache-dir', CACHE], { env: serverEnv(), encoding: 'utf8' });
+  return spawnSync(BINARY, ['zygote', 'stop', '--cache-dir', CACHE], { env: serverEnv(RUNTIME_DIR), encoding: 'utf8' });
 }
 
 process.on('exit', () => {
@@ -51,61 +45,14 @@ process.on('exit', () => {
   fs.rmSync(RUNTIME_DIR, { recursive: true, force: true });
 });
 
-function serverEnv() {
-  const env = { PATH: process.env.PATH || '/usr/bin:/bin', XDG_RUNTIME_DIR: RUNTIME_DIR };
-  if (process.env.RUST_LOG) env.RUST_LOG = process.env.RUST_LOG;
-  return env;
-}
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const probe = net.createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address();
-      probe.close(() => resolve(port));
-    });
+/** Runs `body(url)` against `mcp-run-python streamable-http` with the two limits, kept in
+ * `liveServer` while it runs so that a crash of this script still kills it. */
+function withServer(body) {
+  const limits = ['--timeout', '2', '--task-timeout', '120'];
+  return withHttpServer('streamable-http', limits, RUNTIME_DIR, body, (proc) => {
+    liveServer = proc;
+    proc.once('exit', () => { liveServer = null; });
   });
-}
-
-function canConnect(port) {
-  return new Promise((resolve) => {
-    const socket = net.connect({ host: '127.0.0.1', port });
-    socket.once('connect', () => { socket.destroy(); resolve(true); });
-    socket.once('error', () => resolve(false));
-  });
-}
-
-/** Runs `body(url)` against `mcp-run-python streamable-http` on a free loopback port; the
- * server is killed afterwards whatever happened, and must then stop cleanly on SIGTERM. */
-async function withServer(body) {
-  const port = await freePort();
-  const args = ['streamable-http', '--host', '127.0.0.1', '--port', String(port), '--workers', '1',
-    '--timeout', '2', '--task-timeout', '120', '--cache-dir', CACHE];
-  const proc = spawn(BINARY, args, { env: serverEnv(), stdio: ['ignore', 'inherit', 'inherit'] });
-  const exited = new Promise((resolve) => {
-    proc.once('exit', (code, signal) => resolve({ code, signal }));
-    proc.once('error', (error) => resolve({ code: null, signal: null, error }));
-  });
-  let running = true;
-  liveServer = proc;
-  exited.then(() => { running = false; liveServer = null; });
-  try {
-    const deadline = Date.now() + START_TIMEOUT_MS;
-    while (!(await canConnect(port))) {
-      if (!running) throw new Error('the server exited before listening');
-      if (Date.now() > deadline) throw new Error('the server did not start');
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    await body(`http://127.0.0.1:${port}/mcp`);
-  } finally {
-    if (running) proc.kill('SIGTERM');
-    const timer = setTimeout(() => proc.kill('SIGKILL'), 30_000);
-    const { code, signal, error } = await exited;
-    clearTimeout(timer);
-    if (error) throw error;
-    assert.equal(code, 0, `the server exited with ${code ?? signal} after SIGTERM`);
-  }
 }
 
 /**

@@ -5,21 +5,15 @@
 //   MCP_RUN_PYTHON_BIN=target/debug/mcp-run-python node tests/ts/client_test.mjs
 
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const BINARY = process.env.MCP_RUN_PYTHON_BIN || path.join(ROOT, 'target', 'debug', 'mcp-run-python');
-// The same download cache and Pyodide snapshot as the Python tests.
-const CACHE = process.env.MCP_RUN_PYTHON_TEST_CACHE || path.join(ROOT, 'target', 'test-cache');
+import { BINARY, CACHE, runtimeDir, serverEnv, withHttpServer } from '../shared/real_binary.mjs';
+
 // Generous: the first worker boot of a debug build without a snapshot takes 10-15 s.
 const INIT_TIMEOUT_MS = 60_000;
 const CALL_TIMEOUT_MS = 300_000;
@@ -30,13 +24,7 @@ const EXPECTED = '<status>success</status>\n<output>\nhi\n</output>\n<return_val
 
 // This run's own runtime directory (0700), where the servers find or start their zygote service;
 // every service there is stopped at the end, even after a failure.
-const RUNTIME_DIR = fs.mkdtempSync(path.join(os.tmpdir(), 'mcp-run-python-ts-runtime-'));
-
-function serverEnv() {
-  const env = { PATH: process.env.PATH || '/usr/bin:/bin', XDG_RUNTIME_DIR: RUNTIME_DIR };
-  if (process.env.RUST_LOG) env.RUST_LOG = process.env.RUST_LOG;
-  return env;
-}
+const RUNTIME_DIR = runtimeDir('mcp-run-python-ts-runtime-');
 
 /** Initialize (done by `connect`), list the tool, call it with good and failing code. */
 async function exercise(client) {
@@ -69,7 +57,7 @@ async function overStdio() {
   const transport = new StdioClientTransport({
     command: BINARY,
     args: ['stdio', '--workers', '1', '--cache-dir', CACHE],
-    env: serverEnv(),
+    env: serverEnv(RUNTIME_DIR),
     stderr: 'inherit',
   });
   const client = newClient();
@@ -81,59 +69,8 @@ async function overStdio() {
   }
 }
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const probe = net.createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address();
-      probe.close(() => resolve(port));
-    });
-  });
-}
-
-function canConnect(port) {
-  return new Promise((resolve) => {
-    const socket = net.connect({ host: '127.0.0.1', port });
-    socket.once('connect', () => { socket.destroy(); resolve(true); });
-    socket.once('error', () => resolve(false));
-  });
-}
-
-/** Runs `body(url)` against `mcp-run-python <mode>` on a free loopback port; the server must
- * then stop cleanly on SIGTERM. */
-async function withHttpServer(mode, body, extraArgs = []) {
-  const port = await freePort();
-  const proc = spawn(BINARY, [mode, '--host', '127.0.0.1', '--port', String(port), '--workers', '1', '--cache-dir', CACHE, ...extraArgs], {
-    env: serverEnv(),
-    stdio: ['ignore', 'inherit', 'inherit'],
-  });
-  const exited = new Promise((resolve) => {
-    proc.once('exit', (code, signal) => resolve({ code, signal }));
-    proc.once('error', (error) => resolve({ code: null, signal: null, error }));
-  });
-  let running = true;
-  exited.then(() => { running = false; });
-  try {
-    const deadline = Date.now() + INIT_TIMEOUT_MS;
-    while (!(await canConnect(port))) {
-      if (!running) throw new Error(`${mode} server exited before listening`);
-      if (Date.now() > deadline) throw new Error(`${mode} server did not start`);
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    await body(`http://127.0.0.1:${port}/mcp`);
-  } finally {
-    if (running) proc.kill('SIGTERM');
-    const timer = setTimeout(() => proc.kill('SIGKILL'), 30_000);
-    const { code, signal, error } = await exited;
-    clearTimeout(timer);
-    if (error) throw error;
-    assert.equal(code, 0, `${mode} server exited with ${code ?? signal} after SIGTERM`);
-  }
-}
-
 async function overStreamableHttp(mode) {
-  await withHttpServer(mode, async (url) => {
+  await withHttpServer(mode, [], RUNTIME_DIR, async (url) => {
     const transport = new StreamableHTTPClientTransport(new URL(url));
     const client = newClient();
     await client.connect(transport, { timeout: INIT_TIMEOUT_MS });
@@ -152,7 +89,7 @@ async function overStreamableHttp(mode) {
  * that holds its handle; the SDK validates every structured result against the tool's output
  * schema; a destroyed handle is a tool error. */
 async function sandboxes() {
-  await withHttpServer('streamable-http', async (url) => {
+  await withHttpServer('streamable-http', ['--stateful'], RUNTIME_DIR, async (url) => {
     const connect = async () => {
       const client = newClient();
       await client.connect(new StreamableHTTPClientTransport(new URL(url)), { timeout: INIT_TIMEOUT_MS });
@@ -180,7 +117,7 @@ async function sandboxes() {
       await first.close();
       await second.close();
     }
-  }, ['--stateful']);
+  });
 }
 
 const cases = [
@@ -210,7 +147,7 @@ for (const [name, run] of cases) {
     console.error(`FAILED ${name}:`, error);
   }
 }
-const stopped = spawnSync(BINARY, ['zygote', 'stop', '--cache-dir', CACHE], { env: serverEnv(), encoding: 'utf8' });
+const stopped = spawnSync(BINARY, ['zygote', 'stop', '--cache-dir', CACHE], { env: serverEnv(RUNTIME_DIR), encoding: 'utf8' });
 if (stopped.status !== 0) {
   failed += 1;
   console.error('FAILED stopping the zygote services:', stopped.stdout, stopped.stderr);
