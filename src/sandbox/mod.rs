@@ -8,12 +8,15 @@
 //! transport still has a session (a stdio connection, a 2025-11-25 streamable-HTTP session, an
 //! SSE stream) the session owns a default sandbox. The registry ([`registry`]) bounds how many
 //! live and ends the idle and the old; [`state_dir`] saves them for other replicas
-//! (`--state-dir`); [`files`] keeps their files; [`activity`] tells in flight from idle.
+//! (`--state-dir`); [`files`] keeps their files; [`activity`] tells in flight from idle;
+//! [`checkpoint`] holds an interpreter's memory as the pages that differ from its zygote's,
+//! and the sealed file that carries it through the state directory.
 //!
 //! Below the front, above the workers: this folder imports [`crate::worker`], never the
 //! front (`src/server/`).
 
 pub mod activity;
+pub mod checkpoint;
 pub mod files;
 pub mod handle;
 pub mod live;

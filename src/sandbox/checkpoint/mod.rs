@@ -1,0 +1,472 @@
+//! Interpreter checkpoints: a sandbox's Python state as the pages of its WebAssembly linear
+//! memory that differ from the zygote's (issue 36; docs/checkpoint-research.md §5–§7).
+//!
+//! Python's whole state (globals, modules, the allocator, the import system, the random state)
+//! lives in the interpreter's linear memory, and copying that memory into a fresh worker forked
+//! from the same zygote restores it (§5). Every interpreter starts as a copy of the zygote's
+//! pristine memory, and a call changes few pages of it, so a checkpoint need not hold the whole
+//! memory (30–56 MiB): it holds, for each 4 KiB page that differs from the zygote's, that page
+//! XOR the zygote's page at the same index (a page beyond the pristine memory's end XORs with
+//! zeros). A worker reports after each call the pages it changed since its last report, in the
+//! same XOR form; [`Checkpoint::merge`] applies such a delta, and a page whose XOR becomes zero
+//! is dropped (it equals the zygote's again). A restore sends [`Checkpoint::to_delta`] to a
+//! fresh child of the same zygote, which grows its memory to [`Checkpoint::memory_bytes`] and
+//! XORs the pages in.
+//!
+//! A checkpoint is only meaningful against the zygote it was taken from ([`ZygoteId`], the
+//! digest of that zygote's pristine memory): XOR values applied to another base give garbage.
+//! Everything here checks its input whole before changing anything, because deltas come from
+//! workers that run untrusted code and images come back from a shared directory
+//! ([`sealed`] is the file format, sealed so that only the sandbox's own replica can read or
+//! write it).
+
+// The front does not use checkpoints yet: the worker's `checkpoint` and `restore` requests and
+// the state directory's checkpoint file come next (docs/checkpoint-research.md §8). Remove this
+// once they do; `expect` says so when it stops being true.
+#![cfg_attr(
+    not(test),
+    expect(dead_code, reason = "checkpoints are not wired into the front yet")
+)]
+
+pub mod sealed;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Bytes in a page as checkpoints count them (the kernel's page; a WebAssembly page holds 16).
+pub const PAGE_BYTES: usize = 4096;
+
+/// Bytes in a WebAssembly page: linear memory grows by whole pages of this size, so every
+/// memory size here is a multiple of it.
+pub const WASM_PAGE_BYTES: u64 = 65536;
+
+/// Largest linear memory a checkpoint may describe, in bytes: wasm32's limit (65,536 pages of
+/// 64 KiB = 4 GiB).
+pub const MAX_MEMORY_BYTES: u64 = 4 << 30;
+
+/// [`PAGE_BYTES`] as a `u64`, for byte counts of whole memories.
+const PAGE_BYTES_U64: u64 = PAGE_BYTES as u64;
+
+/// A zygote's identity: the SHA-256 of its pristine linear memory. Checkpoints are XOR values
+/// against that memory, so a checkpoint restores only into a child of a zygote with the same id.
+///
+/// Displayed as its first 12 hex digits (enough to tell zygotes apart in a log); serialized
+/// (serde) as all 64 hex digits, lower case.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub struct ZygoteId(pub [u8; 32]);
+
+/// Hex digits of a [`ZygoteId`] as [`fmt::Display`] shows it.
+const ZYGOTE_SHORT_HEX: usize = 12;
+
+impl ZygoteId {
+    /// All 64 hex digits, lower case.
+    pub fn hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// The id written as 64 hex digits (either case), or `None` when `text` is anything else
+    /// (another length, a non-hex character).
+    pub fn from_hex(text: &str) -> Option<ZygoteId> {
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(text, &mut bytes).ok()?;
+        Some(ZygoteId(bytes))
+    }
+}
+
+impl fmt::Display for ZygoteId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let full = self.hex();
+        f.write_str(&full[..ZYGOTE_SHORT_HEX])
+    }
+}
+
+impl serde::Serialize for ZygoteId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.hex())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ZygoteId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        // The error echoes nothing of the input: it may come from the shared state directory.
+        ZygoteId::from_hex(&text)
+            .ok_or_else(|| serde::de::Error::custom("a zygote id is 64 hex digits"))
+    }
+}
+
+/// Why a checkpoint or a delta was refused. Every variant carries numbers only, never bytes of
+/// the input, so its words are safe to log and to show to a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CheckpointError {
+    /// A memory size that is zero, not a multiple of [`WASM_PAGE_BYTES`], or above
+    /// [`MAX_MEMORY_BYTES`].
+    #[error("a linear memory of {bytes} bytes is not a nonzero multiple of 64 KiB up to 4 GiB")]
+    BadMemorySize { bytes: u64 },
+    /// A delta whose memory is smaller than the checkpoint's (linear memory never shrinks).
+    #[error("the linear memory would shrink from {from} to {to} bytes")]
+    Shrinks { from: u64, to: u64 },
+    /// A page index at or beyond the end of the memory (memory bytes / [`PAGE_BYTES`]).
+    #[error("page {index} lies beyond the end of the linear memory")]
+    BadIndex { index: u32 },
+    /// Page indexes that are not strictly increasing (unsorted or repeated).
+    #[error("the page indexes are not strictly increasing")]
+    NotIncreasing,
+    /// Page bytes whose length is not the number of indexes × [`PAGE_BYTES`].
+    #[error("the pages hold {got} bytes where {expected} were expected")]
+    LengthMismatch { expected: u64, got: u64 },
+}
+
+/// `bytes` as a linear memory's size: nonzero, a multiple of [`WASM_PAGE_BYTES`], at most
+/// [`MAX_MEMORY_BYTES`].
+fn check_memory_bytes(bytes: u64) -> Result<(), CheckpointError> {
+    if bytes == 0 || !bytes.is_multiple_of(WASM_PAGE_BYTES) || bytes > MAX_MEMORY_BYTES {
+        return Err(CheckpointError::BadMemorySize { bytes });
+    }
+    Ok(())
+}
+
+/// A sandbox's interpreter as the pages that differ from its zygote's pristine memory.
+///
+/// Invariants (kept by [`Checkpoint::new`] and [`Checkpoint::merge`]): the memory size is a
+/// nonzero multiple of [`WASM_PAGE_BYTES`] up to [`MAX_MEMORY_BYTES`]; every page index lies
+/// below memory bytes / [`PAGE_BYTES`]; every stored page is [`PAGE_BYTES`] long and not all
+/// zeros (a zero XOR is the zygote's page, which is not stored).
+///
+/// `Debug` shows the sizes only, never the pages (they are the sandbox's memory).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    zygote: ZygoteId,
+    memory_bytes: u64,
+    pages: BTreeMap<u32, Box<[u8]>>,
+}
+
+impl fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Checkpoint")
+            .field("zygote", &format_args!("{}", self.zygote))
+            .field("memory_bytes", &self.memory_bytes)
+            .field("page_count", &self.pages.len())
+            .finish()
+    }
+}
+
+impl Checkpoint {
+    /// An interpreter identical to `zygote`'s pristine one (no page differs), with a linear
+    /// memory of `memory_bytes` bytes.
+    ///
+    /// Errors: [`CheckpointError::BadMemorySize`] unless `memory_bytes` is a nonzero multiple
+    /// of [`WASM_PAGE_BYTES`] no larger than [`MAX_MEMORY_BYTES`].
+    pub fn new(zygote: ZygoteId, memory_bytes: u64) -> Result<Checkpoint, CheckpointError> {
+        check_memory_bytes(memory_bytes)?;
+        Ok(Checkpoint {
+            zygote,
+            memory_bytes,
+            pages: BTreeMap::new(),
+        })
+    }
+
+    /// Applies a worker's delta: its memory is now `memory_bytes` bytes long, and page
+    /// `indexes[i]` XOR the zygote's page is `bytes[i * PAGE_BYTES..(i + 1) * PAGE_BYTES]`.
+    /// A page whose XOR is all zeros equals the zygote's again and is removed; any other
+    /// replaces what was stored for its index. Pages the delta does not name are kept.
+    ///
+    /// Atomic: the whole delta is checked first, and on an error nothing changes.
+    ///
+    /// Errors, in the order checked:
+    /// - [`CheckpointError::BadMemorySize`]: `memory_bytes` is zero, not a multiple of
+    ///   [`WASM_PAGE_BYTES`], or above [`MAX_MEMORY_BYTES`];
+    /// - [`CheckpointError::Shrinks`]: `memory_bytes` is below the current size;
+    /// - [`CheckpointError::LengthMismatch`]: `bytes.len() != indexes.len() * PAGE_BYTES`;
+    /// - [`CheckpointError::BadIndex`]: an index at or beyond `memory_bytes / PAGE_BYTES`;
+    /// - [`CheckpointError::NotIncreasing`]: indexes not strictly increasing.
+    pub fn merge(
+        &mut self,
+        memory_bytes: u64,
+        indexes: &[u32],
+        bytes: &[u8],
+    ) -> Result<(), CheckpointError> {
+        check_memory_bytes(memory_bytes)?;
+        if memory_bytes < self.memory_bytes {
+            return Err(CheckpointError::Shrinks {
+                from: self.memory_bytes,
+                to: memory_bytes,
+            });
+        }
+        let expected = (indexes.len() as u64).saturating_mul(PAGE_BYTES_U64);
+        if bytes.len() as u64 != expected {
+            return Err(CheckpointError::LengthMismatch {
+                expected,
+                got: bytes.len() as u64,
+            });
+        }
+        let page_limit = memory_bytes / PAGE_BYTES_U64;
+        let mut previous: Option<u32> = None;
+        for &index in indexes {
+            if u64::from(index) >= page_limit {
+                return Err(CheckpointError::BadIndex { index });
+            }
+            if previous.is_some_and(|p| index <= p) {
+                return Err(CheckpointError::NotIncreasing);
+            }
+            previous = Some(index);
+        }
+
+        self.memory_bytes = memory_bytes;
+        for (&index, page) in indexes.iter().zip(bytes.chunks_exact(PAGE_BYTES)) {
+            if page.iter().all(|&b| b == 0) {
+                self.pages.remove(&index);
+            } else {
+                self.pages.insert(index, Box::from(page));
+            }
+        }
+        Ok(())
+    }
+
+    /// The zygote whose pristine memory the pages are XORed with.
+    pub fn zygote(&self) -> ZygoteId {
+        self.zygote
+    }
+
+    /// The linear memory's size, in bytes (a multiple of [`WASM_PAGE_BYTES`]).
+    pub fn memory_bytes(&self) -> u64 {
+        self.memory_bytes
+    }
+
+    /// How many pages differ from the zygote's (the number stored).
+    pub fn page_count(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// Bytes of page data held: [`Checkpoint::page_count`] × [`PAGE_BYTES`] (the maps' own
+    /// overhead is not counted).
+    pub fn stored_bytes(&self) -> u64 {
+        self.pages.len() as u64 * PAGE_BYTES_U64
+    }
+
+    /// The stored pages in increasing index order, each as its index and its [`PAGE_BYTES`]
+    /// XOR bytes.
+    pub fn pages(&self) -> impl ExactSizeIterator<Item = (u32, &[u8])> + '_ {
+        self.pages.iter().map(|(&index, page)| (index, &page[..]))
+    }
+
+    /// Every stored page as one delta, what a restore sends to a fresh worker: the indexes in
+    /// increasing order, and their pages concatenated in the same order
+    /// ([`Checkpoint::stored_bytes`] bytes). Merging it into a new checkpoint of the same
+    /// zygote and memory size gives this one back.
+    pub fn to_delta(&self) -> (Vec<u32>, Vec<u8>) {
+        let mut indexes = Vec::with_capacity(self.pages.len());
+        let mut bytes = Vec::with_capacity(self.pages.len() * PAGE_BYTES);
+        for (index, page) in self.pages() {
+            indexes.push(index);
+            bytes.extend_from_slice(page);
+        }
+        (indexes, bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn zygote() -> ZygoteId {
+        ZygoteId([7; 32])
+    }
+
+    fn page(fill: u8) -> Vec<u8> {
+        vec![fill; PAGE_BYTES]
+    }
+
+    fn pages(fills: &[u8]) -> Vec<u8> {
+        fills.iter().flat_map(|&f| page(f)).collect()
+    }
+
+    #[test]
+    fn new_checks_the_memory_size() {
+        assert!(Checkpoint::new(zygote(), WASM_PAGE_BYTES).is_ok());
+        assert!(Checkpoint::new(zygote(), MAX_MEMORY_BYTES).is_ok());
+        for bytes in [
+            0,
+            4096,
+            WASM_PAGE_BYTES + 4096,
+            MAX_MEMORY_BYTES + WASM_PAGE_BYTES,
+        ] {
+            assert_eq!(
+                Checkpoint::new(zygote(), bytes),
+                Err(CheckpointError::BadMemorySize { bytes })
+            );
+        }
+        let c = Checkpoint::new(zygote(), 30 * MIB).unwrap();
+        assert_eq!(c.zygote(), zygote());
+        assert_eq!(c.memory_bytes(), 30 * MIB);
+        assert_eq!(c.page_count(), 0);
+        assert_eq!(c.stored_bytes(), 0);
+        assert_eq!(c.to_delta(), (vec![], vec![]));
+    }
+
+    #[test]
+    fn merge_inserts_replaces_and_removes_zero_pages() {
+        let mut c = Checkpoint::new(zygote(), MIB).unwrap();
+        c.merge(MIB, &[1, 5, 9], &pages(&[1, 5, 9])).unwrap();
+        assert_eq!(c.page_count(), 3);
+        assert_eq!(c.stored_bytes(), 3 * 4096);
+
+        // 5 goes back to the zygote's page, 9 changes, 12 is new, 1 is untouched.
+        c.merge(2 * MIB, &[5, 9, 12], &pages(&[0, 90, 12])).unwrap();
+        assert_eq!(c.memory_bytes(), 2 * MIB);
+        let (indexes, bytes) = c.to_delta();
+        assert_eq!(indexes, vec![1, 9, 12]);
+        assert_eq!(bytes, pages(&[1, 90, 12]));
+
+        // A page that is zero only in part is kept.
+        let mut partly = page(0);
+        partly[4095] = 1;
+        c.merge(2 * MIB, &[3], &partly).unwrap();
+        assert_eq!(c.pages().map(|(i, _)| i).collect::<Vec<_>>(), [1, 3, 9, 12]);
+
+        // Zero pages that were never stored are fine too.
+        c.merge(2 * MIB, &[0, 2], &pages(&[0, 0])).unwrap();
+        assert_eq!(c.page_count(), 4);
+    }
+
+    #[test]
+    fn to_delta_round_trips() {
+        let mut c = Checkpoint::new(zygote(), 4 * MIB).unwrap();
+        c.merge(4 * MIB, &[0, 17, 1023], &pages(&[3, 4, 5]))
+            .unwrap();
+        let (indexes, bytes) = c.to_delta();
+        let mut copy = Checkpoint::new(zygote(), 4 * MIB).unwrap();
+        copy.merge(4 * MIB, &indexes, &bytes).unwrap();
+        assert_eq!(copy, c);
+    }
+
+    #[test]
+    fn merge_refuses_bad_deltas_and_changes_nothing() {
+        let mut c = Checkpoint::new(zygote(), MIB).unwrap();
+        c.merge(MIB, &[2], &page(2)).unwrap();
+        let before = c.clone();
+        let last = (MIB / 4096) as u32 - 1;
+
+        let cases: Vec<(u64, Vec<u32>, Vec<u8>, CheckpointError)> = vec![
+            (
+                MIB + 1,
+                vec![3],
+                page(3),
+                CheckpointError::BadMemorySize { bytes: MIB + 1 },
+            ),
+            (
+                0,
+                vec![],
+                vec![],
+                CheckpointError::BadMemorySize { bytes: 0 },
+            ),
+            (
+                MAX_MEMORY_BYTES + WASM_PAGE_BYTES,
+                vec![],
+                vec![],
+                CheckpointError::BadMemorySize {
+                    bytes: MAX_MEMORY_BYTES + WASM_PAGE_BYTES,
+                },
+            ),
+            (
+                MIB - WASM_PAGE_BYTES,
+                vec![],
+                vec![],
+                CheckpointError::Shrinks {
+                    from: MIB,
+                    to: MIB - WASM_PAGE_BYTES,
+                },
+            ),
+            (
+                MIB,
+                vec![3, 4],
+                page(3),
+                CheckpointError::LengthMismatch {
+                    expected: 8192,
+                    got: 4096,
+                },
+            ),
+            (
+                MIB,
+                vec![3],
+                vec![1; 4097],
+                CheckpointError::LengthMismatch {
+                    expected: 4096,
+                    got: 4097,
+                },
+            ),
+            (
+                MIB,
+                vec![3, last + 1],
+                pages(&[3, 4]),
+                CheckpointError::BadIndex { index: last + 1 },
+            ),
+            (
+                MIB,
+                vec![3, u32::MAX],
+                pages(&[3, 4]),
+                CheckpointError::BadIndex { index: u32::MAX },
+            ),
+            (
+                MIB,
+                vec![4, 3],
+                pages(&[4, 3]),
+                CheckpointError::NotIncreasing,
+            ),
+            (
+                MIB,
+                vec![3, 3],
+                pages(&[3, 3]),
+                CheckpointError::NotIncreasing,
+            ),
+        ];
+        for (memory, indexes, bytes, error) in cases {
+            assert_eq!(c.merge(memory, &indexes, &bytes), Err(error));
+            assert_eq!(c, before, "a refused delta changed the checkpoint");
+        }
+
+        // The last page of the memory is in range; after growing, the next one is too.
+        c.merge(MIB, &[last], &page(9)).unwrap();
+        c.merge(MIB + WASM_PAGE_BYTES, &[last + 1], &page(9))
+            .unwrap();
+        assert_eq!(c.page_count(), 3);
+    }
+
+    #[test]
+    fn debug_shows_no_page_bytes() {
+        let mut c = Checkpoint::new(zygote(), MIB).unwrap();
+        c.merge(MIB, &[1], &page(b'Z')).unwrap();
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("90"), "{shown}");
+        assert!(!shown.contains('Z'), "{shown}");
+        assert!(shown.contains("page_count: 1"), "{shown}");
+    }
+
+    #[test]
+    fn zygote_id_text_forms() {
+        let mut bytes = [0u8; 32];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = i as u8 * 8 + 1;
+        }
+        let id = ZygoteId(bytes);
+        let hex = id.hex();
+        assert_eq!(hex.len(), 64);
+        assert!(hex.starts_with("0109111921293139"));
+        assert_eq!(id.to_string(), "010911192129");
+        assert_eq!(ZygoteId::from_hex(&hex), Some(id));
+        assert_eq!(ZygoteId::from_hex(&hex.to_uppercase()), Some(id));
+        assert_eq!(ZygoteId::from_hex(&hex[..62]), None);
+        assert_eq!(ZygoteId::from_hex(&format!("{hex}00")), None);
+        assert_eq!(ZygoteId::from_hex(&format!("{}zz", &hex[..62])), None);
+        assert_eq!(ZygoteId::from_hex(""), None);
+
+        let json = serde_json::to_string(&id).unwrap();
+        assert_eq!(json, format!("\"{hex}\""));
+        assert_eq!(serde_json::from_str::<ZygoteId>(&json).unwrap(), id);
+        let error = serde_json::from_str::<ZygoteId>("\"secret-words\"").unwrap_err();
+        assert!(!error.to_string().contains("secret"), "{error}");
+        assert!(serde_json::from_str::<ZygoteId>("17").is_err());
+    }
+}
