@@ -38,6 +38,20 @@
   let helperReseed = null;
   let helperImportDistributions = null;
 
+  // What the zygote held outside linear memory (`outsideMemory()` once warm), inherited by
+  // every interpreter it forks; null in an interpreter not forked from a zygote.
+  let outside = null;
+  // What the interpreter holds outside its linear memory, which a copy of that memory cannot
+  // bring back (docs/checkpoint-research.md §5): JavaScript values Python refers to (Pyodide's
+  // hiwire table lives outside linear memory), open file descriptors (Emscripten's streams
+  // are JavaScript objects), and shared libraries loaded since (their functions sit in the
+  // WebAssembly table).
+  const outsideMemory = () => ({
+    js_objects: pyodide._module._hiwire_num_refs(),
+    open_files: pyodide.FS.streams.filter(Boolean).length,
+    loaded_libraries: Object.keys(pyodide._module.LDSO.loadedLibsByName).length,
+  });
+
   const errorText = (e) => {
     if (e && typeof e === "object" && "message" in e) return `${e.name || "Error"}: ${e.message}\n${e.stack || ""}`;
     return String(e);
@@ -181,6 +195,48 @@
     reseed(id) {
       answer(id, Promise.resolve().then(() => {
         helperReseed();
+        return "{}";
+      }));
+    },
+
+    // The interpreter's WebAssembly linear memory, for the host to read and write in place
+    // (checkpoints, src/worker/linear_memory.rs). Synchronous; no call id.
+    memory() {
+      return pyodide._module.HEAPU8;
+    },
+
+    // Records what the interpreter holds outside its linear memory once the zygote is warm
+    // (called there, before it forks): a checkpoint of a forked interpreter is whole only
+    // while it holds no more than this. Answers `{}`.
+    baseline(id) {
+      answer(id, Promise.resolve().then(() => {
+        outside = outsideMemory();
+        return "{}";
+      }));
+    },
+
+    // What the interpreter holds outside its linear memory beyond the zygote's baseline:
+    // answers `{"js_objects": n, "open_files": n, "loaded_libraries": n}` (each ≥ 0).
+    capturable(id) {
+      answer(id, Promise.resolve().then(() => {
+        const now = outsideMemory();
+        const over = (key) => Math.max(0, now[key] - (outside ? outside[key] : now[key]));
+        return JSON.stringify({
+          js_objects: over("js_objects"),
+          open_files: over("open_files"),
+          loaded_libraries: over("loaded_libraries"),
+        });
+      }));
+    },
+
+    // Grows the linear memory to at least `bytes` (a restore's size), as Emscripten's own
+    // growth does (its views follow). Answers `{}`, or fails when it cannot grow.
+    grow(id, bytes) {
+      answer(id, Promise.resolve().then(() => {
+        const module = pyodide._module;
+        if (module.HEAPU8.length < bytes && !module.growMemory(bytes)) {
+          throw new Refusal(`the interpreter's memory cannot grow to ${bytes} bytes`);
+        }
         return "{}";
       }));
     },

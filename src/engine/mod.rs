@@ -45,6 +45,9 @@ pub enum EngineError {
     /// The deadline passed before the work settled.
     #[error("deadline passed before the JavaScript work settled")]
     Deadline,
+    /// A function expected to return a `Uint8Array` returned something else.
+    #[error("the script returned no Uint8Array")]
+    NotBytes,
     /// JavaScriptCore could not create a context.
     #[error("JavaScriptCore could not create a context")]
     NoContext,
@@ -295,6 +298,53 @@ impl Engine {
             self.thrown(exc)?;
             Ok(to_string(self.ctx, v).unwrap_or_default())
         }
+    }
+
+    /// Calls a kept function that returns a `Uint8Array` and lends its bytes to `lend` for the
+    /// duration of the closure: how the worker reads and writes the interpreter's WebAssembly
+    /// linear memory in place (a sandbox's checkpoint, docs/checkpoint-research.md), without a
+    /// copy through JavaScript. No JavaScript runs while `lend` holds the bytes, so the memory
+    /// can neither grow nor move meanwhile.
+    ///
+    /// Errors: [`EngineError::Thrown`] if the function throws, [`EngineError::NotBytes`] if it
+    /// returned anything but a `Uint8Array`.
+    pub fn with_bytes<T>(
+        &mut self,
+        f: &JsFunction,
+        lend: impl FnOnce(&mut [u8]) -> T,
+    ) -> Result<T, EngineError> {
+        let mut exc: JSValueRef = ptr::null();
+        // SAFETY: `f` was protected by this engine and is called without arguments in its
+        // context. The result is read as a typed array only once known to be a `Uint8Array`,
+        // within its own offset and length. JSC pins the buffer for the pointer it returns; the
+        // slice is used only inside `lend`, while no JavaScript runs on this (the engine's only)
+        // thread, so nothing can grow, detach or collect the buffer meanwhile.
+        unsafe {
+            let v =
+                JSObjectCallAsFunction(self.ctx, f.0, ptr::null_mut(), 0, ptr::null(), &mut exc);
+            self.thrown(exc)?;
+            if v.is_null()
+                || !JSValueIsObject(self.ctx, v)
+                || JSValueGetTypedArrayType(self.ctx, v, ptr::null_mut())
+                    != K_JS_TYPED_ARRAY_TYPE_UINT8_ARRAY
+            {
+                return Err(EngineError::NotBytes);
+            }
+            let object = v as JSObjectRef;
+            let len = JSObjectGetTypedArrayByteLength(self.ctx, object, ptr::null_mut());
+            let data = JSObjectGetTypedArrayBytesPtr(self.ctx, object, ptr::null_mut()) as *mut u8;
+            if data.is_null() || len == 0 {
+                return Ok(lend(&mut []));
+            }
+            let offset = JSObjectGetTypedArrayByteOffset(self.ctx, object, ptr::null_mut());
+            Ok(lend(std::slice::from_raw_parts_mut(data.add(offset), len)))
+        }
+    }
+
+    /// How many timers are pending: callbacks JavaScript (Pyodide's event loop, user code's
+    /// `asyncio` tasks) scheduled and that have not run yet.
+    pub fn pending_timers(&self) -> usize {
+        self.state.borrow().timers.len()
     }
 
     /// Runs the event loop until JavaScript calls `__host.done(id, text)` for call `id`, then

@@ -9,9 +9,11 @@
 //! the worker.
 
 use super::activity::{Activity, InFlight};
+use super::checkpoint::{CheckpointError, Kept, Resumable, Saved};
 use super::files::SandboxFiles;
 use super::handle::{MintError, SandboxId};
 use crate::worker::client::Worker;
+use crate::worker::linear_memory::{Pages, ZygoteId};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -105,6 +107,8 @@ pub struct Sandbox {
     /// `--state-dir`: the first words of the `state` note of the first call after a restore
     /// from the state directory (what came back, what was lost).
     restored_note: Mutex<Option<String>>,
+    /// `--stateful`: the interpreter's state as its last completed call left it (issue 36).
+    saved: Mutex<Saved>,
 }
 
 impl Sandbox {
@@ -149,6 +153,7 @@ impl Sandbox {
             generation: AtomicU64::new(0),
             saved_files: Mutex::default(),
             restored_note: Mutex::default(),
+            saved: Mutex::default(),
         }
     }
 
@@ -208,6 +213,54 @@ impl Sandbox {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
+    }
+
+    fn kept_state(&self) -> std::sync::MutexGuard<'_, Saved> {
+        self.saved.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps its worker's checkpoint ([`Saved::take`]).
+    ///
+    /// Errors: [`CheckpointError`] when the pages do not fit; the kept state is cleared.
+    pub fn keep_checkpoint(
+        &self,
+        zygote: ZygoteId,
+        pages: &Pages,
+        installed: Vec<(String, String)>,
+    ) -> Result<(), CheckpointError> {
+        self.kept_state().take(zygote, pages, installed)
+    }
+
+    /// Whether it keeps the state its last completed call left.
+    pub fn has_current_state(&self) -> bool {
+        matches!(*self.kept_state(), Saved::Current(_))
+    }
+
+    /// Its last call's state could not be captured ([`Saved::stale`]).
+    pub fn checkpoint_stale(&self) {
+        self.kept_state().stale();
+    }
+
+    /// Its kept state is gone (a restore failed, the state was reset, or a worker that was
+    /// not restored took over).
+    pub fn forget_checkpoint(&self) {
+        *self.kept_state() = Saved::Empty;
+    }
+
+    /// What a restore of its state into a new worker needs, when it has a current state.
+    pub fn resumable(&self) -> Option<Resumable> {
+        self.kept_state().resumable()
+    }
+
+    /// Its current state for a fork ([`Saved::for_fork`]).
+    pub fn state_for_fork(&self) -> Option<Kept> {
+        self.kept_state().for_fork()
+    }
+
+    /// Starts with `kept` as its state (a fork's): its first worker restores it.
+    pub fn adopt_state(&self, kept: Kept) {
+        *self.kept_state() = Saved::Current(kept);
+        self.had_interpreter.store(true, Ordering::SeqCst);
     }
 
     /// A sandbox for one call, never registered ([`Owner::Call`]): the caller ends it.

@@ -4,13 +4,15 @@
 //! under limits chosen for the phase, every reply must carry the id of the request it answers,
 //! and output is counted against the call's cap as it arrives. Any breach ends the worker.
 
+use super::linear_memory::{Pages, ZygoteId};
 use super::mount::Mounts;
 use super::net::{FetchRequest, FetchResponse};
 use super::process::{Ended, Process};
 use super::protocol::{
-    read_frame_async, write_frame_async, BootAttachments, BootInstall, CallId, Frame, FrameError,
-    FrameLimits, FunctionCall, OutputLine, Reply, Request, RunOutcome, SnapshotMode, Stream,
-    ToolAnswer, ToolCall, MAX_IMAGES, MAX_LISTED_FILES, MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
+    read_frame_async, write_frame_async, BootAttachments, BootInstall, CallId, CheckpointOutcome,
+    Frame, FrameError, FrameLimits, FunctionCall, OutputLine, Reply, Request, RunOutcome,
+    SnapshotMode, Stream, ToolAnswer, ToolCall, Uncapturable, MAX_IMAGES, MAX_LISTED_FILES,
+    MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
 };
 use super::worker_main::OUTPUT_SLACK;
 use std::collections::HashMap;
@@ -51,6 +53,8 @@ pub enum Phase {
     Running,
     Reading,
     Writing,
+    Checkpointing,
+    Restoring,
 }
 
 impl fmt::Display for Phase {
@@ -62,6 +66,8 @@ impl fmt::Display for Phase {
             Phase::Running => "running the code",
             Phase::Reading => "reading a file",
             Phase::Writing => "writing or removing a file",
+            Phase::Checkpointing => "taking a checkpoint of its state",
+            Phase::Restoring => "restoring a checkpoint",
         })
     }
 }
@@ -161,6 +167,36 @@ pub enum Violation {
     },
     #[error("an answer that lists {0} files (at most {MAX_LISTED_FILES})")]
     TooManyFiles(usize),
+    #[error("a checkpoint whose pages do not match what it declares")]
+    Checkpoint,
+}
+
+/// What a checkpoint request found ([`Worker::checkpoint`]).
+#[derive(Debug)]
+pub enum Checkpointed {
+    /// The pages that changed since the last checkpoint, measured against zygote `.0`.
+    Taken(ZygoteId, Pages),
+    /// Why the state cannot be captured (at least one reason).
+    Uncapturable(Vec<Uncapturable>),
+}
+
+/// The pages of a `taken` checkpoint reply, checked against what it declares.
+fn taken_pages(
+    zygote: ZygoteId,
+    memory_bytes: u64,
+    pages: u32,
+    attachments: Vec<Vec<u8>>,
+) -> Result<Checkpointed, Violation> {
+    let mut parts = attachments.into_iter();
+    let (Some(indexes), Some(bytes), None) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(Violation::Checkpoint);
+    };
+    if indexes.len() != pages as usize * 4 {
+        return Err(Violation::Checkpoint);
+    }
+    let pages =
+        Pages::from_parts(memory_bytes, &indexes, bytes).map_err(|_| Violation::Checkpoint)?;
+    Ok(Checkpointed::Taken(zygote, pages))
 }
 
 /// What one `run` asks of a worker, and the caps it runs under.
@@ -708,6 +744,82 @@ impl Worker {
             .call(make, &attachments, FrameLimits::CONTROL, deadline, take)
             .await?;
         refused.map_or(Ok(()), |reason| Err(FileError::Refused { reason }))
+    }
+
+    /// The packages installed in this worker (name, version), sorted: what a restore of its
+    /// state installs first.
+    pub fn installed_pins(&self) -> Vec<(String, String)> {
+        let mut pins: Vec<(String, String)> = self
+            .installed
+            .iter()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        pins.sort();
+        pins
+    }
+
+    /// Takes a checkpoint of the interpreter between runs (issue 36): the pages of linear
+    /// memory that changed since its last one, or why its state cannot be captured. A page
+    /// attachment may be as large as `max_memory_bytes` (the worker's memory bound).
+    ///
+    /// Errors: [`WorkerError`]; a checkpoint whose attachments do not match what it declares
+    /// is [`Violation::Checkpoint`].
+    pub async fn checkpoint(
+        &mut self,
+        max_memory_bytes: u64,
+        deadline: Deadline,
+    ) -> Result<Checkpointed, WorkerError> {
+        let limits = FrameLimits {
+            attachments: 2,
+            attachment: usize::try_from(max_memory_bytes).unwrap_or(usize::MAX),
+            ..FrameLimits::CONTROL
+        };
+        let take = |frame: Frame<Reply>| match frame.header {
+            Reply::Checkpoint {
+                outcome: CheckpointOutcome::Uncapturable { reasons },
+                ..
+            } if frame.attachments.is_empty() && !reasons.is_empty() => {
+                Some(Ok(Checkpointed::Uncapturable(reasons)))
+            }
+            Reply::Checkpoint {
+                outcome:
+                    CheckpointOutcome::Taken {
+                        zygote,
+                        memory_bytes,
+                        pages,
+                    },
+                ..
+            } => Some(taken_pages(zygote, memory_bytes, pages, frame.attachments)),
+            Reply::Checkpoint { .. } => Some(Err(Violation::Checkpoint)),
+            _ => None,
+        };
+        let make = |id| Request::Checkpoint { id };
+        self.call(make, &[], limits, deadline, take).await
+    }
+
+    /// Makes this fresh interpreter hold `pages` (a checkpoint of zygote `zygote`), and with
+    /// `reseed` makes its next run reseed `random`. `Ok(Some(why))` when the worker refused
+    /// (the interpreter is then to be discarded).
+    pub async fn restore(
+        &mut self,
+        zygote: ZygoteId,
+        pages: &Pages,
+        reseed: bool,
+        deadline: Deadline,
+    ) -> Result<Option<String>, WorkerError> {
+        let make = |id| Request::Restore {
+            id,
+            zygote,
+            memory_bytes: pages.memory_bytes,
+            reseed,
+        };
+        let take = |frame: Frame<Reply>| match frame.header {
+            Reply::Restored { error, .. } => Some(Ok(error)),
+            _ => None,
+        };
+        let attachments: [&[u8]; 2] = [&pages.index_bytes(), &pages.bytes];
+        self.call(make, &attachments, FrameLimits::CONTROL, deadline, take)
+            .await
     }
 
     /// Hands `files` (virtual path, bytes) to the worker and loads `items` with

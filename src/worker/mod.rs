@@ -23,6 +23,7 @@ pub mod confine;
 pub mod descriptors;
 pub mod fork_memory;
 pub mod fork_server;
+pub mod linear_memory;
 pub mod mount;
 pub mod net;
 pub mod pool;

@@ -14,6 +14,7 @@
 
 use super::net::{FetchRequest, FetchResponse};
 use serde::{Deserialize, Serialize};
+use std::fmt;
 use std::io::{self, Read, Write};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -105,6 +106,23 @@ pub enum Request {
         path: String,
         #[serde(default)]
         delete: bool,
+    },
+    /// Takes a checkpoint of the interpreter between runs (issue 36): answered by
+    /// [`Reply::Checkpoint`] with the pages of linear memory that changed since the last one
+    /// (`src/worker/linear_memory.rs`), or why its state cannot be captured.
+    Checkpoint { id: CallId },
+    /// Makes this fresh interpreter hold a checkpoint's state: grows its linear memory to
+    /// `memory_bytes` and writes the pages (attachment 0: their indexes, `u32` little-endian
+    /// each, strictly increasing; attachment 1: the pages, 4,096 bytes each, XOR-ed with
+    /// the zygote's), then, with `reseed`, makes the next run reseed Python's `random` (a
+    /// fork, as `os.fork` does). Only into a child of zygote `zygote`; answered by
+    /// [`Reply::Restored`].
+    Restore {
+        id: CallId,
+        zygote: super::linear_memory::ZygoteId,
+        memory_bytes: u64,
+        #[serde(default)]
+        reseed: bool,
     },
     /// Answer to [`Reply::Fetch`]; the body is attachment 0.
     FetchResult { id: CallId, response: FetchResponse },
@@ -301,6 +319,14 @@ pub enum Reply {
     /// User code of call `id` calls a host function; the worker waits for
     /// [`Request::ToolResult`].
     FunctionCall { id: CallId, call: FunctionCall },
+    /// Answer to [`Request::Checkpoint`].
+    Checkpoint {
+        id: CallId,
+        outcome: CheckpointOutcome,
+    },
+    /// Answer to [`Request::Restore`]: `error` says why the state was not restored (the
+    /// interpreter is then to be discarded).
+    Restored { id: CallId, error: Option<String> },
     /// The worker cannot go on (boot failed, engine error); it exits after sending this.
     Fatal { error: String },
     /// Under `--confinement strict`, a confinement layer could not be applied (`reason` names it
@@ -319,6 +345,8 @@ impl Reply {
             | Reply::File { id, .. }
             | Reply::Output { id, .. }
             | Reply::Ran { id, .. }
+            | Reply::Checkpoint { id, .. }
+            | Reply::Restored { id, .. }
             | Reply::Fetch { id, .. }
             | Reply::ToolCall { id, .. }
             | Reply::FunctionCall { id, .. } => Some(*id),
@@ -335,11 +363,75 @@ impl Reply {
             Reply::File { .. } => "file",
             Reply::Output { .. } => "output",
             Reply::Ran { .. } => "ran",
+            Reply::Checkpoint { .. } => "checkpoint",
+            Reply::Restored { .. } => "restored",
             Reply::Fetch { .. } => "fetch",
             Reply::ToolCall { .. } => "tool_call",
             Reply::FunctionCall { .. } => "function_call",
             Reply::Fatal { .. } => "fatal",
             Reply::Unconfined { .. } => "unconfined",
+        }
+    }
+}
+
+/// What a [`Request::Checkpoint`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case", deny_unknown_fields)]
+pub enum CheckpointOutcome {
+    /// The state was captured: `pages` pages changed since the last checkpoint (attachment 0:
+    /// their indexes, attachment 1: their bytes XOR-ed with zygote `zygote`'s pages); linear
+    /// memory is `memory_bytes` long.
+    Taken {
+        zygote: super::linear_memory::ZygoteId,
+        memory_bytes: u64,
+        pages: u32,
+    },
+    /// The state cannot be captured, for these reasons (at least one).
+    Uncapturable { reasons: Vec<Uncapturable> },
+}
+
+/// Why an interpreter's state cannot be captured by a copy of its linear memory
+/// (docs/checkpoint-research.md §5): what it holds lives elsewhere too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "why", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Uncapturable {
+    /// It was not forked from a zygote (booted or restored from the snapshot): there is no
+    /// pristine memory to measure it against.
+    NotForked,
+    /// Python holds `count` JavaScript objects (Pyodide's hiwire table is outside linear
+    /// memory).
+    JsObjects { count: u32 },
+    /// `count` files are open (Emscripten's streams are JavaScript objects).
+    OpenFiles { count: u32 },
+    /// `count` shared libraries were loaded since the fork (their functions are in the
+    /// WebAssembly table).
+    LoadedLibraries { count: u32 },
+    /// `count` callbacks are scheduled (asyncio tasks, timers) and have not run.
+    PendingCallbacks { count: u32 },
+}
+
+impl fmt::Display for Uncapturable {
+    /// Words for the `state` note of a result (never the interpreter's content).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Uncapturable::NotForked => {
+                f.write_str("the interpreter was not forked from the warm zygote")
+            }
+            Uncapturable::JsObjects { count } => {
+                write!(
+                    f,
+                    "Python holds {count} JavaScript object(s) (for example from `import js`)"
+                )
+            }
+            Uncapturable::OpenFiles { count } => write!(f, "{count} file(s) are open"),
+            Uncapturable::LoadedLibraries { count } => write!(
+                f,
+                "{count} shared librar(y/ies) were loaded (a package with compiled code)"
+            ),
+            Uncapturable::PendingCallbacks { count } => write!(
+                f,
+                "{count} callback(s) are still scheduled (an asyncio task or timer not awaited)"
+            ),
         }
     }
 }

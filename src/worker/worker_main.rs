@@ -10,6 +10,7 @@
 //! with its call id.
 
 use super::descriptors::inherited_descriptor;
+use super::linear_memory::{Pristine, Shadow};
 use super::mount::MountPlan;
 use super::net::{FetchRequest, FetchResponse};
 use super::protocol::{
@@ -26,6 +27,8 @@ use std::io::{self, BufReader, BufWriter};
 use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+
+mod checkpoint;
 
 /// Pyodide 314.0.7 (docs/architecture.md §7), `pyodide.asm.mjs` already rewritten as a classic script.
 pub static PYODIDE: Dir = include_dir!("$OUT_DIR/pyodide");
@@ -181,6 +184,10 @@ struct Runner {
     read_file: JsFunction,
     write_file: JsFunction,
     mount: JsFunction,
+    memory: JsFunction,
+    baseline: JsFunction,
+    capturable: JsFunction,
+    grow: JsFunction,
 }
 
 /// Every answer of the runner (`js/runner.js`, `ok` and `failed`): the operation's result, or
@@ -346,6 +353,10 @@ fn load_runner(engine: &mut Engine) -> Result<Runner> {
                 "readFile",
                 "writeFile",
                 "mount",
+                "memory",
+                "baseline",
+                "capturable",
+                "grow",
             ],
         )?
         .into_iter();
@@ -363,6 +374,10 @@ fn load_runner(engine: &mut Engine) -> Result<Runner> {
         read_file: next()?,
         write_file: next()?,
         mount: next()?,
+        memory: next()?,
+        baseline: next()?,
+        capturable: next()?,
+        grow: next()?,
     })
 }
 
@@ -715,6 +730,24 @@ fn warm_up(engine: &mut Engine, runner: &Runner) -> Result<()> {
     Ok(())
 }
 
+/// Records, as the zygote's last steps before it forks, what it holds outside linear memory
+/// (`js/runner.js` `baseline`) and a copy of its linear memory ([`Pristine`]): every child's
+/// checkpoints are measured against both.
+///
+/// Errors: the runner fails, or the copy cannot be mapped.
+fn keep_pristine(engine: &mut Engine, runner: &Runner) -> Result<()> {
+    let answer = call(engine, &runner.baseline, BOOT_CALL, &[], None)
+        .context("recording the zygote's baseline")?;
+    parse_answer::<Empty>(&answer).context("recording the zygote's baseline")?;
+    let started = Instant::now();
+    let id = engine.with_bytes(&runner.memory, |memory| Pristine::keep(memory))??;
+    tracing::debug!(
+        "zygote {id}: pristine memory kept in {} ms",
+        started.elapsed().as_millis()
+    );
+    Ok(())
+}
+
 /// The zygote's last call: every object alive now moves to the garbage collector's permanent
 /// generation, which it never scans again (`gc.freeze`, meant for pre-fork servers), so that a
 /// forked worker's collections do not write to (and copy) every page of the zygote's heap.
@@ -1004,6 +1037,7 @@ fn serve() -> Result<()> {
         engine,
         runner,
         host,
+        shadow: None,
     };
     serve_requests(worker, &input, forked)
 }
@@ -1056,6 +1090,7 @@ impl Zygote<'_> {
         confined: super::confine::Status,
     ) -> Result<bool> {
         warm_up(engine, runner)?;
+        keep_pristine(engine, runner)?;
         let version = report.version.clone();
         report.send(&confined, false)?;
         super::fork_server::check_drained(self.input.borrow().buffer().len())?;
@@ -1116,6 +1151,9 @@ struct Serving {
     engine: Engine,
     runner: Runner,
     host: Rc<Host>,
+    /// Forked interpreters: what linear memory held at the last checkpoint (made at the
+    /// first checkpoint or restore).
+    shadow: Option<Shadow>,
 }
 
 impl Serving {
@@ -1169,6 +1207,16 @@ impl Serving {
                 let error = installed.err().map(|e| e.to_string());
                 Reply::Installed { id, error }
             }
+            Request::Checkpoint { id } => return self.checkpoint(id),
+            Request::Restore {
+                id,
+                zygote,
+                memory_bytes,
+                reseed,
+            } => Reply::Restored {
+                id,
+                error: self.restore(id, zygote, memory_bytes, reseed, frame.attachments),
+            },
             Request::Run {
                 id,
                 code,

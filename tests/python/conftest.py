@@ -7,6 +7,7 @@ import os
 import pathlib
 import sys
 
+import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -18,7 +19,7 @@ from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
     BINARY, CALL_TIMEOUT, ROOT, SHARED_CACHE, http_server, server_env,
     children_of, forked_for, is_zygote, stop_new_zygote_services, stop_zygote_services, zygote_service_pids,
     zygote_services_stopped_after,
-    zygote_services,
+    zygote_services, wait_for_ready_zygote_service,
 )
 
 LOCK = json.loads((ROOT / "pyodide-assets" / "pyodide-lock.json").read_text())
@@ -49,6 +50,18 @@ async def mcp_session(*args, errlog=None, cache_dir=SHARED_CACHE):
         async with ClientSession(read, write) as session:
             await session.initialize()
             yield session
+
+
+@contextlib.asynccontextmanager
+async def forked_session(*args):
+    """[`mcp_session`] whose interpreters are forked from a ready zygote service (a session
+    started first brings the service up), as every session's are once the host is warm:
+    checkpoints need it (issue 36)."""
+    async with mcp_session(*args) as warming:
+        await run(warming, "1")
+        await anyio.to_thread.run_sync(wait_for_ready_zygote_service)
+    async with mcp_session(*args) as session:
+        yield session
 
 
 async def run(session, code, **global_variables):

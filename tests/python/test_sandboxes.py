@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from adversary import http_server, return_value, status_of
-from conftest import BINARY, CALL_TIMEOUT, child_pids, direct_child_pids, mcp_session, run
+from conftest import BINARY, CALL_TIMEOUT, child_pids, direct_child_pids, forked_session, mcp_session, run
 from raw_http import ACCEPT, rpc_result, start_session
 
 pytestmark = pytest.mark.anyio
@@ -157,16 +157,44 @@ def stdio_server_pid():
     return pid
 
 
-async def test_an_interpreter_killed_between_calls_is_replaced_with_a_note():
-    """SIGKILL of an idle sandbox's interpreter (as the OOM killer would): the next call runs,
-    in a new interpreter, and says that the state is new and why."""
-    async with mcp_session("--stateful") as session:
-        await run(session, "x = 1\nopen('kept.txt', 'w').write('kept')")
+async def test_an_interpreter_killed_between_calls_comes_back_from_its_checkpoint():
+    """SIGKILL of an idle sandbox's interpreter (as the OOM killer would): the next call runs
+    in a new interpreter with the variables, functions and imports of the last completed call
+    (issue 36: its checkpoint, kept by the front without --state-dir), and says so and why."""
+    async with forked_session("--stateful") as session:
+        await run(session, "import json, decimal\nx = 41\ndef f(n):\n    return n * 2\n"
+                           "open('kept.txt', 'w').write('kept')")
         (worker,) = child_pids(stdio_server_pid())
         os.kill(worker, signal.SIGKILL)
         await asyncio.sleep(0.5)
-        text = await run(session, "import os\n'x' in globals(), open('kept.txt').read()")
+        text = await run(session, "x + 1, f(21), json.dumps(str(decimal.Decimal('1.5') * 2)), "
+                                  "open('kept.txt').read()")
         assert status_of(text) == "success", text
-        assert state_of(text).startswith("new:") and "killed from outside" in state_of(text), text
-        assert "restored: kept.txt" in state_of(text), text
+        state = state_of(text)
+        assert state.startswith("restored:") and "killed from outside" in state, text
+        assert "restored: kept.txt" in state, text
+        assert return_value(text) == '[\n  42,\n  42,\n  "\\"3.0\\"",\n  "kept"\n]', text
+        # The restored interpreter goes on as any other: new state, new imports, and its own
+        # next checkpoint.
+        text = await run(session, "import statistics\ny = statistics.mean([x, 43])\ny")
+        assert return_value(text) == "42", text
+        (worker,) = child_pids(stdio_server_pid())
+        os.kill(worker, signal.SIGKILL)
+        await asyncio.sleep(0.5)
+        assert return_value(await run(session, "x + y")) == "83"
+
+
+async def test_state_that_cannot_be_captured_is_said_and_only_the_files_come_back():
+    """A sandbox whose Python holds a JavaScript object cannot be checkpointed by its memory
+    (issue 36, part 4): the call's answer says so, and after a SIGKILL the next call says the
+    state is new, with the files."""
+    async with forked_session("--stateful") as session:
+        text = await run(session, "import js\no = js.Object.new()\nx = 1\n"
+                                   "open('kept.txt', 'w').write('kept')")
+        assert state_of(text).startswith("not saved:") and "JavaScript object" in state_of(text), text
+        (worker,) = child_pids(stdio_server_pid())
+        os.kill(worker, signal.SIGKILL)
+        await asyncio.sleep(0.5)
+        text = await run(session, "'x' in globals(), open('kept.txt').read()")
+        assert state_of(text).startswith("new:"), text
         assert return_value(text) == '[\n  false,\n  "kept"\n]', text

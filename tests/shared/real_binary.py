@@ -54,6 +54,19 @@ def zygote_services(runtime_dir=RUNTIME_DIR):
     return done.returncode, done.stdout.splitlines()
 
 
+def wait_for_ready_zygote_service(timeout=240, runtime_dir=RUNTIME_DIR):
+    """Waits until a zygote service of `runtime_dir` is ready (one a front started): a front
+    started afterwards forks its first interpreter from it instead of booting one, which is
+    what a checkpoint needs (issue 36)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _, lines = zygote_services(runtime_dir)
+        if any(" ready" in line for line in lines):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no zygote service became ready in {timeout} s: {zygote_services(runtime_dir)}")
+
+
 def stop_zygote_services(runtime_dir=RUNTIME_DIR):
     """Stops every zygote service of `runtime_dir` (`mcp-run-python zygote stop`); fails the
     test run when one does not stop."""

@@ -20,21 +20,15 @@
 //! ([`sealed`] is the file format, sealed so that only the sandbox's own replica can read or
 //! write it).
 
-// The front does not use checkpoints yet: the worker's `checkpoint` and `restore` requests and
-// the state directory's checkpoint file come next (docs/checkpoint-research.md §8). Remove this
-// once they do; `expect` says so when it stops being true.
-#![cfg_attr(
-    not(test),
-    expect(dead_code, reason = "checkpoints are not wired into the front yet")
-)]
-
+pub mod saved;
 pub mod sealed;
+
+pub use saved::{Kept, Resumable, Saved};
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// Bytes in a page as checkpoints count them (the kernel's page; a WebAssembly page holds 16).
-pub const PAGE_BYTES: usize = 4096;
+pub use crate::worker::linear_memory::{ZygoteId, PAGE_BYTES};
 
 /// Bytes in a WebAssembly page: linear memory grows by whole pages of this size, so every
 /// memory size here is a multiple of it.
@@ -46,54 +40,6 @@ pub const MAX_MEMORY_BYTES: u64 = 4 << 30;
 
 /// [`PAGE_BYTES`] as a `u64`, for byte counts of whole memories.
 const PAGE_BYTES_U64: u64 = PAGE_BYTES as u64;
-
-/// A zygote's identity: the SHA-256 of its pristine linear memory. Checkpoints are XOR values
-/// against that memory, so a checkpoint restores only into a child of a zygote with the same id.
-///
-/// Displayed as its first 12 hex digits (enough to tell zygotes apart in a log); serialized
-/// (serde) as all 64 hex digits, lower case.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
-pub struct ZygoteId(pub [u8; 32]);
-
-/// Hex digits of a [`ZygoteId`] as [`fmt::Display`] shows it.
-const ZYGOTE_SHORT_HEX: usize = 12;
-
-impl ZygoteId {
-    /// All 64 hex digits, lower case.
-    pub fn hex(&self) -> String {
-        hex::encode(self.0)
-    }
-
-    /// The id written as 64 hex digits (either case), or `None` when `text` is anything else
-    /// (another length, a non-hex character).
-    pub fn from_hex(text: &str) -> Option<ZygoteId> {
-        let mut bytes = [0u8; 32];
-        hex::decode_to_slice(text, &mut bytes).ok()?;
-        Some(ZygoteId(bytes))
-    }
-}
-
-impl fmt::Display for ZygoteId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let full = self.hex();
-        f.write_str(&full[..ZYGOTE_SHORT_HEX])
-    }
-}
-
-impl serde::Serialize for ZygoteId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.hex())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for ZygoteId {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        // The error echoes nothing of the input: it may come from the shared state directory.
-        ZygoteId::from_hex(&text)
-            .ok_or_else(|| serde::de::Error::custom("a zygote id is 64 hex digits"))
-    }
-}
 
 /// Why a checkpoint or a delta was refused. Every variant carries numbers only, never bytes of
 /// the input, so its words are safe to log and to show to a model.

@@ -354,9 +354,14 @@ impl Executor {
         tokio::select! {
             v = async {
                 let mut listing = None;
-                let verdict = self.phases(worker, sandbox, call, result, &mut listing).await;
+                let mut verdict = self.phases(worker, sandbox, call, result, &mut listing).await;
                 if let (true, Verdict::Keep, Some(listing)) = (stateful, verdict, listing) {
                     self.copy_files(sandbox, worker, listing, result).await;
+                }
+                if stateful && verdict == Verdict::Keep && self.checkpoints(sandbox)
+                    && !self.checkpoint(sandbox, worker, result).await
+                {
+                    verdict = Verdict::Discard;
                 }
                 verdict
             } => Some(v),
@@ -389,7 +394,8 @@ impl Executor {
             result.files_changed = !survivors.lost.is_empty();
             result.written.clear();
             if verdict.is_some() {
-                result.state = Some(lost_note(&survivors));
+                let kept = self.checkpoints(sandbox) && sandbox.has_current_state();
+                result.state = Some(lost_note(&survivors, kept));
             }
         }
         held.discard().await;
@@ -397,6 +403,15 @@ impl Executor {
             // The sandbox's (or the shared slot's) next call will want a clean worker.
             self.spares.replenish();
         }
+    }
+
+    /// Whether `sandbox`'s state is checkpointed after each call (issue 36): with
+    /// `--stateful`, an interpreter per sandbox (`--isolation session`), for sandboxes that
+    /// outlive their call.
+    pub(super) fn checkpoints(&self, sandbox: &Sandbox) -> bool {
+        self.keeps_state()
+            && self.isolation == Isolation::Sandbox
+            && sandbox.owner != crate::sandbox::live::Owner::Call
     }
 
     /// Scans, installs and runs on `worker`, filling `result`, and `listing` with what the
@@ -603,7 +618,7 @@ impl Executor {
 
     /// Installs into `worker` what `--deps`, the sandbox's own dependencies (`sandbox_deps`)
     /// and the call's `requirements` need and it does not have yet.
-    async fn install(
+    pub(super) async fn install(
         &self,
         worker: &mut Worker,
         sandbox_deps: &[String],

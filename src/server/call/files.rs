@@ -7,6 +7,7 @@
 
 use crate::sandbox::files::{name_list, Listing, SandboxFiles};
 use crate::sandbox::live::{Arrival, Sandbox};
+use crate::server::call::checkpoints::Resumed;
 use crate::server::call::execute::Executor;
 use crate::server::call::result::CallResult;
 use crate::server::call::state_note::Restart;
@@ -66,6 +67,7 @@ impl Executor {
             self.spares.replenish();
         }
         sandbox.forget_interpreters();
+        sandbox.forget_checkpoint();
         sandbox.with_files(SandboxFiles::clear)
     }
 
@@ -132,6 +134,7 @@ impl Executor {
         if sandbox.first_interpreter() {
             return;
         }
+        let resumed = self.resume_or_replace(sandbox, worker).await;
         let mut restored = Vec::new();
         let mut lost = Vec::new();
         for (path, bytes) in sandbox.with_files(|f| f.copies()) {
@@ -145,9 +148,15 @@ impl Executor {
             }
         }
         // A sandbox restored from the state directory says so rather than why a restart.
-        let mut note = sandbox
-            .take_restored_note()
-            .unwrap_or_else(|| why.note().to_owned());
+        let mut note = match (sandbox.take_restored_note(), &resumed) {
+            (Some(note), _) => note,
+            (None, Resumed::Restored) => why.restored_note().to_owned(),
+            (None, Resumed::Nothing) => why.note().to_owned(),
+            (None, Resumed::Failed(failed)) => format!(
+                "{}; its last checkpoint could not be restored: {failed}",
+                why.note()
+            ),
+        };
         if !restored.is_empty() {
             note.push_str("; the sandbox's files were restored: ");
             note.push_str(&name_list(&restored));
@@ -157,6 +166,27 @@ impl Executor {
             note.push_str(&name_list(&lost));
         }
         sandbox.set_note(note);
+    }
+
+    /// Restores the sandbox's kept state into `worker` ([`Executor::resume`]); a worker whose
+    /// restore failed is replaced by a clean one. A worker that was not restored is not what
+    /// the kept state measures against, so the state is forgotten.
+    async fn resume_or_replace(&self, sandbox: &Sandbox, worker: &mut Worker) -> Resumed {
+        let resumed = if self.checkpoints(sandbox) {
+            self.resume(sandbox, worker).await
+        } else {
+            Resumed::Nothing
+        };
+        if let Resumed::Failed(why) = &resumed {
+            tracing::warn!("sandbox {}: restore failed: {why}", sandbox.id.short());
+            if let Ok(fresh) = self.spares.take().await {
+                std::mem::replace(worker, fresh).kill_soon();
+            }
+        }
+        if !matches!(resumed, Resumed::Restored) {
+            sandbox.forget_checkpoint();
+        }
+        resumed
     }
 
     /// After a call that kept its worker (`--stateful`): takes its listing of the working

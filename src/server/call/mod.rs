@@ -4,8 +4,10 @@
 //! [`run_host`] is the server's side of a run (fetches, code mode's tool calls); [`outcome`]
 //! reads how a run ended into its result; [`result`] is what a call produced, before it is
 //! rendered; [`state_note`] words what a `--stateful` result says of lost state;
-//! [`startup_deps`] plans `--deps` once for every worker.
+//! [`startup_deps`] plans `--deps` once for every worker; [`checkpoints`] keeps a sandbox's
+//! interpreter state across its workers (issue 36).
 
+pub mod checkpoints;
 pub mod execute;
 pub mod files;
 pub mod outcome;

@@ -8,6 +8,10 @@ use crate::sandbox::files::{name_list, Survivors};
 /// says when state was lost, so that an agent knows to run its setup again).
 const STATE_LOST: &str = "lost: this sandbox's interpreter was stopped after this call, and the variables, functions and imports of its earlier calls are gone; the next call starts in a new interpreter";
 
+/// The `state` note of a call that stopped its sandbox's worker when the sandbox keeps a
+/// checkpoint of the state its last completed call left (issue 36).
+const STATE_ROLLED_BACK: &str = "lost: this sandbox's interpreter was stopped after this call, and what this call changed is gone; the next call starts in a new interpreter with the variables, functions and imports as the last completed call left them";
+
 /// Why a `--stateful` sandbox's next call runs in a new worker: the first words of that
 /// call's `state` note.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,12 +31,27 @@ impl Restart {
             Restart::Died => "new: this call ran in a new interpreter (the previous one had ended since the last call: it was killed from outside, ran out of memory or crashed); the variables, functions and imports of earlier calls are gone",
         }
     }
+
+    /// The first words of the `state` note of a call whose new worker got the sandbox's
+    /// state back from its last checkpoint (issue 36).
+    pub fn restored_note(self) -> &'static str {
+        match self {
+            Restart::Stopped => "restored: this call ran in a new interpreter (the previous one was stopped); the variables, functions and imports are back as the last completed call left them",
+            Restart::Died => "restored: this call ran in a new interpreter (the previous one had ended since the last call: it was killed from outside, ran out of memory or crashed); the variables, functions and imports are back as the last completed call left them",
+        }
+    }
 }
 
 /// The `state` note of a call that stopped its sandbox's worker: what is lost, which files
 /// the next worker will have again, which are gone.
-pub fn lost_note(survivors: &Survivors) -> String {
-    let mut note = STATE_LOST.to_owned();
+/// `checkpointed`: the sandbox keeps the state its last completed call left (issue 36),
+/// which the next worker gets back.
+pub fn lost_note(survivors: &Survivors, checkpointed: bool) -> String {
+    let mut note = if checkpointed {
+        STATE_ROLLED_BACK.to_owned()
+    } else {
+        STATE_LOST.to_owned()
+    };
     if !survivors.kept.is_empty() {
         note.push_str("; the sandbox's files as its last completed call left them are kept and will be in the new interpreter: ");
         note.push_str(&name_list(&survivors.kept));

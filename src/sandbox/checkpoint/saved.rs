@@ -1,0 +1,192 @@
+//! What a sandbox keeps of its interpreter's state between workers (issue 36): the last
+//! checkpoint, whether it is the state the last completed call left, and what a restore of it
+//! needs.
+//!
+//! The kept image is always the base the sandbox's current worker measures its next
+//! checkpoint against (its shadow, `src/worker/linear_memory.rs`): a fresh worker's first
+//! checkpoint is whole (everything that differs from the zygote) and replaces it; a restored
+//! worker's checkpoints are deltas merged into it. A call whose state cannot be captured leaves
+//! the image as the worker's base but no longer the sandbox's state ([`Saved::Stale`]): it is
+//! merged into again, never restored.
+
+use super::{Checkpoint, CheckpointError};
+use crate::worker::linear_memory::{Pages, ZygoteId};
+
+/// A sandbox's kept state (see the module's documentation).
+#[derive(Debug, Default)]
+pub enum Saved {
+    /// Nothing: no call completed in this worker yet, or the state was cleared.
+    #[default]
+    Empty,
+    /// The state as the last completed call left it.
+    Current(Kept),
+    /// The last call's state could not be captured; `Kept` is only the worker's base.
+    Stale(Kept),
+}
+
+/// A checkpoint and what restoring it needs.
+#[derive(Debug, Clone)]
+pub struct Kept {
+    /// The pages that differ from the zygote's.
+    pub image: Checkpoint,
+    /// Packages installed after the fork (name, version), installed again before a restore.
+    pub installed: Vec<(String, String)>,
+    /// The next restore is a fork's: `random` is reseeded after it, as `os.fork` does.
+    pub reseed: bool,
+}
+
+/// What [`Saved::resumable`] hands a restore.
+pub struct Resumable {
+    pub zygote: ZygoteId,
+    pub pages: Pages,
+    pub installed: Vec<(String, String)>,
+    pub reseed: bool,
+}
+
+impl Saved {
+    /// Takes a worker's checkpoint (`pages` measured against `zygote`) with the packages
+    /// it had installed: merged into the kept image when that is the worker's base, else the
+    /// start of a new one.
+    ///
+    /// Errors: [`CheckpointError`] when the pages do not fit (a broken or hostile worker);
+    /// the kept state is then cleared.
+    pub fn take(
+        &mut self,
+        zygote: ZygoteId,
+        pages: &Pages,
+        installed: Vec<(String, String)>,
+    ) -> Result<(), CheckpointError> {
+        let base = match std::mem::take(self) {
+            Saved::Current(kept) | Saved::Stale(kept) if kept.image.zygote() == zygote => {
+                Some(kept.image)
+            }
+            _ => None,
+        };
+        let mut image = match base {
+            Some(image) => image,
+            None => Checkpoint::new(zygote, pages.memory_bytes)?,
+        };
+        image.merge(pages.memory_bytes, &pages.indexes, &pages.bytes)?;
+        *self = Saved::Current(Kept {
+            image,
+            installed,
+            reseed: false,
+        });
+        Ok(())
+    }
+
+    /// The last call's state could not be captured.
+    pub fn stale(&mut self) {
+        *self = match std::mem::take(self) {
+            Saved::Current(kept) | Saved::Stale(kept) => Saved::Stale(kept),
+            Saved::Empty => Saved::Empty,
+        };
+    }
+
+    /// What a restore into a new worker needs, when the state is current. Once handed out,
+    /// the next restore is no longer a fork's.
+    pub fn resumable(&mut self) -> Option<Resumable> {
+        let Saved::Current(kept) = self else {
+            return None;
+        };
+        let (indexes, bytes) = kept.image.to_delta();
+        let resumable = Resumable {
+            zygote: kept.image.zygote(),
+            pages: Pages {
+                memory_bytes: kept.image.memory_bytes(),
+                indexes,
+                bytes,
+            },
+            installed: kept.installed.clone(),
+            reseed: kept.reseed,
+        };
+        kept.reseed = false;
+        Some(resumable)
+    }
+
+    /// A copy for a fork: the current state, marked so that its first restore reseeds
+    /// `random`; `None` when the state is not current.
+    pub fn for_fork(&self) -> Option<Kept> {
+        match self {
+            Saved::Current(kept) => Some(Kept {
+                reseed: true,
+                ..kept.clone()
+            }),
+            _ => None,
+        }
+    }
+
+    /// The kept image's page bytes (for the front's accounting).
+    pub fn stored_bytes(&self) -> u64 {
+        match self {
+            Saved::Current(kept) | Saved::Stale(kept) => kept.image.stored_bytes(),
+            Saved::Empty => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::linear_memory::PAGE_BYTES;
+
+    fn pages(memory_pages: u64, changed: &[(u32, u8)]) -> Pages {
+        Pages {
+            memory_bytes: memory_pages * 65536,
+            indexes: changed.iter().map(|(i, _)| *i).collect(),
+            bytes: changed
+                .iter()
+                .flat_map(|(_, b)| vec![*b; PAGE_BYTES])
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn deltas_merge_into_the_current_state_and_a_stale_one_is_never_resumed() {
+        let z = ZygoteId([1; 32]);
+        let mut saved = Saved::default();
+        assert!(saved.resumable().is_none());
+        saved
+            .take(z, &pages(1, &[(0, 1), (3, 2)]), vec![])
+            .expect("fits");
+        saved
+            .take(z, &pages(2, &[(3, 0), (20, 5)]), vec![])
+            .expect("fits");
+        let r = saved.resumable().expect("current");
+        assert_eq!(r.pages.indexes, vec![0, 20]);
+        assert_eq!(r.pages.memory_bytes, 2 * 65536);
+        saved.stale();
+        assert!(saved.resumable().is_none());
+        saved.take(z, &pages(2, &[(1, 9)]), vec![]).expect("fits");
+        assert_eq!(
+            saved.resumable().expect("current").pages.indexes,
+            vec![0, 1, 20]
+        );
+    }
+
+    #[test]
+    fn another_zygotes_pages_start_a_new_image_and_a_fork_reseeds_once() {
+        let mut saved = Saved::default();
+        saved
+            .take(ZygoteId([1; 32]), &pages(1, &[(0, 1)]), vec![])
+            .expect("fits");
+        saved
+            .take(ZygoteId([2; 32]), &pages(1, &[(2, 1)]), vec![])
+            .expect("fits");
+        assert_eq!(saved.resumable().expect("current").pages.indexes, vec![2]);
+        let mut fork = Saved::Current(saved.for_fork().expect("current"));
+        assert!(fork.resumable().expect("current").reseed);
+        assert!(!fork.resumable().expect("current").reseed);
+        assert!(!saved.resumable().expect("current").reseed);
+    }
+
+    #[test]
+    fn pages_that_do_not_fit_clear_the_state() {
+        let z = ZygoteId([1; 32]);
+        let mut saved = Saved::default();
+        saved.take(z, &pages(1, &[(0, 1)]), vec![]).expect("fits");
+        let bad = pages(1, &[(99, 1)]);
+        assert!(saved.take(z, &bad, vec![]).is_err());
+        assert!(saved.resumable().is_none());
+    }
+}

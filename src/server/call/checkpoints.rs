@@ -1,0 +1,146 @@
+//! A sandbox's interpreter state across its workers (`--stateful`; issue 36): a checkpoint
+//! after every completed call (`checkpoint`), kept by the sandbox
+//! ([`crate::sandbox::checkpoint::Saved`]), and restored into the next worker when one is lost
+//! or stopped (`resume`), so that the variables, functions and imports of earlier calls come
+//! back, not only the files.
+
+use crate::sandbox::checkpoint::{Resumable, MAX_MEMORY_BYTES};
+use crate::sandbox::live::Sandbox;
+use crate::server::call::execute::Executor;
+use crate::server::call::result::CallResult;
+use crate::worker::client::{Checkpointed, Deadline, Phase, Worker};
+use crate::worker::linear_memory::Pages;
+use std::time::Duration;
+
+/// How long taking or restoring a checkpoint may take (seconds): a scan of the memory and
+/// its pages through a pipe, milliseconds for tens of MiB.
+const CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What [`Executor::resume`] did with a new worker.
+pub enum Resumed {
+    /// The sandbox had no state to restore.
+    Nothing,
+    /// The interpreter holds the sandbox's state as its last completed call left it.
+    Restored,
+    /// The state could not be restored (why, in words for the `state` note); the worker
+    /// is to be discarded.
+    Failed(String),
+}
+
+impl Executor {
+    /// After a call that kept its worker: takes a checkpoint and keeps it in the sandbox.
+    /// When the state cannot be captured, `result`'s `state` note says why. `false` when the
+    /// worker failed to answer, or answered pages that do not fit (it is to be discarded).
+    pub(super) async fn checkpoint(
+        &self,
+        sandbox: &Sandbox,
+        worker: &mut Worker,
+        result: &mut CallResult,
+    ) -> bool {
+        let started = std::time::Instant::now();
+        let max = self.limits.memory_limit.unwrap_or(MAX_MEMORY_BYTES);
+        let deadline = Deadline::after(CHECKPOINT_TIMEOUT, Phase::Checkpointing);
+        let taken = match worker.checkpoint(max, deadline).await {
+            Ok(taken) => taken,
+            Err(e) => {
+                tracing::warn!("sandbox {}: checkpoint failed: {e}", sandbox.id.short());
+                return false;
+            }
+        };
+        match taken {
+            Checkpointed::Taken(zygote, pages) => {
+                let installed = worker.installed_pins();
+                if let Err(e) = sandbox.keep_checkpoint(zygote, &pages, installed) {
+                    tracing::warn!(
+                        "sandbox {}: a worker's checkpoint did not fit: {e}",
+                        sandbox.id.short()
+                    );
+                    return false;
+                }
+                tracing::debug!(
+                    "sandbox {}: checkpoint of {} page(s) in {} µs",
+                    sandbox.id.short(),
+                    pages.indexes.len(),
+                    started.elapsed().as_micros()
+                );
+            }
+            Checkpointed::Uncapturable(reasons) => {
+                let why = reasons
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                sandbox.checkpoint_stale();
+                let note = format!(
+                    "not saved: this call's interpreter state cannot be captured ({why}); if the interpreter is lost, only the sandbox's files come back"
+                );
+                result.state = Some(match result.state.take() {
+                    Some(earlier) => format!("{earlier}; {note}"),
+                    None => note,
+                });
+            }
+        }
+        true
+    }
+
+    /// A new worker for `sandbox`: when the sandbox holds a state it can resume, installs the
+    /// packages that state had and restores it into the worker.
+    pub(super) async fn resume(&self, sandbox: &Sandbox, worker: &mut Worker) -> Resumed {
+        let Some(Resumable {
+            zygote,
+            pages,
+            installed,
+            reseed,
+        }) = sandbox.resumable()
+        else {
+            return Resumed::Nothing;
+        };
+        if !installed.is_empty() {
+            let deadline = Deadline::after(self.limits.install_timeout, Phase::Installing);
+            if let Err(e) = self.reinstall(worker, &installed, deadline).await {
+                sandbox.forget_checkpoint();
+                return Resumed::Failed(format!("its packages did not install again: {e}"));
+            }
+        }
+        let deadline = Deadline::after(CHECKPOINT_TIMEOUT, Phase::Restoring);
+        match worker.restore(zygote, &pages, reseed, deadline).await {
+            Ok(None) => Resumed::Restored,
+            Ok(Some(why)) => {
+                sandbox.forget_checkpoint();
+                Resumed::Failed(why)
+            }
+            Err(e) => {
+                sandbox.forget_checkpoint();
+                Resumed::Failed(e.to_string())
+            }
+        }
+    }
+
+    /// Installs `installed` (name, version) pinned into `worker`, as the interpreter whose
+    /// state is being restored had them.
+    async fn reinstall(
+        &self,
+        worker: &mut Worker,
+        installed: &[(String, String)],
+        deadline: Deadline,
+    ) -> Result<(), super::execute::InstallError> {
+        let pins: Vec<String> = installed
+            .iter()
+            .map(|(name, version)| format!("{name}=={version}"))
+            .collect();
+        deadline
+            .bound(self.install(worker, &[], &pins, deadline))
+            .await
+            .map_err(super::execute::InstallError::Worker)?
+    }
+}
+
+/// The pages of a checkpoint as a restore sends them.
+pub fn pages_of(image: &crate::sandbox::checkpoint::Checkpoint) -> Pages {
+    let (indexes, bytes) = image.to_delta();
+    Pages {
+        memory_bytes: image.memory_bytes(),
+        indexes,
+        bytes,
+    }
+}

@@ -1,0 +1,457 @@
+//! The interpreter's WebAssembly linear memory as a checkpoint sees it (issue 36): the
+//! zygote's pristine copy, and each forked interpreter's shadow of its last checkpoint.
+//!
+//! Python's whole state (globals, modules, the allocator, the import system) lives in
+//! linear memory, and a copy of it into another interpreter forked from the same zygote
+//! restores that state exactly (docs/checkpoint-research.md §5). Every child starts as the
+//! zygote's memory byte for byte, so a checkpoint is only the pages that differ from it. The
+//! kernel cannot tell a child which pages it wrote (no soft-dirty bits here, and the worker may
+//! not read its own page map once sealed), so:
+//!
+//! - the zygote copies its memory once, just before it forks, into a read-only anonymous
+//!   mapping ([`Pristine`]) that every child shares copy-on-write at no cost, and names it by
+//!   its SHA-256 ([`ZygoteId`]);
+//! - a child keeps a [`Shadow`]: what its memory held at its last checkpoint. A checkpoint
+//!   compares memory with the shadow page by page (memory bandwidth: ~1.5 ms for 30 MiB) and
+//!   sends the pages that changed, each XOR-ed with the pristine page, so that bytes equal to
+//!   the zygote's become zeros and compress away;
+//! - a restore writes pristine ⊕ image into a fresh child, page by page, where it differs.
+//!
+//! Runs in the worker process only; the front sees pages as bytes (`crate::sandbox`).
+
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::sync::OnceLock;
+use thiserror::Error;
+
+/// Bytes of one page as a checkpoint counts them: the kernel's base page, so that a page a
+/// call did not touch is also one the fork still shares.
+pub const PAGE_BYTES: usize = 4096;
+
+/// A zygote's identity: the SHA-256 of its pristine linear memory. Checkpoints are XOR values
+/// against that memory, so a checkpoint restores only into a child of a zygote with the same id.
+///
+/// Displayed as its first 12 hex digits (enough to tell zygotes apart in a log); serialized
+/// (serde) as all 64 hex digits, lower case.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub struct ZygoteId(pub [u8; 32]);
+
+/// Hex digits of a [`ZygoteId`] as [`fmt::Display`] shows it.
+const ZYGOTE_SHORT_HEX: usize = 12;
+
+impl ZygoteId {
+    /// All 64 hex digits, lower case.
+    pub fn hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// The id written as 64 hex digits (either case), or `None` when `text` is anything else
+    /// (another length, a non-hex character).
+    pub fn from_hex(text: &str) -> Option<ZygoteId> {
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(text, &mut bytes).ok()?;
+        Some(ZygoteId(bytes))
+    }
+}
+
+impl fmt::Display for ZygoteId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let full = self.hex();
+        f.write_str(&full[..ZYGOTE_SHORT_HEX])
+    }
+}
+
+impl serde::Serialize for ZygoteId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.hex())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ZygoteId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        // The error echoes nothing of the input: it may come from the shared state directory.
+        ZygoteId::from_hex(&text)
+            .ok_or_else(|| serde::de::Error::custom("a zygote id is 64 hex digits"))
+    }
+}
+
+/// The zygote's linear memory as it forks, read-only, shared by all its children.
+pub struct Pristine {
+    /// Start of the anonymous mapping (read-only once filled).
+    start: *const u8,
+    /// Its length (bytes): the memory's size when copied.
+    len: usize,
+    /// SHA-256 of its bytes.
+    id: ZygoteId,
+}
+
+// SAFETY: the mapping is made read-only once filled and never unmapped (it lives as long as the
+// process), so sharing the pointer between threads is sharing immutable bytes.
+unsafe impl Send for Pristine {}
+// SAFETY: as above: only reads happen through it.
+unsafe impl Sync for Pristine {}
+
+/// The process's pristine memory, set once in the zygote and inherited by every fork.
+static PRISTINE: OnceLock<Pristine> = OnceLock::new();
+
+/// Why the zygote could not keep its pristine memory.
+#[derive(Debug, Error)]
+pub enum PristineError {
+    #[error("could not map {bytes} bytes for the zygote's pristine memory")]
+    Map {
+        bytes: usize,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the zygote's pristine memory was already kept")]
+    AlreadyKept,
+}
+
+impl Pristine {
+    /// Copies `memory` (the zygote's linear memory, just before it forks) into a new read-only
+    /// mapping and keeps it for the process and its forks. Returns its identity.
+    ///
+    /// Errors: [`PristineError::Map`] when the mapping cannot be made; [`PristineError::AlreadyKept`]
+    /// when called twice.
+    pub fn keep(memory: &[u8]) -> Result<ZygoteId, PristineError> {
+        let len = memory.len().max(PAGE_BYTES);
+        let map_error = |source| PristineError::Map { bytes: len, source };
+        // SAFETY: a fresh private anonymous mapping of `len` bytes, which nothing else refers to;
+        // `memory` is a valid slice of at most `len` bytes, copied into it before it is made
+        // read-only. Failure is checked before the pointer is used.
+        let start = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return Err(map_error(std::io::Error::last_os_error()));
+            }
+            std::ptr::copy_nonoverlapping(memory.as_ptr(), p.cast::<u8>(), memory.len());
+            if libc::mprotect(p, len, libc::PROT_READ) != 0 {
+                return Err(map_error(std::io::Error::last_os_error()));
+            }
+            p.cast::<u8>().cast_const()
+        };
+        let id = ZygoteId(Sha256::digest(memory).into());
+        let pristine = Pristine {
+            start,
+            len: memory.len(),
+            id,
+        };
+        PRISTINE
+            .set(pristine)
+            .map_err(|_| PristineError::AlreadyKept)?;
+        Ok(id)
+    }
+
+    /// The pristine memory this process (a zygote's child) inherited; `None` in an interpreter
+    /// that was not forked from a zygote.
+    pub fn inherited() -> Option<&'static Pristine> {
+        PRISTINE.get()
+    }
+
+    /// Its identity.
+    pub fn id(&self) -> ZygoteId {
+        self.id
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `start` maps `len` readable bytes for the life of the process (never
+        // unmapped, never written after `keep`).
+        unsafe { std::slice::from_raw_parts(self.start, self.len) }
+    }
+
+    /// Page `index` of the pristine memory; `None` past its end (where memory grown since
+    /// reads as zeros).
+    fn page(&self, index: usize) -> Option<&[u8]> {
+        self.bytes().get(index * PAGE_BYTES..)?.get(..PAGE_BYTES)
+    }
+}
+
+/// The pages of a checkpoint: their indexes, in increasing order, and their bytes one after
+/// another, each XOR-ed with the zygote's page (`PAGE_BYTES` each).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Pages {
+    /// Linear memory's size when taken (bytes; a multiple of 64 KiB).
+    pub memory_bytes: u64,
+    /// Page indexes, strictly increasing.
+    pub indexes: Vec<u32>,
+    /// `indexes.len() × PAGE_BYTES` bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl Pages {
+    /// The indexes as attachment bytes (`u32` little-endian each).
+    pub fn index_bytes(&self) -> Vec<u8> {
+        self.indexes.iter().flat_map(|i| i.to_le_bytes()).collect()
+    }
+
+    /// Pages from attachment bytes: `indexes` as [`index_bytes`](Self::index_bytes) makes them.
+    ///
+    /// Errors: [`RestoreError::Shape`] when the lengths disagree or the indexes are not
+    /// strictly increasing.
+    pub fn from_parts(
+        memory_bytes: u64,
+        indexes: &[u8],
+        bytes: Vec<u8>,
+    ) -> Result<Pages, RestoreError> {
+        if indexes.len() % 4 != 0 || bytes.len() != indexes.len() / 4 * PAGE_BYTES {
+            return Err(RestoreError::Shape);
+        }
+        let indexes: Vec<u32> = indexes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        if indexes.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(RestoreError::Shape);
+        }
+        Ok(Pages {
+            memory_bytes,
+            indexes,
+            bytes,
+        })
+    }
+}
+
+/// Why a restore was refused; the interpreter is then left as it was or, past the first
+/// written page, is to be discarded.
+#[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreError {
+    #[error("this interpreter was not forked from a zygote")]
+    NotForked,
+    #[error("the checkpoint was taken in an interpreter of another zygote")]
+    OtherZygote,
+    #[error("the checkpoint's pages do not fit its memory")]
+    Shape,
+    #[error("the interpreter's memory is smaller than the checkpoint's")]
+    TooSmall,
+}
+
+/// What a forked interpreter's memory held at its last checkpoint: the pristine page, or the
+/// page as it was then where it differed.
+pub struct Shadow {
+    pristine: &'static Pristine,
+    /// By page index: the page's bytes at the last checkpoint where they differed from the
+    /// pristine page (or lay past its end and were not all zeros).
+    pages: Vec<Option<Box<[u8]>>>,
+}
+
+impl Shadow {
+    /// A shadow equal to the pristine memory: what a fresh child holds.
+    pub fn new(pristine: &'static Pristine) -> Shadow {
+        Shadow {
+            pristine,
+            pages: Vec::new(),
+        }
+    }
+
+    /// The zygote the shadow measures against.
+    pub fn zygote(&self) -> ZygoteId {
+        self.pristine.id
+    }
+
+    /// What page `index` held at the last checkpoint.
+    fn expected(&self, index: usize) -> &[u8] {
+        match self.pages.get(index) {
+            Some(Some(page)) => page,
+            _ => self.pristine.page(index).unwrap_or(&ZERO_PAGE),
+        }
+    }
+
+    /// The pages of `memory` that changed since the last checkpoint (XOR-ed with the pristine
+    /// pages), which become the shadow. `memory`'s length is a multiple of 64 KiB (WebAssembly
+    /// memory always is).
+    pub fn changes(&mut self, memory: &[u8]) -> Pages {
+        let count = memory.len() / PAGE_BYTES;
+        if self.pages.len() < count {
+            self.pages.resize_with(count, || None);
+        }
+        let mut changed = Pages {
+            memory_bytes: memory.len() as u64,
+            ..Pages::default()
+        };
+        for (index, page) in memory.chunks_exact(PAGE_BYTES).enumerate() {
+            if page == self.expected(index) {
+                continue;
+            }
+            let base = self.pristine.page(index).unwrap_or(&ZERO_PAGE);
+            changed.indexes.push(index as u32);
+            changed
+                .bytes
+                .extend(page.iter().zip(base).map(|(now, then)| now ^ then));
+            self.pages[index] = (page != base).then(|| page.into());
+        }
+        changed
+    }
+
+    /// Makes `memory` hold pristine ⊕ `image` (pages not in the image: the pristine page, zeros
+    /// past its end), writing only pages that differ; the shadow becomes the image.
+    /// `memory` must already be at least `image.memory_bytes` long.
+    ///
+    /// Errors: [`RestoreError::TooSmall`], [`RestoreError::Shape`] (checked before any write).
+    pub fn restore(&mut self, memory: &mut [u8], image: &Pages) -> Result<(), RestoreError> {
+        if (memory.len() as u64) < image.memory_bytes {
+            return Err(RestoreError::TooSmall);
+        }
+        let count = memory.len() / PAGE_BYTES;
+        let fits = image.bytes.len() == image.indexes.len() * PAGE_BYTES
+            && image.indexes.windows(2).all(|w| w[0] < w[1])
+            && image.indexes.last().is_none_or(|&i| (i as usize) < count);
+        if !fits {
+            return Err(RestoreError::Shape);
+        }
+        self.pages.clear();
+        self.pages.resize_with(count, || None);
+        let mut next = image
+            .indexes
+            .iter()
+            .zip(image.bytes.chunks_exact(PAGE_BYTES))
+            .peekable();
+        let mut target = vec![0u8; PAGE_BYTES];
+        for (index, page) in memory.chunks_exact_mut(PAGE_BYTES).enumerate() {
+            let base = self.pristine.page(index).unwrap_or(&ZERO_PAGE);
+            let xor = next.next_if(|(i, _)| **i as usize == index).map(|(_, x)| x);
+            let want: &[u8] = match xor {
+                Some(xor) => {
+                    for ((t, b), x) in target.iter_mut().zip(base).zip(xor) {
+                        *t = b ^ x;
+                    }
+                    self.pages[index] =
+                        (target.as_slice() != base).then(|| target.as_slice().into());
+                    &target
+                }
+                None => base,
+            };
+            if page != want {
+                page.copy_from_slice(want);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A page of zeros: what memory grown past the pristine copy's end starts as.
+static ZERO_PAGE: [u8; PAGE_BYTES] = [0; PAGE_BYTES];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pristine(bytes: Vec<u8>) -> &'static Pristine {
+        let leaked: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        Box::leak(Box::new(Pristine {
+            start: leaked.as_ptr(),
+            len: leaked.len(),
+            id: ZygoteId(Sha256::digest(leaked).into()),
+        }))
+    }
+
+    fn memory(pages: usize, fill: impl Fn(usize) -> u8) -> Vec<u8> {
+        (0..pages * PAGE_BYTES)
+            .map(|i| fill(i / PAGE_BYTES))
+            .collect()
+    }
+
+    #[test]
+    fn a_fresh_child_has_no_changes_and_a_written_page_is_sent_once_as_xor() {
+        let base = pristine(memory(4, |p| p as u8 + 1));
+        let mut shadow = Shadow::new(base);
+        let mut mem = memory(4, |p| p as u8 + 1);
+        assert!(shadow.changes(&mem).indexes.is_empty());
+        mem[2 * PAGE_BYTES + 5] ^= 0xff;
+        let changed = shadow.changes(&mem);
+        assert_eq!(changed.indexes, vec![2]);
+        assert_eq!(changed.bytes[5], 0xff);
+        assert!(changed
+            .bytes
+            .iter()
+            .enumerate()
+            .all(|(i, b)| i == 5 || *b == 0));
+        assert!(shadow.changes(&mem).indexes.is_empty(), "unchanged since");
+        // Back to the pristine bytes: sent again (all zeros), and forgotten by the shadow.
+        mem[2 * PAGE_BYTES + 5] ^= 0xff;
+        let back = shadow.changes(&mem);
+        assert_eq!(back.indexes, vec![2]);
+        assert!(back.bytes.iter().all(|b| *b == 0));
+        assert!(shadow.pages.iter().all(Option::is_none));
+    }
+
+    #[test]
+    fn grown_memory_is_measured_against_zeros() {
+        let base = pristine(memory(2, |_| 7));
+        let mut shadow = Shadow::new(base);
+        let mut mem = memory(4, |p| if p < 2 { 7 } else { 0 });
+        assert!(shadow.changes(&mem).indexes.is_empty());
+        mem[3 * PAGE_BYTES] = 9;
+        let changed = shadow.changes(&mem);
+        assert_eq!(changed.indexes, vec![3]);
+        assert_eq!(changed.memory_bytes, 4 * PAGE_BYTES as u64);
+        assert_eq!(changed.bytes[0], 9);
+    }
+
+    #[test]
+    fn a_restore_brings_another_childs_memory_back_exactly() {
+        let base = pristine(memory(4, |p| p as u8));
+        let mut source = Shadow::new(base);
+        let mut theirs = memory(6, |p| if p < 4 { p as u8 } else { 0 });
+        theirs[PAGE_BYTES] = 42;
+        theirs[5 * PAGE_BYTES + 1] = 43;
+        let image = source.changes(&theirs);
+        // A fresh child that already changed a page the image does not hold (an install).
+        let mut target = Shadow::new(base);
+        let mut ours = memory(6, |p| if p < 4 { p as u8 } else { 0 });
+        ours[3 * PAGE_BYTES] = 99;
+        target.restore(&mut ours, &image).expect("restores");
+        assert_eq!(ours, theirs);
+        assert!(
+            target.changes(&ours).indexes.is_empty(),
+            "the shadow is the image"
+        );
+    }
+
+    #[test]
+    fn a_misshapen_image_is_refused_before_any_write() {
+        let base = pristine(memory(2, |_| 1));
+        let mut shadow = Shadow::new(base);
+        let mut mem = memory(2, |_| 1);
+        let bad = [
+            Pages {
+                memory_bytes: 8 * PAGE_BYTES as u64,
+                ..Pages::default()
+            },
+            Pages {
+                memory_bytes: 0,
+                indexes: vec![5],
+                bytes: vec![0; PAGE_BYTES],
+            },
+            Pages {
+                memory_bytes: 0,
+                indexes: vec![1, 0],
+                bytes: vec![0; 2 * PAGE_BYTES],
+            },
+            Pages {
+                memory_bytes: 0,
+                indexes: vec![0],
+                bytes: vec![0; 3],
+            },
+        ];
+        for image in bad {
+            assert!(shadow.restore(&mut mem, &image).is_err(), "{image:?}");
+            assert_eq!(mem, memory(2, |_| 1));
+        }
+        assert_eq!(
+            Pages::from_parts(0, &[1, 0, 0], vec![]),
+            Err(RestoreError::Shape)
+        );
+        assert_eq!(
+            Pages::from_parts(0, &[1, 0, 0, 0, 0, 0, 0, 0], vec![0; 2 * PAGE_BYTES]),
+            Err(RestoreError::Shape)
+        );
+    }
+}

@@ -1,0 +1,165 @@
+//! The worker's side of checkpoints (issue 36, `src/worker/linear_memory.rs`): takes one
+//! between runs when the front asks, and restores one into a fresh interpreter.
+//!
+//! A checkpoint is whole only when everything the interpreter holds is in its linear memory;
+//! the runner (`js/runner.js` `capturable`) and the engine's timers say what lies outside,
+//! and the answer then names it instead of sending pages that would restore a broken
+//! interpreter.
+
+use super::{call, parse_answer, Empty, Served, Serving};
+use crate::engine::Arg;
+use crate::worker::linear_memory::{Pages, Pristine, RestoreError, Shadow, ZygoteId};
+use crate::worker::protocol::{CallId, CheckpointOutcome, Reply, Uncapturable};
+use anyhow::Result;
+use serde::Deserialize;
+
+/// What the runner found outside linear memory beyond the zygote's baseline.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Outside {
+    js_objects: u32,
+    open_files: u32,
+    loaded_libraries: u32,
+}
+
+impl Serving {
+    /// The interpreter's shadow, made at the first checkpoint or restore; `None` in an
+    /// interpreter not forked from a zygote.
+    fn shadow(&mut self) -> Option<&mut Shadow> {
+        if self.shadow.is_none() {
+            self.shadow = Pristine::inherited().map(Shadow::new);
+        }
+        self.shadow.as_mut()
+    }
+
+    /// Why the interpreter's state cannot be captured now (empty: it can).
+    fn uncapturable(&mut self, id: CallId) -> Vec<Uncapturable> {
+        if Pristine::inherited().is_none() {
+            return vec![Uncapturable::NotForked];
+        }
+        let mut reasons = Vec::new();
+        let outside = call(&mut self.engine, &self.runner.capturable, id, &[], None)
+            .ok()
+            .and_then(|text| parse_answer::<Outside>(&text).ok());
+        match outside {
+            Some(o) => {
+                if o.js_objects > 0 {
+                    reasons.push(Uncapturable::JsObjects {
+                        count: o.js_objects,
+                    });
+                }
+                if o.open_files > 0 {
+                    reasons.push(Uncapturable::OpenFiles {
+                        count: o.open_files,
+                    });
+                }
+                if o.loaded_libraries > 0 {
+                    reasons.push(Uncapturable::LoadedLibraries {
+                        count: o.loaded_libraries,
+                    });
+                }
+            }
+            // A runner that cannot say (user code broke Pyodide's objects) holds something
+            // no copy brings back.
+            None => reasons.push(Uncapturable::JsObjects { count: 0 }),
+        }
+        let timers = self.engine.pending_timers();
+        if timers > 0 {
+            reasons.push(Uncapturable::PendingCallbacks {
+                count: u32::try_from(timers).unwrap_or(u32::MAX),
+            });
+        }
+        reasons
+    }
+
+    /// Answers [`crate::worker::protocol::Request::Checkpoint`]: the pages changed since the
+    /// last checkpoint as two attachments, or why there are none.
+    pub(super) fn checkpoint(&mut self, id: CallId) -> Result<Served> {
+        let reasons = self.uncapturable(id);
+        if !reasons.is_empty() {
+            let outcome = CheckpointOutcome::Uncapturable { reasons };
+            super::send(&Reply::Checkpoint { id, outcome })?;
+            return Ok(Served::Answered);
+        }
+        self.shadow();
+        let Serving {
+            engine,
+            runner,
+            shadow,
+            ..
+        } = self;
+        let Some(shadow) = shadow.as_mut() else {
+            // Unreachable: uncapturable() said NotForked.
+            return Ok(Served::Answered);
+        };
+        let zygote = shadow.zygote();
+        let pages = engine.with_bytes(&runner.memory, |m| shadow.changes(m))?;
+        let outcome = CheckpointOutcome::Taken {
+            zygote,
+            memory_bytes: pages.memory_bytes,
+            pages: u32::try_from(pages.indexes.len())?,
+        };
+        super::send_with(
+            &Reply::Checkpoint { id, outcome },
+            &[&pages.index_bytes(), &pages.bytes],
+        )?;
+        Ok(Served::Answered)
+    }
+
+    /// Answers [`crate::worker::protocol::Request::Restore`]: `Some(why)` when the state was
+    /// not restored.
+    pub(super) fn restore(
+        &mut self,
+        id: CallId,
+        zygote: ZygoteId,
+        memory_bytes: u64,
+        reseed: bool,
+        attachments: Vec<Vec<u8>>,
+    ) -> Option<String> {
+        let mut parts = attachments.into_iter();
+        let (Some(indexes), Some(bytes), None) = (parts.next(), parts.next(), parts.next()) else {
+            return Some(RestoreError::Shape.to_string());
+        };
+        let image = match Pages::from_parts(memory_bytes, &indexes, bytes) {
+            Ok(image) => image,
+            Err(e) => return Some(e.to_string()),
+        };
+        match self.shadow().map(|s| s.zygote()) {
+            None => return Some(RestoreError::NotForked.to_string()),
+            Some(ours) if ours != zygote => return Some(RestoreError::OtherZygote.to_string()),
+            Some(_) => {}
+        }
+        let grown = call(
+            &mut self.engine,
+            &self.runner.grow,
+            id,
+            &[Arg::Num(memory_bytes as f64)],
+            None,
+        );
+        if let Err(e) = grown
+            .map_err(anyhow::Error::from)
+            .and_then(|t| parse_answer::<Empty>(&t).map_err(anyhow::Error::from))
+        {
+            return Some(format!("{e:#}"));
+        }
+        let Serving {
+            engine,
+            runner,
+            shadow,
+            ..
+        } = self;
+        let shadow = shadow.as_mut()?;
+        match engine.with_bytes(&runner.memory, |m| shadow.restore(m, &image)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Some(e.to_string()),
+            Err(e) => return Some(e.to_string()),
+        }
+        if reseed {
+            let reseeded = call(&mut self.engine, &self.runner.reseed, id, &[], None);
+            if let Err(e) = reseeded {
+                return Some(e.to_string());
+            }
+        }
+        None
+    }
+}
