@@ -252,6 +252,14 @@ impl Sandbox {
         self.kept_state().resumable()
     }
 
+    /// A copy of its current state (what a save writes), if it has one.
+    pub fn current_state(&self) -> Option<Kept> {
+        match &*self.kept_state() {
+            Saved::Current(kept) => Some(kept.clone()),
+            _ => None,
+        }
+    }
+
     /// Its current state for a fork ([`Saved::for_fork`]).
     pub fn state_for_fork(&self) -> Option<Kept> {
         self.kept_state().for_fork()

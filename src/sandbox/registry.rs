@@ -12,9 +12,12 @@
 //! create a new one.
 
 use super::activity::InFlight;
+use super::checkpoint::{self, sealed, Kept};
 use super::handle::{MintError, SandboxId};
 use super::live::{Owner, Principal, Sandbox};
-use super::state_dir::{Claim, Expiry, Snapshot, StateDir, StateError};
+use super::state_dir::{
+    CheckpointWrite, Claim, Expiry, SavedCheckpoint, Snapshot, StateDir, StateError,
+};
 use crate::metrics::SaveResult;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -357,7 +360,7 @@ impl Registry {
             let owner = principal.map(|p| p.0.clone());
             blocking(move || state.claim(&id, expiry, owner.as_deref())).await
         };
-        let restored = match claim {
+        let mut restored = match claim {
             Ok(Claim::Restored(restored)) => restored,
             Ok(Claim::Absent) => return Err(missing.into()),
             Err(source) => {
@@ -373,7 +376,8 @@ impl Registry {
             restored.generation,
             restored.previous_replica
         );
-        let note = restored_note(&restored);
+        let (kept, refused_checkpoint) = self.open_checkpoint(id, &mut restored);
+        let note = restored_note(&restored, refused_checkpoint);
         let sandbox = Sandbox::restored(
             id.clone(),
             restored,
@@ -381,6 +385,9 @@ impl Registry {
             self.file_cap,
             note,
         );
+        if let Some(kept) = kept {
+            sandbox.adopt_state(kept);
+        }
         crate::metrics::sandbox_restored();
         // No room: the restored sandbox is dropped again; its saved state stays for a retry.
         if let Err(full) = self.insert(sandbox.clone()) {
@@ -389,6 +396,33 @@ impl Registry {
         }
         let in_flight = sandbox.begin();
         Ok(Entered { sandbox, in_flight })
+    }
+
+    /// Opens the `checkpoint.bin` a takeover read (`restored.checkpoint`, taken): the kept state
+    /// when it was sealed for `id`, by this build, under the generation the takeover found;
+    /// otherwise why not (the sandbox comes back with its files only).
+    fn open_checkpoint(
+        &self,
+        id: &SandboxId,
+        restored: &mut super::state_dir::Restored,
+    ) -> (Option<Kept>, Option<sealed::Refused>) {
+        let bytes = match std::mem::take(&mut restored.checkpoint) {
+            SavedCheckpoint::None => return (None, None),
+            SavedCheckpoint::NotTheLast => return (None, Some(sealed::Refused::Sealed)),
+            SavedCheckpoint::File(bytes) => bytes,
+        };
+        match checkpoint::file::read(&bytes, id.as_str(), checkpoint::MAX_MEMORY_BYTES) {
+            Ok((generation, kept)) if generation + 1 == restored.generation => (Some(kept), None),
+            // Sealed for this sandbox, but not by its last save: an older file put back.
+            Ok(_) => (None, Some(sealed::Refused::Sealed)),
+            Err(refused) => {
+                tracing::warn!(
+                    "sandbox {}: its checkpoint is refused: {refused}",
+                    id.short()
+                );
+                (None, Some(refused))
+            }
+        }
     }
 
     /// Saves `sandbox` to the state directory after a completed call (its files only when they
@@ -416,13 +450,28 @@ impl Registry {
         let (state, id) = (state.clone(), sandbox.id.clone());
         let (generation, created) = (sandbox.generation(), sandbox.created_unix);
         let principal = sandbox.principal.as_ref().map(|p| p.0.clone());
+        let kept = sandbox.current_state();
         let saved = blocking(move || {
+            // Sealed under the generation the save holds it under (see StateDir::save).
+            let checkpoint = match kept {
+                Some(kept) => {
+                    match checkpoint::file::write(&kept, generation.max(1), id.as_str()) {
+                        Ok(bytes) => CheckpointWrite::Write(bytes),
+                        Err(e) => {
+                            tracing::warn!("sandbox {}: checkpoint not sealed: {e}", id.short());
+                            CheckpointWrite::Remove
+                        }
+                    }
+                }
+                None => CheckpointWrite::Remove,
+            };
             state.save(
                 &id,
                 generation,
                 created,
                 principal.as_deref(),
                 snapshot.as_ref(),
+                Some(checkpoint),
             )
         })
         .await;
@@ -605,17 +654,28 @@ async fn blocking<T: Send + 'static>(
     })
 }
 
-/// The first words of the `state` note of a restored sandbox's first call.
-fn restored_note(restored: &super::state_dir::Restored) -> String {
+/// What the `state` note of a restored sandbox's first call says of the takeover (the note's
+/// first word and what became of the interpreter's state are added when its worker is
+/// ready: `crate::server::call::files`); `refused_checkpoint`: why its saved interpreter state
+/// was refused.
+fn restored_note(
+    restored: &super::state_dir::Restored,
+    refused_checkpoint: Option<sealed::Refused>,
+) -> String {
     if let Some(refused) = &restored.refused {
         return format!(
-            "new: this sandbox's saved state in the shared state directory was refused whole ({refused}); it starts clean, without files or dependencies, and the variables, functions and imports of earlier calls are gone"
+            "this sandbox's saved state in the shared state directory was refused whole ({refused}); it starts clean, without files or dependencies"
         );
     }
     let mut note = format!(
-        "new: this sandbox was restored from the shared state directory on another replica (replica {} that held it stopped, was drained or lost it); the variables, functions and imports of earlier calls are gone",
+        "this sandbox was restored from the shared state directory on another replica (replica {} that held it stopped, was drained or lost it)",
         restored.previous_replica
     );
+    if let Some(refused) = refused_checkpoint {
+        note.push_str(&format!(
+            "; its saved interpreter state was refused ({refused})"
+        ));
+    }
     if !restored.dependencies.is_empty() {
         note.push_str("; its dependencies are installed again: ");
         note.push_str(&restored.dependencies.join(", "));

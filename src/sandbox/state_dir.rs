@@ -12,12 +12,14 @@
 //! DIR/<sha256 of the handle, hex>/lock        the lock taken around every read-modify-write
 //! DIR/<…>/owner.json                          Ownership: generation, replica, times
 //! DIR/<…>/state.zip                           manifest.json + files/<path>, stored uncompressed
+//! DIR/<…>/checkpoint.bin                      the interpreter's state, sealed for the handle
+//!                                             (`crate::sandbox::checkpoint::file`; issue 36)
 //! ```
 //!
 //! Every file is written whole under a temporary name, then renamed over the old one (atomic
 //! on POSIX file systems and NFS), so a reader sees one call's state or the next, never a mix;
-//! `state.zip` is written before `owner.json`, so a restore never pairs new ownership with
-//! older files than the last completed call's.
+//! `state.zip` and `checkpoint.bin` are written before `owner.json`, so a restore never pairs
+//! new ownership with an older state than the last completed call's.
 //!
 //! **One owner at a time: a generation number, fenced under a lock.** Taking a sandbox over
 //! ([`StateDir::claim`]) increments its generation under the sandbox's file lock (`flock`,
@@ -47,6 +49,12 @@ const STATE_FILE: &str = "state.zip";
 
 /// The lock file's name.
 const LOCK_FILE: &str = "lock";
+
+/// The interpreter state's file name (issue 36).
+const CHECKPOINT_FILE: &str = "checkpoint.bin";
+
+/// Largest `checkpoint.bin` read (bytes): a whole 4 GiB memory, sealed, with its package list.
+const MAX_CHECKPOINT_BYTES: u64 = (4 << 30) + (1 << 20);
 
 /// The manifest's name inside the archive.
 const MANIFEST: &str = "manifest.json";
@@ -87,6 +95,10 @@ struct Ownership {
     /// that principal restores it. The principal itself is not written.
     #[serde(default)]
     principal_sha256: Option<String>,
+    /// The SHA-256 of the `checkpoint.bin` its last save wrote (hex), if any: a restore takes
+    /// only that file, not one put back from an earlier save (issue 36).
+    #[serde(default)]
+    checkpoint_sha256: Option<String>,
 }
 
 /// The record of `principal` in the state directory (SHA-256, hex; the name itself is never
@@ -117,6 +129,16 @@ pub struct Snapshot {
     pub not_kept: Vec<String>,
 }
 
+/// What a save does with the sandbox's `checkpoint.bin`.
+#[derive(Debug)]
+pub enum CheckpointWrite {
+    /// Writes these bytes (`crate::sandbox::checkpoint::file::write`).
+    Write(Vec<u8>),
+    /// Removes it: the sandbox's state is not current (it could not be captured), and an
+    /// older one must not come back.
+    Remove,
+}
+
 /// A sandbox's files: path relative to its working directory, bytes.
 pub type Files = Vec<(String, Vec<u8>)>;
 
@@ -135,6 +157,21 @@ pub struct Restored {
     /// Why its saved state was refused whole, when it was: it then comes back clean (no files,
     /// no dependencies), and the restore note says why.
     pub refused: Option<Refused>,
+    /// Its `checkpoint.bin`, unopened (the caller opens it with the handle's key).
+    pub checkpoint: SavedCheckpoint,
+}
+
+/// The interpreter state a takeover found.
+#[derive(Debug, Default)]
+pub enum SavedCheckpoint {
+    /// None was saved (the state could not be captured), or the entry was refused whole.
+    #[default]
+    None,
+    /// The file the last save wrote, to open with the handle's key.
+    File(Vec<u8>),
+    /// A file that is not the one the last save wrote (missing, too large, unreadable, or
+    /// put back from an earlier save): refused.
+    NotTheLast,
 }
 
 /// What a takeover found.
@@ -431,8 +468,8 @@ impl StateDir {
 
     /// Saves sandbox `id` as of a completed call, held under `generation` (0: never saved, so
     /// this save makes it generation 1); `snapshot` is `None` when its files did not change
-    /// since the last save. `created_unix` is when it was made. Returns the generation it is
-    /// held under.
+    /// since the last save; `checkpoint` what to do with its interpreter state (`None`:
+    /// nothing). `created_unix` is when it was made. Returns the generation it is held under.
     ///
     /// Errors: [`StateError::Superseded`] when another replica took it over since; the file
     /// system's errors.
@@ -443,14 +480,15 @@ impl StateDir {
         created_unix: u64,
         principal: Option<&str>,
         snapshot: Option<&Snapshot>,
+        checkpoint: Option<CheckpointWrite>,
     ) -> Result<u64, StateError> {
         let dir = self.dir_of(id);
         let _lock = self.lock(&dir, true)?;
         let current = Self::read_owner(&dir)?;
-        let generation = match current {
+        let generation = match &current {
             Some(owner) if owner.generation > generation => {
                 return Err(StateError::Superseded {
-                    replica: owner.replica,
+                    replica: owner.replica.clone(),
                     generation: owner.generation,
                 })
             }
@@ -459,6 +497,22 @@ impl StateDir {
         if let Some(snapshot) = snapshot {
             self.write_state(&dir, snapshot)?;
         }
+        let checkpoint_sha256 = match checkpoint {
+            Some(CheckpointWrite::Write(bytes)) => {
+                self.replace(&dir, CHECKPOINT_FILE, |f| f.write_all(&bytes))?;
+                Some(hex::encode(Sha256::digest(&bytes)))
+            }
+            Some(CheckpointWrite::Remove) => {
+                match std::fs::remove_file(dir.join(CHECKPOINT_FILE)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        io(Err(e), "remove", &dir.join(CHECKPOINT_FILE))?
+                    }
+                    _ => {}
+                }
+                None
+            }
+            None => current.as_ref().and_then(|o| o.checkpoint_sha256.clone()),
+        };
         self.write_owner(
             &dir,
             &Ownership {
@@ -467,6 +521,7 @@ impl StateDir {
                 created_unix,
                 last_used_unix: unix_now(),
                 principal_sha256: principal_digest(principal),
+                checkpoint_sha256,
             },
         )?;
         Ok(generation)
@@ -531,6 +586,10 @@ impl StateDir {
                 (clean, Vec::new(), Some(refused))
             }
         };
+        let checkpoint = match (&refused, &owner.checkpoint_sha256) {
+            (None, Some(digest)) => self.read_checkpoint(&dir, digest),
+            _ => SavedCheckpoint::None,
+        };
         let generation = owner.generation + 1;
         self.write_owner(
             &dir,
@@ -540,6 +599,7 @@ impl StateDir {
                 created_unix: owner.created_unix,
                 last_used_unix: now,
                 principal_sha256: owner.principal_sha256.clone(),
+                checkpoint_sha256: owner.checkpoint_sha256.clone(),
             },
         )?;
         Ok(Claim::Restored(Restored {
@@ -554,7 +614,33 @@ impl StateDir {
                 owner.replica
             },
             refused,
+            checkpoint,
         }))
+    }
+
+    /// `dir`'s `checkpoint.bin`, at most [`MAX_CHECKPOINT_BYTES`], when it is the file the
+    /// last save wrote (SHA-256 `digest`, hex).
+    fn read_checkpoint(&self, dir: &Path, digest: &str) -> SavedCheckpoint {
+        let path = dir.join(CHECKPOINT_FILE);
+        let Ok(file) = File::open(&path) else {
+            return SavedCheckpoint::NotTheLast;
+        };
+        let mut bytes = Vec::new();
+        match file.take(MAX_CHECKPOINT_BYTES + 1).read_to_end(&mut bytes) {
+            Ok(n) if (n as u64) <= MAX_CHECKPOINT_BYTES => {}
+            Ok(_) => return SavedCheckpoint::NotTheLast,
+            Err(e) => {
+                tracing::warn!("a saved sandbox's {CHECKPOINT_FILE} could not be read: {e}");
+                return SavedCheckpoint::NotTheLast;
+            }
+        }
+        if hex::encode(Sha256::digest(&bytes)) != digest {
+            tracing::warn!(
+                "a saved sandbox's {CHECKPOINT_FILE} is not the one its last save wrote"
+            );
+            return SavedCheckpoint::NotTheLast;
+        }
+        SavedCheckpoint::File(bytes)
     }
 
     /// The archive's manifest and files, bounded by `max_file_bytes`.
@@ -674,7 +760,7 @@ mod tests {
         let a = StateDir::open(root.path(), "a".into(), 1 << 20).expect("open");
         let b = StateDir::open(root.path(), "b".into(), max_file_bytes).expect("open");
         let id = SandboxId::mint().expect("random");
-        a.save(&id, 0, unix_now(), None, Some(&snapshot))
+        a.save(&id, 0, unix_now(), None, Some(&snapshot), None)
             .expect("saved");
         match b.claim(&id, NO_EXPIRY, None).expect("claimed") {
             Claim::Restored(r) => r,
@@ -772,12 +858,12 @@ mod tests {
         let id = SandboxId::mint().expect("random");
         let created = unix_now();
         let generation = a
-            .save(&id, 0, created, Some("alice"), Some(&snapshot()))
+            .save(&id, 0, created, Some("alice"), Some(&snapshot()), None)
             .expect("saved");
         assert_eq!(generation, 1);
         // A later save without changed files keeps the files.
         assert_eq!(
-            a.save(&id, generation, created, Some("alice"), None)
+            a.save(&id, generation, created, Some("alice"), None, None)
                 .expect("saved"),
             1
         );
@@ -804,7 +890,7 @@ mod tests {
         );
         // The old holder is fenced off: its save is refused, and it can tell before a call.
         assert!(matches!(
-            a.save(&id, 1, created, Some("alice"), None),
+            a.save(&id, 1, created, Some("alice"), None, None),
             Err(StateError::Superseded { generation: 2, .. })
         ));
         assert_eq!(a.generation(&id).expect("read"), Some(2));
@@ -823,7 +909,7 @@ mod tests {
         let root = tempfile::tempdir().expect("a temp dir");
         let a = StateDir::open(root.path(), "a".into(), 1 << 20).expect("open");
         let id = SandboxId::mint().expect("random");
-        a.save(&id, 0, unix_now() - 100, None, Some(&snapshot()))
+        a.save(&id, 0, unix_now() - 100, None, Some(&snapshot()), None)
             .expect("saved");
         let names: Vec<String> = std::fs::read_dir(root.path())
             .expect("listed")
@@ -848,7 +934,7 @@ mod tests {
         let root = tempfile::tempdir().expect("a temp dir");
         let a = StateDir::open(root.path(), "a".into(), 4).expect("open");
         let id = SandboxId::mint().expect("random");
-        a.save(&id, 0, unix_now(), None, Some(&snapshot()))
+        a.save(&id, 0, unix_now(), None, Some(&snapshot()), None)
             .expect("saved");
         let Ok(Claim::Restored(r)) = a.claim(&id, NO_EXPIRY, None) else {
             panic!("the sandbox is taken over, clean");

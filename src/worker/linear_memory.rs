@@ -156,11 +156,6 @@ impl Pristine {
         PRISTINE.get()
     }
 
-    /// Its identity.
-    pub fn id(&self) -> ZygoteId {
-        self.id
-    }
-
     fn bytes(&self) -> &[u8] {
         // SAFETY: `start` maps `len` readable bytes for the life of the process (never
         // unmapped, never written after `keep`).

@@ -14,7 +14,7 @@ from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
     BINARY, CALL_TIMEOUT, INIT_TIMEOUT, SHARED_CACHE, http_server, server_env,
     forked_for, stop_new_zygote_services, stop_zygote_services, zygote_service_pids,
     zygote_services_stopped_after,
-    zygote_services,
+    zygote_services, warm_zygote_service,
 )
 
 STDIO_ARGS = ["stdio", "--workers", "1", "--cache-dir", SHARED_CACHE]
@@ -32,6 +32,13 @@ def zygote_services_stopped():
     failed: those in the run's runtime directory, and any other that was not there before."""
     with zygote_services_stopped_after():
         yield
+
+
+@pytest.fixture
+def warm_zygote():
+    """A ready zygote service for servers with the default interpreter options: their
+    interpreters are all forked, which checkpoints need (issue 36)."""
+    warm_zygote_service()
 
 
 @pytest.fixture(scope="session")

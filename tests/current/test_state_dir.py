@@ -6,8 +6,11 @@ happened, and SIGTERM drains: `/readyz` turns 503, new work is refused with a JS
 that says nothing ran, the call in flight finishes, and the process exits 0."""
 
 import asyncio
+import hashlib
 import json
+import os
 import re
+import signal
 import subprocess
 import time
 import urllib.error
@@ -36,9 +39,9 @@ def client_for(base):
     return Client(StreamableHttpTransport(f"{base}/mcp"), init_timeout=INIT_TIMEOUT, timeout=CALL_TIMEOUT)
 
 
-def replica(state_dir, *args, errlog=None):
+def replica(state_dir, *args, errlog=None, may_be_killed=False):
     return http_server("streamable-http", "--stateful", "--workers", "1", "--state-dir", str(state_dir), *args,
-                       errlog=errlog)
+                       errlog=errlog, may_be_killed=may_be_killed)
 
 
 async def run(client, code, sandbox_id):
@@ -88,7 +91,10 @@ def metric(text, name, **labels):
     return 0.0
 
 
-async def test_a_sandbox_continues_on_another_replica_with_its_files(tmp_path):
+async def test_a_sandbox_continues_on_another_replica_with_its_files(tmp_path, warm_zygote):
+    """The replica that held a sandbox stops being asked (its sandbox moved): another replica
+    restores it whole, interpreter state included (issue 36: the replicas share the host's
+    zygote), and the replica that lost it is fenced off."""
     with replica(tmp_path) as a, replica(tmp_path) as b:
         async with client_for(a) as on_a, client_for(b) as on_b:
             await on_a.list_tools()
@@ -101,10 +107,10 @@ async def test_a_sandbox_continues_on_another_replica_with_its_files(tmp_path):
             assert all(sandbox[4:] not in p.name for p in tmp_path.iterdir())
 
             moved = await run(on_b, "import six\n[globals().get('x'), open('n.txt').read(), six.__name__]", sandbox)
-            assert moved["return_value"] == [None, "1", "six"], moved
+            assert moved["return_value"] == [1, "1", "six"], moved
             state = moved["state"]
-            assert state.startswith("new:") and "restored" in state and "n.txt" in state, state
-            assert "six" in state and "gone" in state, state
+            assert state.startswith("restored:") and "another replica" in state and "n.txt" in state, state
+            assert "six" in state and "are back" in state, state
             await run(on_b, "open('n.txt', 'w').write('2')", sandbox)
 
             # The replica that held it before was superseded: it restores B's files, not its own.
@@ -195,6 +201,94 @@ def test_the_state_dir_needs_stateful(tmp_path):
     done = subprocess.run([BINARY, "streamable-http", "--state-dir", str(tmp_path)],
                           capture_output=True, text=True, timeout=CALL_TIMEOUT)
     assert done.returncode != 0 and "--state-dir" in done.stderr and "--stateful" in done.stderr, done.stderr
+
+
+async def test_a_sigkilled_replica_loses_no_interpreter_state(tmp_path, warm_zygote):
+    """Issue 36: `x = 41` on a replica that is then SIGKILLed; on another replica `x + 1` is 42,
+    with the module the sandbox imported, and the note says the state came back."""
+    with replica(tmp_path, may_be_killed=True) as a:
+        async with client_for(a) as on_a:
+            await on_a.list_tools()
+            made = await on_a.call_tool("create_sandbox", {})
+            sandbox = made.structured_content["sandbox_id"]
+            await run(on_a, "import json\nx = 41\nopen('n.txt', 'w').write('kept')", sandbox)
+        os.kill(a.pid, signal.SIGKILL)
+    assert (tmp_path / checkpoint_dir(tmp_path).name / "checkpoint.bin").exists()
+    with replica(tmp_path) as b:
+        async with client_for(b) as on_b:
+            await on_b.list_tools()
+            moved = await run(on_b, "[x + 1, json.dumps({'x': x}), open('n.txt').read()]", sandbox)
+            assert moved["return_value"] == [42, '{"x": 41}', "kept"], moved
+            assert moved["state"].startswith("restored:") and "are back" in moved["state"], moved
+            again = await run(on_b, "x += 1\nx", sandbox)
+            assert again["return_value"] == 42 and "state" not in again, again
+
+
+def checkpoint_dir(state_dir):
+    """The directory of the one sandbox saved in `state_dir` that has a checkpoint."""
+    [saved] = [p for p in state_dir.iterdir() if (p / "checkpoint.bin").exists()]
+    return saved
+
+
+def flip(data):
+    return data[:200] + bytes([data[200] ^ 1]) + data[201:]
+
+
+@pytest.mark.parametrize("damage,why", [
+    ("flip", "it is damaged, or was not written for this sandbox"),
+    ("truncate", "it is damaged, or was not written for this sandbox"),
+    ("another-sandbox", "it is damaged, or was not written for this sandbox"),
+    ("older", "it is damaged, or was not written for this sandbox"),
+    ("garbage", "it is not a checkpoint"),
+])
+async def test_a_damaged_or_foreign_checkpoint_is_refused_and_the_files_come_back(
+        tmp_path, warm_zygote, damage, why):
+    """Issue 36: a checkpoint that was altered, cut short, sealed for another sandbox (moved
+    under this one's name by whoever writes the shared directory) or put back from an older
+    save is refused whole (by the digest the ownership record keeps of the last save's file,
+    and by the seal when that record is rewritten too); the sandbox comes back with its files
+    and a note, never half loaded, and its later calls run."""
+    state_dir = tmp_path / "state"
+    with replica(state_dir) as a:
+        async with client_for(a) as on_a:
+            await on_a.list_tools()
+            made = await on_a.call_tool("create_sandbox", {})
+            sandbox = made.structured_content["sandbox_id"]
+            await run(on_a, "x = 41\nopen('n.txt', 'w').write('kept')", sandbox)
+            saved = checkpoint_dir(state_dir)
+            older = (saved / "checkpoint.bin").read_bytes()
+            await run(on_a, "x = 42", sandbox)
+            other = (await on_a.call_tool("create_sandbox", {})).structured_content["sandbox_id"]
+            await run(on_a, "y = 1", other)
+    path = saved / "checkpoint.bin"
+    data = path.read_bytes()
+    if damage == "flip":
+        path.write_bytes(flip(data))
+    elif damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "another-sandbox":
+        [theirs] = [p for p in state_dir.iterdir() if p != saved and (p / "checkpoint.bin").exists()]
+        path.write_bytes((theirs / "checkpoint.bin").read_bytes())
+    elif damage == "older":
+        path.write_bytes(older)
+    else:
+        path.write_bytes(b"\0" * 4 + b"not a checkpoint at all, but long enough to have a header" * 4)
+    if damage != "older":
+        # As a compromised replica would, the ownership record is made to name the new file:
+        # the seal refuses it then.
+        owner = json.loads((saved / "owner.json").read_text())
+        owner["checkpoint_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+        (saved / "owner.json").write_text(json.dumps(owner))
+    with replica(state_dir) as b:
+        async with client_for(b) as on_b:
+            await on_b.list_tools()
+            first = await run(on_b, "[globals().get('x'), open('n.txt').read()]", sandbox)
+            assert first["return_value"] == [None, "kept"], first
+            state = first["state"]
+            assert state.startswith("new:") and "interpreter state was refused" in state and why in state, state
+            assert str(tmp_path) not in state, state
+            second = await run(on_b, "x = 1\nx", sandbox)
+            assert second["status"] == "success" and "state" not in second, second
 
 
 def craft_state(state_dir, manifest, files):

@@ -20,6 +20,7 @@
 //! ([`sealed`] is the file format, sealed so that only the sandbox's own replica can read or
 //! write it).
 
+pub mod file;
 pub mod saved;
 pub mod sealed;
 

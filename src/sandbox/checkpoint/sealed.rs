@@ -198,6 +198,8 @@ fn field<const N: usize>(header: &[u8; HEADER_BYTES], at: usize) -> [u8; N] {
 
 /// The file of `checkpoint`, sealed with `key` (the sandbox's, [`SealKey::for_handle`]),
 /// stamped with the writer's `generation` (the state directory's fence) and `binary` digest.
+/// The seal also covers `bound`, bytes kept elsewhere (the packages a restore installs first,
+/// in the state directory's manifest): [`open`] refuses the file unless given the same bytes.
 ///
 /// Errors: [`SealError`] when the random source, zstd or the AEAD fails.
 pub fn seal(
@@ -205,6 +207,7 @@ pub fn seal(
     generation: u64,
     binary: &[u8; 32],
     key: &SealKey,
+    bound: &[u8],
 ) -> Result<Vec<u8>, SealError> {
     let count = checkpoint.page_count();
     let mut body = Vec::with_capacity(count * (INDEX_BYTES + PAGE_BYTES));
@@ -223,7 +226,7 @@ pub fn seal(
         // A checkpoint's pages lie below 4 GiB / PAGE_BYTES = 2^20: the count fits.
         page_count: u32::try_from(count).expect("a checkpoint holds at most 2^20 pages"),
     };
-    seal_compressed(&header, &compressed, key)
+    seal_compressed(&header, &compressed, key, bound)
 }
 
 /// Seals an already compressed body under `header`: [`seal`]'s last step, and the tests' way
@@ -232,17 +235,19 @@ fn seal_compressed(
     header: &Header,
     compressed: &[u8],
     key: &SealKey,
+    bound: &[u8],
 ) -> Result<Vec<u8>, SealError> {
     let mut nonce = [0u8; NONCE_BYTES];
     getrandom::fill(&mut nonce).map_err(SealError::Random)?;
     let head = header.encode(&nonce);
+    let aad = [head.as_slice(), bound].concat();
     let ciphertext = key
         .cipher()
         .encrypt(
             XNonce::from_slice(&nonce),
             Payload {
                 msg: compressed,
-                aad: &head,
+                aad: &aad,
             },
         )
         .map_err(|_| SealError::Encrypt)?;
@@ -266,7 +271,12 @@ fn seal_compressed(
 /// with another key); then the body ([`Refused::Body`]: it must decompress to exactly the
 /// announced length, without ever allocating more, and its indexes must be strictly
 /// increasing, in range, and name no page equal to the zygote's).
-pub fn open(file: &[u8], key: &SealKey, expected: &Expected) -> Result<(u64, Checkpoint), Refused> {
+pub fn open(
+    file: &[u8],
+    key: &SealKey,
+    expected: &Expected,
+    bound: &[u8],
+) -> Result<(u64, Checkpoint), Refused> {
     let (head, ciphertext) = file
         .split_first_chunk::<HEADER_BYTES>()
         .ok_or(Refused::TooShort)?;
@@ -316,7 +326,7 @@ pub fn open(file: &[u8], key: &SealKey, expected: &Expected) -> Result<(u64, Che
             XNonce::from_slice(&nonce),
             Payload {
                 msg: ciphertext,
-                aad: head,
+                aad: &[head.as_slice(), bound].concat(),
             },
         )
         .map_err(|_| Refused::Sealed)?;
@@ -393,7 +403,7 @@ mod tests {
     /// could write.
     fn sealed_body(memory_bytes: u64, page_count: u32, body: &[u8]) -> Vec<u8> {
         let compressed = zstd::bulk::compress(body, 1).unwrap();
-        seal_compressed(&header(memory_bytes, page_count), &compressed, &key()).unwrap()
+        seal_compressed(&header(memory_bytes, page_count), &compressed, &key(), &[]).unwrap()
     }
 
     fn page(fill: u8) -> Vec<u8> {
@@ -421,8 +431,8 @@ mod tests {
             checkpoint(MIB, &[0]),
             checkpoint(30 * MIB, &[1, 2, 3, 900, 7679]),
         ] {
-            let file = seal(&c, 42, &BINARY, &key()).unwrap();
-            let (generation, back) = open(&file, &key(), &expected()).unwrap();
+            let file = seal(&c, 42, &BINARY, &key(), &[]).unwrap();
+            let (generation, back) = open(&file, &key(), &expected(), &[]).unwrap();
             assert_eq!(generation, 42);
             assert_eq!(back, c);
             // Any zygote accepted when none is expected.
@@ -430,7 +440,7 @@ mod tests {
                 zygote: None,
                 ..expected()
             };
-            assert_eq!(open(&file, &key(), &any).unwrap().1, c);
+            assert_eq!(open(&file, &key(), &any, &[]).unwrap().1, c);
         }
     }
 
@@ -444,8 +454,8 @@ mod tests {
             .take(PAGE_BYTES)
             .collect();
         c.merge(MIB, &[4], &secret).unwrap();
-        let a = seal(&c, 1, &BINARY, &key()).unwrap();
-        let b = seal(&c, 1, &BINARY, &key()).unwrap();
+        let a = seal(&c, 1, &BINARY, &key(), &[]).unwrap();
+        let b = seal(&c, 1, &BINARY, &key(), &[]).unwrap();
         assert_ne!(a[NONCE_AT..HEADER_BYTES], b[NONCE_AT..HEADER_BYTES]);
         assert_ne!(a[HEADER_BYTES..], b[HEADER_BYTES..]);
         for file in [a, b] {
@@ -457,7 +467,7 @@ mod tests {
     #[test]
     fn every_single_byte_flip_is_refused() {
         let c = checkpoint(MIB, &[3, 200]);
-        let file = seal(&c, 7, &BINARY, &key()).unwrap();
+        let file = seal(&c, 7, &BINARY, &key(), &[]).unwrap();
         assert!(file.len() > HEADER_BYTES + TAG_BYTES);
         let any_zygote = Expected {
             zygote: None,
@@ -469,7 +479,7 @@ mod tests {
                 bad[at] ^= mask;
                 for want in [expected(), any_zygote] {
                     assert!(
-                        open(&bad, &key(), &want).is_err(),
+                        open(&bad, &key(), &want, &[]).is_err(),
                         "a flip of {mask:#x} at byte {at} was accepted"
                     );
                 }
@@ -478,20 +488,20 @@ mod tests {
         // Flips behind the header reach the seal.
         let mut bad = file.clone();
         bad[HEADER_BYTES] ^= 1;
-        assert_eq!(open(&bad, &key(), &expected()), Err(Refused::Sealed));
+        assert_eq!(open(&bad, &key(), &expected(), &[]), Err(Refused::Sealed));
         let mut bad = file.clone();
         bad[NONCE_AT] ^= 1;
-        assert_eq!(open(&bad, &key(), &expected()), Err(Refused::Sealed));
+        assert_eq!(open(&bad, &key(), &expected(), &[]), Err(Refused::Sealed));
         let mut bad = file.clone();
         bad[GENERATION_AT] ^= 1;
-        assert_eq!(open(&bad, &key(), &expected()), Err(Refused::Sealed));
+        assert_eq!(open(&bad, &key(), &expected(), &[]), Err(Refused::Sealed));
     }
 
     #[test]
     fn every_truncation_and_extension_is_refused() {
-        let file = seal(&checkpoint(MIB, &[3, 200]), 7, &BINARY, &key()).unwrap();
+        let file = seal(&checkpoint(MIB, &[3, 200]), 7, &BINARY, &key(), &[]).unwrap();
         for len in 0..file.len() {
-            let got = open(&file[..len], &key(), &expected());
+            let got = open(&file[..len], &key(), &expected(), &[]);
             assert!(got.is_err(), "{len} bytes were accepted");
             if len < HEADER_BYTES + TAG_BYTES {
                 assert_eq!(got, Err(Refused::TooShort));
@@ -499,14 +509,17 @@ mod tests {
         }
         let mut longer = file.clone();
         longer.push(0);
-        assert_eq!(open(&longer, &key(), &expected()), Err(Refused::Sealed));
+        assert_eq!(
+            open(&longer, &key(), &expected(), &[]),
+            Err(Refused::Sealed)
+        );
     }
 
     #[test]
     fn another_handles_key_is_refused() {
-        let file = seal(&checkpoint(MIB, &[3]), 7, &BINARY, &key()).unwrap();
+        let file = seal(&checkpoint(MIB, &[3]), 7, &BINARY, &key(), &[]).unwrap();
         let other = SealKey::for_handle("sbx_AAAAAAAAAAAAAAAAAAAAAB");
-        assert_eq!(open(&file, &other, &expected()), Err(Refused::Sealed));
+        assert_eq!(open(&file, &other, &expected(), &[]), Err(Refused::Sealed));
         assert_ne!(SealKey::for_handle(HANDLE).0, other.0);
         assert_eq!(SealKey::for_handle(HANDLE).0, key().0);
         assert_eq!(format!("{:?}", key()), "SealKey(…)");
@@ -514,46 +527,55 @@ mod tests {
 
     #[test]
     fn other_binary_or_zygote_or_format_is_refused() {
-        let file = seal(&checkpoint(MIB, &[3]), 7, &BINARY, &key()).unwrap();
+        let file = seal(&checkpoint(MIB, &[3]), 7, &BINARY, &key(), &[]).unwrap();
         let other_binary = Expected {
             binary: [0; 32],
             ..expected()
         };
-        assert_eq!(open(&file, &key(), &other_binary), Err(Refused::Binary));
+        assert_eq!(
+            open(&file, &key(), &other_binary, &[]),
+            Err(Refused::Binary)
+        );
         let other_zygote = Expected {
             zygote: Some(ZygoteId([0; 32])),
             ..expected()
         };
-        assert_eq!(open(&file, &key(), &other_zygote), Err(Refused::Zygote));
+        assert_eq!(
+            open(&file, &key(), &other_zygote, &[]),
+            Err(Refused::Zygote)
+        );
 
         let mut bad = file.clone();
         bad[0] = b'X';
-        assert_eq!(open(&bad, &key(), &expected()), Err(Refused::Magic));
+        assert_eq!(open(&bad, &key(), &expected(), &[]), Err(Refused::Magic));
         let mut bad = file.clone();
         bad[VERSION_AT..BINARY_AT].copy_from_slice(&2u32.to_le_bytes());
-        assert_eq!(open(&bad, &key(), &expected()), Err(Refused::Version));
+        assert_eq!(open(&bad, &key(), &expected(), &[]), Err(Refused::Version));
     }
 
     #[test]
     fn the_readers_bounds_apply() {
         let c = checkpoint(4 * MIB, &[1, 2, 3]);
-        let file = seal(&c, 7, &BINARY, &key()).unwrap();
+        let file = seal(&c, 7, &BINARY, &key(), &[]).unwrap();
         let small_memory = Expected {
             max_memory_bytes: 2 * MIB,
             ..expected()
         };
-        assert_eq!(open(&file, &key(), &small_memory), Err(Refused::TooLarge));
+        assert_eq!(
+            open(&file, &key(), &small_memory, &[]),
+            Err(Refused::TooLarge)
+        );
         let few_pages = Expected {
             max_stored_bytes: 2 * PAGE_BYTES as u64,
             ..expected()
         };
-        assert_eq!(open(&file, &key(), &few_pages), Err(Refused::TooLarge));
+        assert_eq!(open(&file, &key(), &few_pages, &[]), Err(Refused::TooLarge));
         let just_enough = Expected {
             max_memory_bytes: 4 * MIB,
             max_stored_bytes: 3 * PAGE_BYTES as u64,
             ..expected()
         };
-        assert_eq!(open(&file, &key(), &just_enough).unwrap().1, c);
+        assert_eq!(open(&file, &key(), &just_enough, &[]).unwrap().1, c);
     }
 
     #[test]
@@ -594,7 +616,7 @@ mod tests {
             (MAX_MEMORY_BYTES, 1 << 20, generous, Refused::Sealed),
         ];
         for (memory, count, bounds, want) in cases {
-            assert_eq!(open(&craft(memory, count), &key(), &bounds), Err(want));
+            assert_eq!(open(&craft(memory, count), &key(), &bounds, &[]), Err(want));
         }
         // A ciphertext longer than any body of the announced size could compress to.
         let mut file = header(MIB, 1).encode(&[0; NONCE_BYTES]).to_vec();
@@ -602,7 +624,10 @@ mod tests {
             0;
             zstd::zstd_safe::compress_bound(4100) + TAG_BYTES + 1
         ]);
-        assert_eq!(open(&file, &key(), &expected()), Err(Refused::TooLarge));
+        assert_eq!(
+            open(&file, &key(), &expected(), &[]),
+            Err(Refused::TooLarge)
+        );
     }
 
     #[test]
@@ -618,7 +643,13 @@ mod tests {
         };
         // The sealing path works for a well-formed body.
         let good = sealed_body(MIB, 2, &body(&[3, 4], &[1, 2]));
-        assert_eq!(open(&good, &key(), &expected()).unwrap().1.page_count(), 2);
+        assert_eq!(
+            open(&good, &key(), &expected(), &[])
+                .unwrap()
+                .1
+                .page_count(),
+            2
+        );
 
         let cases: Vec<(u32, Vec<u8>)> = vec![
             // Unsorted, repeated, beyond the memory.
@@ -634,19 +665,19 @@ mod tests {
         ];
         for (count, plain) in cases {
             let file = sealed_body(MIB, count, &plain);
-            assert_eq!(open(&file, &key(), &expected()), Err(Refused::Body));
+            assert_eq!(open(&file, &key(), &expected(), &[]), Err(Refused::Body));
         }
 
         // Not zstd at all.
-        let file = seal_compressed(&header(MIB, 1), b"not zstd", &key()).unwrap();
-        assert_eq!(open(&file, &key(), &expected()), Err(Refused::Body));
+        let file = seal_compressed(&header(MIB, 1), b"not zstd", &key(), &[]).unwrap();
+        assert_eq!(open(&file, &key(), &expected(), &[]), Err(Refused::Body));
 
         // A bomb: 1 page announced, 32 MiB of zeros inside (about 1 KiB compressed); refused
         // without being decompressed past the announced 4100 bytes.
         let bomb = zstd::bulk::compress(&vec![0u8; 32 << 20], 1).unwrap();
         assert!(bomb.len() < zstd::zstd_safe::compress_bound(4100));
-        let file = seal_compressed(&header(MIB, 1), &bomb, &key()).unwrap();
-        assert_eq!(open(&file, &key(), &expected()), Err(Refused::Body));
+        let file = seal_compressed(&header(MIB, 1), &bomb, &key(), &[]).unwrap();
+        assert_eq!(open(&file, &key(), &expected(), &[]), Err(Refused::Body));
     }
 
     #[test]
@@ -680,7 +711,7 @@ mod tests {
         files.push(f.clone());
         let mut seen = Vec::new();
         for file in &files {
-            let refused = open(file, &key(), &expected()).unwrap_err();
+            let refused = open(file, &key(), &expected(), &[]).unwrap_err();
             seen.push(refused);
             let text = format!("{refused} {refused:?}");
             for w in ["EVIL", "WORDS", "VILW", "ORDS-", "5249"] {

@@ -9,7 +9,7 @@ use crate::sandbox::live::Sandbox;
 use crate::server::call::execute::Executor;
 use crate::server::call::result::CallResult;
 use crate::worker::client::{Checkpointed, Deadline, Phase, Worker};
-use crate::worker::linear_memory::Pages;
+use crate::worker::protocol::Uncapturable;
 use std::time::Duration;
 
 /// How long taking or restoring a checkpoint may take (seconds): a scan of the memory and
@@ -63,6 +63,11 @@ impl Executor {
                     pages.indexes.len(),
                     started.elapsed().as_micros()
                 );
+            }
+            // An interpreter booted while the zygote warmed up: nothing the code did, and
+            // nothing it can change; a loss later says the state is gone.
+            Checkpointed::Uncapturable(reasons) if reasons == [Uncapturable::NotForked] => {
+                sandbox.checkpoint_stale();
             }
             Checkpointed::Uncapturable(reasons) => {
                 let why = reasons
@@ -132,15 +137,5 @@ impl Executor {
             .bound(self.install(worker, &[], &pins, deadline))
             .await
             .map_err(super::execute::InstallError::Worker)?
-    }
-}
-
-/// The pages of a checkpoint as a restore sends them.
-pub fn pages_of(image: &crate::sandbox::checkpoint::Checkpoint) -> Pages {
-    let (indexes, bytes) = image.to_delta();
-    Pages {
-        memory_bytes: image.memory_bytes(),
-        indexes,
-        bytes,
     }
 }

@@ -14,6 +14,13 @@ use crate::server::call::state_note::Restart;
 use crate::worker::client::{self, Deadline, Phase, Worker, WorkerError};
 use std::time::Duration;
 
+/// What a restored sandbox's note says when its interpreter state came back (issue 36).
+const BACK: &str =
+    "the variables, functions and imports are back as its last completed call left them";
+
+/// What it says when they did not.
+const GONE: &str = "the variables, functions and imports of earlier calls are gone";
+
 /// How long reading, writing or removing one file in an interpreter may take (seconds).
 const FILE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -149,7 +156,11 @@ impl Executor {
         }
         // A sandbox restored from the state directory says so rather than why a restart.
         let mut note = match (sandbox.take_restored_note(), &resumed) {
-            (Some(note), _) => note,
+            (Some(taken_over), Resumed::Restored) => format!("restored: {taken_over}; {BACK}"),
+            (Some(taken_over), Resumed::Nothing) => format!("new: {taken_over}; {GONE}"),
+            (Some(taken_over), Resumed::Failed(failed)) => {
+                format!("new: {taken_over}; its saved interpreter state could not be loaded here ({failed}); {GONE}")
+            }
             (None, Resumed::Restored) => why.restored_note().to_owned(),
             (None, Resumed::Nothing) => why.note().to_owned(),
             (None, Resumed::Failed(failed)) => format!(
