@@ -111,10 +111,22 @@ pub struct Cli {
     #[arg(long)]
     pub max_sandboxes: Option<usize>,
 
+    /// With `--stateful`: a sandbox whose interpreter is idle this many seconds hibernates:
+    /// its state (variables, functions, imports) goes to disk and its interpreter is freed;
+    /// its next call resumes it as it was (0 = never). At `--max-sandboxes` the least recently
+    /// used idle sandbox hibernates rather than end.
+    #[arg(long, default_value_t = 60.0)]
+    pub hibernate_after: f64,
+
+    /// With `--stateful`: most bytes of hibernated state on disk; past it, sandboxes stay awake
+    /// (and are ended at `--max-sandboxes` as before).
+    #[arg(long, default_value_t = 4 << 30)]
+    pub max_hibernated_bytes: u64,
+
     /// With `--stateful`: a directory every replica mounts (a Kubernetes ReadWriteMany volume,
     /// NFS, EFS). Each sandbox reached by its `sandbox_id` is saved there after every completed
-    /// call (its files and dependencies), and a replica that gets a call for a sandbox it does
-    /// not hold restores it from there (its globals are lost; the answer says so).
+    /// call (its files, dependencies and interpreter state), and a replica that gets a call
+    /// for a sandbox it does not hold restores it from there.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<std::path::PathBuf>,
 

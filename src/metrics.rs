@@ -29,6 +29,12 @@ const QUEUE_WAIT: &str = "mcp_run_python_queue_wait_seconds";
 const SANDBOXES: &str = "mcp_run_python_sandboxes";
 /// Live protocol sessions.
 const SESSIONS: &str = "mcp_run_python_sessions";
+/// Sandboxes hibernating: their state on disk, no worker (`--hibernate-after`).
+const HIBERNATED: &str = "mcp_run_python_sandboxes_hibernated";
+/// Bytes of hibernated state on disk (`--max-hibernated-bytes` bounds it).
+const HIBERNATED_BYTES: &str = "mcp_run_python_hibernated_bytes";
+/// Sandboxes that hibernated (idle past `--hibernate-after`, or to make room at the cap).
+const HIBERNATIONS: &str = "mcp_run_python_hibernations_total";
 /// Workers the server stopped, by `reason`.
 const WORKERS_KILLED: &str = "mcp_run_python_workers_killed_total";
 /// Package installs into an interpreter, by `result` (`ok`, `error`).
@@ -80,6 +86,13 @@ fn describe() {
     );
     describe_gauge!(SANDBOXES, "live sandboxes");
     describe_gauge!(SESSIONS, "live protocol sessions");
+    describe_gauge!(HIBERNATED, "sandboxes hibernating, their state on disk");
+    describe_gauge!(
+        HIBERNATED_BYTES,
+        Unit::Bytes,
+        "bytes of hibernated state on disk"
+    );
+    describe_counter!(HIBERNATIONS, "sandboxes that hibernated");
     describe_counter!(
         WORKERS_KILLED,
         "interpreters stopped by the server, by reason"
@@ -158,6 +171,11 @@ pub fn package_file(hit: bool) {
     }
 }
 
+/// A sandbox hibernated.
+pub fn sandbox_hibernated() {
+    counter!(HIBERNATIONS).increment(1);
+}
+
 /// A sandbox was restored from the state directory.
 pub fn sandbox_restored() {
     counter!(RESTORED).increment(1);
@@ -191,6 +209,8 @@ pub struct Gauges {
     pub busy: usize,
     pub queue_depth: usize,
     pub sandboxes: usize,
+    pub hibernated: usize,
+    pub hibernated_bytes: u64,
     pub sessions: usize,
 }
 
@@ -206,5 +226,7 @@ pub fn set_gauges(now: Gauges) {
     }
     gauge!(QUEUE_DEPTH).set(now.queue_depth as f64);
     gauge!(SANDBOXES).set(now.sandboxes as f64);
+    gauge!(HIBERNATED).set(now.hibernated as f64);
+    gauge!(HIBERNATED_BYTES).set(now.hibernated_bytes as f64);
     gauge!(SESSIONS).set(now.sessions as f64);
 }

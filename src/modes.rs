@@ -7,6 +7,7 @@ use crate::packages::index::Fetcher;
 use crate::packages::lock::Lockfile;
 use crate::packages::resolver::Resolver;
 use crate::packages::sources::Sources;
+use crate::sandbox::hibernation::Hibernation;
 use crate::sandbox::live::Sandbox;
 use crate::sandbox::registry::{Registry, RegistryLimits};
 use crate::sandbox::state_dir::StateDir;
@@ -359,7 +360,7 @@ fn registry(cli: &Cli, zygote: bool) -> Result<Arc<Registry>> {
         ),
         None => None,
     };
-    Ok(Registry::with_state(
+    Ok(Registry::with_hibernation(
         RegistryLimits {
             max: cli
                 .max_sandboxes
@@ -369,7 +370,30 @@ fn registry(cli: &Cli, zygote: bool) -> Result<Arc<Registry>> {
         },
         state,
         cli.max_session_file_bytes,
+        hibernation(cli)?,
     ))
+}
+
+/// Where and when idle sandboxes hibernate (`--hibernate-after`): with `--stateful` and an
+/// interpreter per sandbox, in `<cache dir>/hibernated/<replica>/`.
+///
+/// Errors: the time is out of range, or the directory cannot be made.
+fn hibernation(cli: &Cli) -> Result<Option<Hibernation>> {
+    if !cli.stateful || cli.isolation != Isolation::Sandbox {
+        return Ok(None);
+    }
+    let Some(after) = seconds(cli.hibernate_after, "--hibernate-after")? else {
+        return Ok(None);
+    };
+    let root = cli
+        .packages
+        .cache_dir
+        .clone()
+        .unwrap_or_else(Cache::default_dir)
+        .join("hibernated");
+    let hibernation = Hibernation::open(&root, &replica_name(), after, cli.max_hibernated_bytes)
+        .context("--hibernate-after")?;
+    Ok(Some(hibernation))
 }
 
 /// This replica's name in the state directory's ownership records and in `state` notes: the

@@ -12,6 +12,7 @@ use super::activity::{Activity, InFlight};
 use super::checkpoint::{CheckpointError, Kept, Resumable, Saved};
 use super::files::SandboxFiles;
 use super::handle::{MintError, SandboxId};
+use super::hibernation::{Hibernation, HibernationError};
 use crate::worker::client::Worker;
 use crate::worker::linear_memory::{Pages, ZygoteId};
 use std::collections::BTreeMap;
@@ -219,7 +220,7 @@ impl Sandbox {
         self.saved.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Keeps its worker's checkpoint ([`Saved::take`]).
+    /// Keeps its worker's checkpoint ([`Saved::take`]); returns the bytes of pages kept.
     ///
     /// Errors: [`CheckpointError`] when the pages do not fit; the kept state is cleared.
     pub fn keep_checkpoint(
@@ -227,7 +228,7 @@ impl Sandbox {
         zygote: ZygoteId,
         pages: &Pages,
         installed: Vec<(String, String)>,
-    ) -> Result<(), CheckpointError> {
+    ) -> Result<u64, CheckpointError> {
         self.kept_state().take(zygote, pages, installed)
     }
 
@@ -262,6 +263,10 @@ impl Sandbox {
 
     /// Its current state for a fork ([`Saved::for_fork`]).
     pub fn state_for_fork(&self) -> Option<Kept> {
+        // A hibernated state is read back (and stays in memory until the next worker).
+        if let Err(e) = self.wake() {
+            tracing::warn!("sandbox {}: {e}", self.id.short());
+        }
         self.kept_state().for_fork()
     }
 
@@ -271,7 +276,49 @@ impl Sandbox {
         self.had_interpreter.store(true, Ordering::SeqCst);
     }
 
-    /// A sandbox for one call, never registered ([`Owner::Call`]): the caller ends it.
+    /// Hibernates the sandbox when it holds an idle worker and a current state: the state
+    /// goes to disk through `hibernation` and the worker is killed. `Ok(true)` when it did.
+    ///
+    /// Errors: [`HibernationError`] when the state could not be written (the worker stays).
+    pub fn hibernate(&self, hibernation: &Arc<Hibernation>) -> Result<bool, HibernationError> {
+        let Ok(mut slot) = self.worker.try_lock() else {
+            return Ok(false);
+        };
+        if slot.is_none() || self.has_ended() {
+            return Ok(false);
+        }
+        let Some(kept) = self.current_state() else {
+            return Ok(false);
+        };
+        let spilled = hibernation.spill(&self.id, &kept)?;
+        *self.kept_state() = Saved::Hibernated(spilled);
+        if let Some(worker) = slot.take() {
+            kill_in_background(worker);
+        }
+        Ok(true)
+    }
+
+    /// Whether its state is on disk, with no worker ([`hibernate`](Self::hibernate)).
+    pub fn is_hibernated(&self) -> bool {
+        matches!(*self.kept_state(), Saved::Hibernated(_))
+    }
+
+    /// Brings a hibernated state back from disk (a blocking read of a few hundred KiB), so
+    /// that it can be restored; nothing when the sandbox is not hibernated.
+    ///
+    /// Errors: [`HibernationError`]; the state is then gone.
+    pub fn wake(&self) -> Result<(), HibernationError> {
+        let spilled = match &*self.kept_state() {
+            Saved::Hibernated(spilled) => spilled.clone(),
+            _ => return Ok(()),
+        };
+        *self.kept_state() = Saved::Empty;
+        let kept = spilled.home.take(&self.id, &spilled)?;
+        *self.kept_state() = Saved::Current(kept);
+        Ok(())
+    }
+
+    /// A sandbox for one call, never registered ([`Owner::Call`]): the caller ends it.    /// A sandbox for one call, never registered ([`Owner::Call`]): the caller ends it.
     ///
     /// Errors: [`MintError`] when the OS random source fails.
     pub fn for_one_call() -> Result<Arc<Sandbox>, MintError> {
@@ -423,12 +470,21 @@ impl Sandbox {
             Err(_) => None,
         };
         if let Some(worker) = idle {
-            match tokio::runtime::Handle::try_current() {
-                // Kill and reap it now rather than leave a zombie until tokio's orphan reaper.
-                Ok(runtime) => drop(runtime.spawn(worker.kill())),
-                // Dropping a worker kills it.
-                Err(_) => drop(worker),
-            }
+            kill_in_background(worker);
         }
+        let mut kept = self.kept_state();
+        if let Saved::Hibernated(spilled) = &*kept {
+            spilled.home.forget(spilled);
+            *kept = Saved::Empty;
+        }
+    }
+}
+
+/// Kills `worker` and reaps it now rather than leave a zombie until tokio's orphan reaper
+/// (outside a runtime, dropping it kills it).
+fn kill_in_background(worker: Worker) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn(worker.kill())),
+        Err(_) => drop(worker),
     }
 }

@@ -19,6 +19,7 @@ pub mod activity;
 pub mod checkpoint;
 pub mod files;
 pub mod handle;
+pub mod hibernation;
 pub mod live;
 pub mod registry;
 pub mod state_dir;

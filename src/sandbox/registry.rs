@@ -14,6 +14,7 @@
 use super::activity::InFlight;
 use super::checkpoint::{self, sealed, Kept};
 use super::handle::{MintError, SandboxId};
+use super::hibernation::{Hibernation, HibernationError};
 use super::live::{Owner, Principal, Sandbox};
 use super::state_dir::{
     CheckpointWrite, Claim, Expiry, SavedCheckpoint, Snapshot, StateDir, StateError,
@@ -93,6 +94,19 @@ pub struct Entered {
     pub in_flight: InFlight,
 }
 
+/// The registry's sizes, for metrics ([`Registry::counts`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counts {
+    /// Live sandboxes, hibernated ones included.
+    pub sandboxes: usize,
+    /// Those holding a worker between calls.
+    pub idle: usize,
+    /// Those hibernating (state on disk, no worker).
+    pub hibernated: usize,
+    /// Bytes of hibernated state on disk.
+    pub hibernated_bytes: u64,
+}
+
 /// Why a handle could not be opened ([`Registry::open`]).
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
@@ -118,6 +132,8 @@ pub struct Registry {
     file_cap: u64,
     /// Held while a sandbox is restored, so that two calls for it restore it once.
     restoring: tokio::sync::Mutex<()>,
+    /// `--hibernate-after`: where idle sandboxes keep their state without a worker.
+    hibernation: Option<Arc<Hibernation>>,
 }
 
 /// How often the state directory is swept for sandboxes past their limits whose replica is
@@ -140,10 +156,22 @@ impl Registry {
 
     /// An empty registry under `limits` that saves sandboxes reached by handle to `state` and
     /// restores them from it, keeping at most `file_cap` bytes of a restored sandbox's files.
+    #[cfg(test)]
     pub fn with_state(
         limits: RegistryLimits,
         state: Option<StateDir>,
         file_cap: u64,
+    ) -> Arc<Registry> {
+        Registry::with_hibernation(limits, state, file_cap, None)
+    }
+
+    /// [`with_state`](Self::with_state), with sandboxes idle past `hibernation.after`
+    /// hibernating ([`crate::sandbox::hibernation`]).
+    pub fn with_hibernation(
+        limits: RegistryLimits,
+        state: Option<StateDir>,
+        file_cap: u64,
+        hibernation: Option<Hibernation>,
     ) -> Arc<Registry> {
         Arc::new(Registry {
             limits: RegistryLimits {
@@ -154,15 +182,26 @@ impl Registry {
             state: state.map(Arc::new),
             file_cap,
             restoring: tokio::sync::Mutex::const_new(()),
+            hibernation: hibernation.map(Arc::new),
         })
     }
 
-    /// How many sandboxes are live, and how many of them hold a worker between calls
-    /// (for metrics).
-    pub fn counts(&self) -> (usize, usize) {
+    /// How many sandboxes are live, how many of them hold a worker between calls, and how
+    /// many hibernate (for metrics).
+    pub fn counts(&self) -> Counts {
         let live = self.live();
-        let idle = live.values().filter(|s| s.has_idle_interpreter()).count();
-        (live.len(), idle)
+        Counts {
+            sandboxes: live.len(),
+            idle: live.values().filter(|s| s.has_idle_interpreter()).count(),
+            hibernated: live.values().filter(|s| s.is_hibernated()).count(),
+            hibernated_bytes: self.hibernation.as_ref().map_or(0, |h| h.used()),
+        }
+    }
+
+    /// How many sandboxes count against `--max-sandboxes`: all but the hibernated (which hold
+    /// no worker; disk bounds them).
+    fn awake(live: &HashMap<SandboxId, Arc<Sandbox>>) -> usize {
+        live.values().filter(|s| !s.is_hibernated()).count()
     }
 
     fn expiry(&self) -> Expiry {
@@ -240,13 +279,27 @@ impl Registry {
     /// Registers `sandbox`; at the cap it takes an idle sandbox's place.
     fn insert(&self, sandbox: Arc<Sandbox>) -> Result<(), RegistryError> {
         let mut live = self.live();
-        if live.len() >= self.limits.max {
-            self.sweep_locked(&mut live);
+        self.make_room(&mut live)?;
+        live.insert(sandbox.id.clone(), sandbox);
+        Ok(())
+    }
+
+    /// Room for one more awake sandbox under `--max-sandboxes`: at the cap the expired go, then
+    /// the least recently used idle sandbox hibernates, else the least recently used idle one
+    /// reached by handle ends.
+    ///
+    /// Errors: [`RegistryError::Full`] when none may give way.
+    fn make_room(&self, live: &mut HashMap<SandboxId, Arc<Sandbox>>) -> Result<(), RegistryError> {
+        if Self::awake(live) >= self.limits.max {
+            self.sweep_locked(live);
         }
-        if live.len() >= self.limits.max {
+        if Self::awake(live) >= self.limits.max && self.hibernate_one(live) {
+            return Ok(());
+        }
+        if Self::awake(live) >= self.limits.max {
             let victim = live
                 .values()
-                .filter(|s| s.owner == Owner::Handle)
+                .filter(|s| s.owner == Owner::Handle && !s.is_hibernated())
                 .filter_map(|s| s.activity().idle_since().map(|since| (since, s.id.clone())))
                 .min();
             let Some((since, victim)) = victim else {
@@ -264,8 +317,78 @@ impl Registry {
                 self.forget(&evicted);
             }
         }
-        live.insert(sandbox.id.clone(), sandbox);
         Ok(())
+    }
+
+    /// At the cap: hibernates the least recently used idle sandbox that can (it holds a worker
+    /// and a current state), rather than end one; whether one did. Writes a few hundred KiB
+    /// while the registry is locked: rare (only at the cap), and shorter than a new worker.
+    fn hibernate_one(&self, live: &HashMap<SandboxId, Arc<Sandbox>>) -> bool {
+        let Some(hibernation) = &self.hibernation else {
+            return false;
+        };
+        let mut idle: Vec<_> = live
+            .values()
+            .filter(|s| s.has_current_state() && s.has_idle_interpreter())
+            .filter_map(|s| s.activity().idle_since().map(|since| (since, s.clone())))
+            .collect();
+        idle.sort_by_key(|(since, _)| *since);
+        for (_, sandbox) in idle {
+            match sandbox.hibernate(hibernation) {
+                Ok(true) => {
+                    tracing::info!(
+                        "sandbox {} hibernated to make room (--max-sandboxes {})",
+                        sandbox.id.short(),
+                        self.limits.max
+                    );
+                    crate::metrics::sandbox_hibernated();
+                    return true;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!("sandbox {}: {e}", sandbox.id.short());
+                    return false;
+                }
+            }
+        }
+        false
+    }
+
+    /// Hibernates the sandboxes idle past `--hibernate-after` (their state goes to disk, their
+    /// worker is killed), outside the registry's lock.
+    async fn hibernate_idle(&self) {
+        let Some(hibernation) = &self.hibernation else {
+            return;
+        };
+        let due: Vec<Arc<Sandbox>> = self
+            .live()
+            .values()
+            .filter(|s| {
+                s.activity()
+                    .idle_at(hibernation.after)
+                    .is_some_and(|at| at <= Instant::now())
+            })
+            .filter(|s| s.has_current_state() && s.has_idle_interpreter())
+            .cloned()
+            .collect();
+        for sandbox in due {
+            let home = hibernation.clone();
+            let short = sandbox.id.short().to_string();
+            match tokio::task::spawn_blocking(move || sandbox.hibernate(&home)).await {
+                Ok(Ok(true)) => {
+                    tracing::debug!("sandbox {short} hibernated");
+                    crate::metrics::sandbox_hibernated();
+                }
+                Ok(Ok(false)) => {}
+                Ok(Err(HibernationError::Full)) => {
+                    tracing::info!(
+                        "sandbox {short} stays awake: --max-hibernated-bytes is reached"
+                    );
+                }
+                Ok(Err(e)) => tracing::warn!("sandbox {short}: {e}"),
+                Err(e) => tracing::warn!("sandbox {short}: hibernation stopped: {e}"),
+            }
+        }
     }
 
     /// Ends `sandbox` for good: also its saved state, unless another replica holds it now.
@@ -289,6 +412,14 @@ impl Registry {
         let entered = self.open_any(id, principal).await?;
         if !entered.sandbox.belongs_to(principal) {
             return Err(Missing::of(id.as_str()).into());
+        }
+        if entered.sandbox.is_hibernated() {
+            // It wakes for this request: another makes room, as for a new sandbox. When none
+            // can, it wakes all the same (its state is not refused for the cap) and the cap
+            // is passed until one ends.
+            if let Err(full) = self.make_room(&mut self.live()) {
+                tracing::warn!("sandbox {} wakes past the cap: {full}", id.short());
+            }
         }
         Ok(entered)
     }
@@ -581,11 +712,11 @@ impl Registry {
     /// How often to sweep: a quarter of the shortest limit, within bounds; `None` without
     /// limits.
     fn sweep_interval(&self) -> Option<Duration> {
-        let shortest = match (self.limits.idle, self.limits.lifetime) {
-            (Some(a), Some(b)) => a.min(b),
-            (Some(a), None) | (None, Some(a)) => a,
-            (None, None) => return None,
-        };
+        let hibernate = self.hibernation.as_ref().map(|h| h.after);
+        let shortest = [self.limits.idle, self.limits.lifetime, hibernate]
+            .into_iter()
+            .flatten()
+            .min()?;
         Some((shortest / SWEEPS_PER_LIMIT).clamp(MIN_SWEEP, MAX_SWEEP))
     }
 
@@ -622,7 +753,10 @@ impl Registry {
                     let mut tick = tokio::time::interval(interval);
                     loop {
                         tokio::select! {
-                            _ = tick.tick() => this.sweep(),
+                            _ = tick.tick() => {
+                                this.sweep();
+                                this.hibernate_idle().await;
+                            }
                             _ = shutdown.cancelled() => break,
                         }
                     }
@@ -637,6 +771,9 @@ impl Registry {
     pub fn end_all(&self) {
         for (_, sandbox) in self.live().drain() {
             sandbox.end();
+        }
+        if let Some(hibernation) = &self.hibernation {
+            hibernation.remove();
         }
     }
 }

@@ -196,7 +196,7 @@ impl Pages {
         indexes: &[u8],
         bytes: Vec<u8>,
     ) -> Result<Pages, RestoreError> {
-        if indexes.len() % 4 != 0 || bytes.len() != indexes.len() / 4 * PAGE_BYTES {
+        if !indexes.len().is_multiple_of(4) || bytes.len() != indexes.len() / 4 * PAGE_BYTES {
             return Err(RestoreError::Shape);
         }
         let indexes: Vec<u32> = indexes

@@ -184,6 +184,29 @@ async def test_an_interpreter_killed_between_calls_comes_back_from_its_checkpoin
         assert return_value(await run(session, "x + y")) == "83"
 
 
+async def test_an_idle_sandbox_hibernates_and_its_next_call_resumes_it():
+    """--hibernate-after (issue 36): an idle sandbox's interpreter is freed and its state kept
+    on disk; the next call resumes it with its variables, imports and files, saying nothing
+    (nothing was lost), and the sandbox hibernates again when idle."""
+    async with forked_session("--stateful", "--hibernate-after", "1") as session:
+        await run(session, "import json\nx = 41\nopen('kept.txt', 'w').write('kept')")
+        server = stdio_server_pid()
+        assert len(child_pids(server)) == 1
+        await wait_until(lambda: not child_pids(server), what="the idle interpreter to be freed")
+        text = await run(session, "import sys\n[x + 1, 'json' in sys.modules, open('kept.txt').read()]")
+        assert return_value(text) == '[\n  42,\n  true,\n  "kept"\n]', text
+        assert state_of(text) is None, text
+        await wait_until(lambda: not child_pids(server), what="a second hibernation")
+        assert return_value(await run(session, "x")) == "41"
+
+
+async def wait_until(condition, what, timeout=20):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
 async def test_state_that_cannot_be_captured_is_said_and_only_the_files_come_back():
     """A sandbox whose Python holds a JavaScript object cannot be checkpointed by its memory
     (issue 36, part 4): the call's answer says so, and after a SIGKILL the next call says the

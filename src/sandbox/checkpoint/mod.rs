@@ -24,7 +24,7 @@ pub mod file;
 pub mod saved;
 pub mod sealed;
 
-pub use saved::{Kept, Resumable, Saved};
+pub use saved::{Kept, Resumable, Saved, Spilled};
 
 use std::collections::BTreeMap;
 use std::fmt;

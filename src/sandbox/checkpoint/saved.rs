@@ -22,6 +22,20 @@ pub enum Saved {
     Current(Kept),
     /// The last call's state could not be captured; `Kept` is only the worker's base.
     Stale(Kept),
+    /// The state is current but kept on disk, and the sandbox has no worker
+    /// (`crate::sandbox::hibernation`).
+    Hibernated(Spilled),
+}
+
+/// A current state written to disk while its sandbox hibernates.
+#[derive(Debug, Clone)]
+pub struct Spilled {
+    /// The file (`checkpoint::file` format, sealed for the sandbox's handle).
+    pub path: std::path::PathBuf,
+    /// Its size (bytes), counted against `--max-hibernated-bytes`.
+    pub bytes: u64,
+    /// Where it is kept, which reads it back and counts it.
+    pub home: std::sync::Arc<crate::sandbox::hibernation::Hibernation>,
 }
 
 /// A checkpoint and what restoring it needs.
@@ -48,6 +62,8 @@ impl Saved {
     /// it had installed: merged into the kept image when that is the worker's base, else the
     /// start of a new one.
     ///
+    /// Returns the bytes of pages the state now keeps.
+    ///
     /// Errors: [`CheckpointError`] when the pages do not fit (a broken or hostile worker);
     /// the kept state is then cleared.
     pub fn take(
@@ -55,7 +71,7 @@ impl Saved {
         zygote: ZygoteId,
         pages: &Pages,
         installed: Vec<(String, String)>,
-    ) -> Result<(), CheckpointError> {
+    ) -> Result<u64, CheckpointError> {
         let base = match std::mem::take(self) {
             Saved::Current(kept) | Saved::Stale(kept) if kept.image.zygote() == zygote => {
                 Some(kept.image)
@@ -67,19 +83,20 @@ impl Saved {
             None => Checkpoint::new(zygote, pages.memory_bytes)?,
         };
         image.merge(pages.memory_bytes, &pages.indexes, &pages.bytes)?;
+        let stored = image.stored_bytes();
         *self = Saved::Current(Kept {
             image,
             installed,
             reseed: false,
         });
-        Ok(())
+        Ok(stored)
     }
 
     /// The last call's state could not be captured.
     pub fn stale(&mut self) {
         *self = match std::mem::take(self) {
             Saved::Current(kept) | Saved::Stale(kept) => Saved::Stale(kept),
-            Saved::Empty => Saved::Empty,
+            Saved::Empty | Saved::Hibernated(_) => Saved::Empty,
         };
     }
 
@@ -113,14 +130,6 @@ impl Saved {
                 ..kept.clone()
             }),
             _ => None,
-        }
-    }
-
-    /// The kept image's page bytes (for the front's accounting).
-    pub fn stored_bytes(&self) -> u64 {
-        match self {
-            Saved::Current(kept) | Saved::Stale(kept) => kept.image.stored_bytes(),
-            Saved::Empty => 0,
         }
     }
 }

@@ -50,18 +50,22 @@ impl Executor {
         match taken {
             Checkpointed::Taken(zygote, pages) => {
                 let installed = worker.installed_pins();
-                if let Err(e) = sandbox.keep_checkpoint(zygote, &pages, installed) {
-                    tracing::warn!(
-                        "sandbox {}: a worker's checkpoint did not fit: {e}",
-                        sandbox.id.short()
-                    );
-                    return false;
-                }
+                let kept = match sandbox.keep_checkpoint(zygote, &pages, installed) {
+                    Ok(kept) => kept,
+                    Err(e) => {
+                        tracing::warn!(
+                            "sandbox {}: a worker's checkpoint did not fit: {e}",
+                            sandbox.id.short()
+                        );
+                        return false;
+                    }
+                };
                 tracing::debug!(
-                    "sandbox {}: checkpoint of {} page(s) in {} µs",
+                    "sandbox {}: checkpoint of {} changed page(s) in {} µs; {} KiB kept",
                     sandbox.id.short(),
                     pages.indexes.len(),
-                    started.elapsed().as_micros()
+                    started.elapsed().as_micros(),
+                    kept >> 10
                 );
             }
             // An interpreter booted while the zygote warmed up: nothing the code did, and
@@ -91,6 +95,11 @@ impl Executor {
     /// A new worker for `sandbox`: when the sandbox holds a state it can resume, installs the
     /// packages that state had and restores it into the worker.
     pub(super) async fn resume(&self, sandbox: &Sandbox, worker: &mut Worker) -> Resumed {
+        // A hibernated state is read back first: a few hundred KiB from local disk, read in
+        // place (the read is shorter than a hop to a blocking thread would be worth).
+        if let Err(e) = sandbox.wake() {
+            return Resumed::Failed(e.to_string());
+        }
         let Some(Resumable {
             zygote,
             pages,
@@ -98,6 +107,10 @@ impl Executor {
             reseed,
         }) = sandbox.resumable()
         else {
+            tracing::debug!(
+                "sandbox {}: no current state to restore",
+                sandbox.id.short()
+            );
             return Resumed::Nothing;
         };
         if !installed.is_empty() {

@@ -141,6 +141,8 @@ impl Executor {
         if sandbox.first_interpreter() {
             return;
         }
+        // A sandbox that hibernated lost nothing: it says nothing when all came back.
+        let hibernated = sandbox.is_hibernated();
         let resumed = self.resume_or_replace(sandbox, worker).await;
         let mut restored = Vec::new();
         let mut lost = Vec::new();
@@ -175,6 +177,9 @@ impl Executor {
         if !lost.is_empty() {
             note.push_str("; these files could not be restored: ");
             note.push_str(&name_list(&lost));
+        }
+        if hibernated && matches!(resumed, Resumed::Restored) && lost.is_empty() {
+            return;
         }
         sandbox.set_note(note);
     }

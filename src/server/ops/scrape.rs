@@ -37,14 +37,16 @@ pub fn router(server: &RunPythonServer, handle: Option<PrometheusHandle>) -> Rou
 /// The gauges as of now, then everything in the text format.
 fn render(server: &RunPythonServer, handle: &PrometheusHandle) -> Response {
     let spares = &server.executor.spares;
-    let (sandboxes, idle) = server.registry.counts();
+    let counts = server.registry.counts();
     set_gauges(Gauges {
         booting: spares.booting_count(),
         spare: spares.ready_count(),
-        idle,
+        idle: counts.idle,
         busy: server.executor.busy(),
         queue_depth: server.executor.queue_depth(),
-        sandboxes,
+        sandboxes: counts.sandboxes,
+        hibernated: counts.hibernated,
+        hibernated_bytes: counts.hibernated_bytes,
         sessions: server.sessions.live(),
     });
     (

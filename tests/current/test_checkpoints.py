@@ -1,0 +1,105 @@
+"""Sandboxes that never lose their state (issue 36) for today's clients: fastmcp 4's `Client`
+against `streamable-http --stateful` (MCP 2026-07-28, sessionless, sandboxes by handle). A
+worker SIGKILLed between calls comes back from its checkpoint; an idle sandbox hibernates (its
+interpreter is freed, its state kept on disk) and resumes at its next call; at `--max-sandboxes`
+the least recently used idle sandbox hibernates instead of ending. The state directory's part
+is in test_state_dir.py; the 2025-11-25 era's in tests/python/test_sandboxes.py."""
+
+import asyncio
+import os
+import signal
+import urllib.request
+
+import pytest
+from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
+
+from conftest import CALL_TIMEOUT, INIT_TIMEOUT, TOOL, forked_for, http_server
+
+pytestmark = pytest.mark.anyio
+
+
+def client_for(base):
+    return Client(StreamableHttpTransport(f"{base}/mcp"), init_timeout=INIT_TIMEOUT, timeout=CALL_TIMEOUT)
+
+
+async def run(client, code, sandbox_id):
+    result = await client.call_tool(TOOL, {"python_code": code, "sandbox_id": sandbox_id}, raise_on_error=False)
+    assert not result.is_error, result
+    return result.structured_content
+
+
+async def create(client):
+    made = await client.call_tool("create_sandbox", {})
+    return made.structured_content["sandbox_id"]
+
+
+def metric(base, sample):
+    """The value of one sample of the server's /metrics (`name` or `name{label="value"}`)."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=CALL_TIMEOUT) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(sample + " "):
+                return float(line.split()[1])
+    return 0.0
+
+
+# The sample of interpreters held by sandboxes between calls.
+IDLE_INTERPRETERS = 'mcp_run_python_interpreters{state="idle"}'
+
+
+async def wait_until(condition, what, timeout=20):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_worker_sigkilled_between_calls_comes_back_from_its_checkpoint(warm_zygote):
+    with http_server("streamable-http", "--stateful", "--workers", "1") as base:
+        async with client_for(base) as client:
+            await client.list_tools()
+            sandbox = await create(client)
+            await run(client, "import decimal\nx = 41\ndef f(n):\n    return n * 2", sandbox)
+            # The sandbox's worker is among them (the others are spares, replaced).
+            workers = forked_for(base.pid)
+            for worker in workers:
+                os.kill(worker, signal.SIGKILL)
+            await wait_until(lambda: not set(workers) & set(forked_for(base.pid)), what="the workers to end")
+            back = await run(client, "[x + 1, f(21), str(decimal.Decimal('0.5') * 2)]", sandbox)
+            assert back.get("return_value") == [42, 42, "1.0"], back
+            assert back["state"].startswith("restored:") and "killed from outside" in back["state"], back
+
+
+async def test_an_idle_sandbox_hibernates_and_resumes_as_it_was(warm_zygote):
+    args = ["--stateful", "--workers", "1", "--hibernate-after", "1"]
+    with http_server("streamable-http", *args) as base:
+        async with client_for(base) as client:
+            await client.list_tools()
+            sandbox = await create(client)
+            await run(client, "import json\ndata = bytes(100 * 1024)\nx = 41", sandbox)
+            assert metric(base, IDLE_INTERPRETERS) == 1
+            await wait_until(lambda: metric(base, IDLE_INTERPRETERS) == 0, what="the idle interpreter to be freed")
+            assert metric(base, "mcp_run_python_sandboxes_hibernated") == 1
+            assert metric(base, "mcp_run_python_hibernated_bytes") > 0
+            back = await run(client, "import sys\n[x + 1, len(data), 'json' in sys.modules]", sandbox)
+            assert back["return_value"] == [42, 102400, True], back
+            assert "state" not in back, back
+            assert metric(base, "mcp_run_python_sandboxes_hibernated") == 0
+            assert metric(base, "mcp_run_python_hibernations_total") >= 1
+
+
+async def test_at_the_cap_an_idle_sandbox_hibernates_instead_of_ending(warm_zygote):
+    """--max-sandboxes bounds awake sandboxes: a new sandbox makes the least recently used idle
+    one hibernate, and that one's next call wakes it (making another hibernate), as it was."""
+    args = ["--stateful", "--workers", "1", "--max-sandboxes", "1", "--hibernate-after", "3600"]
+    with http_server("streamable-http", *args) as base:
+        async with client_for(base) as client:
+            await client.list_tools()
+            a = await create(client)
+            await run(client, "x = 'a'", a)
+            b = await create(client)
+            await run(client, "x = 'b'", b)
+            assert metric(base, "mcp_run_python_sandboxes_hibernated") == 1
+            assert (await run(client, "x", a))["return_value"] == "a"
+            assert (await run(client, "x", b))["return_value"] == "b"
+            assert metric(base, IDLE_INTERPRETERS) == 1
