@@ -408,6 +408,9 @@ pub enum Uncapturable {
     LoadedLibraries { count: u32 },
     /// `count` callbacks are scheduled (asyncio tasks, timers) and have not run.
     PendingCallbacks { count: u32 },
+    /// The interpreter could not say what it holds outside its memory (user code changed
+    /// Pyodide's own objects).
+    Unknown,
 }
 
 impl fmt::Display for Uncapturable {
@@ -428,6 +431,9 @@ impl fmt::Display for Uncapturable {
                 f,
                 "{count} shared librar(y/ies) were loaded (a package with compiled code)"
             ),
+            Uncapturable::Unknown => {
+                f.write_str("the interpreter could not say what it holds outside its memory")
+            }
             Uncapturable::PendingCallbacks { count } => write!(
                 f,
                 "{count} callback(s) are still scheduled (an asyncio task or timer not awaited)"

@@ -130,9 +130,12 @@ async def test_an_idle_sandbox_expires_but_the_sessions_own_does_not():
 
 
 async def test_at_the_cap_the_least_recently_used_idle_sandbox_gives_way():
-    """`--max-sandboxes 3`: a new sandbox takes the place of the least recently used one that
-    has nothing in flight; one with a call running is never the one to go."""
-    async with mcp_session("--stateful", "--max-sandboxes", "3", "--workers", "2") as session:
+    """`--max-sandboxes 3` without hibernation (`--hibernate-after 0`): a new sandbox takes the
+    place of the least recently used one that has nothing in flight; one with a call running is
+    never the one to go. (With hibernation the idle one hibernates instead:
+    tests/current/test_checkpoints.py.)"""
+    async with mcp_session("--stateful", "--max-sandboxes", "3", "--workers", "2",
+                           "--hibernate-after", "0") as session:
         a, b, c = [await create(session) for _ in range(3)]
         for sandbox in (a, b, c):
             await in_sandbox(session, f"me = {sandbox!r}", sandbox)

@@ -15,7 +15,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import McpError
 
 from adversary import http_server, http_session, return_value, status_of, wait_until
-from conftest import BINARY, SHARED_CACHE, child_pids, mcp_session, run, server_env
+from conftest import BINARY, SHARED_CACHE, child_pids, forked_session, mcp_session, run, server_env
 from raw_http import call_message, rpc_result, sse_message, sse_session_by_hand, start_session
 
 pytestmark = pytest.mark.anyio
@@ -34,7 +34,7 @@ def state_of(text):
 
 
 async def test_state_lasts_within_a_session_and_says_when_it_was_lost():
-    async with mcp_session("--stateful", "--timeout", "5") as session:
+    async with forked_session("--stateful", "--timeout", "5") as session:
         tools = await session.list_tools()
         assert "State persists between calls in the same sandbox" in tools.tools[0].description
         assert return_value(await run(session, "x = 42\nimport json\ndef double(v):\n    return v * 2")) is None
@@ -47,13 +47,15 @@ async def test_state_lasts_within_a_session_and_says_when_it_was_lost():
         assert "raise ValueError('from call five')" in text, text
         assert "<state>" not in text, text
 
-        # A timeout stops the interpreter: this result and the next one say the state is gone.
-        text = await run(session, "while True:\n    pass")
+        # A timeout stops the interpreter: this result says what the call changed is gone, and
+        # the next one runs in a new interpreter with the state of the last completed call
+        # (issue 36: its checkpoint), and says so.
+        text = await run(session, "x = 0\nwhile True:\n    pass")
         assert "timed out" in text, text
-        assert state_of(text).startswith("lost:"), text
-        text = await run(session, "x")
-        assert "NameError" in text, text
-        assert state_of(text).startswith("new:"), text
+        assert state_of(text).startswith("lost:") and "last completed call" in state_of(text), text
+        text = await run(session, "double(x)")
+        assert return_value(text) == "84", text
+        assert state_of(text).startswith("restored:") and "was stopped" in state_of(text), text
         text = await run(session, "x = 1\nx")
         assert return_value(text) == "1" and "<state>" not in text, text
 
@@ -342,8 +344,9 @@ async def test_uploaded_files_are_read_by_the_code_and_names_stay_inside():
 
 async def test_files_outlive_a_stopped_interpreter():
     """Files (up to --max-session-file-bytes) are kept by the server when the interpreter is
-    stopped, and written into the next one; Python objects are not; the notes say which."""
-    async with mcp_session("--stateful", "--timeout", "5", "--max-session-file-bytes", "100000") as session:
+    stopped, and written into the next one, with the Python objects of the last completed call
+    (issue 36: its checkpoint); the notes say which files."""
+    async with forked_session("--stateful", "--timeout", "5", "--max-session-file-bytes", "100000") as session:
         await run(session, f"open('data.csv', 'w').write({CSV!r})\nopen('big.bin', 'wb').write(bytes(200000))\nx = 1")
         done = await session.call_tool("upload_file", {"name": "up.txt", "text": "uploaded"})
         assert not done.isError, done
@@ -355,17 +358,17 @@ async def test_files_outlive_a_stopped_interpreter():
         listed = {r.name: r for r in (await session.list_resources()).resources}
         assert set(listed) == {"data.csv", "up.txt"}, listed
         assert (await session.read_resource(listed["data.csv"].uri)).contents[0].text == CSV
-        # The file as the last completed call left it; the globals are gone.
+        # The file as the last completed call left it, and the globals.
         text = await run(session, "open('data.csv').read(), open('up.txt').read(), 'x' in globals()")
-        assert state_of(text).startswith("new:") and state_of(text).endswith("restored: data.csv, up.txt"), text
-        assert json.loads(return_value(text)) == [CSV, "uploaded", False], text
-        # An upload into a stopped session's new interpreter restores the files too, and its
-        # next call still hears that the interpreter is new.
+        assert state_of(text).startswith("restored:") and state_of(text).endswith("restored: data.csv, up.txt"), text
+        assert json.loads(return_value(text)) == [CSV, "uploaded", True], text
+        # An upload into a stopped session's new interpreter restores the files and the state
+        # too, and its next call still hears that the interpreter is new.
         await run(session, "while True:\n    pass")
         done = await session.call_tool("upload_file", {"name": "more.txt", "text": "more"})
         assert not done.isError, done
         text = await run(session, "sorted(__import__('os').listdir('.'))")
-        assert state_of(text).startswith("new:"), text
+        assert state_of(text).startswith("restored:"), text
         assert json.loads(return_value(text)) == ["data.csv", "more.txt", "up.txt"], text
 
 

@@ -59,9 +59,8 @@ impl Serving {
                     });
                 }
             }
-            // A runner that cannot say (user code broke Pyodide's objects) holds something
-            // no copy brings back.
-            None => reasons.push(Uncapturable::JsObjects { count: 0 }),
+            // A runner that cannot say (user code broke Pyodide's objects) may hold anything.
+            None => reasons.push(Uncapturable::Unknown),
         }
         let timers = self.engine.pending_timers();
         if timers > 0 {
@@ -89,7 +88,11 @@ impl Serving {
             ..
         } = self;
         let Some(shadow) = shadow.as_mut() else {
-            // Unreachable: uncapturable() said NotForked.
+            // Not forked (uncapturable() says so first): answered all the same.
+            let outcome = CheckpointOutcome::Uncapturable {
+                reasons: vec![Uncapturable::NotForked],
+            };
+            super::send(&Reply::Checkpoint { id, outcome })?;
             return Ok(Served::Answered);
         };
         let zygote = shadow.zygote();

@@ -1,0 +1,574 @@
+"""Benchmark (issue 36): what keeping a sandbox's interpreter state costs, in one run, as ratios to
+Monty (PyPI `pydantic-monty`), whose `session.dump()` / `load_session()` are its checkpoint,
+restore and fork. Every server is `streamable-http --stateful --workers 1`, spoken to over
+sessionless MCP 2026-07-28 requests (bench/sandboxes.py's `Sessionless`, each request on one bare
+keep-alive connection: httpx adds ~2.5 ms of client time per request), and every sandbox is made
+once the zygote is ready, so that its interpreter is forked (a booted one is not checkpointed).
+
+1. checkpoint per call: in a sandbox holding `import json` and `data = random.randbytes(100 *
+   1024)`, warm calls `x = x + 1` (each changes well under 1 MiB), p50/p95, with `--stateful`
+   (the checkpoint kept by the front) and with `--stateful --state-dir DIR` (also written
+   there, sealed, as checkpoint.bin), in alternating rounds; the difference of the p50s (target:
+   <= 2 ms), and the front's own checkpoint time from its debug log ("checkpoint of N changed
+   page(s) in X us"; only that module's debug lines are switched on, through RUST_LOG), against
+   Monty's `dump()` of the same session;
+2. resume after hibernation (`--hibernate-after 1`): sandboxes as in 1, each hibernated (the
+   metric `mcp_run_python_sandboxes_hibernated` counts them all), then the first call `x` in
+   each, p50/p95 (target: p50 <= 30 ms), against Monty's checkout of a fresh session ->
+   `load_session()` of the dump -> result of `x`;
+3. fork (when `tools/list` has `fork_sandbox`; skipped with a message otherwise): `fork_sandbox`
+   -> the result of `len(data)` in the copy, of a sandbox that imported json re collections
+   datetime decimal statistics csv and holds 10 MiB (target: p50 <= 10 ms), and of the small
+   sandbox of 1, against Monty's `dump()` -> fresh session -> `load_session()` -> result;
+4. 10,000 idle sandboxes: `--max-sandboxes 50 --hibernate-after 1 --sandbox-idle-timeout 0`,
+   each made by `create_sandbox` and one call `import json, random; data = random.randbytes(100
+   * 1024)` (the cap hibernates the older ones as new ones come); then the front's RSS, the PSS
+   of the server's every process (front, this bench's own zygote service, its zygote, workers),
+   the bytes of `<cache dir>/hibernated/` (`du -sb`), the hibernation metrics and the time
+   (targets: < 1 GiB RSS, < 5 GiB disk); 20 random sandboxes of the older half must still give
+   `len(data) == 102400`. Past `--idle-budget` seconds it stops making sandboxes and
+   extrapolates to 10,000, saying so. Against the bytes of Monty dumps of as many such sessions.
+
+It runs its own zygote service (a temporary XDG_RUNTIME_DIR, 0700) with its own `--cache-dir`
+(temporary unless given), so that the PSS counts no other service, and stops every server and
+then the service (`zygote stop`) at the end, also on failure. Nothing is asserted about times.
+
+    cargo build --release
+    .venv-bench/bin/python bench/checkpoints.py [--binary target/release/mcp-run-python]
+        [--cache-dir DIR] [--calls 100] [--rounds 3] [--resumes 40] [--forks 40]
+        [--idle-sandboxes 10000] [--idle-budget 1500]
+
+(`.venv-bench` is made by bench/startup_table.py and has pydantic-monty and httpx.)
+
+One run (release build, 2-core machine, 2026-11-27, ours / Monty in brackets):
+FIGURES
+"""
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import pathlib
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from types import SimpleNamespace
+
+import httpx
+
+from interpreters import ZYGOTE_READY, Connection, Http, descendants, pss_kib
+from sandboxes import META, Sessionless
+from throughput import IDLE_CPU, SETTLE_INTERVAL, SETTLE_LIMIT, percentile, tree_cpu
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# The sandbox of measures 1 and 2: `import json` and 100 KiB of data, and a counter.
+SMALL = "import json, random\ndata = random.randbytes(100 * 1024)\nx = 0"
+# The sandbox of measure 3: a few stdlib modules and 10 MiB.
+BIG_IMPORTS = ["json", "re", "collections", "datetime", "decimal", "statistics", "csv"]
+BIG = f"import {', '.join(BIG_IMPORTS)}, random\ndata = random.randbytes(10 << 20)"
+# Monty has no `statistics` module: its big session imports the others.
+MONTY_BIG = f"import {', '.join(m for m in BIG_IMPORTS if m != 'statistics')}, random\ndata = random.randbytes(10 << 20)"
+# The one call of each of the idle sandboxes of measure 4.
+IDLE = "import json, random\ndata = random.randbytes(100 * 1024)"
+# Calls before the timed ones, in each round of measure 1.
+WARM_UP = 20
+# The front's debug line for each checkpoint (src/server/call/checkpoints.rs).
+CHECKPOINT_LINE = re.compile(r"checkpoint of (\d+) changed page\(s\) in (\d+) µs; (\d+) KiB kept")
+# The front's default log filter plus the checkpoint module's debug lines.
+RUST_LOG = "warn,mcp_run_python=info,mcp_run_python::server::call::checkpoints=debug"
+# How long the sandboxes may take to hibernate (seconds).
+HIBERNATE_WAIT = 120
+# How long a server may take to stop before it is killed (seconds).
+STOP_WAIT = 60
+MIB = 1 << 20
+
+
+# --- the server ------------------------------------------------------------------------------
+
+class Bare:
+    """httpx's `post` as `Sessionless` uses it, over one bare keep-alive connection
+    (interpreters.Connection), so that the client's time stays out of the latencies."""
+
+    def __init__(self, connection):
+        self.connection = connection
+
+    async def post(self, url, json, headers):
+        status, text = await self.connection.post("/mcp", json, headers)
+        return SimpleNamespace(status_code=status, text=text)
+
+
+class Server:
+    """One `streamable-http --stateful --workers 1` server (interpreters.Http) with a
+    `Sessionless` client on a bare connection; stopped on leaving, whatever happens."""
+
+    def __init__(self, binary, cache, *args):
+        self.binary, self.cache, self.args = binary, cache, args
+
+    async def __aenter__(self):
+        self.http = Http(self.binary, self.cache, "--stateful", "--workers", "1", *self.args)
+        try:
+            self.connection = await Connection.open(self.http.port)
+            self.client = Sessionless(self.http, Bare(self.connection))
+            self.httpx = httpx.AsyncClient(timeout=300)
+            # A first call, then the zygote: every sandbox made from now on is forked. The
+            # first sandbox goes, so that the metrics count the measured ones only.
+            first = await self.create()
+            await self.run(first, "1")
+            await self.client.tool("destroy_sandbox", {"sandbox_id": first})
+            await self.http.wait_for(ZYGOTE_READY)
+            self.service = service_pid(self.binary, self.cache)
+            await self.settle()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *_):
+        with contextlib.suppress(Exception):
+            self.connection.close()
+        with contextlib.suppress(Exception):
+            await self.httpx.aclose()
+        self.stop()
+
+    def stop(self):
+        proc = self.http.proc
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=STOP_WAIT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    async def settle(self):
+        """throughput.settle over the front's tree and the zygote service's (whose zygote forks
+        the workers): waits until they stop using CPU (a spare forked, a state written)."""
+        def cpu():
+            return tree_cpu(self.http.proc.pid) + (tree_cpu(self.service) if self.service else 0)
+
+        before = cpu()
+        for _ in range(int(SETTLE_LIMIT / SETTLE_INTERVAL)):
+            await asyncio.sleep(SETTLE_INTERVAL)
+            now = cpu()
+            if now - before < IDLE_CPU:
+                return
+            before = now
+
+    async def create(self):
+        return (await self.client.tool("create_sandbox", {}))["sandbox_id"]
+
+    async def run(self, sandbox, code):
+        return await self.client.tool("run_python_code", {"python_code": code, "sandbox_id": sandbox})
+
+    async def tools(self):
+        """The names `tools/list` gives (sessionless)."""
+        headers = {**Http.HEADERS, "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"}
+        message = {"jsonrpc": "2.0", "id": 0, "method": "tools/list", "params": {"_meta": META}}
+        r = await self.httpx.post(self.http.base, json=message, headers=headers)
+        for line in r.text.splitlines():
+            if line.startswith("data: {") or line.startswith("{"):
+                return [t["name"] for t in json.loads(line.removeprefix("data: "))["result"]["tools"]]
+        raise AssertionError(r.text)
+
+    async def metrics(self):
+        """Every sample of /metrics, by its name with labels."""
+        r = await self.httpx.get(f"http://127.0.0.1:{self.http.port}/metrics")
+        samples = {}
+        for line in r.text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                samples[name] = float(value)
+        return samples
+
+    async def wait_metric(self, sample, wanted, timeout=HIBERNATE_WAIT):
+        """Waits until the metric `sample` is `wanted` (polled every 0.1 s)."""
+        deadline = time.monotonic() + timeout
+        while (await self.metrics()).get(sample, 0) != wanted:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{sample} did not reach {wanted} in {timeout} s "
+                                 f"(it is {(await self.metrics()).get(sample, 0)})")
+            await asyncio.sleep(0.1)
+
+    def log_text(self):
+        return pathlib.Path(self.http.log.name).read_text(errors="replace")
+
+
+def zygote(binary, action, cache):
+    return subprocess.run([binary, "zygote", action, "--cache-dir", cache], capture_output=True, text=True,
+                          timeout=60)
+
+
+def service_pid(binary, cache):
+    """This bench's zygote service's pid, or None."""
+    found = re.search(r"pid (\d+)", zygote(binary, "status", cache).stdout)
+    return int(found.group(1)) if found else None
+
+
+def rss_kib(pid):
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def disk_bytes(path):
+    """`du -sb` of `path` (0 when it is not there)."""
+    if not pathlib.Path(path).exists():
+        return 0
+    return int(subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True, check=True).stdout.split()[0])
+
+
+def p50(values):
+    return percentile(values, 50)
+
+
+def p95(values):
+    return percentile(values, 95)
+
+
+def ms(seconds):
+    return seconds * 1000
+
+
+# --- 1. checkpoint per call ------------------------------------------------------------------
+
+async def checkpoint_round(binary, cache, calls, state_dir=None):
+    """Latencies (s) of `calls` warm `x = x + 1` calls, and the front's checkpoint lines for them
+    (pages, µs, KiB kept), and the checkpoint.bin's size (bytes) with a state directory."""
+    args = ["--state-dir", state_dir] if state_dir else []
+    os.environ["RUST_LOG"] = RUST_LOG
+    try:
+        async with Server(binary, cache, *args) as server:
+            sandbox = await server.create()
+            await server.run(sandbox, SMALL)
+            for _ in range(WARM_UP):
+                await server.run(sandbox, "x = x + 1")
+            await server.settle()
+            before = len(server.log_text())
+            times = []
+            for _ in range(calls):
+                t = time.perf_counter()
+                await server.run(sandbox, "x = x + 1")
+                times.append(time.perf_counter() - t)
+            assert (await server.run(sandbox, "x"))["return_value"] == WARM_UP + calls
+            lines = [tuple(map(int, m.groups())) for m in CHECKPOINT_LINE.finditer(server.log_text()[before:])]
+            files = list(pathlib.Path(state_dir).rglob("checkpoint.bin")) if state_dir else []
+            size = sum(f.stat().st_size for f in files)
+    finally:
+        os.environ.pop("RUST_LOG", None)
+    return times, lines[:calls], size
+
+
+async def checkpoints(binary, cache, calls, rounds):
+    """Measure 1, in alternating rounds without and with a state directory."""
+    memory, directory, lines, sizes = [], [], {False: [], True: []}, []
+    for _ in range(rounds):
+        times, seen, _ = await checkpoint_round(binary, cache, calls)
+        memory.append(times)
+        lines[False] += seen
+        with tempfile.TemporaryDirectory(prefix="mrp-state-") as state_dir:
+            times, seen, size = await checkpoint_round(binary, cache, calls, state_dir)
+        directory.append(times)
+        lines[True] += seen
+        sizes.append(size)
+    return memory, directory, lines, sizes
+
+
+# --- 2. resume after hibernation -------------------------------------------------------------
+
+async def resumes(binary, cache, count):
+    """Measure 2: the first call's latency (s) in each of `count` hibernated sandboxes, and the
+    hibernated bytes per sandbox."""
+    async with Server(binary, cache, "--hibernate-after", "1", "--max-sandboxes", str(count + 10)) as server:
+        sandboxes = []
+        for _ in range(count):
+            sandbox = await server.create()
+            await server.run(sandbox, SMALL)
+            sandboxes.append(sandbox)
+        await server.wait_metric("mcp_run_python_sandboxes_hibernated", count)
+        await server.wait_metric('mcp_run_python_interpreters{state="idle"}', 0)
+        per_sandbox = (await server.metrics())["mcp_run_python_hibernated_bytes"] / count
+        times = []
+        for sandbox in sandboxes:
+            await server.settle()
+            t = time.perf_counter()
+            result = await server.run(sandbox, "x")
+            times.append(time.perf_counter() - t)
+            assert result["return_value"] == 0 and "state" not in result, result
+            # It hibernates again before the next one is timed.
+            await server.wait_metric("mcp_run_python_sandboxes_hibernated", count)
+        total = (await server.metrics())["mcp_run_python_hibernations_total"]
+    return times, per_sandbox, total
+
+
+# --- 3. fork ---------------------------------------------------------------------------------
+
+async def forks(binary, cache, count):
+    """Measure 3: for the big and the small sandbox, the latencies (s) of `fork_sandbox` alone
+    and of `fork_sandbox` -> the first result in the copy; None when the server has no
+    `fork_sandbox`."""
+    async with Server(binary, cache, "--max-sandboxes", "20", "--hibernate-after", "0") as server:
+        if "fork_sandbox" not in await server.tools():
+            return None
+        found = {}
+        for label, code, length in (("big", BIG, 10 << 20), ("small", SMALL, 100 * 1024)):
+            source = await server.create()
+            await server.run(source, code)
+            fork_only, to_result = [], []
+            for i in range(count + 3):
+                await server.settle()
+                t = time.perf_counter()
+                copy = (await server.client.tool("fork_sandbox", {"sandbox_id": source}))["sandbox_id"]
+                forked = time.perf_counter()
+                result = await server.run(copy, "len(data)")
+                done = time.perf_counter()
+                assert result["return_value"] == length, result
+                if i >= 3:  # the first three warm up
+                    fork_only.append(forked - t)
+                    to_result.append(done - t)
+                await server.client.tool("destroy_sandbox", {"sandbox_id": copy})
+            await server.client.tool("destroy_sandbox", {"sandbox_id": source})
+            found[label] = fork_only, to_result
+    return found
+
+
+# --- 4. 10,000 idle sandboxes ----------------------------------------------------------------
+
+def server_pids(front, service):
+    """The front, its descendants, and this bench's zygote service with its descendants (its
+    zygote and the workers it forked)."""
+    pids = [front, *descendants(front)]
+    if service:
+        pids += [service, *descendants(service)]
+    return list(dict.fromkeys(pids))
+
+
+async def idle_sandboxes(binary, cache, wanted, budget):
+    """Measure 4 (see the module's documentation)."""
+    args = ["--max-sandboxes", "50", "--hibernate-after", "1", "--sandbox-idle-timeout", "0"]
+    async with Server(binary, cache, *args) as server:
+        front = server.http.proc.pid
+        rss_before = rss_kib(front)
+        made, started = [], time.perf_counter()
+        while len(made) < wanted and time.perf_counter() - started < budget:
+            sandbox = await server.create()
+            await server.run(sandbox, IDLE)
+            made.append(sandbox)
+            if len(made) % 1000 == 0:
+                print(f"checkpoints: {len(made)} sandboxes in {time.perf_counter() - started:.0f} s, "
+                      f"front RSS {rss_kib(front) / 1024:.0f} MiB", file=sys.stderr)
+        elapsed = time.perf_counter() - started
+        # The last ones hibernate too (--hibernate-after 1).
+        await server.wait_metric("mcp_run_python_sandboxes_hibernated", len(made))
+        await server.settle()
+        samples = await server.metrics()
+        pids = server_pids(front, server.service)
+        found = {
+            "made": len(made), "seconds": elapsed, "rss_before_kib": rss_before, "rss_kib": rss_kib(front),
+            "pss_kib": sum(pss_kib(p) for p in pids), "processes": len(pids),
+            "disk": disk_bytes(pathlib.Path(cache) / "hibernated"),
+            "hibernated": samples.get("mcp_run_python_sandboxes_hibernated", 0),
+            "hibernated_bytes": samples.get("mcp_run_python_hibernated_bytes", 0),
+            "hibernations": samples.get("mcp_run_python_hibernations_total", 0),
+            "sandboxes": samples.get("mcp_run_python_sandboxes", 0),
+        }
+        checked, resumed = random.sample(made[:len(made) // 2], min(20, len(made) // 2)), []
+        for sandbox in checked:
+            t = time.perf_counter()
+            result = await server.run(sandbox, "len(data)")
+            resumed.append(time.perf_counter() - t)
+            assert result["return_value"] == 102400, result
+        found["checked"], found["resumed"] = len(checked), resumed
+    return found
+
+
+# --- Monty -----------------------------------------------------------------------------------
+
+def monty(calls, count, idle):
+    """Monty's figures: dump of the small session, checkout + load + `x`, dump + checkout + load
+    + `len(data)` of the big and small sessions, and the bytes of `idle` dumps."""
+    import pydantic_monty
+
+    found = {}
+    with pydantic_monty.Monty() as pool:
+        with pool.checkout() as session:
+            session.feed_run(SMALL)
+            warm, dumps = [], []
+            for i in range(WARM_UP + calls):
+                t = time.perf_counter()
+                session.feed_run("x = x + 1")
+                t1 = time.perf_counter()
+                dump = session.dump()
+                if i >= WARM_UP:
+                    warm.append(t1 - t)
+                    dumps.append(time.perf_counter() - t1)
+            small = session.dump()
+        found["warm"], found["dump"], found["small_bytes"] = warm, dumps, len(small)
+
+        def load(image, code, expected):
+            """Checkout -> load_session -> result of `code` (s), and load -> result (s)."""
+            t = time.perf_counter()
+            with pool.checkout() as fresh:
+                t1 = time.perf_counter()
+                fresh.load_session(image)
+                assert fresh.feed_run(code) == expected
+                t2 = time.perf_counter()
+            return t2 - t, t2 - t1
+
+        load(small, "x", WARM_UP + calls)
+        runs = [load(small, "x", WARM_UP + calls) for _ in range(count)]
+        found["resume"], found["load"] = [r[0] for r in runs], [r[1] for r in runs]
+
+        for label, code, length in (("big", MONTY_BIG, 10 << 20), ("small", SMALL, 100 * 1024)):
+            with pool.checkout() as session:
+                session.feed_run(code)
+                times = []
+                for i in range(count + 3):
+                    t = time.perf_counter()
+                    image = session.dump()
+                    with pool.checkout() as fresh:
+                        fresh.load_session(image)
+                        assert fresh.feed_run("len(data)") == length
+                        done = time.perf_counter()
+                    if i >= 3:
+                        times.append(done - t)
+                found[f"fork_{label}"] = times
+                found[f"{label}_dump_bytes"] = len(image)
+
+        total, t = 0, time.perf_counter()
+        for _ in range(idle):
+            with pool.checkout() as session:
+                session.feed_run(IDLE)
+                total += len(session.dump())
+        found["idle_bytes"], found["idle_seconds"] = total, time.perf_counter() - t
+    return found
+
+
+# --- the table -------------------------------------------------------------------------------
+
+def pooled(rounds):
+    return [t for r in rounds for t in r]
+
+
+def report(args, c, r, f, i, m):
+    memory, directory, lines, sizes = c
+    rows = []
+
+    def row(label, ours, theirs=None, unit="ms", note=""):
+        ratio = f"{ours / theirs:.1f}×" if theirs else ""
+        theirs_text = f"{theirs:.3f} {unit}" if theirs is not None else ""
+        rows.append(f"| {label} | {ours:.2f} {unit} | {theirs_text} | {ratio} | {note} |")
+
+    mem50, dir50 = ms(p50(pooled(memory))), ms(p50(pooled(directory)))
+    per_round = [ms(p50(d) - p50(m)) for m, d in zip(memory, directory)]
+    monty_dump = ms(p50(m["dump"]))
+    n = len(pooled(memory))
+    row(f"1. warm call `x = x + 1`, `--stateful`: p50 (n={n})", mem50, ms(p50(m["warm"])),
+        note=f"p95 {ms(p95(pooled(memory))):.2f} ms; Monty: its `feed_run`")
+    row(f"1. the same, `--stateful --state-dir`: p50 (n={n})", dir50, ms(p50(m["warm"])),
+        note=f"p95 {ms(p95(pooled(directory))):.2f} ms")
+    row("1. `--state-dir` minus without: difference of the p50s (target ≤ 2 ms)", dir50 - mem50, monty_dump,
+        note=f"per round {', '.join(f'{d:.2f}' for d in per_round)} ms; Monty: its `dump()`, p50 "
+             f"({m['small_bytes'] / 1024:.0f} KiB)")
+    for state_dir in (False, True):
+        seen = lines[state_dir]
+        if seen:
+            us = [line[1] / 1000 for line in seen]
+            row(f"1. the front's checkpoint ({'with' if state_dir else 'without'} `--state-dir`), from its log: p50",
+                p50(us), monty_dump,
+                note=f"p95 {p95(us):.2f} ms; {p50([line[0] for line in seen])} changed pages p50, "
+                     f"{p50([line[2] for line in seen])} KiB kept")
+    if any(sizes):
+        rows.append(f"| 1. checkpoint.bin in the state directory | {max(sizes) / 1024:.0f} KiB | "
+                    f"{m['small_bytes'] / 1024:.0f} KiB | {max(sizes) / m['small_bytes']:.1f}× | Monty: its dump |")
+    times, per_sandbox, _ = r
+    row(f"2. resume after hibernation → result of `x`: p50 (n={len(times)}; target ≤ 30 ms)", ms(p50(times)),
+        ms(p50(m["resume"])),
+        note=f"p95 {ms(p95(times)):.2f} ms; Monty: checkout → `load_session()` → `x` "
+             f"(load → `x` alone {ms(p50(m['load'])):.3f} ms)")
+    rows.append(f"| 2. hibernated state per sandbox (`hibernated_bytes` / sandboxes) | {per_sandbox / 1024:.0f} KiB | "
+                f"{m['small_bytes'] / 1024:.0f} KiB | {per_sandbox / m['small_bytes']:.1f}× | Monty: its dump |")
+    if f is None:
+        rows.append("| 3. fork | skipped: `tools/list` has no `fork_sandbox` in this binary | | | |")
+    else:
+        for label, name in (("big", "10 MiB + 7 stdlib modules"), ("small", "100 KiB, `import json`")):
+            fork_only, to_result = f[label]
+            row(f"3. fork ({name}) → result of `len(data)` in the copy: p50 (n={len(to_result)}"
+                f"{'; target ≤ 10 ms' if label == 'big' else ''})",
+                ms(p50(to_result)), ms(p50(m[f"fork_{label}"])),
+                note=f"p95 {ms(p95(to_result)):.2f} ms; `fork_sandbox` alone p50 {ms(p50(fork_only)):.2f} ms; "
+                     f"Monty: `dump()` → checkout → `load_session()` → result "
+                     f"({m[f'{label}_dump_bytes'] / MIB:.2f} MiB dump)")
+    scale = args.idle_sandboxes / i["made"]
+    extrapolated = "" if i["made"] >= args.idle_sandboxes else \
+        f" (only {i['made']} made in the budget: × {scale:.2f} extrapolated)"
+    rss = i["rss_before_kib"] + (i["rss_kib"] - i["rss_before_kib"]) * scale
+    rows.append(f"| 4. {args.idle_sandboxes} idle sandboxes: the front's RSS (target < 1 GiB){extrapolated} | "
+                f"{rss / 1024:.0f} MiB | | | {i['rss_before_kib'] / 1024:.0f} MiB before the first; measured "
+                f"{i['rss_kib'] / 1024:.0f} MiB with {i['made']} |")
+    rows.append(f"| 4. the whole server's PSS ({i['processes']} processes: front, service, zygote, spares) | "
+                f"{i['pss_kib'] / 1024:.0f} MiB | | | measured with {i['made']} |")
+    disk = i["disk"] * scale
+    monty_disk = m["idle_bytes"] / args.idle_monty * args.idle_sandboxes
+    rows.append(f"| 4. `du -sb <cache>/hibernated/` (target < 5 GiB) | {disk / MIB:.0f} MiB | {monty_disk / MIB:.0f} MiB | "
+                f"{disk / monty_disk:.1f}× | {i['disk'] / i['made'] / 1024:.0f} KiB a sandbox; Monty: "
+                f"{args.idle_monty} dumps of such sessions, {m['idle_bytes'] / args.idle_monty / 1024:.0f} KiB each |")
+    rows.append(f"| 4. metrics: hibernated sandboxes / bytes / hibernations | {i['hibernated']:.0f} / "
+                f"{i['hibernated_bytes'] / MIB:.0f} MiB / {i['hibernations']:.0f} | | | "
+                f"`mcp_run_python_sandboxes` {i['sandboxes']:.0f} |")
+    rows.append(f"| 4. time to make them ({i['made']} × `create_sandbox` + one call) | {i['seconds']:.0f} s | "
+                f"{m['idle_seconds']:.0f} s | {i['seconds'] / m['idle_seconds']:.0f}× | "
+                f"{ms(i['seconds'] / i['made']):.1f} ms a sandbox; Monty: checkout, the call, `dump()` |")
+    row(f"4. {i['checked']} random older sandboxes: resume → `len(data) == 102400`: p50", ms(p50(i["resumed"])),
+        note=f"max {ms(max(i['resumed'])):.2f} ms; all {i['checked']} gave 102400")
+    return "\n".join(["| measure | ours | Monty 1.4 | ours / Monty | notes |", "|---|---|---|---|---|", *rows])
+
+
+async def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--binary", default=str(ROOT / "target" / "release" / "mcp-run-python"))
+    parser.add_argument("--cache-dir", help="the servers' cache (default: a temporary one)")
+    parser.add_argument("--calls", type=int, default=100, help="timed calls per round of measure 1")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of measure 1, each without and with --state-dir")
+    parser.add_argument("--resumes", type=int, default=40)
+    parser.add_argument("--forks", type=int, default=40)
+    parser.add_argument("--idle-sandboxes", type=int, default=10000)
+    parser.add_argument("--idle-budget", type=float, default=1500, help="seconds for making the idle sandboxes")
+    args = parser.parse_args()
+    args.idle_monty = args.idle_sandboxes
+    binary = str(pathlib.Path(args.binary).resolve())
+    scratch = tempfile.mkdtemp(prefix="mrp-checkpoints-")
+    os.chmod(scratch, 0o700)
+    runtime = os.path.join(scratch, "runtime")
+    os.mkdir(runtime, 0o700)
+    cache = args.cache_dir or os.path.join(scratch, "cache")
+    os.environ["XDG_RUNTIME_DIR"] = runtime  # the servers start this bench's own service
+    started = time.perf_counter()
+    try:
+        m = monty(args.calls * args.rounds, args.resumes, args.idle_monty)
+        print(f"checkpoints: Monty done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        c = await checkpoints(binary, cache, args.calls, args.rounds)
+        print(f"checkpoints: 1 done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        r = await resumes(binary, cache, args.resumes)
+        print(f"checkpoints: 2 done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        f = await forks(binary, cache, args.forks)
+        if f is None:
+            print("checkpoints: 3 skipped: this binary's tools/list has no fork_sandbox", file=sys.stderr)
+        i = await idle_sandboxes(binary, cache, args.idle_sandboxes, args.idle_budget)
+        print(f"checkpoints: 4 done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    finally:
+        stopped = zygote(binary, "stop", cache)
+        if zygote(binary, "status", cache).returncode != 1:
+            print(f"checkpoints: a zygote service may still run: {stopped.stdout}{stopped.stderr}", file=sys.stderr)
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(report(args, c, r, f, i, m))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
