@@ -78,8 +78,9 @@ async def test_an_idle_sandbox_hibernates_and_resumes_as_it_was(warm_zygote):
             sandbox = await create(client)
             await run(client, "import json\ndata = bytes(100 * 1024)\nx = 41", sandbox)
             assert metric(base, IDLE_INTERPRETERS) == 1
-            await wait_until(lambda: metric(base, IDLE_INTERPRETERS) == 0, what="the idle interpreter to be freed")
-            assert metric(base, "mcp_run_python_sandboxes_hibernated") == 1
+            await wait_until(lambda: metric(base, "mcp_run_python_sandboxes_hibernated") == 1,
+                             what="the sandbox to hibernate")
+            assert metric(base, IDLE_INTERPRETERS) == 0, "its interpreter was freed"
             assert metric(base, "mcp_run_python_hibernated_bytes") > 0
             back = await run(client, "import sys\n[x + 1, len(data), 'json' in sys.modules]", sandbox)
             assert back["return_value"] == [42, 102400, True], back
