@@ -31,6 +31,9 @@ use std::fmt;
 
 pub use crate::worker::linear_memory::{ZygoteId, PAGE_BYTES};
 
+/// A page of zeros: a stored page equal to it is the zygote's page again.
+const ZERO_PAGE: [u8; PAGE_BYTES] = [0; PAGE_BYTES];
+
 /// Bytes in a WebAssembly page: linear memory grows by whole pages of this size, so every
 /// memory size here is a multiple of it.
 pub const WASM_PAGE_BYTES: u64 = 65536;
@@ -161,7 +164,7 @@ impl Checkpoint {
 
         self.memory_bytes = memory_bytes;
         for (&index, page) in indexes.iter().zip(bytes.chunks_exact(PAGE_BYTES)) {
-            if page.iter().all(|&b| b == 0) {
+            if page == ZERO_PAGE {
                 self.pages.remove(&index);
             } else {
                 self.pages.insert(index, Box::from(page));
