@@ -87,7 +87,7 @@ pub struct Cli {
 
     /// Sandboxes that keep their globals from one call to the next (variables, functions,
     /// imports), as a notebook does, addressed by the `sandbox_id` that every result names
-    /// (README, "Sandboxes"); adds the tools create_sandbox, list_sandbox_files,
+    /// (README, "Sandboxes"); adds the tools create_sandbox, fork_sandbox, list_sandbox_files,
     /// destroy_sandbox, upload_file, delete_file and reset_session (which resets a sandbox), and
     /// files as resources.
     /// Needs `--isolation session`.

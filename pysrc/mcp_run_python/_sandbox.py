@@ -53,8 +53,8 @@ class CodeSandbox:
     """A running server with one interpreter of its own; made by `code_sandbox`.
 
     With `stateful=True` the interpreter is the server's sandbox `sandbox_id`, and its globals
-    last from one `eval` to the next; otherwise `sandbox_id` is `None` and every `eval` starts
-    from fresh globals.
+    last from one `eval` to the next (`fork` copies it into another); otherwise `sandbox_id` is
+    `None` and every `eval` starts from fresh globals.
     """
 
     _session: ClientSession
@@ -92,6 +92,27 @@ class CodeSandbox:
         parsed.pop('sandbox_id', None)
         return cast('RunSuccess | RunError', parsed)
 
+    async def fork(self) -> CodeSandbox:
+        """A new sandbox on the same server that starts as a copy of this one as its last
+        `eval` left it: globals, imported modules, installed packages and files. From then on
+        the two are independent: try one approach in each. An `eval` still running is
+        finished first. Only with `stateful=True`; the copy ends with the server, as this one
+        does.
+
+        Returns:
+            A `CodeSandbox` bound to the copy (its own `sandbox_id`); its first `eval`'s
+            result says `'state': 'forked: ...'`.
+
+        Raises:
+            ValueError: this sandbox is not stateful, or the server refused: its state cannot
+                be copied (Python holds a JavaScript object, say; the message says why), or
+                the server holds its limit of sandboxes (`--max-sandboxes`).
+        """
+        if self.sandbox_id is None:
+            raise ValueError('only a stateful sandbox can be forked: use code_sandbox(stateful=True)')
+        sandbox_id = await _new_sandbox(self._session, 'fork_sandbox', {'sandbox_id': self.sandbox_id})
+        return CodeSandbox(self._session, sandbox_id)
+
 
 @asynccontextmanager
 async def code_sandbox(
@@ -116,7 +137,8 @@ async def code_sandbox(
             (`'host'` or `'host:port'`): the code may fetch from those (`--allow-net`).
             `True` is refused: this server never opens the whole network to sandboxed code.
         stateful: Keep globals (variables, functions, imports) from one `eval` to the next:
-            the server runs with `--stateful`, and the sandbox it makes is `sandbox_id`.
+            the server runs with `--stateful`, and the sandbox it makes is `sandbox_id`;
+            `await sandbox.fork()` copies it into another on the same server.
         functions: Host functions, by name: the sandboxed code awaits `name(...)` and the
             callable (sync or async) runs in this process, with JSON arguments and a JSON
             result; its exception becomes `mcp_run_python.FunctionError` inside. They travel
@@ -144,7 +166,12 @@ async def code_sandbox(
 
 async def _create_sandbox(session: ClientSession) -> str:
     """A new sandbox of a `--stateful` server: its handle."""
-    made = await session.call_tool('create_sandbox', {})
+    return await _new_sandbox(session, 'create_sandbox', {})
+
+
+async def _new_sandbox(session: ClientSession, tool: str, arguments: dict[str, Any]) -> str:
+    """The handle of the sandbox that `tool` (`create_sandbox`, `fork_sandbox`) made."""
+    made = await session.call_tool(tool, arguments)
     # mcp 2.x names the fields in snake case; 1.x in camel case.
     is_error = getattr(made, 'is_error', None)
     if is_error is None:
@@ -153,7 +180,8 @@ async def _create_sandbox(session: ClientSession) -> str:
     if structured is None:
         structured = made.structuredContent
     if is_error or not isinstance(structured, dict):
-        raise ValueError(f'the server made no sandbox: {made.content!r}')
+        words = ' '.join(getattr(block, 'text', '') for block in made.content or [])
+        raise ValueError(f'the server made no sandbox: {words or made.content!r}')
     return str(structured['sandbox_id'])
 
 

@@ -110,6 +110,11 @@ pub struct Sandbox {
     restored_note: Mutex<Option<String>>,
     /// `--stateful`: the interpreter's state as its last completed call left it (issue 36).
     saved: Mutex<Saved>,
+    /// `--stateful`: why the state its last completed call left could not be captured, until
+    /// a later call's can be or a new interpreter starts from scratch (locked after `saved`).
+    uncaptured: Mutex<Option<String>>,
+    /// `fork_sandbox`: the first words of the `state` note of a fork's first call.
+    fork_note: Mutex<Option<String>>,
 }
 
 impl Sandbox {
@@ -155,6 +160,8 @@ impl Sandbox {
             saved_files: Mutex::default(),
             restored_note: Mutex::default(),
             saved: Mutex::default(),
+            uncaptured: Mutex::default(),
+            fork_note: Mutex::default(),
         }
     }
 
@@ -220,6 +227,10 @@ impl Sandbox {
         self.saved.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn uncaptured(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.uncaptured.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Keeps its worker's checkpoint ([`Saved::take`]); returns the bytes of pages kept.
     ///
     /// Errors: [`CheckpointError`] when the pages do not fit; the kept state is cleared.
@@ -229,7 +240,9 @@ impl Sandbox {
         pages: &Pages,
         installed: Vec<(String, String)>,
     ) -> Result<u64, CheckpointError> {
-        self.kept_state().take(zygote, pages, installed)
+        let mut saved = self.kept_state();
+        *self.uncaptured() = None;
+        saved.take(zygote, pages, installed)
     }
 
     /// Whether it keeps the state its last completed call left.
@@ -237,15 +250,20 @@ impl Sandbox {
         matches!(*self.kept_state(), Saved::Current(_))
     }
 
-    /// Its last call's state could not be captured ([`Saved::stale`]).
-    pub fn checkpoint_stale(&self) {
-        self.kept_state().stale();
+    /// Its last call's state could not be captured ([`Saved::stale`]), for the reasons `why`
+    /// (words for a model: what the interpreter holds that a checkpoint cannot).
+    pub fn checkpoint_stale(&self, why: &str) {
+        let mut saved = self.kept_state();
+        saved.stale();
+        *self.uncaptured() = Some(why.to_owned());
     }
 
     /// Its kept state is gone (a restore failed, the state was reset, or a worker that was
     /// not restored took over).
     pub fn forget_checkpoint(&self) {
-        *self.kept_state() = Saved::Empty;
+        let mut saved = self.kept_state();
+        *saved = Saved::Empty;
+        *self.uncaptured() = None;
     }
 
     /// What a restore of its state into a new worker needs, when it has a current state.
@@ -318,7 +336,48 @@ impl Sandbox {
         Ok(())
     }
 
-    /// A sandbox for one call, never registered ([`Owner::Call`]): the caller ends it.    /// A sandbox for one call, never registered ([`Owner::Call`]): the caller ends it.
+    /// What a fork of it starts from (`fork_sandbox`; call it while holding its queue, so that
+    /// no call of it runs meanwhile): its state as its last completed call left it, marked so
+    /// that the first restore reseeds `random`; `None` when it has none to give (no call
+    /// completed in its interpreter, or the interpreter that ran them is gone with its
+    /// state).
+    ///
+    /// Errors: why the state its last completed call left could not be captured (Python holds
+    /// a JavaScript object, the interpreter was not forked from the zygote …), in words for a
+    /// model.
+    pub fn state_to_fork(&self) -> Result<Option<Kept>, String> {
+        if let Some(kept) = self.state_for_fork() {
+            return Ok(Some(kept));
+        }
+        let stale = matches!(*self.kept_state(), Saved::Stale(_));
+        match (stale, self.uncaptured().clone()) {
+            (_, Some(why)) => Err(why),
+            (true, None) => Err("its last checkpoint is out of date".to_owned()),
+            (false, None) => Ok(None),
+        }
+    }
+
+    /// Starts as a fork of another sandbox: with `kept` as its state when that had one (its
+    /// first worker restores it, then gets its files), and `note` as the first words of its
+    /// first call's `state` note.
+    pub fn begin_as_fork(&self, kept: Option<Kept>, note: String) {
+        if let Some(kept) = kept {
+            self.adopt_state(kept);
+        }
+        // Its first worker is not its first: it gets the kept state and files, with the note.
+        self.had_interpreter.store(true, Ordering::SeqCst);
+        *self.fork_note.lock().unwrap_or_else(|p| p.into_inner()) = Some(note);
+    }
+
+    /// Takes the first words of the `state` note due at a fork's first call, if any.
+    pub fn take_fork_note(&self) -> Option<String> {
+        self.fork_note
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    /// A sandbox for one call, never registered ([`Owner::Call`]): the caller ends it.
     ///
     /// Errors: [`MintError`] when the OS random source fails.
     pub fn for_one_call() -> Result<Arc<Sandbox>, MintError> {
@@ -486,5 +545,58 @@ fn kill_in_background(worker: Worker) {
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => drop(runtime.spawn(worker.kill())),
         Err(_) => drop(worker),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::linear_memory::PAGE_BYTES;
+
+    fn sandbox() -> Arc<Sandbox> {
+        Sandbox::new(SandboxId::mint().expect("mint"), Owner::Handle, Vec::new())
+    }
+
+    fn one_page() -> Pages {
+        Pages {
+            memory_bytes: 65536,
+            indexes: vec![0],
+            bytes: vec![7; PAGE_BYTES],
+        }
+    }
+
+    #[test]
+    fn a_fork_gets_the_current_state_or_why_there_is_none() {
+        let source = sandbox();
+        let zygote = ZygoteId([1; 32]);
+        assert!(matches!(source.state_to_fork(), Ok(None)));
+        // A first call whose state could not be captured: refused, with why.
+        source.checkpoint_stale("Python holds 1 JavaScript object(s)");
+        assert_eq!(
+            source.state_to_fork().err().as_deref(),
+            Some("Python holds 1 JavaScript object(s)")
+        );
+        // A later call's state is captured: it is the fork's, marked to reseed.
+        source
+            .keep_checkpoint(zygote, &one_page(), Vec::new())
+            .expect("fits");
+        let kept = source.state_to_fork().expect("current").expect("kept");
+        assert!(kept.reseed);
+        // Stale again: refused; a new interpreter from scratch: nothing to copy.
+        source.checkpoint_stale("1 file(s) are open");
+        assert!(source.state_to_fork().is_err());
+        source.forget_checkpoint();
+        assert!(matches!(source.state_to_fork(), Ok(None)));
+
+        // The fork starts with the state, its first worker is not its first, and its note is
+        // due.
+        let fork = sandbox();
+        fork.begin_as_fork(Some(kept), "forked: …".to_owned());
+        assert!(fork.has_current_state() && !fork.first_interpreter());
+        assert!(fork.resumable().expect("current").reseed);
+        assert_eq!(fork.take_fork_note().as_deref(), Some("forked: …"));
+        let empty = sandbox();
+        empty.begin_as_fork(None, "forked".to_owned());
+        assert!(!empty.has_current_state() && !empty.first_interpreter());
     }
 }

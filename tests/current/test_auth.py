@@ -126,6 +126,28 @@ async def test_a_sandbox_belongs_to_the_principal_that_made_it(server, key):
         assert mine.structured_content["return_value"] == "alice"
 
 
+async def test_another_principals_sandbox_cannot_be_forked(server, key):
+    """fork_sandbox (issue 36) opens its source as every tool does: bob gets for alice's handle
+    the answer of an unknown one, and alice's fork is alice's alone."""
+    async with client_for(server, token(key, "alice")) as alice, client_for(server, token(key, "bob")) as bob:
+        await alice.list_tools()
+        await bob.list_tools()
+        sandbox = (await alice.call_tool("create_sandbox", {})).structured_content["sandbox_id"]
+        await alice.call_tool("upload_file", {"name": "a.txt", "text": "alice's", "sandbox_id": sandbox})
+        unknown = "sbx_" + "A" * 22
+        stolen = await bob.call_tool("fork_sandbox", {"sandbox_id": sandbox}, raise_on_error=False)
+        missing = await bob.call_tool("fork_sandbox", {"sandbox_id": unknown}, raise_on_error=False)
+        assert stolen.is_error and missing.is_error and stolen.structured_content is None
+        words = [r.content[0].text.replace(h[:10], "<id>") for r, h in ((stolen, sandbox), (missing, unknown))]
+        assert words[0] == words[1] and GONE in words[0], words
+        fork = (await alice.call_tool("fork_sandbox", {"sandbox_id": sandbox})).structured_content["sandbox_id"]
+        theirs = await bob.call_tool(TOOL, {"python_code": "open('a.txt').read()", "sandbox_id": fork},
+                                     raise_on_error=False)
+        assert theirs.is_error and GONE in theirs.content[0].text, theirs
+        mine = await alice.call_tool(TOOL, {"python_code": "open('a.txt').read()", "sandbox_id": fork})
+        assert mine.structured_content["return_value"] == "alice's", mine
+
+
 async def test_the_keys_may_come_from_a_url(key, jwks_file):
     """`--auth-jwks` with an http(s) URL: fetched at start from a real local HTTP server."""
     import functools

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.anyio
 
 HANDLE = re.compile(r"sbx_[A-Za-z0-9_-]{22}")
 GONE = "does not exist or has expired"
-SANDBOX_TOOLS = {"run_python_code", "create_sandbox", "list_sandbox_files", "destroy_sandbox",
+SANDBOX_TOOLS = {"run_python_code", "create_sandbox", "fork_sandbox", "list_sandbox_files", "destroy_sandbox",
                  "upload_file", "delete_file", "reset_session"}
 
 

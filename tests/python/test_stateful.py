@@ -21,7 +21,7 @@ from raw_http import call_message, rpc_result, sse_message, sse_session_by_hand,
 pytestmark = pytest.mark.anyio
 
 
-SANDBOX_TOOLS = {"run_python_code", "create_sandbox", "list_sandbox_files", "destroy_sandbox",
+SANDBOX_TOOLS = {"run_python_code", "create_sandbox", "fork_sandbox", "list_sandbox_files", "destroy_sandbox",
                  "upload_file", "delete_file", "reset_session"}
 # A well-formed handle that no server minted.
 UNKNOWN = "sbx_" + "A" * 22

@@ -71,7 +71,7 @@ impl Executor {
             // An interpreter booted while the zygote warmed up: nothing the code did, and
             // nothing it can change; a loss later says the state is gone.
             Checkpointed::Uncapturable(reasons) if reasons == [Uncapturable::NotForked] => {
-                sandbox.checkpoint_stale();
+                sandbox.checkpoint_stale(&Uncapturable::NotForked.to_string());
             }
             Checkpointed::Uncapturable(reasons) => {
                 let why = reasons
@@ -79,7 +79,7 @@ impl Executor {
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
                     .join("; ");
-                sandbox.checkpoint_stale();
+                sandbox.checkpoint_stale(&why);
                 let note = format!(
                     "not saved: this call's interpreter state cannot be captured ({why}); if the interpreter is lost, only the sandbox's files come back"
                 );

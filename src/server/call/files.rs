@@ -156,16 +156,22 @@ impl Executor {
                 }
             }
         }
-        // A sandbox restored from the state directory says so rather than why a restart.
-        let mut note = match (sandbox.take_restored_note(), &resumed) {
-            (Some(taken_over), Resumed::Restored) => format!("restored: {taken_over}; {BACK}"),
-            (Some(taken_over), Resumed::Nothing) => format!("new: {taken_over}; {GONE}"),
-            (Some(taken_over), Resumed::Failed(failed)) => {
+        // A fork, or a sandbox restored from the state directory, says so rather than why a
+        // restart.
+        let fork_note = sandbox.take_fork_note();
+        let mut note = match (fork_note, sandbox.take_restored_note(), &resumed) {
+            (Some(forked), _, Resumed::Failed(failed)) => format!(
+                "{forked}; but the interpreter state it was given could not be restored ({failed}), so its variables, functions and imports are gone"
+            ),
+            (Some(forked), _, _) => forked,
+            (None, Some(taken_over), Resumed::Restored) => format!("restored: {taken_over}; {BACK}"),
+            (None, Some(taken_over), Resumed::Nothing) => format!("new: {taken_over}; {GONE}"),
+            (None, Some(taken_over), Resumed::Failed(failed)) => {
                 format!("new: {taken_over}; its saved interpreter state could not be loaded here ({failed}); {GONE}")
             }
-            (None, Resumed::Restored) => why.restored_note().to_owned(),
-            (None, Resumed::Nothing) => why.note().to_owned(),
-            (None, Resumed::Failed(failed)) => format!(
+            (None, None, Resumed::Restored) => why.restored_note().to_owned(),
+            (None, None, Resumed::Nothing) => why.note().to_owned(),
+            (None, None, Resumed::Failed(failed)) => format!(
                 "{}; its last checkpoint could not be restored: {failed}",
                 why.note()
             ),

@@ -116,7 +116,7 @@ impl McpTool for CreateSandbox {
 }
 
 /// How long a sandbox may go without a call, in words, for the answer that hands one out.
-fn idle_words(idle: Option<std::time::Duration>) -> String {
+pub(super) fn idle_words(idle: Option<std::time::Duration>) -> String {
     match idle {
         Some(idle) if idle.as_secs() >= 120 => format!("{} minutes", idle.as_secs() / 60),
         Some(idle) => format!("{} seconds", idle.as_secs_f64()),

@@ -17,6 +17,7 @@
 pub mod create_sandbox;
 pub mod destroy_sandbox;
 pub mod file_tools;
+pub mod fork_sandbox;
 pub mod format;
 pub mod list_sandbox_files;
 pub mod reach;
@@ -115,6 +116,10 @@ pub enum Reach {
     WorksIn(reach::WithoutHandle),
     /// It makes a new sandbox and names none (`create_sandbox`).
     Makes,
+    /// It makes a new sandbox as a copy of the one its `sandbox_id` names, else of the
+    /// session's, and waits for that one's earlier calls (`fork_sandbox`): the transport
+    /// stamps its arrival in the source, and names the new one in a response header.
+    Forks,
     /// It names, by a required `sandbox_id`, the sandbox it ends (`destroy_sandbox`).
     Ends,
 }
@@ -124,7 +129,7 @@ impl Reach {
     /// belongs to a protocol session, whose own sandbox it would use instead).
     pub fn makes_one(self, in_session: bool) -> bool {
         match self {
-            Reach::Makes => true,
+            Reach::Makes | Reach::Forks => true,
             Reach::WorksIn(reach::WithoutHandle::Create) => !in_session,
             Reach::WorksIn(reach::WithoutHandle::Refuse) | Reach::Ends => false,
         }
@@ -187,9 +192,10 @@ impl ToolEntry {
 }
 
 /// Every tool, in the order `tools/list` gives them.
-pub static TOOLS: [ToolEntry; 7] = [
+pub static TOOLS: [ToolEntry; 8] = [
     ToolEntry::of::<run_python_code::RunPythonCode>(),
     ToolEntry::of::<create_sandbox::CreateSandbox>(),
+    ToolEntry::of::<fork_sandbox::ForkSandbox>(),
     ToolEntry::of::<list_sandbox_files::ListSandboxFiles>(),
     ToolEntry::of::<destroy_sandbox::DestroySandbox>(),
     ToolEntry::of::<file_tools::UploadFile>(),
@@ -346,7 +352,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_drop_in_offers_run_python_code_only_and_stateful_servers_all_seven() {
+    fn the_drop_in_offers_run_python_code_only_and_stateful_servers_all_eight() {
         let names = |stateful| {
             definitions(stateful)
                 .iter()
@@ -359,6 +365,7 @@ mod tests {
             [
                 "run_python_code",
                 "create_sandbox",
+                "fork_sandbox",
                 "list_sandbox_files",
                 "destroy_sandbox",
                 "upload_file",
@@ -371,13 +378,19 @@ mod tests {
             find("create_sandbox", true).map(|t| t.reach),
             Some(Reach::Makes)
         );
+        assert_eq!(
+            find("fork_sandbox", true).map(|t| t.reach),
+            Some(Reach::Forks)
+        );
+        assert!(find("fork_sandbox", false).is_none());
     }
 
     #[test]
-    fn only_create_sandbox_and_a_sessionless_run_make_a_sandbox() {
+    fn only_create_sandbox_fork_sandbox_and_a_sessionless_run_make_a_sandbox() {
         let makes =
             |name, in_session| find(name, true).is_some_and(|t| t.reach.makes_one(in_session));
         assert!(makes("create_sandbox", true) && makes("create_sandbox", false));
+        assert!(makes("fork_sandbox", true) && makes("fork_sandbox", false));
         assert!(makes("run_python_code", false) && !makes("run_python_code", true));
         for name in [
             "list_sandbox_files",

@@ -123,6 +123,11 @@ pub struct ExistingSandbox(pub InUse);
 /// Nothing opened before the call: the tool makes its sandbox (`create_sandbox`).
 pub struct NewSandbox;
 
+/// The sandbox a new one is copied from (`fork_sandbox`): the one named, else the session's;
+/// never one made behind the caller's back. The tool makes the copy, under the handle the
+/// HTTP front minted for it ([`MintedSandbox`]).
+pub struct SourceSandbox(pub InUse);
+
 /// The sandbox a required `sandbox_id` names, opened (so that one saved by another replica is
 /// found too) and taken out of the registry: later uses of its handle get [`Missing`]. The
 /// tool ends it (`destroy_sandbox`).
@@ -179,6 +184,22 @@ impl Opening for NewSandbox {
 }
 
 #[async_trait::async_trait]
+impl Opening for SourceSandbox {
+    const REACH: Reach = Reach::Forks;
+
+    async fn open(
+        server: &RunPythonServer,
+        named: Option<&str>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Self, NoSandbox> {
+        let in_use = server
+            .sandbox_for(named, context, WithoutHandle::Refuse)
+            .await?;
+        Ok(SourceSandbox(in_use))
+    }
+}
+
+#[async_trait::async_trait]
 impl Opening for RemovedSandbox {
     const REACH: Reach = Reach::Ends;
 
@@ -195,7 +216,8 @@ impl Opening for RemovedSandbox {
 }
 
 /// The handle the HTTP front minted for the sandbox a request will make, if it makes one
-/// (a sessionless `run_python_code` without `sandbox_id`, or `create_sandbox`): named in the
+/// (a sessionless `run_python_code` without `sandbox_id`, `create_sandbox`, `fork_sandbox`):
+/// named in the
 /// response's `Sandbox-Id` header before the call runs, so that a load balancer learns where
 /// the sandbox lives from the first answer (issue 27). Set in the HTTP request's extensions.
 #[derive(Debug, Clone)]

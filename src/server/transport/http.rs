@@ -56,7 +56,7 @@ use crate::server::handler::{RunPythonServer, SESSION_HEADER};
 use crate::server::ops::health;
 use crate::server::ops::idle::StreamableSessions;
 use crate::server::sessions::{Sessions, SessionsFull};
-use crate::server::tools::{self, reach::MintedSandbox};
+use crate::server::tools::{self, reach::MintedSandbox, Reach};
 use crate::server::transport::sse;
 use crate::server::transport::unread_body;
 use anyhow::{Context, Result};
@@ -541,9 +541,10 @@ const SANDBOX_PARAM_HEADER: &str = "mcp-param-sandbox-id";
 pub const SANDBOX_RESPONSE_HEADER: &str = "sandbox-id";
 
 /// The sandbox `message` works in, when it is a `tools/call` that names one or will make one
-/// (`create_sandbox`; `run_python_code` without `sandbox_id` and without a session, given by
-/// `in_session`): for the latter a handle is minted now and left in `parts`' extensions for
-/// the handler ([`MintedSandbox`]).
+/// (`create_sandbox`; `fork_sandbox`, whose copy is named rather than its source;
+/// `run_python_code` without `sandbox_id` and without a session, given by `in_session`): for
+/// the latter a handle is minted now and left in `parts`' extensions for the handler
+/// ([`MintedSandbox`]).
 fn sandbox_of_call(
     parts: &mut axum::http::request::Parts,
     message: &ClientJsonRpcMessage,
@@ -555,10 +556,13 @@ fn sandbox_of_call(
     let ClientRequest::CallToolRequest(call) = &request.request else {
         return None;
     };
-    if let Some(named) = tools::named_sandbox(&call.params) {
+    let reach = tools::reach_of(&call.params.name);
+    // A fork names its source and makes a copy: the copy's handle is the one to learn.
+    if let Some(named) = tools::named_sandbox(&call.params).filter(|_| reach != Some(Reach::Forks))
+    {
         return SandboxId::parse(named);
     }
-    let makes_one = tools::reach_of(&call.params.name).is_some_and(|r| r.makes_one(in_session));
+    let makes_one = reach.is_some_and(|r| r.makes_one(in_session));
     if !makes_one {
         return None;
     }

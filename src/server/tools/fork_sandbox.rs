@@ -1,0 +1,153 @@
+//! `fork_sandbox` (`--stateful`, issue 36): once the calls that arrived before it are done,
+//! makes a new sandbox that starts as a copy of the one named (else the session's) as its last
+//! completed call left it: its interpreter state (the checkpoint the sandbox keeps: globals,
+//! imported modules, installed packages), its files (the front's copies) and its
+//! `dependencies`. From then on the two are independent; the copy's first call restores the
+//! state into a new interpreter, reseeds `random` as `os.fork` does, and says in its `state`
+//! note that it started as a fork (never naming the source: a handle is a capability).
+//!
+//! The copy belongs to the caller's principal and counts against `--max-sandboxes` as
+//! `create_sandbox`'s sandboxes do. A sandbox whose last call left a state that could not be
+//! captured (Python holds a JavaScript object, its interpreter was not forked from the zygote
+//! …) is not forked: the tool error says why, and nothing is made. A sandbox that never ran
+//! code is copied as its files and dependencies.
+
+use super::create_sandbox::idle_words;
+use super::list_sandbox_files::SandboxArguments;
+use super::reach::{InUse, Reached, SourceSandbox};
+use super::schema::{object_schema, open, sandbox_id_property, sandbox_tool, Effect};
+use super::{structured_answer, tool_error, McpTool};
+use crate::sandbox::files::name_list;
+use crate::sandbox::live::Arrival;
+use crate::sandbox::registry::Missing;
+use crate::server::handler::RunPythonServer;
+use rmcp::model::{CallToolRequestParams, CallToolResponse, Tool};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer};
+use serde_json::json;
+use std::sync::Arc;
+
+/// The first words of the `state` note of a fork's first call, when it got the source's
+/// interpreter state.
+pub const FORKED: &str = "forked: this sandbox started as a copy of another sandbox as its last completed call left it (variables, functions, imports and installed packages)";
+
+/// The first words of that note when the source had no interpreter state to copy.
+pub const FORKED_WITHOUT_STATE: &str = "forked: this sandbox started as a copy of another sandbox, which held no interpreter state to copy (no completed call in its current interpreter): only its files and dependencies were copied";
+
+/// The tool (see the module's documentation).
+pub struct ForkSandbox;
+
+#[async_trait::async_trait]
+impl McpTool for ForkSandbox {
+    const NAME: &'static str = "fork_sandbox";
+    const STATEFUL_ONLY: bool = true;
+    type Arguments = SandboxArguments;
+    type Sandbox = SourceSandbox;
+
+    /// An optional `sandbox_id` (the source); additive, closed world.
+    fn definition(_stateful: bool) -> Tool {
+        let output = object_schema(
+            json!({"sandbox_id": {"type": "string", "description": "The copy: pass it as `sandbox_id` to the other tools"}}),
+            &["sandbox_id"],
+        );
+        sandbox_tool(
+            Self::NAME,
+            "Fork a Python sandbox",
+            "Copy a sandbox into a new one and return the new one's id: it starts with the variables, functions, imports, installed packages and files the sandbox had after its last completed call, and from then on the two are independent (try one approach in each). A sandbox with a call in flight is forked after that call. A sandbox whose state cannot be copied (for example Python holds a JavaScript object from `import js`) is not forked: the error says why, and nothing is made.",
+            object_schema(
+                json!({"sandbox_id": sandbox_id_property("The sandbox to copy, as a result or create_sandbox named it; may be left out by a client with a session, for the connection's own sandbox")}),
+                &[],
+            ),
+            Effect::Additive,
+        )
+        .with_raw_output_schema(Arc::new(open(output)))
+    }
+
+    /// After the source's earlier calls, copies it into a new sandbox (see the module's
+    /// documentation).
+    async fn call(
+        server: &RunPythonServer,
+        _arguments: SandboxArguments,
+        SourceSandbox(source): SourceSandbox,
+        _request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let arrival = context.extensions.get::<Arrival>();
+        // Held while the copy is made: no later call of the source runs meanwhile.
+        let turn = source.sandbox.queue(arrival).await;
+        if source.sandbox.has_ended() {
+            // Destroyed (or expired) by a request that arrived before this one.
+            return Ok(tool_error(Missing::of(source.sandbox.id.as_str())));
+        }
+        let kept = match source.sandbox.state_to_fork() {
+            Ok(kept) => kept,
+            Err(why) => {
+                return Ok(tool_error(format!(
+                    "the sandbox was not forked and nothing was made: the interpreter state its last completed call left cannot be copied ({why})"
+                )))
+            }
+        };
+        let fork = match server.create_for(context, source.sandbox.dependencies.clone()) {
+            Ok(fork) => fork,
+            Err(full) => return Ok(tool_error(full)),
+        };
+        // From here to `begin_as_fork` nothing awaits: the copy is whole before any call of it
+        // can queue.
+        let cap = server.executor.limits.max_session_file_bytes;
+        let (copies, not_copied) = source
+            .sandbox
+            .with_files(|f| (f.copies(), f.without_copy()));
+        fork.with_files(|f| {
+            for (path, bytes) in copies {
+                f.keep(&path, bytes.as_ref().clone(), cap);
+            }
+        });
+        let had_state = kept.is_some();
+        let mut note = if had_state {
+            FORKED.to_owned()
+        } else {
+            FORKED_WITHOUT_STATE.to_owned()
+        };
+        let not_copied_words = (!not_copied.is_empty()).then(|| {
+            format!(
+                "these files of the other sandbox could not be copied (over --max-session-file-bytes): {}",
+                name_list(&not_copied)
+            )
+        });
+        if let Some(words) = &not_copied_words {
+            note.push_str("; ");
+            note.push_str(words);
+        }
+        fork.begin_as_fork(kept, note);
+        drop(turn);
+        drop(source);
+
+        let in_use = InUse::new(fork.clone(), Reached::Named);
+        if let Some(note) = server.save(&in_use).await {
+            tracing::warn!("sandbox {}: {note}", fork.id.short());
+        }
+        tracing::debug!(
+            "sandbox {} forked ({})",
+            fork.id.short(),
+            if had_state {
+                "with its interpreter state"
+            } else {
+                "files and dependencies"
+            }
+        );
+        let id = &fork.id;
+        let mut text = if had_state {
+            format!("Forked the sandbox into a new one, {id}: it starts as a copy of the sandbox as its last completed call left it (variables, functions, imports, installed packages and files), and from now on the two are independent.")
+        } else {
+            format!("Forked the sandbox into a new one, {id}: the sandbox held no interpreter state to copy (no completed call in its current interpreter), so the new one starts with its files and dependencies only, and from now on the two are independent.")
+        };
+        if let Some(words) = &not_copied_words {
+            text.push_str(&format!(" Note: {words}."));
+        }
+        text.push_str(&format!(
+            " Pass \"sandbox_id\": \"{id}\" to run_python_code and the file tools to work in the new one; it lasts until destroy_sandbox ends it, or until it has had no call for {}.",
+            idle_words(server.registry.idle())
+        ));
+        Ok(structured_answer(text, json!({"sandbox_id": id.as_str()})))
+    }
+}
