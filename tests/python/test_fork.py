@@ -17,7 +17,7 @@ import pytest
 
 from adversary import return_value, status_of
 from conftest import (BINARY, CALL_TIMEOUT, ROOT, SHARED_CACHE, forked_session, run,
-                      wait_for_ready_zygote_service)
+                      stop_zygote_services, wait_for_ready_zygote_service)
 
 pytestmark = pytest.mark.anyio
 
@@ -172,8 +172,16 @@ async def test_code_sandbox_forks(monkeypatch):
     from mcp_run_python import code_sandbox
 
     # The server gets the `mcp` client's default environment, without XDG_RUNTIME_DIR: its
-    # zygote service lives under the cache directory, whose service must be ready for forks.
+    # zygote service lives under the cache directory, whose service must be ready for forks,
+    # and is stopped at the end (other tests count the services they see there).
     args = ["--cache-dir", SHARED_CACHE]
+    try:
+        await forks_through_code_sandbox(code_sandbox, args)
+    finally:
+        await anyio.to_thread.run_sync(lambda: stop_zygote_services(runtime_dir=""))
+
+
+async def forks_through_code_sandbox(code_sandbox, args):
     async with code_sandbox(stateful=True, extra_args=args) as warming:
         assert (await warming.eval("1"))["return_value"] == 1
         await anyio.to_thread.run_sync(lambda: wait_for_ready_zygote_service(runtime_dir=""))
