@@ -68,8 +68,10 @@ impl Hibernation {
         use std::os::unix::fs::DirBuilderExt;
         let dir = root.join(replica);
         // A directory of an earlier front of the same name (a reused process id) holds
-        // nothing this front can use.
+        // nothing this front can use, nor do those of fronts that ended without removing
+        // theirs (SIGKILL).
         let _ = std::fs::remove_dir_all(&dir);
+        remove_orphans(root, replica);
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -140,5 +142,58 @@ impl Hibernation {
     /// Removes the directory (the front stops).
     pub fn remove(&self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Removes the directories under `root` of fronts of this host (`replica`'s) that are no
+/// longer running: a replica is named `<host>-<pid>` (`src/modes.rs`), and a front removes its
+/// own directory when it stops cleanly but not when it is killed.
+fn remove_orphans(root: &Path, replica: &str) {
+    let Some((host, _)) = replica.rsplit_once('-') else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        // Only this host's: a cache directory shared with other machines holds theirs too.
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.rsplit_once('-'))
+            .filter(|(theirs, _)| *theirs == host)
+            .and_then(|(_, pid)| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if pid > 0 && gone {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_this_hosts_directories_of_ended_fronts_are_removed() {
+        let root = std::env::temp_dir().join(format!("hibernation-test-{}", std::process::id()));
+        // Above the kernel's largest process id (4,194,304): never running.
+        let names = [
+            "h-9999999".to_owned(),
+            format!("h-{}", std::process::id()),
+            "other-9999999".to_owned(),
+        ];
+        for name in &names {
+            std::fs::create_dir_all(root.join(name)).expect("made");
+        }
+        remove_orphans(&root, "h-1");
+        let left: Vec<bool> = names.iter().map(|n| root.join(n).exists()).collect();
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(left, [false, true, true]);
     }
 }
