@@ -4,14 +4,16 @@ restore and fork. Every server is `streamable-http --stateful --workers 1`, spok
 sessionless MCP 2026-07-28 requests (bench/sandboxes.py's `Sessionless`, each request on one bare
 keep-alive connection: httpx adds ~2.5 ms of client time per request), and every sandbox is made
 once the zygote is ready, so that its interpreter is forked (a booted one is not checkpointed).
+The front's debug line for each checkpoint ("checkpoint of N changed page(s) in X µs; K KiB
+kept") says what the checkpoints inside the timed calls cost: only that module's debug lines are
+switched on (RUST_LOG), not all of `--verbose`.
 
 1. checkpoint per call: in a sandbox holding `import json` and `data = random.randbytes(100 *
    1024)`, warm calls `x = x + 1` (each changes well under 1 MiB), p50/p95, with `--stateful`
    (the checkpoint kept by the front) and with `--stateful --state-dir DIR` (also written
    there, sealed, as checkpoint.bin), in alternating rounds; the difference of the p50s (target:
-   <= 2 ms), and the front's own checkpoint time from its debug log ("checkpoint of N changed
-   page(s) in X us"; only that module's debug lines are switched on, through RUST_LOG), against
-   Monty's `dump()` of the same session;
+   <= 2 ms) and the front's checkpoint time, against Monty's `dump()` of the same session; for
+   reference, a warm call without `--stateful` (an MCP session's interpreter: no checkpoint);
 2. resume after hibernation (`--hibernate-after 1`): sandboxes as in 1, each hibernated (the
    metric `mcp_run_python_sandboxes_hibernated` counts them all), then the first call `x` in
    each, p50/p95 (target: p50 <= 30 ms), against Monty's checkout of a fresh session ->
@@ -23,25 +25,46 @@ once the zygote is ready, so that its interpreter is forked (a booted one is not
 4. 10,000 idle sandboxes: `--max-sandboxes 50 --hibernate-after 1 --sandbox-idle-timeout 0`,
    each made by `create_sandbox` and one call `import json, random; data = random.randbytes(100
    * 1024)` (the cap hibernates the older ones as new ones come); then the front's RSS, the PSS
-   of the server's every process (front, this bench's own zygote service, its zygote, workers),
-   the bytes of `<cache dir>/hibernated/` (`du -sb`), the hibernation metrics and the time
-   (targets: < 1 GiB RSS, < 5 GiB disk); 20 random sandboxes of the older half must still give
-   `len(data) == 102400`. Past `--idle-budget` seconds it stops making sandboxes and
-   extrapolates to 10,000, saying so. Against the bytes of Monty dumps of as many such sessions.
+   of the server's every process (front, zygote, spares), the bytes of `<cache dir>/hibernated/`
+   (`du -sb`), the hibernation metrics and the time (targets: < 1 GiB RSS, < 5 GiB disk); 20
+   random sandboxes of the older half must still give `len(data) == 102400`. Past
+   `--idle-budget` seconds it stops making sandboxes and extrapolates to 10,000, saying so.
+   Against the bytes of Monty dumps of as many such sessions.
 
-It runs its own zygote service (a temporary XDG_RUNTIME_DIR, 0700) with its own `--cache-dir`
-(temporary unless given), so that the PSS counts no other service, and stops every server and
-then the service (`zygote stop`) at the end, also on failure. Nothing is asserted about times.
+Each server keeps a zygote of its own (`--no-shared-zygote`: its child, so that the PSS counts
+it and no other front's, and so that no other program on the host that stops the zygote
+services started during its own run, as the test suites' run-wide cleanup does, ends it
+mid-measure); `--shared-zygote` forks from a per-host service instead, this bench's own (a
+temporary XDG_RUNTIME_DIR, 0700). The servers share a `--cache-dir` (temporary unless given);
+every server is stopped, and then any service (`zygote stop`), also on failure. Nothing is
+asserted about times; it prints a Markdown table.
 
     cargo build --release
     .venv-bench/bin/python bench/checkpoints.py [--binary target/release/mcp-run-python]
         [--cache-dir DIR] [--calls 100] [--rounds 3] [--resumes 40] [--forks 40]
-        [--idle-sandboxes 10000] [--idle-budget 1500]
+        [--idle-sandboxes 10000] [--idle-budget 1500] [--measures 1,2,3,4] [--shared-zygote]
 
 (`.venv-bench` is made by bench/startup_table.py and has pydantic-monty and httpx.)
 
-One run (release build, 2-core machine, 2026-11-27, ours / Monty in brackets):
-FIGURES
+One run (release build at af72eec, 2-core machine shared with other builds and test runs,
+2026-11-27; each figure a p50 unless said, × Monty's in the same run):
+- a warm call `x = x + 1` with `--stateful`: 3.3 ms (p95 5.2), of which the checkpoint 2.1 ms
+  (134 changed pages; 2.1 MiB kept), against 0.46 ms without `--stateful`; Monty's `dump()`
+  0.075 ms (28× for the checkpoint);
+- `--state-dir` adds 17 ms (pooled; rounds 21, 14 and 4.7 ms, with other programs' disk writes
+  in the first two; two more runs' rounds 4.2, 4.5, 4.5 and 16, 3.6, 5.6 ms): target 2 ms
+  missed. Each call seals the whole image again (~3 ms of the front's CPU: zstd,
+  XChaCha20-Poly1305, SHA-256 of ~2 MiB, for a 264 KiB checkpoint.bin) and flushes three files
+  (state.zip too, though no file changed);
+- resume after hibernation: 24 ms (p95 39; 116× Monty's 0.21 ms checkout -> load -> result),
+  target 30 ms met; 229 KiB on disk a sandbox (1.9× Monty's 120 KiB dump);
+- fork of the 10 MiB sandbox -> result in the copy: 135 ms (p95 283; 10× Monty's 13 ms), target
+  10 ms missed: `fork_sandbox` itself takes 4.8 ms, the copy's first call restores 37.8 MiB of
+  changed pages (the 10 MiB, and what `randbytes` made and freed on the way); the small
+  sandbox: 22 ms (115×);
+- 10,000 idle sandboxes in 544 s (54 ms each; Monty 3.6 s): the front's RSS 133 MiB, the
+  server's PSS 329 MiB (3 processes), 2,220 MiB in `hibernated/` (2.2× Monty's 1,032 MiB of
+  dumps): both targets met; 20 random older ones resumed (p50 23 ms) with their 102,400 bytes.
 """
 
 import argparse
@@ -63,7 +86,7 @@ import httpx
 
 from interpreters import ZYGOTE_READY, Connection, Http, descendants, pss_kib
 from sandboxes import META, Sessionless
-from throughput import IDLE_CPU, SETTLE_INTERVAL, SETTLE_LIMIT, percentile, tree_cpu
+from throughput import IDLE_CPU, SETTLE_INTERVAL, SETTLE_LIMIT, percentile, settle, tree_cpu
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -73,7 +96,7 @@ SMALL = "import json, random\ndata = random.randbytes(100 * 1024)\nx = 0"
 BIG_IMPORTS = ["json", "re", "collections", "datetime", "decimal", "statistics", "csv"]
 BIG = f"import {', '.join(BIG_IMPORTS)}, random\ndata = random.randbytes(10 << 20)"
 # Monty has no `statistics` module: its big session imports the others.
-MONTY_BIG = f"import {', '.join(m for m in BIG_IMPORTS if m != 'statistics')}, random\ndata = random.randbytes(10 << 20)"
+MONTY_BIG = BIG.replace(" statistics,", "")
 # The one call of each of the idle sandboxes of measure 4.
 IDLE = "import json, random\ndata = random.randbytes(100 * 1024)"
 # Calls before the timed ones, in each round of measure 1.
@@ -87,6 +110,8 @@ HIBERNATE_WAIT = 120
 # How long a server may take to stop before it is killed (seconds).
 STOP_WAIT = 60
 MIB = 1 << 20
+# Arguments every server gets besides its own (`--no-shared-zygote` unless --shared-zygote).
+COMMON = []
 
 
 # --- the server ------------------------------------------------------------------------------
@@ -103,6 +128,19 @@ class Bare:
         return SimpleNamespace(status_code=status, text=text)
 
 
+class Started(Http):
+    """interpreters.Http, whose process is killed when it never starts listening."""
+
+    def __init__(self, *args):
+        try:
+            super().__init__(*args)
+        except BaseException:
+            if hasattr(self, "proc"):
+                self.proc.kill()
+                self.proc.wait()
+            raise
+
+
 class Server:
     """One `streamable-http --stateful --workers 1` server (interpreters.Http) with a
     `Sessionless` client on a bare connection; stopped on leaving, whatever happens."""
@@ -111,7 +149,7 @@ class Server:
         self.binary, self.cache, self.args = binary, cache, args
 
     async def __aenter__(self):
-        self.http = Http(self.binary, self.cache, "--stateful", "--workers", "1", *self.args)
+        self.http = Started(self.binary, self.cache, "--stateful", "--workers", "1", *COMMON, *self.args)
         try:
             self.connection = await Connection.open(self.http.port)
             self.client = Sessionless(self.http, Bare(self.connection))
@@ -201,8 +239,15 @@ class Server:
                                  f"(it is {(await self.metrics()).get(sample, 0)})")
             await asyncio.sleep(0.1)
 
-    def log_text(self):
-        return pathlib.Path(self.http.log.name).read_text(errors="replace")
+    def log_size(self):
+        return pathlib.Path(self.http.log.name).stat().st_size
+
+    def checkpoints_since(self, offset):
+        """(changed pages, µs, KiB kept) of each checkpoint the front logged past `offset`."""
+        with open(self.http.log.name, "rb") as log:
+            log.seek(offset)
+            text = log.read().decode(errors="replace")
+        return [tuple(map(int, m.groups())) for m in CHECKPOINT_LINE.finditer(text)]
 
 
 def zygote(binary, action, cache):
@@ -248,33 +293,53 @@ async def checkpoint_round(binary, cache, calls, state_dir=None):
     """Latencies (s) of `calls` warm `x = x + 1` calls, and the front's checkpoint lines for them
     (pages, µs, KiB kept), and the checkpoint.bin's size (bytes) with a state directory."""
     args = ["--state-dir", state_dir] if state_dir else []
-    os.environ["RUST_LOG"] = RUST_LOG
-    try:
-        async with Server(binary, cache, *args) as server:
-            sandbox = await server.create()
-            await server.run(sandbox, SMALL)
-            for _ in range(WARM_UP):
-                await server.run(sandbox, "x = x + 1")
-            await server.settle()
-            before = len(server.log_text())
-            times = []
-            for _ in range(calls):
-                t = time.perf_counter()
-                await server.run(sandbox, "x = x + 1")
-                times.append(time.perf_counter() - t)
-            assert (await server.run(sandbox, "x"))["return_value"] == WARM_UP + calls
-            lines = [tuple(map(int, m.groups())) for m in CHECKPOINT_LINE.finditer(server.log_text()[before:])]
-            files = list(pathlib.Path(state_dir).rglob("checkpoint.bin")) if state_dir else []
-            size = sum(f.stat().st_size for f in files)
-    finally:
-        os.environ.pop("RUST_LOG", None)
+    async with Server(binary, cache, *args) as server:
+        sandbox = await server.create()
+        await server.run(sandbox, SMALL)
+        for _ in range(WARM_UP):
+            await server.run(sandbox, "x = x + 1")
+        await server.settle()
+        before = server.log_size()
+        times = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            await server.run(sandbox, "x = x + 1")
+            times.append(time.perf_counter() - t)
+        assert (await server.run(sandbox, "x"))["return_value"] == WARM_UP + calls
+        lines = server.checkpoints_since(before)
+        files = list(pathlib.Path(state_dir).rglob("checkpoint.bin")) if state_dir else []
+        size = sum(f.stat().st_size for f in files)
     return times, lines[:calls], size
 
 
+async def no_checkpoint_round(binary, cache, calls):
+    """Latencies (s) of `calls` warm calls `x = 1` (without `--stateful` a call's globals are its
+    own, so no `x` is left for `x = x + 1`) in an MCP session's interpreter of a server without
+    `--stateful` (no checkpoint), over a bare connection (interpreters.Http)."""
+    server = Started(binary, cache, "--workers", "1", *COMMON)
+    try:
+        async with httpx.AsyncClient(timeout=300) as http:
+            await server.call(http, await server.session(http))
+            await server.wait_for(ZYGOTE_READY)
+            h = await server.session(http)
+            await server.call(http, h, SMALL)
+            conn = await Connection.open(server.port)
+            for _ in range(WARM_UP):
+                await server.raw_call(conn, h, "x = 1")
+            await settle(server.proc.pid)
+            times = [await server.raw_call(conn, h, "x = 1") for _ in range(calls)]
+            conn.close()
+    finally:
+        server.close()
+    return times
+
+
 async def checkpoints(binary, cache, calls, rounds):
-    """Measure 1, in alternating rounds without and with a state directory."""
-    memory, directory, lines, sizes = [], [], {False: [], True: []}, []
+    """Measure 1, in alternating rounds without and with a state directory (and, for
+    reference, without `--stateful`)."""
+    memory, directory, lines, sizes, sessions = [], [], {False: [], True: []}, [], []
     for _ in range(rounds):
+        sessions.append(await no_checkpoint_round(binary, cache, calls))
         times, seen, _ = await checkpoint_round(binary, cache, calls)
         memory.append(times)
         lines[False] += seen
@@ -283,14 +348,14 @@ async def checkpoints(binary, cache, calls, rounds):
         directory.append(times)
         lines[True] += seen
         sizes.append(size)
-    return memory, directory, lines, sizes
+    return memory, directory, lines, sizes, sessions
 
 
 # --- 2. resume after hibernation -------------------------------------------------------------
 
 async def resumes(binary, cache, count):
-    """Measure 2: the first call's latency (s) in each of `count` hibernated sandboxes, and the
-    hibernated bytes per sandbox."""
+    """Measure 2: the first call's latency (s) in each of `count` hibernated sandboxes, the
+    hibernated bytes per sandbox, and the checkpoint the front took after each of those calls."""
     async with Server(binary, cache, "--hibernate-after", "1", "--max-sandboxes", str(count + 10)) as server:
         sandboxes = []
         for _ in range(count):
@@ -300,17 +365,18 @@ async def resumes(binary, cache, count):
         await server.wait_metric("mcp_run_python_sandboxes_hibernated", count)
         await server.wait_metric('mcp_run_python_interpreters{state="idle"}', 0)
         per_sandbox = (await server.metrics())["mcp_run_python_hibernated_bytes"] / count
-        times = []
+        times, lines = [], []
         for sandbox in sandboxes:
             await server.settle()
+            before = server.log_size()
             t = time.perf_counter()
             result = await server.run(sandbox, "x")
             times.append(time.perf_counter() - t)
-            assert result["return_value"] == 0 and "state" not in result, result
+            assert result.get("return_value") == 0 and "state" not in result, result
+            lines += server.checkpoints_since(before)[:1]
             # It hibernates again before the next one is timed.
             await server.wait_metric("mcp_run_python_sandboxes_hibernated", count)
-        total = (await server.metrics())["mcp_run_python_hibernations_total"]
-    return times, per_sandbox, total
+    return times, per_sandbox, lines
 
 
 # --- 3. fork ---------------------------------------------------------------------------------
@@ -325,10 +391,13 @@ async def forks(binary, cache, count):
         found = {}
         for label, code, length in (("big", BIG, 10 << 20), ("small", SMALL, 100 * 1024)):
             source = await server.create()
+            before = server.log_size()
             await server.run(source, code)
-            fork_only, to_result = [], []
+            kept = server.checkpoints_since(before)[0][2]
+            fork_only, to_result, lines = [], [], []
             for i in range(count + 3):
                 await server.settle()
+                before = server.log_size()
                 t = time.perf_counter()
                 copy = (await server.client.tool("fork_sandbox", {"sandbox_id": source}))["sandbox_id"]
                 forked = time.perf_counter()
@@ -338,9 +407,10 @@ async def forks(binary, cache, count):
                 if i >= 3:  # the first three warm up
                     fork_only.append(forked - t)
                     to_result.append(done - t)
+                    lines += server.checkpoints_since(before)[:1]
                 await server.destroy(copy)
             await server.destroy(source)
-            found[label] = fork_only, to_result
+            found[label] = fork_only, to_result, lines, kept
     return found
 
 
@@ -377,7 +447,9 @@ async def idle_sandboxes(binary, cache, wanted, budget):
         pids = server_pids(front, server.service)
         found = {
             "made": len(made), "seconds": elapsed, "rss_before_kib": rss_before, "rss_kib": rss_kib(front),
-            "pss_kib": sum(pss_kib(p) for p in pids), "processes": len(pids),
+            "pss_kib": sum(pss_kib(p) for p in pids), "front_pss_kib": pss_kib(front), "processes": len(pids),
+            "spare": samples.get('mcp_run_python_interpreters{state="spare"}', 0),
+            "idle": samples.get('mcp_run_python_interpreters{state="idle"}', 0),
             "disk": disk_bytes(pathlib.Path(cache) / "hibernated"),
             "hibernated": samples.get("mcp_run_python_sandboxes_hibernated", 0),
             "hibernated_bytes": samples.get("mcp_run_python_hibernated_bytes", 0),
@@ -386,6 +458,7 @@ async def idle_sandboxes(binary, cache, wanted, budget):
         }
         checked, resumed = random.sample(made[:len(made) // 2], min(20, len(made) // 2)), []
         for sandbox in checked:
+            await server.settle()
             t = time.perf_counter()
             result = await server.run(sandbox, "len(data)")
             resumed.append(time.perf_counter() - t)
@@ -462,8 +535,7 @@ def pooled(rounds):
     return [t for r in rounds for t in r]
 
 
-def report(args, c, r, f, i, m):
-    memory, directory, lines, sizes = c
+def report(args, measures, c, r, f, i, m):
     rows = []
 
     def row(label, ours, theirs=None, unit="ms", note=""):
@@ -471,68 +543,85 @@ def report(args, c, r, f, i, m):
         theirs_text = f"{theirs:.3f} {unit}" if theirs is not None else ""
         rows.append(f"| {label} | {ours:.2f} {unit} | {theirs_text} | {ratio} | {note} |")
 
-    mem50, dir50 = ms(p50(pooled(memory))), ms(p50(pooled(directory)))
-    per_round = [ms(p50(d) - p50(m)) for m, d in zip(memory, directory)]
     monty_dump = ms(p50(m["dump"]))
-    n = len(pooled(memory))
-    row(f"1. warm call `x = x + 1`, `--stateful`: p50 (n={n})", mem50, ms(p50(m["warm"])),
-        note=f"p95 {ms(p95(pooled(memory))):.2f} ms; Monty: its `feed_run`")
-    row(f"1. the same, `--stateful --state-dir`: p50 (n={n})", dir50, ms(p50(m["warm"])),
-        note=f"p95 {ms(p95(pooled(directory))):.2f} ms")
-    row("1. `--state-dir` minus without: difference of the p50s (target ≤ 2 ms)", dir50 - mem50, monty_dump,
-        note=f"per round {', '.join(f'{d:.2f}' for d in per_round)} ms; Monty: its `dump()`, p50 "
-             f"({m['small_bytes'] / 1024:.0f} KiB)")
-    for state_dir in (False, True):
-        seen = lines[state_dir]
-        if seen:
-            us = [line[1] / 1000 for line in seen]
-            row(f"1. the front's checkpoint ({'with' if state_dir else 'without'} `--state-dir`), from its log: p50",
-                p50(us), monty_dump,
-                note=f"p95 {p95(us):.2f} ms; {p50([line[0] for line in seen])} changed pages p50, "
-                     f"{p50([line[2] for line in seen])} KiB kept")
-    if any(sizes):
-        rows.append(f"| 1. checkpoint.bin in the state directory | {max(sizes) / 1024:.0f} KiB | "
-                    f"{m['small_bytes'] / 1024:.0f} KiB | {max(sizes) / m['small_bytes']:.1f}× | Monty: its dump |")
-    times, per_sandbox, _ = r
-    row(f"2. resume after hibernation → result of `x`: p50 (n={len(times)}; target ≤ 30 ms)", ms(p50(times)),
-        ms(p50(m["resume"])),
-        note=f"p95 {ms(p95(times)):.2f} ms; Monty: checkout → `load_session()` → `x` "
-             f"(load → `x` alone {ms(p50(m['load'])):.3f} ms)")
-    rows.append(f"| 2. hibernated state per sandbox (`hibernated_bytes` / sandboxes) | {per_sandbox / 1024:.0f} KiB | "
-                f"{m['small_bytes'] / 1024:.0f} KiB | {per_sandbox / m['small_bytes']:.1f}× | Monty: its dump |")
-    if f is None:
+    if c:
+        memory, directory, lines, sizes, sessions = c
+        mem50, dir50 = ms(p50(pooled(memory))), ms(p50(pooled(directory)))
+        n = len(pooled(memory))
+        row(f"1. for reference: warm call `x = 1` without `--stateful` (a session's interpreter, no "
+            f"checkpoint): p50 (n={n})", ms(p50(pooled(sessions))), ms(p50(m["warm"])),
+            note=f"p95 {ms(p95(pooled(sessions))):.2f} ms; per round "
+                 f"{', '.join(f'{ms(p50(t)):.2f}' for t in sessions)} ms")
+        row(f"1. warm call `x = x + 1`, `--stateful`: p50 (n={n})", mem50, ms(p50(m["warm"])),
+            note=f"p95 {ms(p95(pooled(memory))):.2f} ms; per round "
+                 f"{', '.join(f'{ms(p50(t)):.2f}' for t in memory)} ms; Monty: its `feed_run`")
+        row(f"1. the same, `--stateful --state-dir`: p50 (n={n})", dir50, ms(p50(m["warm"])),
+            note=f"p95 {ms(p95(pooled(directory))):.2f} ms; per round "
+                 f"{', '.join(f'{ms(p50(t)):.2f}' for t in directory)} ms")
+        row("1. `--state-dir` minus without: difference of the p50s (target ≤ 2 ms)", dir50 - mem50, monty_dump,
+            note=f"per round {', '.join(f'{ms(p50(d) - p50(t)):.2f}' for t, d in zip(memory, directory))} ms; "
+                 f"Monty: its `dump()`, p50 ({m['small_bytes'] / 1024:.0f} KiB)")
+        for state_dir in (False, True):
+            seen = lines[state_dir]
+            if seen:
+                us = [line[1] / 1000 for line in seen]
+                row(f"1. the front's checkpoint ({'with' if state_dir else 'without'} `--state-dir`), "
+                    "from its log: p50", p50(us), monty_dump,
+                    note=f"p95 {p95(us):.2f} ms; {p50([line[0] for line in seen])} changed pages p50, "
+                         f"{p50([line[2] for line in seen])} KiB kept")
+        if any(sizes):
+            rows.append(f"| 1. checkpoint.bin in the state directory | {max(sizes) / 1024:.0f} KiB | "
+                        f"{m['small_bytes'] / 1024:.0f} KiB | {max(sizes) / m['small_bytes']:.1f}× "
+                        "| Monty: its dump |")
+    if r:
+        times, per_sandbox, seen = r
+        row(f"2. resume after hibernation → result of `x`: p50 (n={len(times)}; target ≤ 30 ms)", ms(p50(times)),
+            ms(p50(m["resume"])),
+            note=f"p95 {ms(p95(times)):.2f} ms; of it the checkpoint after the call (front's log) p50 "
+                 f"{p50([line[1] for line in seen]) / 1000:.2f} ms; Monty: checkout → `load_session()` → `x` "
+                 f"(load → `x` alone {ms(p50(m['load'])):.3f} ms)")
+        rows.append(f"| 2. hibernated state per sandbox (`hibernated_bytes` / sandboxes) "
+                    f"| {per_sandbox / 1024:.0f} KiB | {m['small_bytes'] / 1024:.0f} KiB "
+                    f"| {per_sandbox / m['small_bytes']:.1f}× | Monty: its dump |")
+    if "3" in measures and f is None:
         rows.append("| 3. fork | skipped: `tools/list` has no `fork_sandbox` in this binary | | | |")
-    else:
+    elif f:
         for label, name in (("big", "10 MiB + 7 stdlib modules"), ("small", "100 KiB, `import json`")):
-            fork_only, to_result = f[label]
+            fork_only, to_result, seen, kept = f[label]
             row(f"3. fork ({name}) → result of `len(data)` in the copy: p50 (n={len(to_result)}"
                 f"{'; target ≤ 10 ms' if label == 'big' else ''})",
                 ms(p50(to_result)), ms(p50(m[f"fork_{label}"])),
                 note=f"p95 {ms(p95(to_result)):.2f} ms; `fork_sandbox` alone p50 {ms(p50(fork_only)):.2f} ms; "
+                     f"the copy's checkpoint after its first call p50 {p50([line[1] for line in seen]) / 1000:.2f} ms; "
+                     f"the source's checkpoint keeps {kept / 1024:.1f} MiB; "
                      f"Monty: `dump()` → checkout → `load_session()` → result "
                      f"({m[f'{label}_dump_bytes'] / MIB:.2f} MiB dump)")
-    scale = args.idle_sandboxes / i["made"]
-    extrapolated = "" if i["made"] >= args.idle_sandboxes else \
-        f" (only {i['made']} made in the budget: × {scale:.2f} extrapolated)"
-    rss = i["rss_before_kib"] + (i["rss_kib"] - i["rss_before_kib"]) * scale
-    rows.append(f"| 4. {args.idle_sandboxes} idle sandboxes: the front's RSS (target < 1 GiB){extrapolated} | "
-                f"{rss / 1024:.0f} MiB | | | {i['rss_before_kib'] / 1024:.0f} MiB before the first; measured "
-                f"{i['rss_kib'] / 1024:.0f} MiB with {i['made']} |")
-    rows.append(f"| 4. the whole server's PSS ({i['processes']} processes: front, service, zygote, spares) | "
-                f"{i['pss_kib'] / 1024:.0f} MiB | | | measured with {i['made']} |")
-    disk = i["disk"] * scale
-    monty_disk = m["idle_bytes"] / args.idle_monty * args.idle_sandboxes
-    rows.append(f"| 4. `du -sb <cache>/hibernated/` (target < 5 GiB) | {disk / MIB:.0f} MiB | {monty_disk / MIB:.0f} MiB | "
-                f"{disk / monty_disk:.1f}× | {i['disk'] / i['made'] / 1024:.0f} KiB a sandbox; Monty: "
-                f"{args.idle_monty} dumps of such sessions, {m['idle_bytes'] / args.idle_monty / 1024:.0f} KiB each |")
-    rows.append(f"| 4. metrics: hibernated sandboxes / bytes / hibernations | {i['hibernated']:.0f} / "
-                f"{i['hibernated_bytes'] / MIB:.0f} MiB / {i['hibernations']:.0f} | | | "
-                f"`mcp_run_python_sandboxes` {i['sandboxes']:.0f} |")
-    rows.append(f"| 4. time to make them ({i['made']} × `create_sandbox` + one call) | {i['seconds']:.0f} s | "
-                f"{m['idle_seconds']:.0f} s | {i['seconds'] / m['idle_seconds']:.0f}× | "
-                f"{ms(i['seconds'] / i['made']):.1f} ms a sandbox; Monty: checkout, the call, `dump()` |")
-    row(f"4. {i['checked']} random older sandboxes: resume → `len(data) == 102400`: p50", ms(p50(i["resumed"])),
-        note=f"max {ms(max(i['resumed'])):.2f} ms; all {i['checked']} gave 102400")
+    if i:
+        scale = args.idle_sandboxes / i["made"]
+        extrapolated = "" if i["made"] >= args.idle_sandboxes else \
+            f" (only {i['made']} made in the budget: × {scale:.2f} extrapolated)"
+        rss = i["rss_before_kib"] + (i["rss_kib"] - i["rss_before_kib"]) * scale
+        rows.append(f"| 4. {args.idle_sandboxes} idle sandboxes: the front's RSS (target < 1 GiB){extrapolated} | "
+                    f"{rss / 1024:.0f} MiB | | | {i['rss_before_kib'] / 1024:.0f} MiB before the first; measured "
+                    f"{i['rss_kib'] / 1024:.0f} MiB with {i['made']} |")
+        rows.append(f"| 4. the whole server's PSS ({i['processes']} processes: the front, the zygote, "
+                    f"{i['spare']:.0f} spare and {i['idle']:.0f} awake interpreter(s)) "
+                    f"| {i['pss_kib'] / 1024:.0f} MiB | | | "
+                    f"the front's {i['front_pss_kib'] / 1024:.0f} MiB; measured with {i['made']} |")
+        disk = i["disk"] * scale
+        monty_disk = m["idle_bytes"] / args.idle_monty * args.idle_sandboxes
+        rows.append(f"| 4. `du -sb <cache>/hibernated/` (target < 5 GiB) | {disk / MIB:.0f} MiB "
+                    f"| {monty_disk / MIB:.0f} MiB | {disk / monty_disk:.1f}× "
+                    f"| {i['disk'] / i['made'] / 1024:.0f} KiB a sandbox; Monty: {args.idle_monty} dumps of such "
+                    f"sessions, {m['idle_bytes'] / args.idle_monty / 1024:.0f} KiB each |")
+        rows.append(f"| 4. metrics: hibernated sandboxes / bytes / hibernations | {i['hibernated']:.0f} / "
+                    f"{i['hibernated_bytes'] / MIB:.0f} MiB / {i['hibernations']:.0f} | | | "
+                    f"`mcp_run_python_sandboxes` {i['sandboxes']:.0f} |")
+        rows.append(f"| 4. time to make them ({i['made']} × `create_sandbox` + one call) | {i['seconds']:.0f} s | "
+                    f"{m['idle_seconds']:.1f} s | {i['seconds'] / m['idle_seconds']:.0f}× | "
+                    f"{ms(i['seconds'] / i['made']):.1f} ms a sandbox; Monty: checkout, the call, `dump()` |")
+        row(f"4. {i['checked']} random older sandboxes: resume → `len(data) == 102400`: p50", ms(p50(i["resumed"])),
+            note=f"max {ms(max(i['resumed'])):.2f} ms; all {i['checked']} gave 102400")
     return "\n".join(["| measure | ours | Monty 1.4 | ours / Monty | notes |", "|---|---|---|---|---|", *rows])
 
 
@@ -546,8 +635,16 @@ async def main():
     parser.add_argument("--forks", type=int, default=40)
     parser.add_argument("--idle-sandboxes", type=int, default=10000)
     parser.add_argument("--idle-budget", type=float, default=1500, help="seconds for making the idle sandboxes")
+    parser.add_argument("--measures", default="1,2,3,4", help="which measures to run (comma-separated)")
+    parser.add_argument("--shared-zygote", action="store_true",
+                        help="fork from a per-host zygote service (the default of the server) rather than a zygote "
+                             "of each server's own")
     args = parser.parse_args()
-    args.idle_monty = args.idle_sandboxes
+    if not args.shared_zygote:
+        COMMON.append("--no-shared-zygote")
+    os.environ["RUST_LOG"] = RUST_LOG  # one debug line per checkpoint
+    measures = set(args.measures.split(","))
+    args.idle_monty = args.idle_sandboxes if "4" in measures else 0
     binary = str(pathlib.Path(args.binary).resolve())
     scratch = tempfile.mkdtemp(prefix="mrp-checkpoints-")
     os.chmod(scratch, 0o700)
@@ -559,21 +656,26 @@ async def main():
     try:
         m = monty(args.calls * args.rounds, args.resumes, args.idle_monty)
         print(f"checkpoints: Monty done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-        c = await checkpoints(binary, cache, args.calls, args.rounds)
-        print(f"checkpoints: 1 done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-        r = await resumes(binary, cache, args.resumes)
-        print(f"checkpoints: 2 done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-        f = await forks(binary, cache, args.forks)
-        if f is None:
-            print("checkpoints: 3 skipped: this binary's tools/list has no fork_sandbox", file=sys.stderr)
-        i = await idle_sandboxes(binary, cache, args.idle_sandboxes, args.idle_budget)
-        print(f"checkpoints: 4 done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        c = r = f = i = None
+        if "1" in measures:
+            c = await checkpoints(binary, cache, args.calls, args.rounds)
+            print(f"checkpoints: 1 done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        if "2" in measures:
+            r = await resumes(binary, cache, args.resumes)
+            print(f"checkpoints: 2 done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        if "3" in measures:
+            f = await forks(binary, cache, args.forks)
+            done = "skipped: this binary's tools/list has no fork_sandbox" if f is None else "done"
+            print(f"checkpoints: 3 {done} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        if "4" in measures:
+            i = await idle_sandboxes(binary, cache, args.idle_sandboxes, args.idle_budget)
+            print(f"checkpoints: 4 done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     finally:
         stopped = zygote(binary, "stop", cache)
         if zygote(binary, "status", cache).returncode != 1:
             print(f"checkpoints: a zygote service may still run: {stopped.stdout}{stopped.stderr}", file=sys.stderr)
         shutil.rmtree(scratch, ignore_errors=True)
-    print(report(args, c, r, f, i, m))
+    print(report(args, measures, c, r, f, i, m))
 
 
 if __name__ == "__main__":
