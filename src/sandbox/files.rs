@@ -140,8 +140,12 @@ impl SandboxFiles {
             entries.insert(path.clone(), Entry { size: *size, bytes });
         }
         self.entries = entries;
-        self.version += 1;
-        before != self.listing()
+        // Same names and sizes: every copy was kept, nothing to save again.
+        let changed = before != self.listing();
+        if changed {
+            self.version += 1;
+        }
+        changed
     }
 
     /// Room left for copies under `cap` (bytes), once the copy of `path`, if any, is dropped.

@@ -271,6 +271,22 @@ impl Sandbox {
         self.kept_state().resumable()
     }
 
+    /// Its current state as the state directory's `checkpoint.bin`, sealed for its handle under
+    /// `generation`; `None` when it has no current state.
+    pub fn seal_state(
+        &self,
+        generation: u64,
+    ) -> Option<Result<Vec<u8>, super::checkpoint::sealed::SealError>> {
+        match &*self.kept_state() {
+            Saved::Current(kept) => Some(super::checkpoint::file::write(
+                kept,
+                generation,
+                self.id.as_str(),
+            )),
+            _ => None,
+        }
+    }
+
     /// A copy of its current state (what a save writes), if it has one.
     pub fn current_state(&self) -> Option<Kept> {
         match &*self.kept_state() {

@@ -581,18 +581,15 @@ impl Registry {
         let (state, id) = (state.clone(), sandbox.id.clone());
         let (generation, created) = (sandbox.generation(), sandbox.created_unix);
         let principal = sandbox.principal.as_ref().map(|p| p.0.clone());
-        let kept = sandbox.current_state();
+        let holder = sandbox.clone();
         let saved = blocking(move || {
-            // Sealed under the generation the save holds it under (see StateDir::save).
-            let checkpoint = match kept {
-                Some(kept) => {
-                    match checkpoint::file::write(&kept, generation.max(1), id.as_str()) {
-                        Ok(bytes) => CheckpointWrite::Write(bytes),
-                        Err(e) => {
-                            tracing::warn!("sandbox {}: checkpoint not sealed: {e}", id.short());
-                            CheckpointWrite::Remove
-                        }
-                    }
+            // Sealed under the generation the save holds it under (see StateDir::save), in
+            // place: the image is not copied first.
+            let checkpoint = match holder.seal_state(generation.max(1)) {
+                Some(Ok(bytes)) => CheckpointWrite::Write(bytes),
+                Some(Err(e)) => {
+                    tracing::warn!("sandbox {}: checkpoint not sealed: {e}", id.short());
+                    CheckpointWrite::Remove
                 }
                 None => CheckpointWrite::Remove,
             };
