@@ -100,6 +100,7 @@ impl Executor {
         if let Err(e) = sandbox.wake() {
             return Resumed::Failed(e.to_string());
         }
+        let taken = std::time::Instant::now();
         let Some(Resumable {
             zygote,
             pages,
@@ -113,6 +114,11 @@ impl Executor {
             );
             return Resumed::Nothing;
         };
+        tracing::debug!(
+            "sandbox {}: its state taken for a restore in {} µs",
+            sandbox.id.short(),
+            taken.elapsed().as_micros()
+        );
         if !installed.is_empty() {
             let deadline = Deadline::after(self.limits.install_timeout, Phase::Installing);
             if let Err(e) = self.reinstall(worker, &installed, deadline).await {
@@ -121,8 +127,17 @@ impl Executor {
             }
         }
         let deadline = Deadline::after(CHECKPOINT_TIMEOUT, Phase::Restoring);
+        let started = std::time::Instant::now();
         match worker.restore(zygote, &pages, reseed, deadline).await {
-            Ok(None) => Resumed::Restored,
+            Ok(None) => {
+                tracing::debug!(
+                    "sandbox {}: restored {} page(s) in {} µs",
+                    sandbox.id.short(),
+                    pages.indexes.len(),
+                    started.elapsed().as_micros()
+                );
+                Resumed::Restored
+            }
             Ok(Some(why)) => {
                 sandbox.forget_checkpoint();
                 Resumed::Failed(why)
