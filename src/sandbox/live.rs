@@ -262,6 +262,10 @@ impl Sandbox {
     /// not restored took over).
     pub fn forget_checkpoint(&self) {
         let mut saved = self.kept_state();
+        // A hibernated state's file goes too (and stops counting against the disk bound).
+        if let Saved::Hibernated(spilled) = &*saved {
+            spilled.home.forget(spilled);
+        }
         *saved = Saved::Empty;
         *self.uncaptured() = None;
     }
@@ -547,10 +551,8 @@ impl Sandbox {
         if let Some(worker) = idle {
             kill_in_background(worker);
         }
-        let mut kept = self.kept_state();
-        if let Saved::Hibernated(spilled) = &*kept {
-            spilled.home.forget(spilled);
-            *kept = Saved::Empty;
+        if self.is_hibernated() {
+            self.forget_checkpoint();
         }
     }
 }

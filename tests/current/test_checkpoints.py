@@ -87,6 +87,14 @@ async def test_an_idle_sandbox_hibernates_and_resumes_as_it_was(warm_zygote):
             assert "state" not in back, back
             assert metric(base, "mcp_run_python_sandboxes_hibernated") == 0
             assert metric(base, "mcp_run_python_hibernations_total") >= 1
+            # Reset while hibernated: the state on disk goes with it.
+            await wait_until(lambda: metric(base, "mcp_run_python_sandboxes_hibernated") == 1,
+                             what="the sandbox to hibernate again")
+            done = await client.call_tool("reset_session", {"sandbox_id": sandbox})
+            assert not done.is_error, done
+            assert metric(base, "mcp_run_python_sandboxes_hibernated") == 0
+            assert metric(base, "mcp_run_python_hibernated_bytes") == 0
+            assert (await run(client, "'x' in globals()", sandbox))["return_value"] is False
 
 
 async def test_at_the_cap_an_idle_sandbox_hibernates_instead_of_ending(warm_zygote):
