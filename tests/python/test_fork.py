@@ -8,7 +8,6 @@ Today's clients (fastmcp 4, sessionless HTTP, another principal) are in
 tests/current/test_fork.py."""
 
 import asyncio
-import datetime
 import json
 import re
 
@@ -16,38 +15,18 @@ import anyio
 import pytest
 
 from adversary import return_value, status_of
-from conftest import (BINARY, CALL_TIMEOUT, ROOT, SHARED_CACHE, forked_session, run,
+from conftest import (BINARY, ROOT, SHARED_CACHE, forked_session, run,
                       stop_zygote_services, wait_for_ready_zygote_service)
+
+# The sandbox helpers of test_sandboxes.py, which the fork tests share.
+from test_sandboxes import create, in_sandbox, state_of, tool  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 
-TIMEOUT = datetime.timedelta(seconds=CALL_TIMEOUT)
 HANDLE = re.compile(r"sbx_[A-Za-z0-9_-]{22}")
 UNKNOWN = "sbx_" + "A" * 22
 GONE = "does not exist or has expired"
 FULL = "the server holds its limit of 1 sandboxes (--max-sandboxes)"
-
-
-def state_of(text):
-    found = re.search(r"^<state>(.*)</state>$", text, re.MULTILINE)
-    return found and found[1]
-
-
-async def tool(session, tool_name, **arguments):
-    return await session.call_tool(tool_name, arguments, read_timeout_seconds=TIMEOUT)
-
-
-async def in_sandbox(session, code, sandbox_id):
-    """run_python_code in `sandbox_id`: the result's text (a tool error fails the test)."""
-    result = await tool(session, "run_python_code", python_code=code, sandbox_id=sandbox_id)
-    assert not result.isError, result
-    return result.content[0].text
-
-
-async def create(session):
-    made = await tool(session, "create_sandbox")
-    assert not made.isError, made
-    return made.structuredContent["sandbox_id"]
 
 
 async def fork(session, sandbox_id=None):

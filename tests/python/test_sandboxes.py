@@ -40,8 +40,9 @@ def call(id_, sandbox_id, meta=None):
     return {"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": params}
 
 
-async def tool(session, name, **arguments):
-    return await session.call_tool(name, arguments, read_timeout_seconds=TIMEOUT)
+async def tool(session, tool_name, **arguments):
+    """Calls `tool_name` (its arguments may include one called `name`, as upload_file's)."""
+    return await session.call_tool(tool_name, arguments, read_timeout_seconds=TIMEOUT)
 
 
 async def in_sandbox(session, code, sandbox_id):

@@ -196,6 +196,12 @@ fn field<const N: usize>(header: &[u8; HEADER_BYTES], at: usize) -> [u8; N] {
     out
 }
 
+/// What the seal authenticates besides the body: the whole header, then `bound` (bytes kept
+/// outside the file, see [`seal`]).
+fn associated_data(head: &[u8; HEADER_BYTES], bound: &[u8]) -> Vec<u8> {
+    [head.as_slice(), bound].concat()
+}
+
 /// The file of `checkpoint`, sealed with `key` (the sandbox's, [`SealKey::for_handle`]),
 /// stamped with the writer's `generation` (the state directory's fence) and `binary` digest.
 /// The seal also covers `bound`, bytes kept elsewhere (the packages a restore installs first,
@@ -240,7 +246,7 @@ fn seal_compressed(
     let mut nonce = [0u8; NONCE_BYTES];
     getrandom::fill(&mut nonce).map_err(SealError::Random)?;
     let head = header.encode(&nonce);
-    let aad = [head.as_slice(), bound].concat();
+    let aad = associated_data(&head, bound);
     let ciphertext = key
         .cipher()
         .encrypt(
@@ -326,7 +332,7 @@ pub fn open(
             XNonce::from_slice(&nonce),
             Payload {
                 msg: ciphertext,
-                aad: &[head.as_slice(), bound].concat(),
+                aad: &associated_data(head, bound),
             },
         )
         .map_err(|_| Refused::Sealed)?;
