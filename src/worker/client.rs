@@ -18,7 +18,7 @@ use super::worker_main::OUTPUT_SLACK;
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -202,7 +202,7 @@ fn taken_pages(
 /// What one `run` asks of a worker, and the caps it runs under.
 pub struct RunRequest<'a> {
     pub code: &'a str,
-    pub globals: serde_json::Map<String, serde_json::Value>,
+    pub globals: &'a serde_json::Map<String, serde_json::Value>,
     /// Most output bytes kept (`--output-cap`).
     pub output_cap: usize,
     /// Longest return value text, in bytes (`--result-cap`).
@@ -256,7 +256,14 @@ pub struct CatalogUpdate {
 }
 
 /// The front's end of a worker's standard input: a pipe of a spawned or a forked process.
-type WorkerIn = Box<dyn AsyncWrite + Send + Unpin>;
+type WorkerIn = Box<dyn RequestPipe>;
+
+/// The front's end of a worker's standard input: an async writer whose descriptor also
+/// tells how many bytes of the requests written to it the worker has not read
+/// ([`Worker::ended_before_taking_request`]).
+pub trait RequestPipe: AsyncWrite + AsRawFd + Send + Unpin {}
+
+impl<T: AsyncWrite + AsRawFd + Send + Unpin> RequestPipe for T {}
 /// The front's end of a worker's standard output or error.
 type WorkerOut = Box<dyn AsyncRead + Send + Unpin>;
 
@@ -272,6 +279,19 @@ pub struct Worker {
     pub confinement: ConfinementReport,
     /// The version of the tool catalog its interpreter builds `mcp_tools` from (0: none yet).
     tools_version: u64,
+    /// How many reply frames the front has read from it.
+    replies_read: u64,
+    /// How its pipes last showed it gone, if they did.
+    gone: Option<Gone>,
+}
+
+/// How a worker's pipes showed that it had ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gone {
+    /// Its replies ended (end of file): every copy of its end of the pipe is closed.
+    RepliesEnded,
+    /// A request could not be written: no reader is left (`EPIPE`), so none of it was taken.
+    RequestRefused,
 }
 
 /// A worker's report of its confinement layers (the second wall), from [`Reply::Ready`].
@@ -378,7 +398,6 @@ impl Worker {
         control: Option<&OwnedFd>,
         snapshot: Option<&File>,
     ) -> Result<Worker, WorkerError> {
-        use std::os::fd::AsRawFd;
         let mut command = Command::new(exe);
         let snapshot = snapshot.map(|f| f.as_raw_fd());
         let inherited: Vec<RawFd> = control
@@ -439,6 +458,8 @@ impl Worker {
             installed: HashMap::new(),
             confinement: ConfinementReport::default(),
             tools_version: 0,
+            replies_read: 0,
+            gone: None,
         }
     }
 
@@ -560,9 +581,12 @@ impl Worker {
 
     async fn next_frame(&mut self, limits: FrameLimits) -> Result<Frame<Reply>, WorkerError> {
         match read_frame_async::<Reply>(&mut self.stdout, limits).await {
-            Ok(Some(frame)) => Ok(frame),
-            Ok(None) => Err(WorkerError::Died(self.exit_reason().await)),
-            Err(e) if e.is_eof() => Err(WorkerError::Died(self.exit_reason().await)),
+            Ok(Some(frame)) => {
+                self.replies_read += 1;
+                Ok(frame)
+            }
+            Ok(None) => self.replies_ended().await,
+            Err(e) if e.is_eof() => self.replies_ended().await,
             Err(e @ FrameError::Io(_)) => Err(WorkerError::Died(Exit::Pipe(e))),
             Err(e) => Err(WorkerError::Protocol(Violation::Frame(e))),
         }
@@ -606,8 +630,17 @@ impl Worker {
         }
     }
 
+    /// The worker's replies ended: it is gone ([`WorkerError::Died`]).
+    async fn replies_ended<T>(&mut self) -> Result<T, WorkerError> {
+        self.gone = Some(Gone::RepliesEnded);
+        Err(WorkerError::Died(self.exit_reason().await))
+    }
+
     async fn send(&mut self, request: &Request, attachments: &[&[u8]]) -> Result<(), WorkerError> {
         if let Err(e) = write_frame_async(&mut self.stdin, request, attachments).await {
+            if matches!(&e, FrameError::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe) {
+                self.gone = Some(Gone::RequestRefused);
+            }
             return Err(WorkerError::Died(match self.exit_reason().await {
                 Exit::Unknown => Exit::Pipe(e),
                 known => known,
@@ -901,7 +934,7 @@ impl Worker {
         let message = Request::Run {
             id,
             code: request.code.to_owned(),
-            globals: request.globals,
+            globals: request.globals.clone(),
             output_cap: request.output_cap,
             result_cap: request.result_cap,
             keep_globals: request.keep_globals,
@@ -962,6 +995,41 @@ impl Worker {
     /// booted one compiles its own as it runs).
     pub fn is_forked(&self) -> bool {
         self.process.is_forked()
+    }
+
+    /// How many reply frames have been read from the worker so far: a mark to pass to
+    /// [`Worker::ended_before_taking_request`].
+    pub fn replies_read(&self) -> u64 {
+        self.replies_read
+    }
+
+    /// Whether the worker ended before it took the one request sent since `mark`
+    /// ([`Worker::replies_read`] then): it sent no reply since, and either the request could
+    /// not be written (no reader left) or bytes of it are still unread in its pipe. Such a
+    /// worker never began that request, so running it again elsewhere repeats nothing: it is
+    /// how a worker killed between calls (the OOM killer, an operator) is told apart from one
+    /// that died running the code, even when its threads were still exiting as the call came.
+    pub fn ended_before_taking_request(&self, mark: u64) -> bool {
+        self.replies_read == mark
+            && match self.gone {
+                None => false,
+                Some(Gone::RequestRefused) => true,
+                Some(Gone::RepliesEnded) => self.request_bytes_unread() > 0,
+            }
+    }
+
+    /// Bytes written to the worker's standard input that it has not read (0 when unknown).
+    fn request_bytes_unread(&self) -> usize {
+        let mut unread: libc::c_int = 0;
+        // SAFETY: FIONREAD stores one c_int through the pointer, which points to a local that
+        // outlives the call; the descriptor is the open write end `self.stdin` owns (on a
+        // pipe, FIONREAD counts the buffered bytes from either end, even with no reader left).
+        let rc = unsafe { libc::ioctl(self.stdin.as_raw_fd(), libc::FIONREAD, &mut unread) };
+        if rc == 0 {
+            usize::try_from(unread).unwrap_or(0)
+        } else {
+            0
+        }
     }
 
     /// Whether the worker's process has ended (killed from outside, the OOM killer, a crash),
@@ -1294,7 +1362,7 @@ while True:
         let mut kept = Vec::new();
         let request = RunRequest {
             code: "",
-            globals: Default::default(),
+            globals: &serde_json::Map::new(),
             output_cap: 10_000,
             result_cap: 1000,
             keep_globals: false,

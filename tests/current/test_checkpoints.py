@@ -70,6 +70,33 @@ async def test_a_worker_sigkilled_between_calls_comes_back_from_its_checkpoint(w
             assert back["state"].startswith("restored:") and "killed from outside" in back["state"], back
 
 
+async def test_a_worker_killed_before_it_took_the_call_gets_the_call_in_its_restored_state(warm_zygote):
+    """The OOM killer's victim may still be exiting when the next call comes: the call is
+    written into its pipe and never read. The front tells that apart from a worker that died
+    running the code (the request is still unread in the pipe) and runs the call once, in a new
+    interpreter restored from the checkpoint, instead of failing a call that never began."""
+    with http_server("streamable-http", "--stateful", "--workers", "1") as base:
+        async with client_for(base) as client:
+            await client.list_tools()
+            sandbox = await create(client)
+            await run(client, "x = 41", sandbox)
+            workers = forked_for(base.pid)
+            # Stopped, a worker keeps its pipes open and reads nothing: the call waits unread.
+            for worker in workers:
+                os.kill(worker, signal.SIGSTOP)
+            call = asyncio.create_task(run(client, "x += 1\nx", sandbox))
+            await asyncio.sleep(1)
+            assert not call.done()
+            for worker in workers:
+                os.kill(worker, signal.SIGKILL)
+            back = await call
+            assert back.get("return_value") == 42, back
+            assert back["state"].startswith("restored:"), back
+            # The call's state was checkpointed in its new interpreter.
+            again = await run(client, "x", sandbox)
+            assert again.get("return_value") == 42, again
+
+
 async def test_an_idle_sandbox_hibernates_and_resumes_as_it_was(warm_zygote):
     args = ["--stateful", "--workers", "1", "--hibernate-after", "1"]
     with http_server("streamable-http", *args) as base:

@@ -208,7 +208,6 @@ impl Executor {
         on_output: OutputSink,
         cancel: &CancellationToken,
     ) -> Option<CallResult> {
-        let mut result = CallResult::new(Outcome::Success(None));
         let declared = match script_dependencies(code) {
             Ok(d) => d,
             Err(e) => {
@@ -228,32 +227,71 @@ impl Executor {
             Ok(turn) => turn,
             Err(early) => return early.into_result(),
         };
+        let mut on_output = on_output;
+        // A worker that turns out to have ended before it took the call (killed between
+        // calls while its threads were still exiting) is replaced, and the call sent again,
+        // once: it never began there.
+        let mut vanished = false;
+        loop {
+            let call = Call {
+                code,
+                declared: declared.clone(),
+                globals: &globals,
+                timeout,
+                on_output: &mut on_output,
+            };
+            match self
+                .attempt(&mut held, sandbox, call, vanished, stop.as_mut())
+                .await
+            {
+                // `attempt` says so only of a first attempt.
+                Attempt::Vanished => vanished = true,
+                Attempt::Done(result) => return result,
+            }
+        }
+    }
+
+    /// One attempt at `call` in `held`'s worker (replaced first when it ended, or when
+    /// `vanished`: the last attempt's worker had ended before it took the call).
+    async fn attempt(
+        &self,
+        held: &mut Held,
+        sandbox: &Sandbox,
+        call: Call<'_>,
+        vanished: bool,
+        mut stop: Pin<&mut impl Future<Output = ()>>,
+    ) -> Attempt {
+        let mut result = CallResult::new(Outcome::Success(None));
         let stateful = self.keeps_state();
         if let Err(early) = self
-            .ready_interpreter(&mut held, sandbox, stateful, stop.as_mut())
+            .ready_interpreter(held, sandbox, stateful, vanished, stop.as_mut())
             .await
         {
-            return early.into_result();
+            return Attempt::Done(early.into_result());
         }
         if stateful {
             result.state = sandbox.take_note();
         }
         let Some(worker) = held.slot().as_mut() else {
-            return Some(run_error(WorkerError::Closed));
+            return Attempt::Done(Some(run_error(WorkerError::Closed)));
         };
-        let call = Call {
-            code,
-            declared,
-            globals,
-            timeout,
-            on_output,
-        };
+        let mark = worker.replies_read();
         let verdict = self
             .run_on(worker, sandbox, call, stateful, &mut result, stop)
             .await;
-        self.settle(&mut held, sandbox, stateful, verdict, &mut result)
+        if !vanished
+            && verdict == Some(Verdict::Discard)
+            && worker.ended_before_taking_request(mark)
+        {
+            tracing::info!(
+                "sandbox {}: its interpreter had ended before it took the call; sending the call to a new one",
+                sandbox.id.short()
+            );
+            return Attempt::Vanished;
+        }
+        self.settle(held, sandbox, stateful, verdict, &mut result)
             .await;
-        verdict.map(|_| result)
+        Attempt::Done(verdict.map(|_| result))
     }
 
     /// Waits for the call's turn ([`Queue::turn`]), counted as waiting meanwhile: the
@@ -296,6 +334,7 @@ impl Executor {
         held: &mut Held,
         sandbox: &Sandbox,
         stateful: bool,
+        vanished: bool,
         mut stop: Pin<&mut impl Future<Output = ()>>,
     ) -> Result<(), Early> {
         if let Held::Shared(lease) = held {
@@ -307,8 +346,11 @@ impl Executor {
         }
         // A worker that ended between calls (killed from outside, the OOM killer, a crash while
         // idle) is replaced before the code is sent, rather than failing a call that
-        // never ran.
-        let died = held.slot().as_mut().is_some_and(Worker::has_ended);
+        // never ran; so is one that was found to have ended before it took the call.
+        let died = held
+            .slot()
+            .as_mut()
+            .is_some_and(|w| vanished || w.has_ended());
         if died {
             tracing::info!(
                 "sandbox {}: its interpreter had ended since its last call; starting a new one",
@@ -429,7 +471,7 @@ impl Executor {
             declared,
             globals,
             timeout,
-            mut on_output,
+            on_output,
         } = call;
         let sandbox_deps = &sandbox.dependencies;
         let timeout = timeout.unwrap_or(NO_LIMIT);
@@ -562,7 +604,7 @@ impl Executor {
         worker: &mut Worker,
         sandbox: &Sandbox,
         code: &str,
-        globals: serde_json::Map<String, serde_json::Value>,
+        globals: &serde_json::Map<String, serde_json::Value>,
         run_deadline: Deadline,
         mut collect: impl FnMut(Stream, String) + Send,
     ) -> RunEnd {
@@ -678,12 +720,20 @@ struct Call<'a> {
     /// imports.
     declared: Option<Vec<String>>,
     /// Globals set before it runs.
-    globals: serde_json::Map<String, serde_json::Value>,
+    globals: &'a serde_json::Map<String, serde_json::Value>,
     /// Its limit for scanning and running (`--timeout`, or `--task-timeout` for a call that
     /// may become a task); `None`: none.
     timeout: Option<Duration>,
     /// Receives its output lines as they come.
-    on_output: OutputSink,
+    on_output: &'a mut OutputSink,
+}
+
+/// How one attempt at a call ended ([`Executor::attempt`]).
+enum Attempt {
+    /// Its worker had ended before it took the call: the call is to be sent to a new one.
+    Vanished,
+    /// What [`Executor::run`] answers.
+    Done(Option<CallResult>),
 }
 
 /// How a call ended before its code ran.
