@@ -9,13 +9,15 @@
 //! the worker.
 
 use super::activity::{Activity, InFlight};
-use super::checkpoint::{CheckpointError, Kept, Resumable, Saved};
+use super::checkpoint::sealed::SealError;
+use super::checkpoint::{file, CheckpointError, Kept, Resumable, Saved, Written};
 use super::files::SandboxFiles;
 use super::handle::{MintError, SandboxId};
 use super::hibernation::{Hibernation, HibernationError};
+use super::state_dir::{CheckpointWrite, MAX_CHAIN_FILES};
 use crate::worker::client::Worker;
 use crate::worker::linear_memory::{Pages, ZygoteId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -105,6 +107,9 @@ pub struct Sandbox {
     generation: AtomicU64,
     /// `--state-dir`: the [`SandboxFiles::version`] last saved.
     saved_files: Mutex<Option<u64>>,
+    /// `--state-dir`: held across a save, so that its saves write in the order they took its
+    /// state (each checkpoint delta follows the file the save before it wrote).
+    pub save_turn: tokio::sync::Mutex<()>,
     /// `--state-dir`: the first words of the `state` note of the first call after a restore
     /// from the state directory (what came back, what was lost).
     restored_note: Mutex<Option<String>>,
@@ -116,6 +121,12 @@ pub struct Sandbox {
     /// `fork_sandbox`: the first words of the `state` note of a fork's first call.
     fork_note: Mutex<Option<String>>,
 }
+
+/// How many times its image's pages a sandbox's checkpoint deltas in the state directory may
+/// hold before a save writes the image whole again: a call tends to change the same pages
+/// (the allocator's, the interpreter's frames) as the call before it, so the chain grows by
+/// about what a call changes, and a restore reads at most this many images more than one.
+const MAX_DELTA_RATIO: u64 = 2;
 
 impl Sandbox {
     /// A sandbox named `id`, held by `owner`, with no worker yet (it gets one at its first call)
@@ -158,6 +169,7 @@ impl Sandbox {
             activity: Activity::new(),
             generation: AtomicU64::new(0),
             saved_files: Mutex::default(),
+            save_turn: tokio::sync::Mutex::new(()),
             restored_note: Mutex::default(),
             saved: Mutex::default(),
             uncaptured: Mutex::default(),
@@ -275,19 +287,74 @@ impl Sandbox {
         self.kept_state().resumable()
     }
 
-    /// Its current state as the state directory's `checkpoint.bin`, sealed for its handle under
-    /// `generation`; `None` when it has no current state.
-    pub fn seal_state(
-        &self,
-        generation: u64,
-    ) -> Option<Result<Vec<u8>, super::checkpoint::sealed::SealError>> {
-        match &*self.kept_state() {
-            Saved::Current(kept) => Some(super::checkpoint::file::write(
-                kept,
-                generation,
-                self.id.as_str(),
-            )),
-            _ => None,
+    /// Its current state as the state directory's next checkpoint file, sealed for its handle
+    /// under `generation` (`crate::sandbox::checkpoint::file`): a delta of the pages changed
+    /// since the file this replica last wrote of it, while the chain's deltas hold at most
+    /// [`MAX_DELTA_RATIO`] times the image's pages and it has fewer than [`MAX_CHAIN_FILES`]
+    /// files; else the image whole.
+    /// `None` when it has no current state (a save then removes the chain). The chain is
+    /// recorded as written; a save that fails calls [`Sandbox::chain_unwritten`]. Called
+    /// under [`Sandbox::save_turn`].
+    ///
+    /// Errors: [`SealError`] (nothing is recorded as written then).
+    pub fn state_write(&self, generation: u64) -> Option<Result<CheckpointWrite, SealError>> {
+        let mut saved = self.kept_state();
+        let Saved::Current(kept) = &mut *saved else {
+            return None;
+        };
+        let handle = self.id.as_str();
+        let written = kept.written.take();
+        let image_pages = kept.image.page_count() as u64;
+        let delta = written.filter(|w| {
+            w.files < MAX_CHAIN_FILES
+                && w.delta_pages + w.changed.len() as u64 <= MAX_DELTA_RATIO * image_pages
+        });
+        tracing::debug!(
+            "sandbox {}: checkpoint file: {}",
+            self.id.short(),
+            match &delta {
+                Some(w) => format!("a delta of {} page(s)", w.changed.len()),
+                None => format!("the image whole ({image_pages} page(s))"),
+            }
+        );
+        let write = match delta {
+            Some(w) => file::write_delta(kept, &w.changed, generation, handle, &w.tail).map(|f| {
+                let sha256 = file::digest(&f);
+                let next = Written {
+                    tail: sha256,
+                    files: w.files + 1,
+                    delta_pages: w.delta_pages + w.changed.len() as u64,
+                    changed: BTreeSet::new(),
+                };
+                let write = CheckpointWrite::Delta {
+                    after: w.tail,
+                    file: f,
+                    sha256,
+                };
+                (write, next)
+            }),
+            None => file::write(kept, generation, handle).map(|f| {
+                let sha256 = file::digest(&f);
+                let next = Written {
+                    tail: sha256,
+                    files: 1,
+                    delta_pages: 0,
+                    changed: BTreeSet::new(),
+                };
+                (CheckpointWrite::Whole { file: f, sha256 }, next)
+            }),
+        };
+        Some(write.map(|(write, next)| {
+            kept.written = Some(next);
+            write
+        }))
+    }
+
+    /// A save of its state failed, or found another chain than the one it followed: the next
+    /// save writes the image whole.
+    pub fn chain_unwritten(&self) {
+        if let Saved::Current(kept) | Saved::Stale(kept) = &mut *self.kept_state() {
+            kept.written = None;
         }
     }
 

@@ -529,20 +529,21 @@ impl Registry {
         Ok(Entered { sandbox, in_flight })
     }
 
-    /// Opens the `checkpoint.bin` a takeover read (`restored.checkpoint`, taken): the kept state
-    /// when it was sealed for `id`, by this build, under the generation the takeover found;
+    /// Opens the checkpoint chain a takeover read (`restored.checkpoint`, taken): the kept
+    /// state when its files were sealed for `id`, by this build, in this order, under the
+    /// generation the takeover found;
     /// otherwise why not (the sandbox comes back with its files only).
     fn open_checkpoint(
         &self,
         id: &SandboxId,
         restored: &mut super::state_dir::Restored,
     ) -> (Option<Kept>, Option<sealed::Refused>) {
-        let bytes = match std::mem::take(&mut restored.checkpoint) {
+        let files = match std::mem::take(&mut restored.checkpoint) {
             SavedCheckpoint::None => return (None, None),
             SavedCheckpoint::NotTheLast => return (None, Some(sealed::Refused::Sealed)),
-            SavedCheckpoint::File(bytes) => bytes,
+            SavedCheckpoint::Chain(files) => files,
         };
-        match checkpoint::file::read(&bytes, id.as_str(), checkpoint::MAX_MEMORY_BYTES) {
+        match checkpoint::file::read_chain(&files, id.as_str(), checkpoint::MAX_MEMORY_BYTES) {
             Ok((generation, kept)) if generation + 1 == restored.generation => (Some(kept), None),
             // Sealed for this sandbox, but not by its last save: an older file put back.
             Ok(_) => (None, Some(sealed::Refused::Sealed)),
@@ -582,27 +583,42 @@ impl Registry {
         let (generation, created) = (sandbox.generation(), sandbox.created_unix);
         let principal = sandbox.principal.as_ref().map(|p| p.0.clone());
         let holder = sandbox.clone();
+        // Saves of one sandbox write in turn: each delta follows the file the one before wrote.
+        let _turn = sandbox.save_turn.lock().await;
         let saved = blocking(move || {
+            let save = |checkpoint| {
+                state.save(
+                    &id,
+                    generation,
+                    created,
+                    principal.as_deref(),
+                    snapshot.as_ref(),
+                    Some(checkpoint),
+                )
+            };
             // Sealed under the generation the save holds it under (see StateDir::save), in
             // place: the image is not copied first.
-            let checkpoint = match holder.seal_state(generation.max(1)) {
-                Some(Ok(bytes)) => CheckpointWrite::Write(bytes),
+            let write = || match holder.state_write(generation.max(1)) {
+                Some(Ok(write)) => write,
                 Some(Err(e)) => {
                     tracing::warn!("sandbox {}: checkpoint not sealed: {e}", id.short());
                     CheckpointWrite::Remove
                 }
                 None => CheckpointWrite::Remove,
             };
-            state.save(
-                &id,
-                generation,
-                created,
-                principal.as_deref(),
-                snapshot.as_ref(),
-                Some(checkpoint),
-            )
+            match save(write()) {
+                // Another chain than the one this replica wrote: the image goes whole.
+                Err(StateError::ChainMoved) => {
+                    holder.chain_unwritten();
+                    save(write())
+                }
+                saved => saved,
+            }
         })
         .await;
+        if saved.is_err() {
+            sandbox.chain_unwritten();
+        }
         match saved {
             Ok(generation) => {
                 crate::metrics::state_saved(SaveResult::Ok);

@@ -10,16 +10,26 @@
 //!
 //! ```text
 //! DIR/<sha256 of the handle, hex>/lock        the lock taken around every read-modify-write
-//! DIR/<…>/owner.json                          Ownership: generation, replica, times
-//! DIR/<…>/state.zip                           manifest.json + files/<path>, stored uncompressed
-//! DIR/<…>/checkpoint.bin                      the interpreter's state, sealed for the handle
-//!                                             (`crate::sandbox::checkpoint::file`; issue 36)
+//! DIR/<…>/owner.json                          Ownership: generation, replica, times, and
+//!                                             which of the files below are the state
+//! DIR/<…>/state-<n>.zip                       manifest.json + files/<path>, stored uncompressed
+//! DIR/<…>/checkpoint-<n>.bin                  the interpreter's state as a chain of files, each
+//!                                             sealed for the handle: a whole image, then one
+//!                                             delta per call (`crate::sandbox::checkpoint::file`;
+//!                                             issue 36)
 //! ```
 //!
-//! Every file is written whole under a temporary name, then renamed over the old one (atomic
-//! on POSIX file systems and NFS), so a reader sees one call's state or the next, never a mix;
-//! `state.zip` and `checkpoint.bin` are written before `owner.json`, so a restore never pairs
-//! new ownership with an older state than the last completed call's.
+//! **`owner.json` is the commit point.** A save numbers itself (`n`, one more than the
+//! record's last), writes its new files under names no record names yet, then replaces
+//! `owner.json` whole (a temporary file, flushed, renamed over the old one: atomic on POSIX file
+//! systems and NFS), and only then removes the files the old record named and the new one does
+//! not. A replica killed anywhere in a save leaves the record of the last completed save and
+//! every file it names, so a takeover restores exactly that call's files and interpreter state,
+//! never a mix; files a cut save left behind are unnamed, and the next takeover removes them.
+//! `owner.json` names the chain's files with their SHA-256, so a file put back from an earlier
+//! save is refused. The archive (written only when the files changed) and the record are
+//! flushed to disk; a checkpoint file, written after every call, is not (its digest catches a
+//! file a host crash cut short, and the sandbox then comes back with its files and a note).
 //!
 //! **One owner at a time: a generation number, fenced under a lock.** Taking a sandbox over
 //! ([`StateDir::claim`]) increments its generation under the sandbox's file lock (`flock`,
@@ -44,17 +54,24 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// The ownership record's file name.
 const OWNER_FILE: &str = "owner.json";
 
-/// The files' archive's file name.
-const STATE_FILE: &str = "state.zip";
+/// The files' archive's file name as builds before numbered saves wrote it (read when a
+/// record names no numbered archive).
+const LEGACY_STATE_FILE: &str = "state.zip";
+
+/// The interpreter state's file name as builds before checkpoint chains wrote it (removed).
+const LEGACY_CHECKPOINT_FILE: &str = "checkpoint.bin";
 
 /// The lock file's name.
 const LOCK_FILE: &str = "lock";
 
-/// The interpreter state's file name (issue 36).
-const CHECKPOINT_FILE: &str = "checkpoint.bin";
+/// Largest checkpoint chain read, all its files together (bytes): a whole 4 GiB memory,
+/// sealed, with its package list, and as much again of deltas (the front writes the image
+/// whole again before its deltas outgrow it).
+const MAX_CHAIN_BYTES: u64 = 2 * ((4 << 30) + (1 << 20));
 
-/// Largest `checkpoint.bin` read (bytes): a whole 4 GiB memory, sealed, with its package list.
-const MAX_CHECKPOINT_BYTES: u64 = (4 << 30) + (1 << 20);
+/// Most files in a checkpoint chain (its first, then deltas): the front writes the image
+/// whole again before it would pass this.
+pub const MAX_CHAIN_FILES: usize = 64;
 
 /// The manifest's name inside the archive.
 const MANIFEST: &str = "manifest.json";
@@ -68,8 +85,9 @@ const DIGEST_HEX_LEN: usize = 64;
 /// The archive format this build writes and reads.
 const FORMAT: u32 = 1;
 
-/// Largest `owner.json` read (bytes): a few numbers and a replica name.
-const MAX_OWNER_BYTES: u64 = 4096;
+/// Largest `owner.json` read (bytes): a few numbers, a replica name, and up to
+/// [`MAX_CHAIN_FILES`] chain links of about 90 bytes each.
+const MAX_OWNER_BYTES: u64 = 16 << 10;
 
 /// Largest manifest read (bytes): the dependency list and the file names.
 const MAX_MANIFEST_BYTES: u64 = 4 << 20;
@@ -95,10 +113,38 @@ struct Ownership {
     /// that principal restores it. The principal itself is not written.
     #[serde(default)]
     principal_sha256: Option<String>,
-    /// The SHA-256 of the `checkpoint.bin` its last save wrote (hex), if any: a restore takes
-    /// only that file, not one put back from an earlier save (issue 36).
+    /// How many saves wrote here: the last one's number, which names the files it wrote.
     #[serde(default)]
-    checkpoint_sha256: Option<String>,
+    save: u64,
+    /// The save whose `state-<n>.zip` holds the files; `None`: `state.zip` (a directory an
+    /// older build wrote).
+    #[serde(default)]
+    state_save: Option<u64>,
+    /// The interpreter state's chain, first file first (issue 36); empty: none.
+    #[serde(default)]
+    chain: Vec<Link>,
+}
+
+/// One file of a checkpoint chain, as `owner.json` names it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+struct Link {
+    /// The save that wrote it: the file is `checkpoint-<save>.bin`.
+    save: u64,
+    /// Its SHA-256 (hex): a restore takes only that file, not one put back from another save.
+    sha256: String,
+}
+
+/// The name of the archive save `n` wrote.
+fn state_file(n: Option<u64>) -> String {
+    match n {
+        Some(n) => format!("state-{n}.zip"),
+        None => LEGACY_STATE_FILE.to_owned(),
+    }
+}
+
+/// The name of the checkpoint file save `n` wrote.
+fn checkpoint_file(n: u64) -> String {
+    format!("checkpoint-{n}.bin")
 }
 
 /// The record of `principal` in the state directory (SHA-256, hex; the name itself is never
@@ -129,13 +175,22 @@ pub struct Snapshot {
     pub not_kept: Vec<String>,
 }
 
-/// What a save does with the sandbox's `checkpoint.bin`.
+/// What a save does with the sandbox's checkpoint chain.
 #[derive(Debug)]
 pub enum CheckpointWrite {
-    /// Writes these bytes (`crate::sandbox::checkpoint::file::write`).
-    Write(Vec<u8>),
-    /// Removes it: the sandbox's state is not current (it could not be captured), and an
-    /// older one must not come back.
+    /// Starts a new chain with `file` (`crate::sandbox::checkpoint::file::write`), whose
+    /// SHA-256 is `sha256`.
+    Whole { file: Vec<u8>, sha256: [u8; 32] },
+    /// Appends `file` (`crate::sandbox::checkpoint::file::write_delta`), whose SHA-256 is
+    /// `sha256`, to the chain whose last file's SHA-256 is `after`:
+    /// [`StateError::ChainMoved`] when it is not.
+    Delta {
+        after: [u8; 32],
+        file: Vec<u8>,
+        sha256: [u8; 32],
+    },
+    /// Removes the chain: the sandbox's state is not current (it could not be captured), and
+    /// an older one must not come back.
     Remove,
 }
 
@@ -157,7 +212,7 @@ pub struct Restored {
     /// Why its saved state was refused whole, when it was: it then comes back clean (no files,
     /// no dependencies), and the restore note says why.
     pub refused: Option<Refused>,
-    /// Its `checkpoint.bin`, unopened (the caller opens it with the handle's key).
+    /// Its checkpoint chain, unopened (the caller opens it with the handle's key).
     pub checkpoint: SavedCheckpoint,
 }
 
@@ -167,8 +222,8 @@ pub enum SavedCheckpoint {
     /// None was saved (the state could not be captured), or the entry was refused whole.
     #[default]
     None,
-    /// The file the last save wrote, to open with the handle's key.
-    File(Vec<u8>),
+    /// The files of the chain the last save named, first first, to open with the handle's key.
+    Chain(Vec<Vec<u8>>),
     /// A file that is not the one the last save wrote (missing, too large, unreadable, or
     /// put back from an earlier save): refused.
     NotTheLast,
@@ -211,6 +266,10 @@ pub enum StateError {
     /// Another replica took the sandbox over since this one's generation.
     #[error("replica {replica} took this sandbox over (generation {generation})")]
     Superseded { replica: String, generation: u64 },
+    /// A delta's chain is not the one the record names (another save started a new one, or
+    /// the chain is full): the caller writes the state whole instead.
+    #[error("a sandbox's checkpoint chain is not the one its delta follows")]
+    ChainMoved,
 }
 
 /// The last part of `path` (`state.zip`, `owner.json`, …): what an error may say of a file in
@@ -440,13 +499,30 @@ impl StateDir {
         self.replace(dir, OWNER_FILE, |f| f.write_all(&text))
     }
 
-    fn write_state(&self, dir: &Path, snapshot: &Snapshot) -> Result<(), StateError> {
+    /// Writes `dir/name`, a name no record names yet, flushed to disk when `flush`.
+    fn write_new(
+        dir: &Path,
+        name: &str,
+        flush: bool,
+        write: impl FnOnce(&mut File) -> std::io::Result<()>,
+    ) -> Result<(), StateError> {
+        let path = dir.join(name);
+        let mut file = io(File::create(&path), "create", &path)?;
+        io(write(&mut file), "write", &path)?;
+        if flush {
+            io(file.sync_all(), "flush", &path)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `snapshot` as `dir/name` (flushed: it is written only when the files changed).
+    fn write_state(dir: &Path, name: &str, snapshot: &Snapshot) -> Result<(), StateError> {
         let manifest = Manifest {
             format: FORMAT,
             dependencies: snapshot.dependencies.clone(),
             not_kept: snapshot.not_kept.clone(),
         };
-        self.replace(dir, STATE_FILE, |file| {
+        Self::write_new(dir, name, true, |file| {
             let mut zip = zip::ZipWriter::new(file);
             // Stored: the files are written after every call that changed them, and most are
             // small or already compressed.
@@ -466,13 +542,105 @@ impl StateDir {
         })
     }
 
+    /// Writes save `n`'s checkpoint file (not flushed: its digest in the record catches a file
+    /// a host crash cut short) and returns the chain the record names once it is committed.
+    ///
+    /// Errors: [`StateError::ChainMoved`] for a delta that does not follow `chain`'s last file,
+    /// or would make it longer than [`MAX_CHAIN_FILES`]; the file system's.
+    fn write_checkpoint(
+        dir: &Path,
+        n: u64,
+        mut chain: Vec<Link>,
+        checkpoint: CheckpointWrite,
+    ) -> Result<Vec<Link>, StateError> {
+        let (file, sha256, appends) = match checkpoint {
+            CheckpointWrite::Remove => return Ok(Vec::new()),
+            CheckpointWrite::Whole { file, sha256 } => (file, sha256, false),
+            CheckpointWrite::Delta {
+                after,
+                file,
+                sha256,
+            } => {
+                let follows = chain.last().is_some_and(|l| l.sha256 == hex::encode(after));
+                if !follows || chain.len() >= MAX_CHAIN_FILES {
+                    return Err(StateError::ChainMoved);
+                }
+                (file, sha256, true)
+            }
+        };
+        Self::write_new(dir, &checkpoint_file(n), false, |f| f.write_all(&file))?;
+        if !appends {
+            chain.clear();
+        }
+        chain.push(Link {
+            save: n,
+            sha256: hex::encode(sha256),
+        });
+        Ok(chain)
+    }
+
+    /// Removes the files `old` named that `new` does not (after `new` is committed), and
+    /// those of older builds' layout; a file that cannot be removed is left for the next
+    /// takeover's cleanup.
+    fn remove_replaced(dir: &Path, old: Option<&Ownership>, new: &Ownership) {
+        let mut gone: Vec<String> = Vec::new();
+        if old.is_none_or(|o| o.save == 0) {
+            gone.push(LEGACY_CHECKPOINT_FILE.to_owned());
+        }
+        if let Some(old) = old {
+            if old.state_save != new.state_save {
+                gone.push(state_file(old.state_save));
+            }
+            let kept: Vec<u64> = new.chain.iter().map(|l| l.save).collect();
+            gone.extend(
+                old.chain
+                    .iter()
+                    .filter(|l| !kept.contains(&l.save))
+                    .map(|l| checkpoint_file(l.save)),
+            );
+        }
+        for name in gone {
+            let _ = std::fs::remove_file(dir.join(name));
+        }
+    }
+
+    /// Removes from `dir` every file of a save that `owner` does not name: what a save cut
+    /// short (its replica killed before its record was committed) left behind, and temporary
+    /// files. Run by a takeover, under the lock.
+    fn remove_unnamed(&self, dir: &Path, owner: &Ownership) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let state = state_file(owner.state_save);
+        let named = |name: &str| {
+            name == state
+                || name == OWNER_FILE
+                || name == LOCK_FILE
+                || owner.chain.iter().any(|l| name == checkpoint_file(l.save))
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else {
+                continue;
+            };
+            let ours = name.starts_with("state")
+                || name.starts_with("checkpoint")
+                || (name.starts_with('.') && name.ends_with(".tmp"));
+            if ours && !named(name) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+
     /// Saves sandbox `id` as of a completed call, held under `generation` (0: never saved, so
     /// this save makes it generation 1); `snapshot` is `None` when its files did not change
     /// since the last save; `checkpoint` what to do with its interpreter state (`None`:
-    /// nothing). `created_unix` is when it was made. Returns the generation it is held under.
+    /// nothing). `created_unix` is when it was made. The record is the commit point (see the
+    /// module's documentation). Returns the generation it is held under.
     ///
-    /// Errors: [`StateError::Superseded`] when another replica took it over since; the file
-    /// system's errors.
+    /// Errors: [`StateError::Superseded`] when another replica took it over since;
+    /// [`StateError::ChainMoved`] for a delta that does not follow the saved chain (nothing is
+    /// written then); the file system's.
     pub fn save(
         &self,
         id: &SandboxId,
@@ -494,36 +662,29 @@ impl StateDir {
             }
             _ => generation.max(1),
         };
-        if let Some(snapshot) = snapshot {
-            self.write_state(&dir, snapshot)?;
-        }
-        let checkpoint_sha256 = match checkpoint {
-            Some(CheckpointWrite::Write(bytes)) => {
-                self.replace(&dir, CHECKPOINT_FILE, |f| f.write_all(&bytes))?;
-                Some(hex::encode(Sha256::digest(&bytes)))
-            }
-            Some(CheckpointWrite::Remove) => {
-                match std::fs::remove_file(dir.join(CHECKPOINT_FILE)) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        io(Err(e), "remove", &dir.join(CHECKPOINT_FILE))?
-                    }
-                    _ => {}
-                }
-                None
-            }
-            None => current.as_ref().and_then(|o| o.checkpoint_sha256.clone()),
+        let n = current.as_ref().map_or(0, |o| o.save) + 1;
+        let mut next = Ownership {
+            generation,
+            replica: self.replica.clone(),
+            created_unix,
+            last_used_unix: unix_now(),
+            principal_sha256: principal_digest(principal),
+            save: n,
+            state_save: current.as_ref().and_then(|o| o.state_save),
+            chain: current
+                .as_ref()
+                .map(|o| o.chain.clone())
+                .unwrap_or_default(),
         };
-        self.write_owner(
-            &dir,
-            &Ownership {
-                generation,
-                replica: self.replica.clone(),
-                created_unix,
-                last_used_unix: unix_now(),
-                principal_sha256: principal_digest(principal),
-                checkpoint_sha256,
-            },
-        )?;
+        if let Some(checkpoint) = checkpoint {
+            next.chain = Self::write_checkpoint(&dir, n, next.chain, checkpoint)?;
+        }
+        if let Some(snapshot) = snapshot {
+            Self::write_state(&dir, &state_file(Some(n)), snapshot)?;
+            next.state_save = Some(n);
+        }
+        self.write_owner(&dir, &next)?;
+        Self::remove_replaced(&dir, current.as_ref(), &next);
         Ok(generation)
     }
 
@@ -563,7 +724,7 @@ impl StateDir {
             return Ok(Claim::Absent);
         }
         let checked = self
-            .read_state(&dir)
+            .read_state(&dir.join(state_file(owner.state_save)))
             .map_err(|e| {
                 tracing::warn!("a saved sandbox's state is refused: {e:?}");
                 match e {
@@ -586,22 +747,19 @@ impl StateDir {
                 (clean, Vec::new(), Some(refused))
             }
         };
-        let checkpoint = match (&refused, &owner.checkpoint_sha256) {
-            (None, Some(digest)) => self.read_checkpoint(&dir, digest),
+        let checkpoint = match &refused {
+            None if !owner.chain.is_empty() => Self::read_chain(&dir, &owner.chain),
             _ => SavedCheckpoint::None,
         };
         let generation = owner.generation + 1;
-        self.write_owner(
-            &dir,
-            &Ownership {
-                generation,
-                replica: self.replica.clone(),
-                created_unix: owner.created_unix,
-                last_used_unix: now,
-                principal_sha256: owner.principal_sha256.clone(),
-                checkpoint_sha256: owner.checkpoint_sha256.clone(),
-            },
-        )?;
+        let taken = Ownership {
+            generation,
+            replica: self.replica.clone(),
+            last_used_unix: now,
+            ..owner.clone()
+        };
+        self.write_owner(&dir, &taken)?;
+        self.remove_unnamed(&dir, &taken);
         Ok(Claim::Restored(Restored {
             generation,
             created_unix: owner.created_unix,
@@ -618,34 +776,40 @@ impl StateDir {
         }))
     }
 
-    /// `dir`'s `checkpoint.bin`, at most [`MAX_CHECKPOINT_BYTES`], when it is the file the
-    /// last save wrote (SHA-256 `digest`, hex).
-    fn read_checkpoint(&self, dir: &Path, digest: &str) -> SavedCheckpoint {
-        let path = dir.join(CHECKPOINT_FILE);
-        let Ok(file) = File::open(&path) else {
+    /// The files of `chain` in `dir`, at most [`MAX_CHAIN_FILES`] of them and
+    /// [`MAX_CHAIN_BYTES`] in all, when each is the file the record names (its SHA-256).
+    fn read_chain(dir: &Path, chain: &[Link]) -> SavedCheckpoint {
+        if chain.len() > MAX_CHAIN_FILES {
             return SavedCheckpoint::NotTheLast;
-        };
-        let mut bytes = Vec::new();
-        match file.take(MAX_CHECKPOINT_BYTES + 1).read_to_end(&mut bytes) {
-            Ok(n) if (n as u64) <= MAX_CHECKPOINT_BYTES => {}
-            Ok(_) => return SavedCheckpoint::NotTheLast,
-            Err(e) => {
-                tracing::warn!("a saved sandbox's {CHECKPOINT_FILE} could not be read: {e}");
+        }
+        let mut files = Vec::with_capacity(chain.len());
+        let mut room = MAX_CHAIN_BYTES;
+        for link in chain {
+            let path = dir.join(checkpoint_file(link.save));
+            let Ok(file) = File::open(&path) else {
+                return SavedCheckpoint::NotTheLast;
+            };
+            let mut bytes = Vec::new();
+            match file.take(room + 1).read_to_end(&mut bytes) {
+                Ok(n) if (n as u64) <= room => room -= n as u64,
+                Ok(_) => return SavedCheckpoint::NotTheLast,
+                Err(e) => {
+                    tracing::warn!("a saved sandbox's checkpoint file could not be read: {e}");
+                    return SavedCheckpoint::NotTheLast;
+                }
+            }
+            if hex::encode(Sha256::digest(&bytes)) != link.sha256 {
+                tracing::warn!("a saved sandbox's checkpoint file is not the one its record names");
                 return SavedCheckpoint::NotTheLast;
             }
+            files.push(bytes);
         }
-        if hex::encode(Sha256::digest(&bytes)) != digest {
-            tracing::warn!(
-                "a saved sandbox's {CHECKPOINT_FILE} is not the one its last save wrote"
-            );
-            return SavedCheckpoint::NotTheLast;
-        }
-        SavedCheckpoint::File(bytes)
+        SavedCheckpoint::Chain(files)
     }
 
     /// The archive's manifest and files, bounded by `max_file_bytes`.
-    fn read_state(&self, dir: &Path) -> Result<(Manifest, Files), StateError> {
-        let path = dir.join(STATE_FILE);
+    fn read_state(&self, path: &Path) -> Result<(Manifest, Files), StateError> {
+        let path = path.to_path_buf();
         let malformed = |e: zip::result::ZipError| StateError::Malformed {
             path: path.clone(),
             source: e.into(),
@@ -941,5 +1105,108 @@ mod tests {
         };
         assert_eq!(r.refused, Some(Refused::TooLarge { max: 4 }));
         assert!(r.files.is_empty());
+    }
+
+    /// A chain file of `bytes`, whole or following `after`.
+    fn whole(bytes: &[u8]) -> CheckpointWrite {
+        let sha256 = Sha256::digest(bytes).into();
+        CheckpointWrite::Whole {
+            file: bytes.to_vec(),
+            sha256,
+        }
+    }
+
+    fn delta(after: &[u8], bytes: &[u8]) -> CheckpointWrite {
+        CheckpointWrite::Delta {
+            after: Sha256::digest(after).into(),
+            file: bytes.to_vec(),
+            sha256: Sha256::digest(bytes).into(),
+        }
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("listed")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_chain_grows_by_deltas_and_a_whole_image_replaces_it() {
+        let root = tempfile::tempdir().expect("a temp dir");
+        let a = StateDir::open(root.path(), "a".into(), 1 << 20).expect("open");
+        let id = SandboxId::mint().expect("random");
+        let (now, snap) = (unix_now(), snapshot());
+        let g = a.save(&id, 0, now, None, Some(&snap), Some(whole(b"one")));
+        assert_eq!(g.expect("saved"), 1);
+        a.save(&id, 1, now, None, None, Some(delta(b"one", b"two")))
+            .expect("saved");
+        let dir = a.dir_of(&id);
+        let files = ["checkpoint-1.bin", "checkpoint-2.bin", "lock", "owner.json"];
+        assert_eq!(names(&dir), [&files[..], &["state-1.zip"]].concat());
+        // A delta that does not follow the chain's last file writes nothing.
+        assert!(matches!(
+            a.save(
+                &id,
+                1,
+                now,
+                None,
+                Some(&snap),
+                Some(delta(b"one", b"three"))
+            ),
+            Err(StateError::ChainMoved)
+        ));
+        assert_eq!(names(&dir), [&files[..], &["state-1.zip"]].concat());
+        // A whole image replaces the chain; new files replace the archive.
+        a.save(&id, 1, now, None, Some(&snap), Some(whole(b"four")))
+            .expect("saved");
+        let files = ["checkpoint-3.bin", "lock", "owner.json", "state-3.zip"];
+        assert_eq!(names(&dir), files);
+        let b = StateDir::open(root.path(), "b".into(), 1 << 20).expect("open");
+        let Ok(Claim::Restored(r)) = b.claim(&id, NO_EXPIRY, None) else {
+            panic!("restored");
+        };
+        assert!(matches!(r.checkpoint, SavedCheckpoint::Chain(c) if c == [b"four".to_vec()]));
+        // A save that removes the chain removes its files.
+        b.save(&id, 2, now, None, None, Some(CheckpointWrite::Remove))
+            .expect("saved");
+        assert_eq!(names(&dir), ["lock", "owner.json", "state-3.zip"]);
+    }
+
+    #[test]
+    fn a_save_cut_before_its_record_leaves_the_last_completed_save_whole() {
+        let root = tempfile::tempdir().expect("a temp dir");
+        let a = StateDir::open(root.path(), "a".into(), 1 << 20).expect("open");
+        let id = SandboxId::mint().expect("random");
+        let now = unix_now();
+        a.save(&id, 0, now, None, Some(&snapshot()), Some(whole(b"one")))
+            .expect("saved");
+        a.save(&id, 1, now, None, None, Some(delta(b"one", b"two")))
+            .expect("saved");
+        // Replica `a` is killed in its third save, after writing its files, before its record.
+        let dir = a.dir_of(&id);
+        std::fs::write(dir.join("state-3.zip"), b"half an archive").expect("written");
+        std::fs::write(dir.join("checkpoint-3.bin"), b"three").expect("written");
+        std::fs::write(dir.join(".owner.json.a.tmp"), b"{").expect("written");
+        let b = StateDir::open(root.path(), "b".into(), 1 << 20).expect("open");
+        let Ok(Claim::Restored(r)) = b.claim(&id, NO_EXPIRY, None) else {
+            panic!("restored");
+        };
+        assert_eq!(r.refused, None);
+        assert_eq!(r.files.len(), 2);
+        let chain = [b"one".to_vec(), b"two".to_vec()];
+        assert!(matches!(r.checkpoint, SavedCheckpoint::Chain(c) if c == chain));
+        // What the cut save left is gone; what the record names stays.
+        let files = ["checkpoint-1.bin", "checkpoint-2.bin", "lock", "owner.json"];
+        assert_eq!(names(&dir), [&files[..], &["state-1.zip"]].concat());
+        // A chain file put back from another save is refused by its digest.
+        std::fs::write(dir.join("checkpoint-2.bin"), b"TWO").expect("written");
+        let Ok(Claim::Restored(r)) = a.claim(&id, NO_EXPIRY, None) else {
+            panic!("restored");
+        };
+        assert!(matches!(r.checkpoint, SavedCheckpoint::NotTheLast));
     }
 }

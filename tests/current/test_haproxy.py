@@ -172,13 +172,12 @@ async def test_three_replicas_behind_haproxy(warm_zygote):
             assert await asyncio.to_thread(drained.proc.wait, DRAIN_EXIT) == 0
             assert sum(restored(r) for r in replicas[1:]) >= len(moved)
 
-            # Crash: replica 2 gets SIGKILL mid-run; the files of completed calls come back (and
-            # their globals, but for a save the crash cut), calls in flight fail with an error,
-            # later calls continue in order.
+            # Crash: replica 2 gets SIGKILL mid-run; the files and globals of completed calls
+            # come back together (a save the crash cut leaves the record of the one before it,
+            # and every file that record names), calls in flight fail with an error, later calls
+            # continue in order.
             crashed = replicas[1]
-            # Not strict: a replica killed between writing a sandbox's files and its ownership
-            # record leaves files one call ahead of the interpreter state the record names.
-            run = asyncio.create_task(run_all(agents, CALLS))
+            run = asyncio.create_task(run_all(agents, CALLS, strict_globals=True))
             await asyncio.sleep(STOP_AFTER)
             crashed.signal(signal.SIGKILL)
             await run

@@ -212,21 +212,36 @@ async def test_a_sigkilled_replica_loses_no_interpreter_state(tmp_path, warm_zyg
             made = await on_a.call_tool("create_sandbox", {})
             sandbox = made.structured_content["sandbox_id"]
             await run(on_a, "import json\nx = 41\nopen('n.txt', 'w').write('kept')", sandbox)
+            # Later calls save the pages they changed: the chain grows by deltas.
+            await run(on_a, "squares = [i * i for i in range(1000)]", sandbox)
+            await run(on_a, "del squares[500:]", sandbox)
         os.kill(a.pid, signal.SIGKILL)
-    assert (tmp_path / checkpoint_dir(tmp_path).name / "checkpoint.bin").exists()
+    chain = chain_of(checkpoint_dir(tmp_path))
+    assert len(chain) >= 2 and all(path.exists() for path in chain), chain
     with replica(tmp_path) as b:
         async with client_for(b) as on_b:
             await on_b.list_tools()
-            moved = await run(on_b, "[x + 1, json.dumps({'x': x}), open('n.txt').read()]", sandbox)
-            assert moved["return_value"] == [42, '{"x": 41}', "kept"], moved
+            code = "[x + 1, json.dumps({'x': x}), open('n.txt').read(), len(squares), squares[-1]]"
+            moved = await run(on_b, code, sandbox)
+            assert moved["return_value"] == [42, '{"x": 41}', "kept", 500, 499 * 499], moved
             assert moved["state"].startswith("restored:") and "are back" in moved["state"], moved
             again = await run(on_b, "x += 1\nx", sandbox)
             assert again["return_value"] == 42 and "state" not in again, again
 
 
+def owner_of(saved):
+    """A saved sandbox's ownership record (`owner.json`, the commit point of its saves)."""
+    return json.loads((saved / "owner.json").read_text())
+
+
+def chain_of(saved):
+    """The files of a saved sandbox's checkpoint chain, first first, as its record names them."""
+    return [saved / f"checkpoint-{link['save']}.bin" for link in owner_of(saved).get("chain", [])]
+
+
 def checkpoint_dir(state_dir):
     """The directory of the one sandbox saved in `state_dir` that has a checkpoint."""
-    [saved] = [p for p in state_dir.iterdir() if (p / "checkpoint.bin").exists()]
+    [saved] = [p for p in state_dir.iterdir() if (p / "owner.json").exists() and chain_of(p)]
     return saved
 
 
@@ -256,19 +271,20 @@ async def test_a_damaged_or_foreign_checkpoint_is_refused_and_the_files_come_bac
             sandbox = made.structured_content["sandbox_id"]
             await run(on_a, "x = 41\nopen('n.txt', 'w').write('kept')", sandbox)
             saved = checkpoint_dir(state_dir)
-            older = (saved / "checkpoint.bin").read_bytes()
+            older = chain_of(saved)[-1].read_bytes()
             await run(on_a, "x = 42", sandbox)
             other = (await on_a.call_tool("create_sandbox", {})).structured_content["sandbox_id"]
             await run(on_a, "y = 1", other)
-    path = saved / "checkpoint.bin"
+    # The chain's last file: this sandbox's last save wrote it.
+    path = chain_of(saved)[-1]
     data = path.read_bytes()
     if damage == "flip":
         path.write_bytes(flip(data))
     elif damage == "truncate":
         path.write_bytes(data[: len(data) // 2])
     elif damage == "another-sandbox":
-        [theirs] = [p for p in state_dir.iterdir() if p != saved and (p / "checkpoint.bin").exists()]
-        path.write_bytes((theirs / "checkpoint.bin").read_bytes())
+        [theirs] = [p for p in state_dir.iterdir() if p != saved and (p / "owner.json").exists()]
+        path.write_bytes(chain_of(theirs)[-1].read_bytes())
     elif damage == "older":
         path.write_bytes(older)
     else:
@@ -276,8 +292,8 @@ async def test_a_damaged_or_foreign_checkpoint_is_refused_and_the_files_come_bac
     if damage != "older":
         # As a compromised replica would, the ownership record is made to name the new file:
         # the seal refuses it then.
-        owner = json.loads((saved / "owner.json").read_text())
-        owner["checkpoint_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+        owner = owner_of(saved)
+        owner["chain"][-1]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
         (saved / "owner.json").write_text(json.dumps(owner))
     with replica(state_dir) as b:
         async with client_for(b) as on_b:
@@ -292,10 +308,11 @@ async def test_a_damaged_or_foreign_checkpoint_is_refused_and_the_files_come_bac
 
 
 def craft_state(state_dir, manifest, files):
-    """Rewrites the one saved sandbox's `state.zip` as a compromised replica would."""
+    """Rewrites the one saved sandbox's archive (`state-<n>.zip`, as its record names it) as a
+    compromised replica would."""
     import zipfile
-    [saved] = [p for p in state_dir.iterdir() if (p / "state.zip").exists()]
-    with zipfile.ZipFile(saved / "state.zip", "w") as archive:
+    [saved] = [p for p in state_dir.iterdir() if (p / "owner.json").exists()]
+    with zipfile.ZipFile(saved / f"state-{owner_of(saved)['state_save']}.zip", "w") as archive:
         archive.writestr("manifest.json", json.dumps(manifest))
         for name, data in files.items():
             archive.writestr(name, data)

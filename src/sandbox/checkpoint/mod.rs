@@ -24,7 +24,7 @@ pub mod file;
 pub mod saved;
 pub mod sealed;
 
-pub use saved::{Kept, Resumable, Saved, Spilled};
+pub use saved::{Kept, Resumable, Saved, Spilled, Written};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -196,8 +196,22 @@ impl Checkpoint {
 
     /// The stored pages in increasing index order, each as its index and its [`PAGE_BYTES`]
     /// XOR bytes.
-    pub fn pages(&self) -> impl ExactSizeIterator<Item = (u32, &[u8])> + '_ {
+    pub fn pages(&self) -> impl ExactSizeIterator<Item = (u32, &[u8])> + Clone + '_ {
         self.pages.iter().map(|(&index, page)| (index, &page[..]))
+    }
+
+    /// The pages at `indexes` as a delta against this checkpoint's last written state (the
+    /// state directory's chain, [`file::write_delta`]): in increasing index order, each with
+    /// its stored XOR page, or zeros where the page equals the zygote's again (a merge of the
+    /// delta then removes it). Indexes at or beyond the memory's end are left out (none are:
+    /// memory never shrinks, and every index came from a merge).
+    pub fn pages_at(&self, indexes: &std::collections::BTreeSet<u32>) -> Vec<(u32, &[u8])> {
+        let page_limit = self.memory_bytes / PAGE_BYTES_U64;
+        indexes
+            .iter()
+            .filter(|&&i| u64::from(i) < page_limit)
+            .map(|&i| (i, self.pages.get(&i).map_or(&ZERO_PAGE[..], |p| &p[..])))
+            .collect()
     }
 
     /// Every stored page as one delta, what a restore sends to a fresh worker: the indexes in

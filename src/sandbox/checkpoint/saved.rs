@@ -11,6 +11,7 @@
 
 use super::{Checkpoint, CheckpointError};
 use crate::worker::linear_memory::{Pages, ZygoteId};
+use std::collections::BTreeSet;
 
 /// A sandbox's kept state (see the module's documentation).
 #[derive(Debug, Default)]
@@ -47,6 +48,23 @@ pub struct Kept {
     pub installed: Vec<(String, String)>,
     /// The next restore is a fork's: `random` is reseeded after it, as `os.fork` does.
     pub reseed: bool,
+    /// What the state directory holds of this image, as this replica wrote it; `None` when
+    /// nothing it wrote holds the image so far, so the next save writes it whole.
+    pub written: Option<Written>,
+}
+
+/// The state directory's checkpoint chain of a [`Kept`] image as this replica last wrote it
+/// (`super::file`), and what changed since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// The SHA-256 of the chain's last file: the next delta's link.
+    pub tail: [u8; 32],
+    /// Files in the chain (its first, then deltas).
+    pub files: usize,
+    /// Pages in its deltas, all together.
+    pub delta_pages: u64,
+    /// Pages changed since its last file: what the next delta holds.
+    pub changed: BTreeSet<u32>,
 }
 
 /// What [`Saved::resumable`] hands a restore.
@@ -74,28 +92,36 @@ impl Saved {
     ) -> Result<u64, CheckpointError> {
         let base = match std::mem::take(self) {
             Saved::Current(kept) | Saved::Stale(kept) if kept.image.zygote() == zygote => {
-                Some(kept.image)
+                Some((kept.image, kept.written))
             }
             _ => None,
         };
-        let mut image = match base {
-            Some(image) => image,
-            None => Checkpoint::new(zygote, pages.memory_bytes)?,
+        let (mut image, mut written) = match base {
+            Some(base) => base,
+            None => (Checkpoint::new(zygote, pages.memory_bytes)?, None),
         };
         image.merge(pages.memory_bytes, &pages.indexes, &pages.bytes)?;
+        if let Some(written) = &mut written {
+            written.changed.extend(&pages.indexes);
+        }
         let stored = image.stored_bytes();
         *self = Saved::Current(Kept {
             image,
             installed,
             reseed: false,
+            written,
         });
         Ok(stored)
     }
 
     /// The last call's state could not be captured.
+    /// A save then removes the state directory's chain, so the image is no longer written.
     pub fn stale(&mut self) {
         *self = match std::mem::take(self) {
-            Saved::Current(kept) | Saved::Stale(kept) => Saved::Stale(kept),
+            Saved::Current(kept) | Saved::Stale(kept) => Saved::Stale(Kept {
+                written: None,
+                ..kept
+            }),
             Saved::Empty | Saved::Hibernated(_) => Saved::Empty,
         };
     }
@@ -126,8 +152,10 @@ impl Saved {
     pub fn for_fork(&self) -> Option<Kept> {
         match self {
             Saved::Current(kept) => Some(Kept {
+                image: kept.image.clone(),
+                installed: kept.installed.clone(),
                 reseed: true,
-                ..kept.clone()
+                written: None,
             }),
             _ => None,
         }

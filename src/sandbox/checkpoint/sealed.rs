@@ -38,6 +38,7 @@
 //! check without echoing anything of the file.
 
 use super::{check_memory_bytes, Checkpoint, ZygoteId, PAGE_BYTES};
+use crate::worker::linear_memory::Pages;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use hkdf::Hkdf;
@@ -205,7 +206,8 @@ fn associated_data(head: &[u8; HEADER_BYTES], bound: &[u8]) -> Vec<u8> {
 /// The file of `checkpoint`, sealed with `key` (the sandbox's, [`SealKey::for_handle`]),
 /// stamped with the writer's `generation` (the state directory's fence) and `binary` digest.
 /// The seal also covers `bound`, bytes kept elsewhere (the packages a restore installs first,
-/// in the state directory's manifest): [`open`] refuses the file unless given the same bytes.
+/// and the link to the file before it in a chain: `super::file`): [`open`] refuses the file
+/// unless given the same bytes.
 ///
 /// Errors: [`SealError`] when the random source, zstd or the AEAD fails.
 pub fn seal(
@@ -215,22 +217,39 @@ pub fn seal(
     key: &SealKey,
     bound: &[u8],
 ) -> Result<Vec<u8>, SealError> {
-    let count = checkpoint.page_count();
+    let memory = (checkpoint.zygote(), checkpoint.memory_bytes());
+    seal_pages(memory, checkpoint.pages(), generation, binary, key, bound)
+}
+
+/// [`seal`] for any pages of the memory of `(zygote, memory bytes)`: a whole checkpoint's, or a
+/// delta's (whose pages may be zeros: equal to the zygote's again). `pages` yields indexes in
+/// increasing order, each with its [`PAGE_BYTES`] bytes.
+///
+/// Errors: [`SealError`] when the random source, zstd or the AEAD fails.
+pub fn seal_pages<'a>(
+    (zygote, memory_bytes): (ZygoteId, u64),
+    pages: impl ExactSizeIterator<Item = (u32, &'a [u8])> + Clone,
+    generation: u64,
+    binary: &[u8; 32],
+    key: &SealKey,
+    bound: &[u8],
+) -> Result<Vec<u8>, SealError> {
+    let count = pages.len();
     let mut body = Vec::with_capacity(count * (INDEX_BYTES + PAGE_BYTES));
-    for (index, _) in checkpoint.pages() {
+    for (index, _) in pages.clone() {
         body.extend_from_slice(&index.to_le_bytes());
     }
-    for (_, page) in checkpoint.pages() {
+    for (_, page) in pages {
         body.extend_from_slice(page);
     }
     let compressed = zstd::bulk::compress(&body, ZSTD_LEVEL).map_err(SealError::Compress)?;
     let header = Header {
         binary: *binary,
-        zygote: checkpoint.zygote(),
+        zygote,
         generation,
-        memory_bytes: checkpoint.memory_bytes(),
-        // A checkpoint's pages lie below 4 GiB / PAGE_BYTES = 2^20: the count fits.
-        page_count: u32::try_from(count).expect("a checkpoint holds at most 2^20 pages"),
+        memory_bytes,
+        // Pages of a linear memory lie below 4 GiB / PAGE_BYTES = 2^20: the count fits.
+        page_count: u32::try_from(count).expect("a memory holds at most 2^20 pages"),
     };
     seal_compressed(&header, &compressed, key, bound)
 }
@@ -266,6 +285,33 @@ fn seal_compressed(
 /// The generation and checkpoint sealed in `file`, if it is a file [`seal`] wrote with `key`
 /// and it meets `expected`.
 ///
+/// Checks, in order, each refusing the whole file: those of [`open_pages`]; then the body
+/// ([`Refused::Body`]: its indexes must be strictly increasing, in range, and name no page
+/// equal to the zygote's).
+pub fn open(
+    file: &[u8],
+    key: &SealKey,
+    expected: &Expected,
+    bound: &[u8],
+) -> Result<(u64, Checkpoint), Refused> {
+    let (generation, zygote, pages) = open_pages(file, key, expected, bound)?;
+    let mut checkpoint =
+        Checkpoint::new(zygote, pages.memory_bytes).map_err(|_| Refused::Header)?;
+    checkpoint
+        .merge(pages.memory_bytes, &pages.indexes, &pages.bytes)
+        .map_err(|_| Refused::Body)?;
+    // `seal` never writes a page equal to the zygote's (merge dropped it): one means another
+    // writer.
+    if checkpoint.page_count() != pages.indexes.len() {
+        return Err(Refused::Body);
+    }
+    Ok((generation, checkpoint))
+}
+
+/// The generation, zygote and pages sealed in `file`, if it is a file [`seal`] or
+/// [`seal_pages`] wrote with `key` and it meets `expected`. The pages' indexes are not checked
+/// here: merging them ([`Checkpoint::merge`]) does, whole, before it changes anything.
+///
 /// Checks, in order, each refusing the whole file: length ([`Refused::TooShort`]), magic
 /// ([`Refused::Magic`]), format version ([`Refused::Version`]), binary digest
 /// ([`Refused::Binary`]), zygote when `expected.zygote` is set ([`Refused::Zygote`]); the
@@ -274,18 +320,62 @@ fn seal_compressed(
 /// the memory, else [`Refused::Header`]; at most `expected.max_stored_bytes`, and a ciphertext
 /// no longer than zstd's bound for that body, else [`Refused::TooLarge`]), all before anything
 /// is decrypted or allocated; then the seal ([`Refused::Sealed`]: altered, truncated, or sealed
-/// with another key); then the body ([`Refused::Body`]: it must decompress to exactly the
-/// announced length, without ever allocating more, and its indexes must be strictly
-/// increasing, in range, and name no page equal to the zygote's).
-pub fn open(
+/// with another key or `bound`); then the body ([`Refused::Body`]: it must decompress to
+/// exactly the announced length, without ever allocating more).
+pub fn open_pages(
     file: &[u8],
     key: &SealKey,
     expected: &Expected,
     bound: &[u8],
-) -> Result<(u64, Checkpoint), Refused> {
+) -> Result<(u64, ZygoteId, Pages), Refused> {
     let (head, ciphertext) = file
         .split_first_chunk::<HEADER_BYTES>()
         .ok_or(Refused::TooShort)?;
+    let header = check_header(head, ciphertext, expected)?;
+    let nonce: [u8; NONCE_BYTES] = field(head, NONCE_AT);
+    // At most 2^20 pages (4 GiB of memory), so this fits a 64-bit usize; refuse elsewhere.
+    let body_bytes =
+        usize::try_from(u64::from(header.page_count) * (INDEX_BYTES + PAGE_BYTES) as u64)
+            .map_err(|_| Refused::TooLarge)?;
+    if ciphertext.len() - TAG_BYTES > zstd::zstd_safe::compress_bound(body_bytes) {
+        return Err(Refused::TooLarge);
+    }
+    let compressed = key
+        .cipher()
+        .decrypt(
+            XNonce::from_slice(&nonce),
+            Payload {
+                msg: ciphertext,
+                aad: &associated_data(head, bound),
+            },
+        )
+        .map_err(|_| Refused::Sealed)?;
+    // Into a buffer of exactly the announced size: a body that would decompress to more fails
+    // there, one that decompresses to less fails the length check.
+    let mut body = zstd::bulk::decompress(&compressed, body_bytes).map_err(|_| Refused::Body)?;
+    if body.len() != body_bytes {
+        return Err(Refused::Body);
+    }
+    let bytes = body.split_off(header.page_count as usize * INDEX_BYTES);
+    let indexes = body
+        .chunks_exact(INDEX_BYTES)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let pages = Pages {
+        memory_bytes: header.memory_bytes,
+        indexes,
+        bytes,
+    };
+    Ok((header.generation, header.zygote, pages))
+}
+
+/// The header `head` of a file whose ciphertext is `ciphertext`, checked against `expected`
+/// in [`open_pages`]'s order, up to the seal (which it does not check).
+fn check_header(
+    head: &[u8; HEADER_BYTES],
+    ciphertext: &[u8],
+    expected: &Expected,
+) -> Result<Header, Refused> {
     if ciphertext.len() < TAG_BYTES {
         return Err(Refused::TooShort);
     }
@@ -302,62 +392,26 @@ pub fn open(
     if expected.zygote.is_some_and(|z| z != zygote) {
         return Err(Refused::Zygote);
     }
-    let generation = u64::from_le_bytes(field(head, GENERATION_AT));
-    let memory_bytes = u64::from_le_bytes(field(head, MEMORY_AT));
-    let page_count = u32::from_le_bytes(field(head, COUNT_AT));
-    let nonce: [u8; NONCE_BYTES] = field(head, NONCE_AT);
-
+    let header = Header {
+        binary: expected.binary,
+        zygote,
+        generation: u64::from_le_bytes(field(head, GENERATION_AT)),
+        memory_bytes: u64::from_le_bytes(field(head, MEMORY_AT)),
+        page_count: u32::from_le_bytes(field(head, COUNT_AT)),
+    };
     // Sizes, before a byte is decrypted or allocated.
-    check_memory_bytes(memory_bytes).map_err(|_| Refused::Header)?;
-    if memory_bytes > expected.max_memory_bytes {
+    check_memory_bytes(header.memory_bytes).map_err(|_| Refused::Header)?;
+    if header.memory_bytes > expected.max_memory_bytes {
         return Err(Refused::TooLarge);
     }
-    let stored_bytes = u64::from(page_count) * PAGE_BYTES as u64;
-    if stored_bytes > memory_bytes {
+    let stored_bytes = u64::from(header.page_count) * PAGE_BYTES as u64;
+    if stored_bytes > header.memory_bytes {
         return Err(Refused::Header);
     }
     if stored_bytes > expected.max_stored_bytes {
         return Err(Refused::TooLarge);
     }
-    // At most 2^20 pages (4 GiB of memory), so this fits a 64-bit usize; refuse elsewhere.
-    let body_bytes = usize::try_from(u64::from(page_count) * (INDEX_BYTES + PAGE_BYTES) as u64)
-        .map_err(|_| Refused::TooLarge)?;
-    if ciphertext.len() - TAG_BYTES > zstd::zstd_safe::compress_bound(body_bytes) {
-        return Err(Refused::TooLarge);
-    }
-
-    let compressed = key
-        .cipher()
-        .decrypt(
-            XNonce::from_slice(&nonce),
-            Payload {
-                msg: ciphertext,
-                aad: &associated_data(head, bound),
-            },
-        )
-        .map_err(|_| Refused::Sealed)?;
-
-    // Into a buffer of exactly the announced size: a body that would decompress to more fails
-    // there, one that decompresses to less fails the length check.
-    let body = zstd::bulk::decompress(&compressed, body_bytes).map_err(|_| Refused::Body)?;
-    if body.len() != body_bytes {
-        return Err(Refused::Body);
-    }
-    let (index_bytes, pages) = body.split_at(page_count as usize * INDEX_BYTES);
-    let indexes: Vec<u32> = index_bytes
-        .chunks_exact(INDEX_BYTES)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    let mut checkpoint = Checkpoint::new(zygote, memory_bytes).map_err(|_| Refused::Header)?;
-    checkpoint
-        .merge(memory_bytes, &indexes, pages)
-        .map_err(|_| Refused::Body)?;
-    // `seal` never writes a page equal to the zygote's (merge dropped it): one means another
-    // writer.
-    if checkpoint.page_count() != indexes.len() {
-        return Err(Refused::Body);
-    }
-    Ok((generation, checkpoint))
+    Ok(header)
 }
 
 #[cfg(test)]
