@@ -606,14 +606,24 @@ impl Registry {
                 }
                 None => CheckpointWrite::Remove,
             };
-            match save(write()) {
+            let started = std::time::Instant::now();
+            let checkpoint = write();
+            let sealed = started.elapsed();
+            let saved = match save(checkpoint) {
                 // Another chain than the one this replica wrote: the image goes whole.
                 Err(StateError::ChainMoved) => {
                     holder.chain_unwritten();
                     save(write())
                 }
                 saved => saved,
-            }
+            };
+            tracing::debug!(
+                "sandbox {}: saved to the state directory in {} µs (its checkpoint file sealed in {} µs)",
+                id.short(),
+                started.elapsed().as_micros(),
+                sealed.as_micros()
+            );
+            saved
         })
         .await;
         if saved.is_err() {
