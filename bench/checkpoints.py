@@ -11,7 +11,7 @@ switched on (RUST_LOG), not all of `--verbose`.
 1. checkpoint per call: in a sandbox holding `import json` and `data = random.randbytes(100 *
    1024)`, warm calls `x = x + 1` (each changes well under 1 MiB), p50/p95, with `--stateful`
    (the checkpoint kept by the front) and with `--stateful --state-dir DIR` (also written
-   there, sealed, as checkpoint.bin), in alternating rounds; the difference of the p50s (target:
+   there, sealed: a chain of the whole image and per-call deltas), in alternating rounds; the difference of the p50s (target:
    <= 2 ms) and the front's checkpoint time, against Monty's `dump()` of the same session; for
    reference, a warm call without `--stateful` (an MCP session's interpreter: no checkpoint);
 2. resume after hibernation (`--hibernate-after 1`): sandboxes as in 1, each hibernated (the
@@ -51,11 +51,12 @@ One run (release build at af72eec, 2-core machine shared with other builds and t
 - a warm call `x = x + 1` with `--stateful`: 3.3 ms (p95 5.2), of which the checkpoint 2.1 ms
   (134 changed pages; 2.1 MiB kept), against 0.46 ms without `--stateful`; Monty's `dump()`
   0.075 ms (28× for the checkpoint);
-- `--state-dir` adds 17 ms (pooled; rounds 21, 14 and 4.7 ms, with other programs' disk writes
-  in the first two; two more runs' rounds 4.2, 4.5, 4.5 and 16, 3.6, 5.6 ms): target 2 ms
-  missed. Each call seals the whole image again (~3 ms of the front's CPU: zstd,
-  XChaCha20-Poly1305, SHA-256 of ~2 MiB, for a 264 KiB checkpoint.bin) and flushes three files
-  (state.zip too, though no file changed);
+- `--state-dir` added 17 ms (pooled; rounds 21, 14 and 4.7 ms, with other programs' disk writes
+  in the first two) while each call sealed the whole image again and flushed three files. Once
+  a call writes only a delta of the pages it changed and flushes only the ownership record
+  (release build at 3de5b48, quieter machine): 3.6 ms with `--stateful`, 5.0 ms with
+  `--state-dir`, 1.37 ms more (rounds 0.97, 1.24, 2.08 ms): target 2 ms met; the front's save
+  0.87 ms (p95 3.5), sealing the delta 0.32 ms of it; the chain 361 KiB;
 - resume after hibernation: 24 ms (p95 39; 116× Monty's 0.21 ms checkout -> load -> result),
   target 30 ms met; 229 KiB on disk a sandbox (1.9× Monty's 120 KiB dump);
 - fork of the 10 MiB sandbox -> result in the copy: 135 ms (p95 283; 10× Monty's 13 ms), target
