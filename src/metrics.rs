@@ -45,6 +45,10 @@ const CACHE_HITS: &str = "mcp_run_python_package_cache_hits_total";
 const CACHE_MISSES: &str = "mcp_run_python_package_cache_misses_total";
 /// Sandboxes restored from `--state-dir` after their replica stopped or drained.
 const RESTORED: &str = "mcp_run_python_sandboxes_restored_total";
+/// Forks (`fork_sandbox`), by how the copy got its interpreter state (`interpreter`:
+/// `handed_over`, the source's interpreter; `restored`, restored at its first call; `none`,
+/// the source had no state).
+const FORKS: &str = "mcp_run_python_sandbox_forks_total";
 /// Saves of sandboxes to `--state-dir`, by `result` (`ok`, `superseded`, `error`).
 const STATE_SAVES: &str = "mcp_run_python_state_saves_total";
 
@@ -102,6 +106,10 @@ fn describe() {
     describe_counter!(CACHE_MISSES, "package files downloaded");
     describe_counter!(RESTORED, "sandboxes restored from the state directory");
     describe_counter!(STATE_SAVES, "saves to the state directory, by result");
+    describe_counter!(
+        FORKS,
+        "forks, by how the copy got its interpreter state (handed_over, restored, none)"
+    );
 }
 
 /// A `tools/call` answered.
@@ -179,6 +187,27 @@ pub fn sandbox_hibernated() {
 /// A sandbox was restored from the state directory.
 pub fn sandbox_restored() {
     counter!(RESTORED).increment(1);
+}
+
+/// How a fork's copy got its interpreter state ([`sandbox_forked`]).
+#[derive(Debug, Clone, Copy)]
+pub enum ForkKind {
+    /// It took the source's interpreter.
+    HandedOver,
+    /// Its first call restores the state into a new interpreter.
+    Restored,
+    /// The source had no state: files and dependencies only.
+    NoState,
+}
+
+/// A sandbox was forked.
+pub fn sandbox_forked(kind: ForkKind) {
+    let label = match kind {
+        ForkKind::HandedOver => "handed_over",
+        ForkKind::Restored => "restored",
+        ForkKind::NoState => "none",
+    };
+    counter!(FORKS, "interpreter" => label).increment(1);
 }
 
 /// The result of a save to the state directory.

@@ -120,6 +120,9 @@ pub struct Sandbox {
     uncaptured: Mutex<Option<String>>,
     /// `fork_sandbox`: the first words of the `state` note of a fork's first call.
     fork_note: Mutex<Option<String>>,
+    /// `fork_sandbox`: its interpreter went to a fork of it, so its next one resumes its kept
+    /// state without a note (nothing was lost).
+    lent: AtomicBool,
 }
 
 /// How many times its image's pages a sandbox's checkpoint deltas in the state directory may
@@ -174,6 +177,7 @@ impl Sandbox {
             saved: Mutex::default(),
             uncaptured: Mutex::default(),
             fork_note: Mutex::default(),
+            lent: AtomicBool::new(false),
         }
     }
 
@@ -454,6 +458,35 @@ impl Sandbox {
         // Its first worker is not its first: it gets the kept state and files, with the note.
         self.had_interpreter.store(true, Ordering::SeqCst);
         *self.fork_note.lock().unwrap_or_else(|p| p.into_inner()) = Some(note);
+    }
+
+    /// Takes the worker in `from`, the interpreter of the sandbox it was forked from, which
+    /// holds the state it starts with ([`Sandbox::begin_as_fork`]): its first call then
+    /// restores nothing, and says the fork's note followed by `files_words`. Call it before its
+    /// handle is given out. `false` (and `from` untouched) when it holds a worker already (it
+    /// never does then).
+    pub fn take_interpreter(&self, from: &mut Option<Worker>, files_words: &str) -> bool {
+        let Ok(mut slot) = self.worker.try_lock() else {
+            return false;
+        };
+        if slot.is_some() || from.is_none() {
+            return false;
+        }
+        *slot = from.take();
+        if let Some(note) = self.take_fork_note() {
+            self.set_note(format!("{note}{files_words}"));
+        }
+        true
+    }
+
+    /// Its interpreter went to a fork of it: its next one resumes its kept state quietly.
+    pub fn lend_interpreter(&self) {
+        self.lent.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether its interpreter went to a fork since its last new one (and forgets it).
+    pub fn take_lent(&self) -> bool {
+        self.lent.swap(false, Ordering::SeqCst)
     }
 
     /// Takes the first words of the `state` note due at a fork's first call, if any.

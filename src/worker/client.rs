@@ -855,6 +855,20 @@ impl Worker {
             .await
     }
 
+    /// Makes the worker's next run reseed Python's `random`, as `os.fork` does in a child (an
+    /// interpreter handed to a fork, issue 36). `Ok(Some(reason))` when the worker could not.
+    ///
+    /// Errors: [`WorkerError`] (the worker is then to be discarded).
+    pub async fn reseed(&mut self, deadline: Deadline) -> Result<Option<String>, WorkerError> {
+        let make = |id| Request::Reseed { id };
+        let take = |frame: Frame<Reply>| match frame.header {
+            Reply::Reseeded { error, .. } => Some(Ok(error)),
+            _ => None,
+        };
+        self.call(make, &[], FrameLimits::CONTROL, deadline, take)
+            .await
+    }
+
     /// Hands `files` (virtual path, bytes) to the worker and loads `items` with
     /// `pyodide.loadPackage`. `Ok(Some(reason))` when Pyodide reported a failure.
     pub async fn install(

@@ -124,6 +124,10 @@ pub enum Request {
         #[serde(default)]
         reseed: bool,
     },
+    /// Makes the next run reseed Python's `random`, as `os.fork` does in a child: sent to an
+    /// interpreter handed to a fork (`fork_sandbox`, issue 36) that keeps running as the copy.
+    /// Answered by [`Reply::Reseeded`].
+    Reseed { id: CallId },
     /// Answer to [`Reply::Fetch`]; the body is attachment 0.
     FetchResult { id: CallId, response: FetchResponse },
     /// Answer to [`Reply::ToolCall`] and [`Reply::FunctionCall`] (code mode, issue 28):
@@ -327,6 +331,9 @@ pub enum Reply {
     /// Answer to [`Request::Restore`]: `error` says why the state was not restored (the
     /// interpreter is then to be discarded).
     Restored { id: CallId, error: Option<String> },
+    /// Answer to [`Request::Reseed`]: `error` says why not (the interpreter is then to be
+    /// discarded).
+    Reseeded { id: CallId, error: Option<String> },
     /// The worker cannot go on (boot failed, engine error); it exits after sending this.
     Fatal { error: String },
     /// Under `--confinement strict`, a confinement layer could not be applied (`reason` names it
@@ -347,6 +354,7 @@ impl Reply {
             | Reply::Ran { id, .. }
             | Reply::Checkpoint { id, .. }
             | Reply::Restored { id, .. }
+            | Reply::Reseeded { id, .. }
             | Reply::Fetch { id, .. }
             | Reply::ToolCall { id, .. }
             | Reply::FunctionCall { id, .. } => Some(*id),
@@ -365,6 +373,7 @@ impl Reply {
             Reply::Ran { .. } => "ran",
             Reply::Checkpoint { .. } => "checkpoint",
             Reply::Restored { .. } => "restored",
+            Reply::Reseeded { .. } => "reseeded",
             Reply::Fetch { .. } => "fetch",
             Reply::ToolCall { .. } => "tool_call",
             Reply::FunctionCall { .. } => "function_call",

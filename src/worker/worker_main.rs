@@ -1208,6 +1208,10 @@ impl Serving {
                 Reply::Installed { id, error }
             }
             Request::Checkpoint { id } => return self.checkpoint(id),
+            Request::Reseed { id } => Reply::Reseeded {
+                id,
+                error: self.reseed(id),
+            },
             Request::Restore {
                 id,
                 zygote,

@@ -90,6 +90,37 @@ async def test_a_fork_starts_as_a_copy_and_then_goes_its_own_way(base):
         assert (await run(client, "(x, y)", again))["return_value"] == [42, "fork only"]
 
 
+def forks(base, how):
+    """The server's count of forks whose copy got its interpreter state `how`."""
+    sample = f'mcp_run_python_sandbox_forks_total{{interpreter="{how}"}} '
+    with urllib.request.urlopen(f"{base}/metrics", timeout=CALL_TIMEOUT) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(sample):
+                return float(line.split()[1])
+    return 0.0
+
+
+async def test_a_fork_takes_the_source_s_interpreter_and_the_source_resumes_quietly(base):
+    """The source's interpreter holds exactly the state a fork starts from: the copy takes it
+    (its first call restores nothing) and the source resumes its checkpoint into a new one,
+    saying nothing, since nothing was lost. Twice in a row, and with `random` reseeded."""
+    async with client_for(base) as client:
+        source = (await client.call_tool("create_sandbox", {})).structured_content["sandbox_id"]
+        await run(client, "import random\nx = 41\nopen('f.txt', 'w').write('kept')", source)
+        before = forks(base, "handed_over")
+        first = (await client.call_tool("fork_sandbox", {"sandbox_id": source})).structured_content["sandbox_id"]
+        assert forks(base, "handed_over") == before + 1
+        copied = await run(client, "[x + 1, open('f.txt').read(), random.random()]", first)
+        assert copied["return_value"][:2] == [42, "kept"], copied
+        assert copied["state"].startswith("forked:") and "f.txt" in copied["state"], copied
+        kept = await run(client, "[x, open('f.txt').read(), random.random()]", source)
+        assert kept["return_value"][:2] == [41, "kept"] and "state" not in kept, kept
+        assert kept["return_value"][2] != copied["return_value"][2], "random is reseeded in the copy"
+        second = (await client.call_tool("fork_sandbox", {"sandbox_id": source})).structured_content["sandbox_id"]
+        assert (await run(client, "x", second))["return_value"] == 41
+        assert (await run(client, "x", source))["return_value"] == 41
+
+
 async def test_the_answer_names_the_new_sandbox_in_a_response_header(base):
     status, headers, body = post(base, {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                                         "params": {"name": "create_sandbox", "arguments": {}}})

@@ -28,6 +28,7 @@ pub use saved::{Kept, Resumable, Saved, Spilled, Written};
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 pub use crate::worker::linear_memory::{ZygoteId, PAGE_BYTES};
 
@@ -88,7 +89,9 @@ fn check_memory_bytes(bytes: u64) -> Result<(), CheckpointError> {
 pub struct Checkpoint {
     zygote: ZygoteId,
     memory_bytes: u64,
-    pages: BTreeMap<u32, Box<[u8]>>,
+    /// Shared, so that a copy (a fork's state, a restore's) costs a count per page, not its
+    /// bytes.
+    pages: BTreeMap<u32, Arc<[u8]>>,
 }
 
 impl fmt::Debug for Checkpoint {
@@ -167,7 +170,7 @@ impl Checkpoint {
             if page == ZERO_PAGE {
                 self.pages.remove(&index);
             } else {
-                self.pages.insert(index, Box::from(page));
+                self.pages.insert(index, Arc::from(page));
             }
         }
         Ok(())

@@ -141,8 +141,9 @@ impl Executor {
         if sandbox.first_interpreter() {
             return;
         }
-        // A sandbox that hibernated lost nothing: it says nothing when all came back.
-        let hibernated = sandbox.is_hibernated();
+        // A sandbox that hibernated, or lent its interpreter to a fork, lost nothing: it says
+        // nothing when all came back.
+        let quiet = sandbox.is_hibernated() | sandbox.take_lent();
         let resumed = self.resume_or_replace(sandbox, worker).await;
         let mut restored = Vec::new();
         let mut lost = Vec::new();
@@ -184,7 +185,7 @@ impl Executor {
             note.push_str("; these files could not be restored: ");
             note.push_str(&name_list(&lost));
         }
-        if hibernated && matches!(resumed, Resumed::Restored) && lost.is_empty() {
+        if quiet && matches!(resumed, Resumed::Restored) && lost.is_empty() {
             return;
         }
         sandbox.set_note(note);

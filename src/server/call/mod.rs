@@ -10,6 +10,7 @@
 pub mod checkpoints;
 pub mod execute;
 pub mod files;
+pub mod fork;
 pub mod outcome;
 pub mod queue;
 pub mod result;

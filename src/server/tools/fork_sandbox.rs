@@ -17,6 +17,7 @@ use super::list_sandbox_files::SandboxArguments;
 use super::reach::{InUse, Reached, SourceSandbox};
 use super::schema::{object_schema, open, sandbox_id_property, sandbox_tool, Effect};
 use super::{structured_answer, tool_error, McpTool};
+use crate::metrics::ForkKind;
 use crate::sandbox::files::name_list;
 use crate::sandbox::live::Arrival;
 use crate::sandbox::registry::Missing;
@@ -74,7 +75,7 @@ impl McpTool for ForkSandbox {
     ) -> Result<CallToolResponse, McpError> {
         let arrival = context.extensions.get::<Arrival>();
         // Held while the copy is made: no later call of the source runs meanwhile.
-        let turn = source.sandbox.queue(arrival).await;
+        let mut turn = source.sandbox.queue(arrival).await;
         if source.sandbox.has_ended() {
             // Destroyed (or expired) by a request that arrived before this one.
             return Ok(tool_error(Missing::of(source.sandbox.id.as_str())));
@@ -119,6 +120,13 @@ impl McpTool for ForkSandbox {
             note.push_str(words);
         }
         fork.begin_as_fork(kept, note);
+        // The copy takes the source's interpreter when it can (`crate::server::call::fork`).
+        let handed = had_state
+            && not_copied.is_empty()
+            && server
+                .executor
+                .hand_over(&mut turn, &source.sandbox, &fork)
+                .await;
         drop(turn);
         drop(source);
 
@@ -126,13 +134,18 @@ impl McpTool for ForkSandbox {
         if let Some(note) = server.save(&in_use).await {
             tracing::warn!("sandbox {}: {note}", fork.id.short());
         }
+        crate::metrics::sandbox_forked(match (had_state, handed) {
+            (true, true) => ForkKind::HandedOver,
+            (true, false) => ForkKind::Restored,
+            (false, _) => ForkKind::NoState,
+        });
         tracing::debug!(
             "sandbox {} forked ({})",
             fork.id.short(),
-            if had_state {
-                "with its interpreter state"
-            } else {
-                "files and dependencies"
+            match (had_state, handed) {
+                (true, true) => "with its interpreter state, in the source's interpreter",
+                (true, false) => "with its interpreter state",
+                (false, _) => "files and dependencies",
             }
         );
         let id = &fork.id;

@@ -119,6 +119,7 @@ impl Serving {
         reseed: bool,
         attachments: Vec<Vec<u8>>,
     ) -> Option<String> {
+        let started = std::time::Instant::now();
         let mut parts = attachments.into_iter();
         let (Some(indexes), Some(bytes), None) = (parts.next(), parts.next(), parts.next()) else {
             return Some(RestoreError::Shape.to_string());
@@ -145,6 +146,7 @@ impl Serving {
         {
             return Some(format!("{e:#}"));
         }
+        let grown_at = started.elapsed();
         let Serving {
             engine,
             runner,
@@ -157,12 +159,22 @@ impl Serving {
             Ok(Err(e)) => return Some(e.to_string()),
             Err(e) => return Some(e.to_string()),
         }
+        tracing::debug!(
+            "restore: memory grown in {} µs, {} page(s) written in {} µs",
+            grown_at.as_micros(),
+            image.indexes.len(),
+            (started.elapsed() - grown_at).as_micros()
+        );
         if reseed {
-            let reseeded = call(&mut self.engine, &self.runner.reseed, id, &[], None);
-            if let Err(e) = reseeded {
-                return Some(e.to_string());
-            }
+            return self.reseed(id);
         }
         None
+    }
+
+    /// Makes the next run reseed Python's `random` ([`crate::worker::protocol::Request::Reseed`],
+    /// and a fork's restore): `Some(why)` when it could not.
+    pub(super) fn reseed(&mut self, id: CallId) -> Option<String> {
+        let reseeded = call(&mut self.engine, &self.runner.reseed, id, &[], None);
+        reseeded.err().map(|e| e.to_string())
     }
 }
