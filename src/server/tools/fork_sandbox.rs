@@ -2,9 +2,11 @@
 //! makes a new sandbox that starts as a copy of the one named (else the session's) as its last
 //! completed call left it: its interpreter state (the checkpoint the sandbox keeps: globals,
 //! imported modules, installed packages), its files (the front's copies) and its
-//! `dependencies`. From then on the two are independent; the copy's first call restores the
-//! state into a new interpreter, reseeds `random` as `os.fork` does, and says in its `state`
-//! note that it started as a fork (never naming the source: a handle is a capability).
+//! `dependencies`. From then on the two are independent. The copy takes the source's
+//! interpreter, which holds that state, with `random` reseeded as `os.fork` does
+//! (`crate::server::call::fork`), or, when the source holds none, its first call restores the
+//! state into a new interpreter; either way that call says in its `state` note that it started
+//! as a fork (never naming the source: a handle is a capability).
 //!
 //! The copy belongs to the caller's principal and counts against `--max-sandboxes` as
 //! `create_sandbox`'s sandboxes do. A sandbox whose last call left a state that could not be
