@@ -123,6 +123,8 @@ pub struct Sandbox {
     /// `fork_sandbox`: its interpreter went to a fork of it, so its next one resumes its kept
     /// state without a note (nothing was lost).
     lent: AtomicBool,
+    /// Notified as each `run_python_code` call of it ends (one permit kept when nobody waits).
+    call_ended: Notify,
 }
 
 /// How many times its image's pages a sandbox's checkpoint deltas in the state directory may
@@ -178,6 +180,7 @@ impl Sandbox {
             uncaptured: Mutex::default(),
             fork_note: Mutex::default(),
             lent: AtomicBool::new(false),
+            call_ended: Notify::new(),
         }
     }
 
@@ -477,6 +480,16 @@ impl Sandbox {
             self.set_note(format!("{note}{files_words}"));
         }
         true
+    }
+
+    /// A `run_python_code` call of it ended.
+    pub fn end_call(&self) {
+        self.call_ended.notify_one();
+    }
+
+    /// Resolves once a call of it has ended (at once when one ended since the last wait).
+    pub async fn a_call_ended(&self) {
+        self.call_ended.notified().await;
     }
 
     /// Its interpreter went to a fork of it: its next one resumes its kept state quietly.

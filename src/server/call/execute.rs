@@ -246,7 +246,10 @@ impl Executor {
             {
                 // `attempt` says so only of a first attempt.
                 Attempt::Vanished => vanished = true,
-                Attempt::Done(result) => return result,
+                Attempt::Done(result) => {
+                    sandbox.end_call();
+                    return result;
+                }
             }
         }
     }

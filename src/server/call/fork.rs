@@ -1,9 +1,10 @@
 //! `fork_sandbox`'s hand-over (issue 36): the source's interpreter holds exactly the state a
 //! fork starts from (its last completed call's, which its checkpoint keeps), so the copy takes
 //! that interpreter, reseeded as `os.fork` reseeds a child, and its first call restores
-//! nothing. The source keeps the checkpoint and resumes it into a new interpreter, started at
-//! once in the background; a call of the source that comes first waits for it, as calls wait
-//! for the calls before them. Neither side's notes mention it: nothing was lost.
+//! nothing. The source keeps the checkpoint and resumes it into a new interpreter in the
+//! background, once the copy's first call ended (or after [`COPY_GOES_FIRST`]); a call of the
+//! source that comes first resumes it itself. Neither side's notes mention it: nothing was
+//! lost.
 //!
 //! Without this, the copy's first call restores the state into a new interpreter: tens of MiB
 //! through a pipe for a sandbox that holds a few MiB of data (docs/architecture.md §3.4).
@@ -18,6 +19,11 @@ use std::time::Duration;
 
 /// How long the reseed of a handed-over interpreter may take (seconds): one round trip.
 const RESEED_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long the source's resume waits for the copy's first call to end (seconds): an agent
+/// that forks usually runs code in the copy next, and on a small machine the two would compete
+/// for the cores; a call of the source meanwhile resumes it itself.
+const COPY_GOES_FIRST: Duration = Duration::from_secs(1);
 
 impl Executor {
     /// Gives the interpreter in the source's `slot` (held: the source's calls wait) to `copy`,
@@ -65,8 +71,11 @@ impl Executor {
         }
         source.lend_interpreter();
         let executor = Arc::clone(self);
-        let source = Arc::clone(source);
-        tokio::spawn(async move { executor.resume_lender(&source).await });
+        let (source, copy) = (Arc::clone(source), Arc::clone(copy));
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(COPY_GOES_FIRST, copy.a_call_ended()).await;
+            executor.resume_lender(&source).await;
+        });
         true
     }
 
