@@ -169,16 +169,18 @@ print(f"check-deploy: consistency: selectors, namespace, headless service, port 
       f"max replicas {hpa['spec']['maxReplicas']} <= haproxy.cfg's {haproxy_servers if haproxy_servers is not None else '(absent)'}")
 
 binary = os.environ["MCP_RUN_PYTHON_BIN"]
-if os.access(binary, os.X_OK):
-    help_text = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30).stdout
-    known = set(re.findall(r"--[a-z][a-z0-9-]*", help_text))
-    unknown = sorted(set(opts) - known)
-    if unknown:
-        print(f"check-deploy: WARNING: {binary} --help does not list {', '.join(unknown)} "
-              "(built before they were added?); the StatefulSet's server would exit at start", file=sys.stderr)
-    else:
-        print(f"check-deploy: every server option of the StatefulSet is known to {binary}")
-else:
-    print(f"check-deploy: {binary} not built: server options not checked against --help")
+# The test command builds the binary first: a check that cannot run fails rather than passes.
+if not os.access(binary, os.X_OK):
+    print(f"check-deploy: FAILED: {binary} is not built, so the StatefulSet's server options cannot "
+          "be checked against its --help (run cargo build first)", file=sys.stderr)
+    sys.exit(1)
+help_text = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30).stdout
+known = set(re.findall(r"--[a-z][a-z0-9-]*", help_text))
+unknown = sorted(set(opts) - known)
+if unknown:
+    print(f"check-deploy: FAILED: {binary} --help does not list {', '.join(unknown)}: the "
+          "StatefulSet's server would exit at start", file=sys.stderr)
+    sys.exit(1)
+print(f"check-deploy: every server option of the StatefulSet is known to {binary}")
 EOF
 echo "check-deploy: all checks passed"

@@ -34,13 +34,13 @@ if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
 fi
 venv_with .venv tests/python/requirements.txt
 
-# The deployment files (issue 27): Kubernetes schemas, hadolint, checkov, consistency with the
-# binary's options and deploy/haproxy.cfg.
-scripts/check-deploy.sh
-
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
 cargo build
+# The deployment files (issue 27): Kubernetes schemas, hadolint, checkov, consistency with the
+# binary's options (hence after the build: a clean clone has no binary before it) and
+# deploy/haproxy.cfg.
+scripts/check-deploy.sh
 cargo test
 # The replica tests (issue 27) run three replicas behind a real HAProxy (Debian's package) with
 # deploy/haproxy.cfg.
