@@ -74,7 +74,9 @@ impl Serving {
     /// Answers [`crate::worker::protocol::Request::Checkpoint`]: the pages changed since the
     /// last checkpoint as two attachments, or why there are none.
     pub(super) fn checkpoint(&mut self, id: CallId) -> Result<Served> {
+        let started = std::time::Instant::now();
         let reasons = self.uncapturable(id);
+        let checked = started.elapsed();
         if !reasons.is_empty() {
             let outcome = CheckpointOutcome::Uncapturable { reasons };
             super::send(&Reply::Checkpoint { id, outcome })?;
@@ -97,6 +99,13 @@ impl Serving {
         };
         let zygote = shadow.zygote();
         let pages = engine.with_bytes(&runner.memory, |m| shadow.changes(m))?;
+        tracing::debug!(
+            "checkpoint: capturable checked in {} µs, {} page(s) of {} KiB compared in {} µs",
+            checked.as_micros(),
+            pages.indexes.len(),
+            pages.memory_bytes >> 10,
+            (started.elapsed() - checked).as_micros()
+        );
         let outcome = CheckpointOutcome::Taken {
             zygote,
             memory_bytes: pages.memory_bytes,
