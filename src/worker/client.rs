@@ -9,10 +9,10 @@ use super::mount::Mounts;
 use super::net::{FetchRequest, FetchResponse};
 use super::process::{Ended, Process};
 use super::protocol::{
-    read_frame_async, write_frame_async, BootAttachments, BootInstall, CallId, CheckpointOutcome,
-    Frame, FrameError, FrameLimits, FunctionCall, OutputLine, Reply, Request, RunOutcome,
-    SnapshotMode, Stream, ToolAnswer, ToolCall, Uncapturable, MAX_IMAGES, MAX_LISTED_FILES,
-    MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
+    read_frame_async, write_frame_parts_async, BootAttachments, BootInstall, CallId,
+    CheckpointOutcome, Frame, FrameError, FrameLimits, FunctionCall, OutputLine, Reply, Request,
+    RunOutcome, SnapshotMode, Stream, ToolAnswer, ToolCall, Uncapturable, MAX_IMAGES,
+    MAX_LISTED_FILES, MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
 };
 use super::worker_main::OUTPUT_SLACK;
 use std::collections::HashMap;
@@ -637,7 +637,18 @@ impl Worker {
     }
 
     async fn send(&mut self, request: &Request, attachments: &[&[u8]]) -> Result<(), WorkerError> {
-        if let Err(e) = write_frame_async(&mut self.stdin, request, attachments).await {
+        let parts: Vec<[&[u8]; 1]> = attachments.iter().map(|a| [*a]).collect();
+        let parts: Vec<&[&[u8]]> = parts.iter().map(|p| p.as_slice()).collect();
+        self.send_parts(request, &parts).await
+    }
+
+    /// [`Worker::send`] with each attachment given as parts (see `write_frame_parts_async`).
+    async fn send_parts(
+        &mut self,
+        request: &Request,
+        attachments: &[&[&[u8]]],
+    ) -> Result<(), WorkerError> {
+        if let Err(e) = write_frame_parts_async(&mut self.stdin, request, attachments).await {
             if matches!(&e, FrameError::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe) {
                 self.gone = Some(Gone::RequestRefused);
             }
@@ -830,29 +841,37 @@ impl Worker {
         self.call(make, &[], limits, deadline, take).await
     }
 
-    /// Makes this fresh interpreter hold `pages` (a checkpoint of zygote `zygote`), and with
-    /// `reseed` makes its next run reseed `random`. `Ok(Some(why))` when the worker refused
-    /// (the interpreter is then to be discarded).
+    /// Restores a checkpoint into this fresh child of zygote `zygote`: its linear memory grows
+    /// to `memory_bytes`, and the pages at `indexes` (`u32` little-endian each, strictly
+    /// increasing) become the zygote's XOR `pages` (each [`crate::worker::linear_memory::PAGE_BYTES`]
+    /// long, written from where they are, never copied into one buffer); with `reseed`, its
+    /// next run reseeds `random`. `Ok(Some(reason))` when the worker refused.
+    ///
+    /// Errors: [`WorkerError`] (the worker is then to be discarded).
     pub async fn restore(
         &mut self,
         zygote: ZygoteId,
-        pages: &Pages,
+        memory_bytes: u64,
+        (indexes, pages): (&[u8], &[&[u8]]),
         reseed: bool,
         deadline: Deadline,
     ) -> Result<Option<String>, WorkerError> {
-        let make = |id| Request::Restore {
+        let id = self.new_id();
+        let request = Request::Restore {
             id,
             zygote,
-            memory_bytes: pages.memory_bytes,
+            memory_bytes,
             reseed,
         };
-        let take = |frame: Frame<Reply>| match frame.header {
-            Reply::Restored { error, .. } => Some(Ok(error)),
-            _ => None,
-        };
-        let attachments: [&[u8]; 2] = [&pages.index_bytes(), &pages.bytes];
-        self.call(make, &attachments, FrameLimits::CONTROL, deadline, take)
-            .await
+        let attachments: [&[&[u8]]; 2] = [&[indexes], pages];
+        deadline
+            .bound(self.send_parts(&request, &attachments))
+            .await??;
+        let frame = self.expect(id, FrameLimits::CONTROL, deadline).await?;
+        match frame.header {
+            Reply::Restored { error, .. } => Ok(error),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Makes the worker's next run reseed Python's `random`, as `os.fork` does in a child (an

@@ -834,19 +834,49 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(
     decoder.finish().map(Some)
 }
 
-/// Writes one frame (async; used by the front).
-pub async fn write_frame_async<T: Serialize>(
+/// Writes one frame (async; used by the front toward a worker): the header, then each
+/// attachment, given as parts written one after another (the pages of a checkpoint, shared with
+/// the front's copy of it, are parts): on the wire, the same frame as [`write_frame`] writes of
+/// their concatenation, with vectored writes, never copied into one buffer.
+pub async fn write_frame_parts_async<T: Serialize>(
     w: &mut (impl tokio::io::AsyncWrite + Unpin),
     header: &T,
-    attachments: &[&[u8]],
+    attachments: &[&[&[u8]]],
 ) -> Result<(), FrameError> {
     w.write_all(&encode_head(header, attachments.len())?)
         .await?;
-    for a in attachments {
-        w.write_all(&(a.len() as u64).to_le_bytes()).await?;
-        w.write_all(a).await?;
+    for parts in attachments {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        w.write_all(&(len as u64).to_le_bytes()).await?;
+        write_all_vectored(w, parts).await?;
     }
     Ok(w.flush().await?)
+}
+
+/// Most slices one vectored write is given (Linux's `IOV_MAX`).
+const MAX_IO_SLICES: usize = 1024;
+
+/// Writes `parts` whole, in order, [`MAX_IO_SLICES`] at a time.
+async fn write_all_vectored(
+    w: &mut (impl tokio::io::AsyncWrite + Unpin),
+    parts: &[&[u8]],
+) -> io::Result<()> {
+    // Empty parts are left out: a vectored write of only empty slices writes nothing.
+    let mut slices: Vec<io::IoSlice<'_>> = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| io::IoSlice::new(p))
+        .collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let batch = rest.len().min(MAX_IO_SLICES);
+        let written = w.write_vectored(&rest[..batch]).await?;
+        if written == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        io::IoSlice::advance_slices(&mut rest, written);
+    }
+    Ok(())
 }
 
 /// Reads one frame within `limits` (async; used by the front on a hostile worker's stdout).

@@ -9,7 +9,7 @@
 //! XOR the zygote's page at the same index (a page beyond the pristine memory's end XORs with
 //! zeros). A worker reports after each call the pages it changed since its last report, in the
 //! same XOR form; [`Checkpoint::merge`] applies such a delta, and a page whose XOR becomes zero
-//! is dropped (it equals the zygote's again). A restore sends [`Checkpoint::to_delta`] to a
+//! is dropped (it equals the zygote's again). A restore sends [`Checkpoint::pages`] to a
 //! fresh child of the same zygote, which grows its memory to [`Checkpoint::memory_bytes`] and
 //! XORs the pages in.
 //!
@@ -217,10 +217,11 @@ impl Checkpoint {
             .collect()
     }
 
-    /// Every stored page as one delta, what a restore sends to a fresh worker: the indexes in
-    /// increasing order, and their pages concatenated in the same order
-    /// ([`Checkpoint::stored_bytes`] bytes). Merging it into a new checkpoint of the same
-    /// zygote and memory size gives this one back.
+    /// Every stored page as one delta (for the tests; a restore sends [`Checkpoint::pages`]
+    /// from where they are): the indexes in increasing order, and their pages concatenated in
+    /// the same order ([`Checkpoint::stored_bytes`] bytes). Merging it into a new checkpoint of
+    /// the same zygote and memory size gives this one back.
+    #[cfg(test)]
     pub fn to_delta(&self) -> (Vec<u32>, Vec<u8>) {
         let mut indexes = Vec::with_capacity(self.pages.len());
         let mut bytes = Vec::with_capacity(self.pages.len() * PAGE_BYTES);

@@ -69,8 +69,8 @@ pub struct Written {
 
 /// What [`Saved::resumable`] hands a restore.
 pub struct Resumable {
-    pub zygote: ZygoteId,
-    pub pages: Pages,
+    /// The image, its pages shared with the kept state (a copy costs a count per page).
+    pub image: Checkpoint,
     pub installed: Vec<(String, String)>,
     pub reseed: bool,
 }
@@ -132,14 +132,8 @@ impl Saved {
         let Saved::Current(kept) = self else {
             return None;
         };
-        let (indexes, bytes) = kept.image.to_delta();
         let resumable = Resumable {
-            zygote: kept.image.zygote(),
-            pages: Pages {
-                memory_bytes: kept.image.memory_bytes(),
-                indexes,
-                bytes,
-            },
+            image: kept.image.clone(),
             installed: kept.installed.clone(),
             reseed: kept.reseed,
         };
@@ -190,13 +184,13 @@ mod tests {
             .take(z, &pages(2, &[(3, 0), (20, 5)]), vec![])
             .expect("fits");
         let r = saved.resumable().expect("current");
-        assert_eq!(r.pages.indexes, vec![0, 20]);
-        assert_eq!(r.pages.memory_bytes, 2 * 65536);
+        assert_eq!(r.image.to_delta().0, vec![0, 20]);
+        assert_eq!(r.image.memory_bytes(), 2 * 65536);
         saved.stale();
         assert!(saved.resumable().is_none());
         saved.take(z, &pages(2, &[(1, 9)]), vec![]).expect("fits");
         assert_eq!(
-            saved.resumable().expect("current").pages.indexes,
+            saved.resumable().expect("current").image.to_delta().0,
             vec![0, 1, 20]
         );
     }
@@ -210,7 +204,10 @@ mod tests {
         saved
             .take(ZygoteId([2; 32]), &pages(1, &[(2, 1)]), vec![])
             .expect("fits");
-        assert_eq!(saved.resumable().expect("current").pages.indexes, vec![2]);
+        assert_eq!(
+            saved.resumable().expect("current").image.to_delta().0,
+            vec![2]
+        );
         let mut fork = Saved::Current(saved.for_fork().expect("current"));
         assert!(fork.resumable().expect("current").reseed);
         assert!(!fork.resumable().expect("current").reseed);

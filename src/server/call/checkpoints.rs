@@ -102,8 +102,7 @@ impl Executor {
         }
         let taken = std::time::Instant::now();
         let Some(Resumable {
-            zygote,
-            pages,
+            image,
             installed,
             reseed,
         }) = sandbox.resumable()
@@ -128,12 +127,17 @@ impl Executor {
         }
         let deadline = Deadline::after(CHECKPOINT_TIMEOUT, Phase::Restoring);
         let started = std::time::Instant::now();
-        match worker.restore(zygote, &pages, reseed, deadline).await {
+        // The pages go to the worker from where the kept state holds them.
+        let (indexes, pages): (Vec<u32>, Vec<&[u8]>) = image.pages().unzip();
+        let index_bytes: Vec<u8> = indexes.iter().flat_map(|i| i.to_le_bytes()).collect();
+        let sent = (index_bytes.as_slice(), pages.as_slice());
+        let restored = worker.restore(image.zygote(), image.memory_bytes(), sent, reseed, deadline);
+        match restored.await {
             Ok(None) => {
                 tracing::debug!(
                     "sandbox {}: restored {} page(s) in {} µs",
                     sandbox.id.short(),
-                    pages.indexes.len(),
+                    indexes.len(),
                     started.elapsed().as_micros()
                 );
                 Resumed::Restored
