@@ -62,10 +62,9 @@ One run (release build at af72eec, 2-core machine shared with other builds and t
 - fork of the 10 MiB sandbox -> result in the copy: 135 ms (p95 283; 10× Monty's 13 ms), target
   10 ms missed: `fork_sandbox` itself takes 4.8 ms, the copy's first call restores 37.8 MiB of
   changed pages (the 10 MiB, and what `randbytes` made and freed on the way); the small
-  sandbox: 22 ms (115×). Once the copy takes the source's interpreter (release build after
-  3de5b48): 18.6 ms (p95 24.8; 0.8× Monty's 24 ms in that run), `fork_sandbox` 5.6 ms and the
-  copy's checkpoint after its first call 6.6 ms of it, the source's background restore
-  competing for the cores; the small sandbox 16.6 ms;
+  sandbox: 22 ms (115×). Once the copy takes the source's interpreter (a later release build):
+  18.2 ms (p95 22.2; 0.8× Monty's 22.7 ms in that run), `fork_sandbox` 2.1 ms and the copy's
+  checkpoint after its first call 10.2 ms of it; the small sandbox 16.4 ms;
 - 10,000 idle sandboxes in 544 s (54 ms each; Monty 3.6 s): the front's RSS 133 MiB, the
   server's PSS 329 MiB (3 processes), 2,220 MiB in `hibernated/` (2.2× Monty's 1,032 MiB of
   dumps): both targets met; 20 random older ones resumed (p50 23 ms) with their 102,400 bytes.
