@@ -120,9 +120,9 @@ pub struct Sandbox {
     uncaptured: Mutex<Option<String>>,
     /// `fork_sandbox`: the first words of the `state` note of a fork's first call.
     fork_note: Mutex<Option<String>>,
-    /// `fork_sandbox`: its interpreter went to a fork of it, so its next one resumes its kept
-    /// state without a note (nothing was lost).
-    lent: AtomicBool,
+    /// Its next interpreter resumes its kept state without a note, since nothing was lost: it
+    /// hibernated and its state was read back (by a fork), or its interpreter went to a fork.
+    resume_quietly: AtomicBool,
     /// Notified as each `run_python_code` call of it ends (one permit kept when nobody waits).
     call_ended: Notify,
 }
@@ -179,7 +179,7 @@ impl Sandbox {
             saved: Mutex::default(),
             uncaptured: Mutex::default(),
             fork_note: Mutex::default(),
-            lent: AtomicBool::new(false),
+            resume_quietly: AtomicBool::new(false),
             call_ended: Notify::new(),
         }
     }
@@ -287,6 +287,7 @@ impl Sandbox {
         }
         *saved = Saved::Empty;
         *self.uncaptured() = None;
+        self.resume_quietly.store(false, Ordering::SeqCst);
     }
 
     /// What a restore of its state into a new worker needs, when it has a current state.
@@ -427,6 +428,9 @@ impl Sandbox {
         *self.kept_state() = Saved::Empty;
         let kept = spilled.home.take(&self.id, &spilled)?;
         *self.kept_state() = Saved::Current(kept);
+        // Read back ahead of its next interpreter (a fork's copy took the state): that one
+        // resumes it as after hibernation, quietly.
+        self.resume_quietly.store(true, Ordering::SeqCst);
         Ok(())
     }
 
@@ -494,12 +498,13 @@ impl Sandbox {
 
     /// Its interpreter went to a fork of it: its next one resumes its kept state quietly.
     pub fn lend_interpreter(&self) {
-        self.lent.store(true, Ordering::SeqCst);
+        self.resume_quietly.store(true, Ordering::SeqCst);
     }
 
-    /// Whether its interpreter went to a fork since its last new one (and forgets it).
-    pub fn take_lent(&self) -> bool {
-        self.lent.swap(false, Ordering::SeqCst)
+    /// Whether its next interpreter resumes quietly (see [`Sandbox::lend_interpreter`],
+    /// [`Sandbox::wake`]), and forgets it.
+    pub fn take_resume_quietly(&self) -> bool {
+        self.resume_quietly.swap(false, Ordering::SeqCst)
     }
 
     /// Takes the first words of the `state` note due at a fork's first call, if any.

@@ -114,6 +114,15 @@ async def test_an_idle_sandbox_hibernates_and_resumes_as_it_was(warm_zygote):
             assert "state" not in back, back
             assert metric(base, "mcp_run_python_sandboxes_hibernated") == 0
             assert metric(base, "mcp_run_python_hibernations_total") >= 1
+            # Forked while hibernated: the copy has the state, and the source wakes as quietly.
+            await wait_until(lambda: metric(base, "mcp_run_python_sandboxes_hibernated") == 1,
+                             what="the sandbox to hibernate again")
+            made = await client.call_tool("fork_sandbox", {"sandbox_id": sandbox})
+            copy = made.structured_content["sandbox_id"]
+            assert (await run(client, "x", copy))["return_value"] == 41
+            back = await run(client, "x", sandbox)
+            assert back["return_value"] == 41 and "state" not in back, back
+            assert not (await client.call_tool("destroy_sandbox", {"sandbox_id": copy})).is_error
             # Reset while hibernated: the state on disk goes with it.
             await wait_until(lambda: metric(base, "mcp_run_python_sandboxes_hibernated") == 1,
                              what="the sandbox to hibernate again")

@@ -141,10 +141,11 @@ impl Executor {
         if sandbox.first_interpreter() {
             return;
         }
-        // A sandbox that hibernated, or lent its interpreter to a fork, lost nothing: it says
-        // nothing when all came back.
-        let quiet = sandbox.is_hibernated() | sandbox.take_lent();
+        let hibernated = sandbox.is_hibernated();
         let resumed = self.resume_or_replace(sandbox, worker).await;
+        // A sandbox that hibernated, or lent its interpreter to a fork, lost nothing: it says
+        // nothing when all came back. (Taken after the resume, whose wake sets it.)
+        let quiet = sandbox.take_resume_quietly() || hibernated;
         let mut restored = Vec::new();
         let mut lost = Vec::new();
         for (path, bytes) in sandbox.with_files(|f| f.copies()) {
