@@ -58,7 +58,9 @@ One run (release build at af72eec, 2-core machine shared with other builds and t
   `--state-dir`, 1.37 ms more (rounds 0.97, 1.24, 2.08 ms): target 2 ms met; the front's save
   0.87 ms (p95 3.5), sealing the delta 0.32 ms of it; the chain 361 KiB;
 - resume after hibernation: 24 ms (p95 39; 116× Monty's 0.21 ms checkout -> load -> result),
-  target 30 ms met; 229 KiB on disk a sandbox (1.9× Monty's 120 KiB dump);
+  target 30 ms met; 229 KiB on disk a sandbox (1.9× Monty's 120 KiB dump); once a restore sends
+  the pages from where the front holds them (a later build): 21.6 ms (p95 24.9), the checkpoint
+  after the call 6.8 ms of it;
 - fork of the 10 MiB sandbox -> result in the copy: 135 ms (p95 283; 10× Monty's 13 ms), target
   10 ms missed: `fork_sandbox` itself takes 4.8 ms, the copy's first call restores 37.8 MiB of
   changed pages (the 10 MiB, and what `randbytes` made and freed on the way); the small
