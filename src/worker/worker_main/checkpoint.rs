@@ -33,14 +33,17 @@ impl Serving {
     }
 
     /// Why the interpreter's state cannot be captured now (empty: it can).
-    fn uncapturable(&mut self, id: CallId) -> Vec<Uncapturable> {
+    fn uncapturable(&mut self) -> Vec<Uncapturable> {
         if Pristine::inherited().is_none() {
             return vec![Uncapturable::NotForked];
         }
         let mut reasons = Vec::new();
-        let outside = call(&mut self.engine, &self.runner.capturable, id, &[], None)
+        // Synchronous (runner.js): the counts, or an error when user code broke them.
+        let outside = self
+            .engine
+            .call(&self.runner.capturable, &[])
             .ok()
-            .and_then(|text| parse_answer::<Outside>(&text).ok());
+            .and_then(|text| serde_json::from_str::<Outside>(&text).ok());
         match outside {
             Some(o) => {
                 if o.js_objects > 0 {
@@ -75,7 +78,7 @@ impl Serving {
     /// last checkpoint as two attachments, or why there are none.
     pub(super) fn checkpoint(&mut self, id: CallId) -> Result<Served> {
         let started = std::time::Instant::now();
-        let reasons = self.uncapturable(id);
+        let reasons = self.uncapturable();
         let checked = started.elapsed();
         if !reasons.is_empty() {
             let outcome = CheckpointOutcome::Uncapturable { reasons };
