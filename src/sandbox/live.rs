@@ -325,35 +325,37 @@ impl Sandbox {
                 None => format!("the image whole ({image_pages} page(s))"),
             }
         );
-        let write = match delta {
-            Some(w) => file::write_delta(kept, &w.changed, generation, handle, &w.tail).map(|f| {
-                let sha256 = file::digest(&f);
-                let next = Written {
-                    tail: sha256,
-                    files: w.files + 1,
-                    delta_pages: w.delta_pages + w.changed.len() as u64,
-                    changed: BTreeSet::new(),
-                };
-                let write = CheckpointWrite::Delta {
-                    after: w.tail,
-                    file: f,
-                    sha256,
-                };
-                (write, next)
-            }),
-            None => file::write(kept, generation, handle).map(|f| {
-                let sha256 = file::digest(&f);
-                let next = Written {
-                    tail: sha256,
-                    files: 1,
-                    delta_pages: 0,
-                    changed: BTreeSet::new(),
-                };
-                (CheckpointWrite::Whole { file: f, sha256 }, next)
-            }),
+        let sealed = match &delta {
+            Some(w) => file::write_delta(kept, &w.changed, generation, handle, &w.tail),
+            None => file::write(kept, generation, handle),
         };
-        Some(write.map(|(write, next)| {
-            kept.written = Some(next);
+        Some(sealed.map(|bytes| {
+            let sha256 = file::digest(&bytes);
+            let (write, files, delta_pages) = match delta {
+                Some(w) => {
+                    let delta_pages = w.delta_pages + w.changed.len() as u64;
+                    let write = CheckpointWrite::Delta {
+                        after: w.tail,
+                        file: bytes,
+                        sha256,
+                    };
+                    (write, w.files + 1, delta_pages)
+                }
+                None => (
+                    CheckpointWrite::Whole {
+                        file: bytes,
+                        sha256,
+                    },
+                    1,
+                    0,
+                ),
+            };
+            kept.written = Some(Written {
+                tail: sha256,
+                files,
+                delta_pages,
+                changed: BTreeSet::new(),
+            });
             write
         }))
     }

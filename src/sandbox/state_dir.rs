@@ -607,7 +607,7 @@ impl StateDir {
     /// Removes from `dir` every file of a save that `owner` does not name: what a save cut
     /// short (its replica killed before its record was committed) left behind, and temporary
     /// files. Run by a takeover, under the lock.
-    fn remove_unnamed(&self, dir: &Path, owner: &Ownership) {
+    fn remove_unnamed(dir: &Path, owner: &Ownership) {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
         };
@@ -759,7 +759,7 @@ impl StateDir {
             ..owner.clone()
         };
         self.write_owner(&dir, &taken)?;
-        self.remove_unnamed(&dir, &taken);
+        Self::remove_unnamed(&dir, &taken);
         Ok(Claim::Restored(Restored {
             generation,
             created_unix: owner.created_unix,

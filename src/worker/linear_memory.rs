@@ -181,10 +181,16 @@ pub struct Pages {
     pub bytes: Vec<u8>,
 }
 
+/// Page indexes as attachment bytes (`u32` little-endian each), as [`Pages::from_parts`]
+/// reads them: a checkpoint's reply, a restore's request.
+pub fn index_bytes(indexes: &[u32]) -> Vec<u8> {
+    indexes.iter().flat_map(|i| i.to_le_bytes()).collect()
+}
+
 impl Pages {
-    /// The indexes as attachment bytes (`u32` little-endian each).
+    /// The indexes as attachment bytes ([`index_bytes`]).
     pub fn index_bytes(&self) -> Vec<u8> {
-        self.indexes.iter().flat_map(|i| i.to_le_bytes()).collect()
+        index_bytes(&self.indexes)
     }
 
     /// Pages from attachment bytes: `indexes` as [`index_bytes`](Self::index_bytes) makes them.

@@ -129,7 +129,7 @@ impl Executor {
         let started = std::time::Instant::now();
         // The pages go to the worker from where the kept state holds them.
         let (indexes, pages): (Vec<u32>, Vec<&[u8]>) = image.pages().unzip();
-        let index_bytes: Vec<u8> = indexes.iter().flat_map(|i| i.to_le_bytes()).collect();
+        let index_bytes = crate::worker::linear_memory::index_bytes(&indexes);
         let sent = (index_bytes.as_slice(), pages.as_slice());
         let restored = worker.restore(image.zygote(), image.memory_bytes(), sent, reseed, deadline);
         match restored.await {

@@ -48,7 +48,7 @@ impl Executor {
             return false;
         }
         match worker
-            .reseed(Deadline::after(RESEED_TIMEOUT, Phase::Running))
+            .reseed(Deadline::after(RESEED_TIMEOUT, Phase::Restoring))
             .await
         {
             Ok(None) => {}
