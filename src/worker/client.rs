@@ -212,6 +212,8 @@ pub struct RunRequest<'a> {
     /// Largest image (bytes) handed back from the run (`--max-image-bytes` with
     /// `--stateful`); 0 for none.
     pub image_cap: usize,
+    /// A checkpoint is taken once the run ends (`Request::Run`'s `checkpoint_follows`).
+    pub checkpoint_follows: bool,
 }
 
 /// The host side of one run: what the code asks of the process that serves it while it runs
@@ -888,6 +890,20 @@ impl Worker {
             .await
     }
 
+    /// Runs a throwaway call in the worker ([`Request::WarmUp`]). `Ok(Some(reason))` when it
+    /// failed in the worker.
+    ///
+    /// Errors: [`WorkerError`] (the worker is then to be discarded).
+    pub async fn warm_up(&mut self, deadline: Deadline) -> Result<Option<String>, WorkerError> {
+        let make = |id| Request::WarmUp { id };
+        let take = |frame: Frame<Reply>| match frame.header {
+            Reply::WarmedUp { error, .. } => Some(Ok(error)),
+            _ => None,
+        };
+        self.call(make, &[], FrameLimits::CONTROL, deadline, take)
+            .await
+    }
+
     /// Hands `files` (virtual path, bytes) to the worker and loads `items` with
     /// `pyodide.loadPackage`. `Ok(Some(reason))` when Pyodide reported a failure.
     pub async fn install(
@@ -973,6 +989,7 @@ impl Worker {
             keep_globals: request.keep_globals,
             image_cap: request.image_cap,
             tools,
+            checkpoint_follows: request.checkpoint_follows,
         };
         self.send_before(&message, &[], deadline).await?;
         if let Some(version) = catalog_version {
@@ -1400,6 +1417,7 @@ while True:
             result_cap: 1000,
             keep_globals: false,
             image_cap: 0,
+            checkpoint_follows: false,
         };
         let mut host = NetOnly(NetPolicy::new(Vec::new(), 1 << 20));
         let deadline = Deadline::after(Duration::from_secs(20), Phase::Running);

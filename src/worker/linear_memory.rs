@@ -5,15 +5,16 @@
 //! linear memory, and a copy of it into another interpreter forked from the same zygote
 //! restores that state exactly (docs/checkpoint-research.md §5). Every child starts as the
 //! zygote's memory byte for byte, so a checkpoint is only the pages that differ from it. The
-//! kernel cannot tell a child which pages it wrote (no soft-dirty bits here, and the worker may
-//! not read its own page map once sealed), so:
+//! kernel says which pages a child wrote only where it can (`dirty_pages.rs`, Linux 6.7+;
+//! soft-dirty bits are absent here), so:
 //!
 //! - the zygote copies its memory once, just before it forks, into a read-only anonymous
 //!   mapping ([`Pristine`]) that every child shares copy-on-write at no cost, and names it by
 //!   its SHA-256 ([`ZygoteId`]);
 //! - a child keeps a [`Shadow`]: what its memory held at its last checkpoint. A checkpoint
-//!   compares memory with the shadow page by page (memory bandwidth: ~1.5 ms for 30 MiB) and
-//!   sends the pages that changed, each XOR-ed with the pristine page, so that bytes equal to
+//!   compares with the shadow the pages the kernel says were written (`dirty_pages.rs`), or
+//!   where it cannot say, every page (memory bandwidth: ~1.5 ms for 30 MiB), and sends the
+//!   pages that changed, each XOR-ed with the pristine page, so that bytes equal to
 //!   the zygote's become zeros and compress away;
 //! - a restore writes pristine ⊕ image into a fresh child, page by page, where it differs.
 //!
@@ -267,8 +268,20 @@ impl Shadow {
 
     /// The pages of `memory` that changed since the last checkpoint (XOR-ed with the pristine
     /// pages), which become the shadow. `memory`'s length is a multiple of 64 KiB (WebAssembly
-    /// memory always is).
+    /// memory always is). Compares every page: memory bandwidth, for when the kernel cannot
+    /// say which pages were written (`dirty_pages.rs`).
     pub fn changes(&mut self, memory: &[u8]) -> Pages {
+        self.changes_among(memory, 0..(memory.len() / PAGE_BYTES) as u32)
+    }
+
+    /// As [`changes`](Self::changes), comparing only the pages `written` names (increasing
+    /// indexes; those past the memory's end are ignored): every other page must hold what it
+    /// held at the last checkpoint, as the kernel's record of written pages guarantees.
+    pub fn changes_among(
+        &mut self,
+        memory: &[u8],
+        written: impl IntoIterator<Item = u32>,
+    ) -> Pages {
         let count = memory.len() / PAGE_BYTES;
         if self.pages.len() < count {
             self.pages.resize_with(count, || None);
@@ -277,7 +290,10 @@ impl Shadow {
             memory_bytes: memory.len() as u64,
             ..Pages::default()
         };
-        for (index, page) in memory.chunks_exact(PAGE_BYTES).enumerate() {
+        for index in written.into_iter().map(|i| i as usize) {
+            let Some(page) = memory.get(index * PAGE_BYTES..(index + 1) * PAGE_BYTES) else {
+                break;
+            };
             if page == self.expected(index) {
                 continue;
             }
@@ -391,6 +407,22 @@ mod tests {
         assert_eq!(back.indexes, vec![2]);
         assert!(back.bytes.iter().all(|b| *b == 0));
         assert!(shadow.pages.iter().all(Option::is_none));
+    }
+
+    #[test]
+    fn only_the_pages_named_written_are_compared() {
+        let base = pristine(memory(4, |_| 1));
+        let mut shadow = Shadow::new(base);
+        let mut mem = memory(4, |_| 1);
+        mem[PAGE_BYTES] = 5;
+        mem[3 * PAGE_BYTES] = 5;
+        let changed = shadow.changes_among(&mem, [1, 2, 9]);
+        assert_eq!(
+            changed.indexes,
+            vec![1],
+            "page 3 was not named, page 9 lies past the end"
+        );
+        assert_eq!(shadow.changes(&mem).indexes, vec![3]);
     }
 
     #[test]

@@ -21,6 +21,7 @@
 pub mod client;
 pub mod confine;
 pub mod descriptors;
+pub mod dirty_pages;
 pub mod fork_memory;
 pub mod fork_server;
 pub mod linear_memory;

@@ -10,6 +10,7 @@
 //! with its call id.
 
 use super::descriptors::inherited_descriptor;
+use super::dirty_pages::{self, DirtyPages};
 use super::linear_memory::{Pristine, Shadow};
 use super::mount::MountPlan;
 use super::net::{FetchRequest, FetchResponse};
@@ -769,6 +770,9 @@ fn zygote_run(engine: &mut Engine, runner: &Runner, code: &str) -> Result<()> {
     Ok(())
 }
 
+/// The code of [`Request::WarmUp`]: a value to format, as most calls return one.
+const WARM_UP_AFTER_RESTORE: &str = "0";
+
 /// Output and result caps of a warm-up call (bytes).
 const WARM_UP_CAP: usize = 1 << 10;
 
@@ -997,7 +1001,11 @@ fn serve() -> Result<()> {
         return Ok(());
     };
     // The second wall, part one: Landlock before the engine starts any thread (confine.rs).
-    let confined = super::confine::enter(super::confine::Mode::from_args()?)?;
+    let domain = match control {
+        Some(_) => super::confine::Domain::Zygote,
+        None => super::confine::Domain::Worker,
+    };
+    let confined = super::confine::enter(super::confine::Mode::from_args()?, domain)?;
     let started = Instant::now();
     let (mut engine, runner, version, made) = boot(plan.mode, plan.snapshot)?;
     mount_files(&mut engine, &runner, plan.mount)?;
@@ -1014,21 +1022,21 @@ fn serve() -> Result<()> {
         made,
         install_error,
     };
-    let forked = match (control, proc_status) {
+    let (forked, dirty) = match (control, proc_status) {
         (Some(control), Some(proc_status)) => {
             let zygote = Zygote {
                 control,
                 proc_status,
                 input: &input,
             };
-            if !zygote.fork_interpreters(&mut engine, &runner, report, confined)? {
-                return Ok(());
+            match zygote.fork_interpreters(&mut engine, &runner, report, confined)? {
+                Forked::ZygoteDone => return Ok(()),
+                Forked::Child(dirty) => (true, dirty),
             }
-            true
         }
         _ => {
             send_ready(report, confined)?;
-            false
+            (false, None)
         }
     };
     #[cfg(feature = "escape-test")]
@@ -1038,6 +1046,7 @@ fn serve() -> Result<()> {
         runner,
         host,
         shadow: None,
+        dirty,
     };
     serve_requests(worker, &input, forked)
 }
@@ -1064,6 +1073,15 @@ fn attach_host(engine: &mut Engine, input: Rc<RefCell<FrontInput>>) -> Result<Rc
     Ok(host)
 }
 
+/// Where [`Zygote::fork_interpreters`] returns.
+enum Forked {
+    /// In the zygote, done forking: it ends.
+    ZygoteDone,
+    /// In a forked child, confined and ready, with the kernel's record of the pages it
+    /// writes where the kernel keeps one (`dirty_pages.rs`).
+    Child(Option<DirtyPages>),
+}
+
 /// A worker started as the zygote ([`super::fork_server`]), once booted.
 struct Zygote<'a> {
     /// The control socket the front asks for forks on.
@@ -1077,9 +1095,9 @@ struct Zygote<'a> {
 impl Zygote<'_> {
     /// Warms up, says it booted (`report`; its confinement, `confined`, is not sealed: the
     /// zygote runs no user code), then forks workers until the front is done. Returns
-    /// `false` in the zygote when done, and `true` in each forked child, which has confined
-    /// itself and said it is ready; only the children go on, each with its own stdin, stdout
-    /// and stderr.
+    /// [`Forked::ZygoteDone`] in the zygote when done, and [`Forked::Child`] in each forked
+    /// child, which has confined itself and said it is ready; only the children go on, each
+    /// with its own stdin, stdout and stderr.
     ///
     /// Errors: the warm-up fails, unread input is left, or the fork server fails.
     fn fork_interpreters(
@@ -1088,17 +1106,23 @@ impl Zygote<'_> {
         runner: &Runner,
         report: BootReport,
         confined: super::confine::Status,
-    ) -> Result<bool> {
+    ) -> Result<Forked> {
         warm_up(engine, runner)?;
         keep_pristine(engine, runner)?;
         let version = report.version.clone();
         report.send(&confined, false)?;
         super::fork_server::check_drained(self.input.borrow().buffer().len())?;
         let Some(forked) = super::fork_server::serve(self.control, &self.proc_status)? else {
-            return Ok(false);
+            return Ok(Forked::ZygoteDone);
         };
         drop(self.proc_status);
-        let confined = super::confine::enter_forked(confined)?;
+        // The page map is a file: opened before this child's own Landlock domain.
+        let opened = DirtyPages::open();
+        let mut confined = super::confine::enter_forked(confined)?;
+        let dirty = track_writes(engine, runner, opened);
+        if let Some(dirty) = &dirty {
+            confined.allow_tracking(dirty.descriptors());
+        }
         let child = BootReport {
             version,
             boot_ms: forked.requested.elapsed().as_millis() as u64,
@@ -1107,8 +1131,27 @@ impl Zygote<'_> {
             install_error: None,
         };
         send_ready(child, confined)?;
-        Ok(true)
+        Ok(Forked::Child(dirty))
     }
+}
+
+/// Protects a forked child's linear memory so that the kernel records the pages it writes,
+/// before anything has written them: `None` (checkpoints then compare the whole memory) when
+/// the kernel cannot (`opened`'s error, or the arming's).
+fn track_writes(
+    engine: &mut Engine,
+    runner: &Runner,
+    opened: Result<dirty_pages::Opened, dirty_pages::TrackingError>,
+) -> Option<DirtyPages> {
+    let armed = opened.and_then(|opened| {
+        match engine.with_bytes(&runner.memory, |memory| DirtyPages::arm(opened, memory)) {
+            Ok(armed) => armed,
+            Err(e) => Err(dirty_pages::TrackingError::Memory(e)),
+        }
+    });
+    armed
+        .map_err(|e| tracing::debug!("checkpoints compare the whole memory: {e}"))
+        .ok()
 }
 
 /// Serves the front's requests until it closes the input or the code ends the interpreter.
@@ -1117,22 +1160,76 @@ impl Zygote<'_> {
 ///
 /// Errors: the front breaks the protocol, or the pipes fail.
 fn serve_requests(mut worker: Serving, input: &RefCell<FrontInput>, forked: bool) -> Result<()> {
-    let mut scavenger_suspended = forked;
+    let mut scavenger = if forked {
+        Scavenger::Suspended
+    } else {
+        Scavenger::Running
+    };
     loop {
         let Some(frame) = read_frame::<Request>(&mut *input.borrow_mut(), FrameLimits::REQUEST)?
         else {
             return Ok(());
         };
+        let step = match &frame.header {
+            Request::Run {
+                checkpoint_follows, ..
+            } => Step::Ran {
+                checkpoint_follows: *checkpoint_follows,
+            },
+            Request::Checkpoint { .. } => Step::Checkpointed,
+            _ => Step::Other,
+        };
         match worker.serve(frame)? {
-            Served::Answered => {}
-            Served::Ran if scavenger_suspended => {
-                // A forked worker's first run is over: the allocator may scavenge again.
-                super::fork_server::resume_scavenger();
-                scavenger_suspended = false;
-            }
-            Served::Ran => {}
             Served::Ended => return Ok(()),
+            Served::Answered | Served::Ran => scavenger.after(step),
         }
+    }
+}
+
+/// A forked worker's allocator scavenger (`fork_server::resume_scavenger`): suspended in the
+/// zygote, it resumes once the child's first call is over. Not at once after that call's run
+/// when the front takes a checkpoint next: the scavenger's first pass, on the other core,
+/// slowed that checkpoint, and so the call's answer, by 1–3 ms on a 2-core machine.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scavenger {
+    /// Suspended since the fork, before the first run.
+    Suspended,
+    /// Suspended until the checkpoint that follows the first run.
+    UntilCheckpoint,
+    /// Running.
+    Running,
+}
+
+/// A served request, as [`Scavenger::after`] tells them apart.
+#[derive(Clone, Copy)]
+enum Step {
+    /// A run; `checkpoint_follows` as the front said.
+    Ran { checkpoint_follows: bool },
+    /// A checkpoint.
+    Checkpointed,
+    /// Anything else.
+    Other,
+}
+
+impl Scavenger {
+    /// After `step` was served.
+    fn after(&mut self, step: Step) {
+        let next = match (*self, step) {
+            (Scavenger::Running, _) => return,
+            (
+                Scavenger::Suspended,
+                Step::Ran {
+                    checkpoint_follows: true,
+                },
+            ) => Scavenger::UntilCheckpoint,
+            (Scavenger::Suspended, Step::Ran { .. })
+            | (Scavenger::UntilCheckpoint, Step::Checkpointed | Step::Ran { .. }) => {
+                super::fork_server::resume_scavenger();
+                Scavenger::Running
+            }
+            (state, _) => state,
+        };
+        *self = next;
     }
 }
 
@@ -1154,6 +1251,9 @@ struct Serving {
     /// Forked interpreters: what linear memory held at the last checkpoint (made at the
     /// first checkpoint or restore).
     shadow: Option<Shadow>,
+    /// Forked interpreters where the kernel can say which pages were written since the last
+    /// checkpoint; dropped (so that checkpoints compare every page) at its first error.
+    dirty: Option<DirtyPages>,
 }
 
 impl Serving {
@@ -1212,6 +1312,12 @@ impl Serving {
                 id,
                 error: self.reseed(id),
             },
+            Request::WarmUp { id: call } => Reply::WarmedUp {
+                id: call,
+                error: zygote_run(&mut self.engine, &self.runner, WARM_UP_AFTER_RESTORE)
+                    .err()
+                    .map(|e| format!("{e:#}")),
+            },
             Request::Restore {
                 id,
                 zygote,
@@ -1230,6 +1336,7 @@ impl Serving {
                 keep_globals,
                 image_cap,
                 tools,
+                checkpoint_follows: _,
             } => {
                 let run = RunArgs {
                     code: &code,

@@ -70,6 +70,32 @@ async def test_a_worker_sigkilled_between_calls_comes_back_from_its_checkpoint(w
             assert back["state"].startswith("restored:") and "killed from outside" in back["state"], back
 
 
+async def test_writes_into_old_pages_and_grown_memory_come_back_exactly(warm_zygote):
+    """Each checkpoint holds only the pages the kernel saw written since the last one
+    (src/worker/dirty_pages.rs): a byte flipped in a page written calls ago, and memory grown
+    between checkpoints, must be in them. The digest of everything comes back after SIGKILL."""
+    with http_server("streamable-http", "--stateful", "--workers", "1") as base:
+        async with client_for(base) as client:
+            await client.list_tools()
+            sandbox = await create(client)
+            await run(client, "import hashlib, random\nchunks = [bytearray(random.randbytes(1 << 20))]", sandbox)
+            step = (
+                "chunks[0][random.randrange(len(chunks[0]))] ^= 0xFF\n"
+                "chunks.append(bytearray(random.randbytes(6 << 20)))\n"
+                "chunks[-2][-1] ^= 0x01\n"
+                "hashlib.sha256(b''.join(chunks)).hexdigest()"
+            )
+            for _ in range(4):
+                digest = (await run(client, step, sandbox))["return_value"]
+            workers = forked_for(base.pid)
+            for worker in workers:
+                os.kill(worker, signal.SIGKILL)
+            await wait_until(lambda: not set(workers) & set(forked_for(base.pid)), what="the workers to end")
+            back = await run(client, "[len(chunks), hashlib.sha256(b''.join(chunks)).hexdigest()]", sandbox)
+            assert back.get("return_value") == [5, digest], back
+            assert back["state"].startswith("restored:"), back
+
+
 async def test_a_worker_killed_before_it_took_the_call_gets_the_call_in_its_restored_state(warm_zygote):
     """The OOM killer's victim may still be exiting when the next call comes: the call is
     written into its pipe and never read. The front tells that apart from a worker that died

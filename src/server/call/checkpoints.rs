@@ -40,7 +40,9 @@ impl Executor {
         let started = std::time::Instant::now();
         let max = self.limits.memory_limit.unwrap_or(MAX_MEMORY_BYTES);
         let deadline = Deadline::after(CHECKPOINT_TIMEOUT, Phase::Checkpointing);
-        let taken = match worker.checkpoint(max, deadline).await {
+        let taken = worker.checkpoint(max, deadline).await;
+        let answered = started.elapsed();
+        let taken = match taken {
             Ok(taken) => taken,
             Err(e) => {
                 tracing::warn!("sandbox {}: checkpoint failed: {e}", sandbox.id.short());
@@ -61,11 +63,12 @@ impl Executor {
                     }
                 };
                 tracing::debug!(
-                    "sandbox {}: checkpoint of {} changed page(s) in {} µs; {} KiB kept",
+                    "sandbox {}: checkpoint of {} changed page(s) in {} µs; {} KiB kept (the worker's answer in {} µs)",
                     sandbox.id.short(),
                     pages.indexes.len(),
                     started.elapsed().as_micros(),
-                    kept >> 10
+                    kept >> 10,
+                    answered.as_micros()
                 );
             }
             // An interpreter booted while the zygote warmed up: nothing the code did, and

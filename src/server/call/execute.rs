@@ -623,6 +623,7 @@ impl Executor {
             } else {
                 0
             },
+            checkpoint_follows: self.checkpoints(sandbox),
         };
         let upstreams = self.upstreams.as_deref();
         let mut host = CallRunHost::new(&self.net, upstreams, sandbox.id.as_str());

@@ -19,6 +19,8 @@ use std::time::Duration;
 
 /// How long the reseed of a handed-over interpreter may take (seconds): one round trip.
 const RESEED_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the warm-up of a resumed source may take (`Request::WarmUp`; ~1 ms normally).
+const WARM_UP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long the source's resume waits for the copy's first call to end (seconds): an agent
 /// that forks usually runs code in the copy next, and on a small machine the two would compete
@@ -90,6 +92,20 @@ impl Executor {
             return;
         };
         self.adopt(sandbox, &mut worker, Restart::Stopped).await;
+        // Off every caller's path: the next call (often the next fork's copy) then finds the
+        // engine's pages copied from the zygote already.
+        let deadline = Deadline::after(WARM_UP_TIMEOUT, Phase::Restoring);
+        let failed = match worker.warm_up(deadline).await {
+            Ok(None) => None,
+            Ok(Some(why)) => Some(why),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = failed {
+            // Its next call resumes the kept state into another interpreter.
+            tracing::warn!("sandbox {}: warm-up failed: {why}", sandbox.id.short());
+            worker.kill_soon();
+            return;
+        }
         *slot = Some(worker);
     }
 }

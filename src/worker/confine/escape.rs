@@ -86,6 +86,23 @@ const PROBES: &[(&str, Probe)] = &[
         // SAFETY: `params` is a zeroed io_uring_params (120 bytes) that outlives the call.
         check(unsafe { libc::syscall(libc::SYS_io_uring_setup, 4, params.as_mut_ptr()) })
     }),
+    ("userfaultfd_with_kernel_faults", |_| {
+        // SAFETY: userfaultfd takes flags only; a descriptor it returned is left open (the
+        // worker exits after the probes).
+        check(unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC) })
+    }),
+    ("ioctl_other_descriptor", |_| {
+        let mut unread: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int into `unread`, which outlives the call.
+        check(unsafe { libc::ioctl(0, libc::FIONREAD, &mut unread) }.into())
+    }),
+    ("read_page_map", |_| {
+        // The page map's entries say which pages are shared; only its scan is allowed.
+        let fd = crate::worker::dirty_pages::page_map_fd().unwrap_or(-1);
+        let mut entry = [0u8; 8];
+        // SAFETY: reads 8 bytes into `entry`, which outlives the call.
+        check(unsafe { libc::pread(fd, entry.as_mut_ptr().cast(), entry.len(), 0) } as i64)
+    }),
     ("process_vm_readv_front", |t| {
         let mut byte = 0u8;
         let local = libc::iovec {
@@ -165,6 +182,7 @@ fn execve() -> Result<String, i32> {
 fn fork() -> Result<String, i32> {
     // SAFETY: the child does nothing but `_exit`, which is async-signal-safe.
     match unsafe { libc::fork() } {
+        // SAFETY: `_exit` ends the child at once, running nothing of this process.
         0 => unsafe { libc::_exit(0) },
         pid if pid > 0 => Ok(format!("forked pid {pid}")),
         _ => Err(errno()),
@@ -198,10 +216,8 @@ pub fn run_if_requested() {
         None => 0,
     };
     // SAFETY: getppid has no preconditions.
-    let target = Target {
-        front: unsafe { libc::getppid() },
-        port,
-    };
+    let front = unsafe { libc::getppid() };
+    let target = Target { front, port };
     for (index, (name, probe)) in PROBES.iter().enumerate().skip(first) {
         eprintln!("escape-probe {index} {name} trying");
         match probe(&target) {

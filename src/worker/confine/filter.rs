@@ -23,6 +23,7 @@
 //! them (seccomp(2): filters are inherited across `clone`).
 
 use super::{ConfineError, Layer};
+use crate::worker::dirty_pages::{self, Descriptors};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule, TargetArch,
@@ -241,9 +242,13 @@ fn process_rules(
 }
 
 /// Allowed only with checked arguments: threads (not processes), signals to this process,
-/// limits read (not set), thread names.
+/// limits read (not set), thread names; with `tracked` (`src/worker/dirty_pages.rs`), `ioctl`
+/// on its two descriptors with its three requests, and `read`/`pread64` on any descriptor
+/// but the page map (its entries say which pages are shared; the scan says only which were
+/// written). A call named here and in [`ALLOWED`] is allowed only as named here ([`program`]).
 fn allow_rules(
     pid: u64,
+    tracked: Option<Descriptors>,
 ) -> Result<Vec<(libc::c_long, Vec<SeccompRule>)>, seccompiler::BackendError> {
     let mut rules = process_rules(pid, Process::Own)?;
     rules.extend([
@@ -256,7 +261,43 @@ fn allow_rules(
             vec![rule(vec![condition(0, SeccompCmpOp::Eq, PRCTL_SET_NAME)?])?],
         ),
     ]);
+    if let Some(fds) = tracked {
+        rules.extend(tracking_rules(fds)?);
+    }
     Ok(rules)
+}
+
+/// The rules of [`allow_rules`] for dirty-page tracking on `fds`.
+fn tracking_rules(
+    fds: Descriptors,
+) -> Result<Vec<(libc::c_long, Vec<SeccompRule>)>, seccompiler::BackendError> {
+    // ioctl(2)'s descriptor and request are `unsigned int` in the kernel: compare 32 bits.
+    let on = |fd: i32, request: u32| -> Result<SeccompRule, seccompiler::BackendError> {
+        rule(vec![
+            SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, fd as u64)?,
+            SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, request.into())?,
+        ])
+    };
+    let not_page_map = || -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+        Ok(vec![rule(vec![SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            fds.page_map as u64,
+        )?])?])
+    };
+    Ok(vec![
+        (
+            libc::SYS_ioctl,
+            vec![
+                on(fds.userfaultfd, dirty_pages::UFFDIO_REGISTER)?,
+                on(fds.userfaultfd, dirty_pages::UFFDIO_WRITEPROTECT)?,
+                on(fds.page_map, dirty_pages::PAGEMAP_SCAN)?,
+            ],
+        ),
+        (libc::SYS_read, not_page_map()?),
+        (libc::SYS_pread64, not_page_map()?),
+    ])
 }
 
 /// Killed when the arguments say escape: a new process, a signal to another process.
@@ -278,6 +319,9 @@ fn program(
             rules.insert(call, Vec::new());
         }
     }
+    // An unconditional call that also has rules becomes conditional: seccompiler allows a
+    // call with an empty rule list whatever its arguments, and one with rules only when one
+    // matches (how `tracking_rules` narrows `read`).
     for (call, list) in conditional {
         rules.entry(call).or_default().extend(list);
     }
@@ -286,7 +330,10 @@ fn program(
 
 /// The three programs, in the order they are installed. The allowlist comes last: once it is
 /// in force, `prctl` and `seccomp` themselves are forbidden.
-fn programs(pid: u64) -> Result<[BpfProgram; 3], seccompiler::BackendError> {
+fn programs(
+    pid: u64,
+    tracked: Option<Descriptors>,
+) -> Result<[BpfProgram; 3], seccompiler::BackendError> {
     Ok([
         program(
             FATAL,
@@ -302,31 +349,44 @@ fn programs(pid: u64) -> Result<[BpfProgram; 3], seccompiler::BackendError> {
         )?,
         program(
             ALLOWED,
-            allow_rules(pid)?,
+            allow_rules(pid, tracked)?,
             SeccompAction::Errno(libc::EPERM as u32),
             SeccompAction::Allow,
         )?,
     ])
 }
 
-/// System calls allowed only with checked arguments ([`allow_rules`]).
-const ARGUMENT_CHECKED: usize = 5;
-
 /// Number of system calls the allowlist names (unconditional and argument-checked).
-pub fn allowed_count() -> usize {
-    ALLOWED.iter().map(|(_, c)| c.len()).sum::<usize>() + ARGUMENT_CHECKED
+///
+/// Errors: the rules cannot be built (as [`install`] would fail).
+fn allowed_count(tracked: Option<Descriptors>) -> Result<usize, seccompiler::BackendError> {
+    let conditional = allow_rules(0, tracked)?;
+    let calls: std::collections::BTreeSet<libc::c_long> = ALLOWED
+        .iter()
+        .flat_map(|(_, calls)| calls.iter().copied())
+        .chain(conditional.iter().map(|(call, _)| *call))
+        .collect();
+    Ok(calls.len())
 }
 
-/// Builds and installs the filters on every thread. `threads` is the thread count now.
-pub fn install(threads: Option<usize>) -> Result<Layer, ConfineError> {
+/// Builds and installs the filters on every thread. `threads` is the thread count now;
+/// `tracked`, the descriptors of the worker's dirty-page tracking, if it has them.
+pub fn install(
+    threads: Option<usize>,
+    tracked: Option<Descriptors>,
+) -> Result<Layer, ConfineError> {
     let pid = u64::from(std::process::id());
-    for program in programs(pid).map_err(ConfineError::SeccompBuild)? {
+    for program in programs(pid, tracked).map_err(ConfineError::SeccompBuild)? {
         seccompiler::apply_filter_all_threads(&program).map_err(ConfineError::SeccompInstall)?;
     }
     let threads = threads.map_or("?".to_owned(), |n| n.to_string());
+    let count = allowed_count(tracked).map_err(ConfineError::SeccompBuild)?;
+    let ioctl = match tracked {
+        Some(_) => ", ioctl on 2 page-tracking descriptors only",
+        None => "",
+    };
     Ok(Layer::On(format!(
-        "{} calls allowed, tsync over {threads} thread(s)",
-        allowed_count()
+        "{count} calls allowed{ioctl}, tsync over {threads} thread(s)"
     )))
 }
 
@@ -336,13 +396,19 @@ mod tests {
 
     #[test]
     fn the_filters_compile() {
-        let [a, b, c] = programs(1).unwrap();
-        assert!(!a.is_empty() && !b.is_empty() && !c.is_empty());
-    }
-
-    #[test]
-    fn argument_checked_counts_the_allow_rules() {
-        assert_eq!(allow_rules(1).unwrap().len(), ARGUMENT_CHECKED);
+        let tracked = Descriptors {
+            userfaultfd: 5,
+            page_map: 6,
+        };
+        for fds in [None, Some(tracked)] {
+            let [a, b, c] = programs(1, fds).unwrap();
+            assert!(!a.is_empty() && !b.is_empty() && !c.is_empty());
+        }
+        // Tracking adds ioctl and nothing else (read and pread64 are narrowed, not added).
+        assert_eq!(
+            allowed_count(Some(tracked)).unwrap(),
+            allowed_count(None).unwrap() + 1
+        );
     }
 
     #[test]

@@ -28,10 +28,25 @@ const BOOT_READS: [&str; 4] = [
     "/proc/self/statm",
 ];
 
+/// Whose domain [`restrict`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Domain {
+    /// A worker's: it runs user code.
+    Worker,
+    /// The zygote's, which runs no user code, and in which each forked child lives until it
+    /// nests its own [`Domain::Worker`] (`enter_forked`): it may also read files beneath
+    /// `/proc`, so that the child can open its own page map in that moment
+    /// (`src/worker/dirty_pages.rs`; a rule on `/proc/self` would name the zygote's entry).
+    Zygote,
+}
+
+/// Where a forked child opens its page map ([`Domain::Zygote`]).
+const PROC: &str = "/proc";
+
 /// Restricts the calling thread and every thread it creates later (landlock(7): a domain is
 /// inherited by threads and children created after `landlock_restrict_self(2)`; threads that
 /// exist already keep theirs). `threads` is the thread count now, for the report.
-pub fn restrict(threads: Option<usize>) -> Result<Layer, ConfineError> {
+pub fn restrict(threads: Option<usize>, domain: Domain) -> Result<Layer, ConfineError> {
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(TARGET_ABI))
@@ -45,6 +60,13 @@ pub fn restrict(threads: Option<usize>) -> Result<Layer, ConfineError> {
     for path in BOOT_READS {
         // A file that does not exist here needs no rule (the engine copes without it).
         if let Ok(fd) = PathFd::new(path) {
+            ruleset = ruleset
+                .add_rule(PathBeneath::new(fd, AccessFs::ReadFile))
+                .map_err(ConfineError::Landlock)?;
+        }
+    }
+    if domain == Domain::Zygote {
+        if let Ok(fd) = PathFd::new(PROC) {
             ruleset = ruleset
                 .add_rule(PathBeneath::new(fd, AccessFs::ReadFile))
                 .map_err(ConfineError::Landlock)?;
@@ -77,8 +99,12 @@ pub fn restrict(threads: Option<usize>) -> Result<Layer, ConfineError> {
         "no scoping: abi < 6"
     };
     let threads = threads.map_or("?".to_owned(), |n| n.to_string());
+    let files = match domain {
+        Domain::Worker => "no files",
+        Domain::Zygote => "no files but /proc read",
+    };
     Ok(Layer::On(format!(
-        "abi {}, {how}, no files, {net}, {scope}, before engine threads: {threads} thread(s)",
+        "abi {}, {how}, {files}, {net}, {scope}, before engine threads: {threads} thread(s)",
         abi as i32
     )))
 }

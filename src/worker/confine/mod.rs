@@ -14,11 +14,14 @@
 //!    it starts, every TCP bind/connect denied, and signals and abstract UNIX sockets scoped to
 //!    the worker. Landlock binds only the calling thread and the threads it creates later
 //!    (landlock(7), "Thread safety"; whole-process `LANDLOCK_RESTRICT_SELF_TSYNC` is ABI 8), so
-//!    applied here it covers every thread the engine will ever have;
+//!    applied here it covers every thread the engine will ever have. The zygote's domain
+//!    also lets it read beneath `/proc` ([`Domain::Zygote`]): it runs no user code, and each
+//!    child it forks opens its own page map, then nests a worker's domain ([`enter_forked`]);
 //! 3. in the worker, after Pyodide booted and before the first call ([`seal`]):
 //!    `PR_SET_NO_NEW_PRIVS`, `PR_SET_DUMPABLE 0`, resource limits ([`limits`]), and a
 //!    seccomp-bpf allowlist installed with `SECCOMP_FILTER_FLAG_TSYNC` on every thread
-//!    ([`filter`]).
+//!    ([`filter`]); a forked worker that tracks its dirty pages may `ioctl` its two tracking
+//!    descriptors, and nothing else (`src/worker/dirty_pages.rs`).
 //!
 //! Each layer is reported as on or off with the reason ([`Status`], [`describe`]); under
 //! [`Mode::Strict`] a layer that cannot be applied is an error and the worker refuses to serve.
@@ -30,9 +33,12 @@ mod limits;
 mod namespaces;
 pub mod spawn;
 
+pub use landlock::Domain;
+
 #[cfg(feature = "escape-test")]
 mod escape;
 
+use crate::worker::dirty_pages::Descriptors;
 use std::fmt;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -161,6 +167,9 @@ pub struct Status {
     pub not_dumpable: Layer,
     /// `/proc/self/status`, opened before Landlock, to count threads when sealing.
     proc_status: Option<Arc<File>>,
+    /// The descriptors of the worker's dirty-page tracking, which the seccomp filter lets it
+    /// `ioctl` (`src/worker/dirty_pages.rs`); set by [`Status::allow_tracking`].
+    tracked: Option<Descriptors>,
 }
 
 impl Status {
@@ -180,7 +189,13 @@ impl Status {
             no_new_privs: off(),
             not_dumpable: off(),
             proc_status: None,
+            tracked: None,
         }
+    }
+
+    /// Lets the sealed worker use its dirty-page tracking on `fds` ([`seal`]'s filter).
+    pub fn allow_tracking(&mut self, fds: Descriptors) {
+        self.tracked = Some(fds);
     }
 
     /// The namespace layers by name, in the order they are reported. [`enter`] checks them on
@@ -302,7 +317,7 @@ fn fix_time_zone() {
 /// [`crate::engine::Engine::new`].
 ///
 /// Errors: under [`Mode::Strict`], the first of these layers that cannot be applied.
-pub fn enter(mode: Mode) -> Result<Status, ConfineError> {
+pub fn enter(mode: Mode, domain: Domain) -> Result<Status, ConfineError> {
     if mode == Mode::Off {
         return Ok(Status::all_off("--confinement=off"));
     }
@@ -311,7 +326,7 @@ pub fn enter(mode: Mode) -> Result<Status, ConfineError> {
     let ns = namespaces::enter(threads);
     fix_time_zone();
     let capabilities = settle(mode, "capabilities", capabilities::drop_all())?;
-    let landlock = settle(mode, "landlock", landlock::restrict(threads))?;
+    let landlock = settle(mode, "landlock", landlock::restrict(threads, domain))?;
     let pending = || Layer::Off("not applied yet".to_owned());
     let status = Status {
         mode,
@@ -327,6 +342,7 @@ pub fn enter(mode: Mode) -> Result<Status, ConfineError> {
         no_new_privs: pending(),
         not_dumpable: pending(),
         proc_status,
+        tracked: None,
     };
     // Capabilities and Landlock were settled above; the rest are still pending.
     status.check_strict(status.namespaces())?;
@@ -350,7 +366,7 @@ pub fn seal(mut status: Status) -> Result<Status, ConfineError> {
         status.seccomp = Layer::Off("left out by the escape test".to_owned());
         return Ok(status);
     }
-    status.seccomp = settle(mode, "seccomp", filter::install(threads))?;
+    status.seccomp = settle(mode, "seccomp", filter::install(threads, status.tracked))?;
     status.check_strict(status.layers())?;
     tracing::debug!("{}", describe(&status));
     Ok(status)
@@ -370,7 +386,11 @@ pub fn enter_forked(mut status: Status) -> Result<Status, ConfineError> {
     if status.mode == Mode::Off {
         return Ok(status);
     }
-    status.landlock = settle(status.mode, "landlock", landlock::restrict(Some(1)))?;
+    status.landlock = settle(
+        status.mode,
+        "landlock",
+        landlock::restrict(Some(1), Domain::Worker),
+    )?;
     for layer in [
         &mut status.userns,
         &mut status.netns,

@@ -8,6 +8,7 @@
 
 use super::{call, parse_answer, Empty, Served, Serving};
 use crate::engine::Arg;
+use crate::worker::dirty_pages::TrackingError;
 use crate::worker::linear_memory::{Pages, Pristine, RestoreError, Shadow, ZygoteId};
 use crate::worker::protocol::{CallId, CheckpointOutcome, Reply, Uncapturable};
 use anyhow::Result;
@@ -30,6 +31,30 @@ impl Serving {
             self.shadow = Pristine::inherited().map(Shadow::new);
         }
         self.shadow.as_mut()
+    }
+
+    /// The pages written since the last checkpoint or restore, as the kernel recorded them
+    /// (`dirty_pages.rs`), or `None` when it cannot say: then every page is to be compared, and
+    /// so at every later checkpoint (the tracking is dropped at its first error).
+    fn written_pages(&mut self) -> Option<Vec<u32>> {
+        self.dirty.as_ref()?;
+        let Serving {
+            engine,
+            runner,
+            dirty,
+            ..
+        } = self;
+        let dirty = dirty.as_mut()?;
+        let found = match engine.with_bytes(&runner.memory, |m| dirty.written(m)) {
+            Ok(found) => found,
+            Err(e) => Err(TrackingError::Memory(e)),
+        };
+        found
+            .map_err(|e| {
+                tracing::warn!("checkpoints compare the whole memory from now on: {e}");
+                self.dirty = None;
+            })
+            .ok()
     }
 
     /// Why the interpreter's state cannot be captured now (empty: it can).
@@ -86,6 +111,7 @@ impl Serving {
             return Ok(Served::Answered);
         }
         self.shadow();
+        let written = self.written_pages();
         let Serving {
             engine,
             runner,
@@ -101,12 +127,20 @@ impl Serving {
             return Ok(Served::Answered);
         };
         let zygote = shadow.zygote();
-        let pages = engine.with_bytes(&runner.memory, |m| shadow.changes(m))?;
+        let pages = engine.with_bytes(&runner.memory, |m| match written {
+            Some(written) => shadow.changes_among(m, written),
+            None => shadow.changes(m),
+        })?;
         tracing::debug!(
-            "checkpoint: capturable checked in {} µs, {} page(s) of {} KiB compared in {} µs",
+            "checkpoint: capturable checked in {} µs, {} page(s) of {} KiB {} in {} µs",
             checked.as_micros(),
             pages.indexes.len(),
             pages.memory_bytes >> 10,
+            if self.dirty.is_some() {
+                "found written"
+            } else {
+                "compared"
+            },
             (started.elapsed() - checked).as_micros()
         );
         let outcome = CheckpointOutcome::Taken {
@@ -171,6 +205,8 @@ impl Serving {
             Ok(Err(e)) => return Some(e.to_string()),
             Err(e) => return Some(e.to_string()),
         }
+        // The restore's own writes made memory what the shadow now holds: not changes.
+        self.written_pages();
         tracing::debug!(
             "restore: memory grown in {} µs, {} page(s) written in {} µs",
             grown_at.as_micros(),
