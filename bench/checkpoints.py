@@ -70,6 +70,14 @@ One run (release build at af72eec, 2-core machine shared with other builds and t
 - 10,000 idle sandboxes in 544 s (54 ms each; Monty 3.6 s): the front's RSS 133 MiB, the
   server's PSS 329 MiB (3 processes), 2,220 MiB in `hibernated/` (2.2× Monty's 1,032 MiB of
   dumps): both targets met; 20 random older ones resumed (p50 23 ms) with their 102,400 bytes.
+
+Measures 1–3 again once the kernel says which pages a call wrote (release build at 468dd8c,
+`--measures 1,2,3 --forks 40 --resumes 40`): a warm call 1.22 ms with `--stateful` (p95 1.95;
+the checkpoint 0.34 ms, 133 pages), 2.03 ms with `--state-dir` (0.81 ms more; the save 0.67 ms,
+sealing 0.25 ms; the chain 334 KiB); resume after hibernation 15.6 ms (p95 18.8); fork of the
+10 MiB sandbox -> result in the copy 9.45 ms (p95 13.9; 0.4× Monty's 24.8 ms), `fork_sandbox`
+1.89 ms and the copy's checkpoint 1.43 ms of it; the small sandbox 8.24 ms. Measure 4 was not
+run again (hibernated workers end; what the front keeps is unchanged).
 """
 
 import argparse

@@ -37,7 +37,6 @@ impl Serving {
     /// (`dirty_pages.rs`), or `None` when it cannot say: then every page is to be compared, and
     /// so at every later checkpoint (the tracking is dropped at its first error).
     fn written_pages(&mut self) -> Option<Vec<u32>> {
-        self.dirty.as_ref()?;
         let Serving {
             engine,
             runner,
