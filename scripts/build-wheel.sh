@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Python distribution of mcp-run-python (issue 12) into dist/:
-#  - a wheel, `pip install`-able on any x86_64 Linux with glibc >= the tag's: maturin's `bin`
-#    bindings, then scripts/repair_wheel.py bundles every library the binary loads but glibc's
-#    and tags it manylinux_2_<N>;
+#  - a wheel, `pip install`-able on any x86_64 (or, with --target aarch64, aarch64) Linux with
+#    glibc >= the tag's: maturin's `bin` bindings, then scripts/repair_wheel.py bundles every
+#    library the binary loads but glibc's and tags it manylinux_2_<N>_<arch>;
 #  - an sdist that carries the pinned Pyodide (building it needs Rust and
 #    libjavascriptcoregtk-4.1-dev).
 # Timestamps come from the last commit (SOURCE_DATE_EPOCH), so the same tree gives the same
@@ -11,14 +11,29 @@
 #   scripts/build-wheel.sh          release build, wheel and sdist into dist/
 #   scripts/build-wheel.sh --dev    dev-profile wheel into target/wheel-dev/ (the test command's:
 #                                   it reuses the test build; the same packaging, a slower binary)
-# The last line printed is the wheel's path.
+#   scripts/build-wheel.sh --target aarch64 [--dev]
+#                                   the aarch64 wheel, cross-built on x86_64 (issue 37; installs
+#                                   the cross toolchain and arm64 libraries: scripts/setup-cross.sh)
+# Each architecture's wheel is kept beside the other's. The last line printed is the wheel's path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-profile=release dest=dist
-if [ "${1:-}" = --dev ]; then profile=dev dest=target/wheel-dev; fi
+profile=release dest=dist arch=$(uname -m)
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dev) profile=dev dest=target/wheel-dev ;;
+    --target) arch=${2:?--target needs an architecture: aarch64}; shift ;;
+    *) echo "usage: scripts/build-wheel.sh [--dev] [--target aarch64]" >&2; exit 2 ;;
+  esac
+  shift
+done
 
 scripts/setup.sh
+target_args=()
+if [ "$arch" != "$(uname -m)" ]; then
+  . scripts/setup-cross.sh "$arch"
+  target_args=(--target "$CROSS_RUST_TARGET")
+fi
 venv=.venv-build
 stamp=$venv/.requirements
 if [ ! -x $venv/bin/python ] || ! cmp -s scripts/build-requirements.txt "$stamp"; then
@@ -30,17 +45,20 @@ fi
 inputs=(src js python pysrc build.rs Cargo.toml Cargo.lock pyproject.toml README.md
   scripts/repair_wheel.py scripts/build-requirements.txt)
 key=$({ git ls-files -co --exclude-standard -z -- "${inputs[@]}" | sort -z | xargs -0 sha256sum
-  cat pyodide-assets/.integrity; echo "$profile"; } | sha256sum | cut -c1-32)
-if [ -f "$dest/.inputs" ] && [ "$(cat "$dest/.inputs")" = "$key" ] && ls "$dest"/*.whl >/dev/null 2>&1; then
-  ls "$dest"/*.whl
+  cat pyodide-assets/.integrity; echo "$profile $arch"; } | sha256sum | cut -c1-32)
+stamp="$dest/.inputs-$arch"
+wheels=("$dest"/*_"$arch".whl)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ] && [ -f "${wheels[0]}" ]; then
+  ls "${wheels[@]}"
   exit 0
 fi
 
-rm -rf "$dest" && mkdir -p "$dest/raw"
+mkdir -p "$dest"
+rm -rf "$dest/raw" "$stamp" "${wheels[@]}" && mkdir -p "$dest/raw"
 # SOURCE_DATE_EPOCH is kept away from cargo: build scripts watch it (aws-lc-sys), and setting it
 # would rebuild what `cargo build` built. The repack below fixes the wheel's timestamps.
 env -u SOURCE_DATE_EPOCH PATH="$PWD/$venv/bin:$PATH" \
-  $venv/bin/maturin build --quiet --profile "$profile" --out "$dest/raw"
+  $venv/bin/maturin build --quiet --profile "$profile" "${target_args[@]}" --out "$dest/raw"
 export SOURCE_DATE_EPOCH
 SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || echo 315532800)
 PATH="$PWD/$venv/bin:$PATH" $venv/bin/python scripts/repair_wheel.py "$dest"/raw/*.whl --dest-dir "$dest"
@@ -48,5 +66,5 @@ if [ "$profile" = release ]; then
   $venv/bin/maturin sdist --out "$dest"
 fi
 rm -rf "$dest/raw"
-echo "$key" > "$dest/.inputs"
-ls "$dest"/*.whl
+echo "$key" > "$stamp"
+ls "$dest"/*_"$arch".whl

@@ -7,7 +7,10 @@ on every system, GLib and libstdc++ among them; a bare machine (a minimal Debian
 container) has neither, and JavaScriptCore needs both. So this step bundles the whole closure:
 
 1. the binary moves from `<dist>.data/scripts/` into the package, `mcp_run_python/_bin/`, and
-   `mcp_run_python/_libs/` receives each library `ldd` resolves for it, glibc's excepted;
+   `mcp_run_python/_libs/` receives each library of its `DT_NEEDED` closure, glibc's excepted,
+   found in the Debian multiarch directories of the binary's architecture: read from the ELF
+   files rather than asked of `ldd`, which cannot load a binary of another architecture (the
+   aarch64 wheel is cross-built, issue 37);
 2. patchelf gives the binary the run-path `$ORIGIN/../_libs` and each library `$ORIGIN`, as
    DT_RPATH, which the loader also applies to the libraries' own dependencies and puts before
    `LD_LIBRARY_PATH`, so the bundled copies win on any host (the sandbox worker, the same
@@ -72,7 +75,9 @@ from mcp_run_python.__main__ import main
 sys.exit(main())
 """
 
-LDD_LINE = re.compile(r'^\s*(\S+)\s+=>\s+(\S+)\s+\(0x[0-9a-f]+\)$')
+# The wheel tag's name of each ELF machine, and its Debian multiarch triplet.
+ARCHES = {'EM_X86_64': 'x86_64', 'EM_AARCH64': 'aarch64'}
+TRIPLETS = {'EM_X86_64': 'x86_64-linux-gnu', 'EM_AARCH64': 'aarch64-linux-gnu'}
 GLIBC_VERSION = re.compile(r'^GLIBC_2\.(\d+)$')
 OLDEST_MANYLINUX_MINOR = 17
 
@@ -135,19 +140,42 @@ def repair(root: Path) -> Path:
 
 
 def bundled_libraries(binary: Path) -> dict[str, Path]:
-    """soname → host path of every library the loader resolves for `binary` (its whole
-    closure, as `ldd` reports it), glibc's own excepted.
+    """soname → path of every library in `binary`'s `DT_NEEDED` closure, glibc's own excepted,
+    each found as the loader finds it on Debian: in `/lib/<triplet>` or `/usr/lib/<triplet>` of
+    the binary's architecture (the multiarch directories `ld.so.conf.d` names).
 
-    Raises SystemExit when one is not found on this host."""
-    out = subprocess.run(['ldd', str(binary)], check=True, capture_output=True, text=True).stdout
+    Raises SystemExit when one is not found there."""
+    dirs = library_dirs(binary)
     libs: dict[str, Path] = {}
-    for line in out.splitlines():
-        if 'not found' in line:
-            raise SystemExit(f'ldd {binary}: {line.strip()}')
-        m = LDD_LINE.match(line)
-        if m and m.group(1) not in GLIBC_SONAMES:
-            libs[m.group(1)] = Path(m.group(2)).resolve()
+    pending = needed(binary)
+    while pending:
+        soname = pending.pop()
+        if soname in libs or soname in GLIBC_SONAMES:
+            continue
+        found = next((d / soname for d in dirs if (d / soname).exists()), None)
+        if found is None:
+            where = ', '.join(map(str, dirs))
+            raise SystemExit(f'{binary} needs {soname}, which is in none of {where}')
+        libs[soname] = found.resolve()
+        pending.extend(needed(found))
     return libs
+
+
+def needed(path: Path) -> list[str]:
+    """The sonames `path`'s dynamic section lists as `DT_NEEDED`."""
+    with path.open('rb') as f:
+        dynamic = ELFFile(f).get_section_by_name('.dynamic')
+        if dynamic is None:
+            return []
+        return [tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == 'DT_NEEDED']
+
+
+def library_dirs(binary: Path) -> list[Path]:
+    """Where the loader looks for `binary`'s libraries on Debian, by its architecture."""
+    with binary.open('rb') as f:
+        machine = ELFFile(f)['e_machine']
+    triplet = TRIPLETS[machine]
+    return [Path('/lib') / triplet, Path('/usr/lib') / triplet]
 
 
 def platform_tag(files: list[Path]) -> str:
@@ -157,7 +185,7 @@ def platform_tag(files: list[Path]) -> str:
     for path in files:
         with path.open('rb') as f:
             elf = ELFFile(f)
-            arch = arch or {'EM_X86_64': 'x86_64', 'EM_AARCH64': 'aarch64'}[elf['e_machine']]
+            arch = arch or ARCHES[elf['e_machine']]
             for section in elf.iter_sections():
                 if not isinstance(section, GNUVerNeedSection):
                     continue

@@ -1,4 +1,9 @@
-//! The seccomp-bpf filters of a sealed worker (seccomp(2)), x86-64.
+//! The seccomp-bpf filters of a sealed worker (seccomp(2)), for x86-64 and aarch64.
+//!
+//! The lists name system calls by `libc::SYS_*` of the target, and the filter checks the
+//! architecture first ([`ARCH`]: a call made in another ABI kills the worker). aarch64 has no
+//! `open`, `creat`, `fork` or `vfork` (only `openat` and `clone`, both named here); every other
+//! call and every rule means the same on both.
 //!
 //! The allowlist was derived by tracing real workers with `strace -f` from the moment they seal
 //! themselves (`prctl(PR_SET_DUMPABLE, 0)`) to their end, through the Python client suites
@@ -113,25 +118,46 @@ pub const ALLOWED: &[(&str, &[libc::c_long])] = &[
     ),
 ];
 
+/// The architecture the filters are built for: the target's.
+#[cfg(target_arch = "x86_64")]
+const ARCH: TargetArch = TargetArch::x86_64;
+/// The architecture the filters are built for: the target's.
+#[cfg(target_arch = "aarch64")]
+const ARCH: TargetArch = TargetArch::aarch64;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("the seccomp filter is written for x86-64 and aarch64 only (filter.rs)");
+
+/// `fork(2)` and `vfork(2)`, where the architecture has them; aarch64 makes processes only
+/// with `clone`, whose process form [`fatal_rules`] kills.
+#[cfg(target_arch = "x86_64")]
+const LEGACY_PROCESS_CALLS: &[libc::c_long] = &[libc::SYS_fork, libc::SYS_vfork];
+#[cfg(not(target_arch = "x86_64"))]
+const LEGACY_PROCESS_CALLS: &[libc::c_long] = &[];
+
+/// `open(2)` and `creat(2)`, where the architecture has them; aarch64 has only `openat`.
+#[cfg(target_arch = "x86_64")]
+const LEGACY_FILE_CALLS: &[libc::c_long] = &[libc::SYS_open, libc::SYS_creat];
+#[cfg(not(target_arch = "x86_64"))]
+const LEGACY_FILE_CALLS: &[libc::c_long] = &[];
+
 /// System calls that no legitimate path of a sealed worker makes and that only serve an
 /// escape: the worker is killed on the spot.
 pub const FATAL: &[(&str, &[libc::c_long])] = &[
     ("new programs", &[libc::SYS_execve, libc::SYS_execveat]),
     (
         "new processes (threads go through clone with CLONE_THREAD)",
-        &[libc::SYS_fork, libc::SYS_vfork],
+        LEGACY_PROCESS_CALLS,
     ),
     (
         "files (Landlock also forbids them; the engine opens nothing after sealing)",
         &[
-            libc::SYS_open,
             libc::SYS_openat,
             libc::SYS_openat2,
-            libc::SYS_creat,
             libc::SYS_open_by_handle_at,
             libc::SYS_name_to_handle_at,
         ],
     ),
+    ("files, the older calls", LEGACY_FILE_CALLS),
     (
         "network (the front performs every fetch)",
         &[
@@ -325,7 +351,7 @@ fn program(
     for (call, list) in conditional {
         rules.entry(call).or_default().extend(list);
     }
-    SeccompFilter::new(rules, mismatch, matched, TargetArch::x86_64)?.try_into()
+    SeccompFilter::new(rules, mismatch, matched, ARCH)?.try_into()
 }
 
 /// The three programs, in the order they are installed. The allowlist comes last: once it is
