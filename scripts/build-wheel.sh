@@ -46,15 +46,15 @@ inputs=(src js python pysrc build.rs Cargo.toml Cargo.lock pyproject.toml README
   scripts/repair_wheel.py scripts/build-requirements.txt)
 key=$({ git ls-files -co --exclude-standard -z -- "${inputs[@]}" | sort -z | xargs -0 sha256sum
   cat pyodide-assets/.integrity; echo "$profile $arch"; } | sha256sum | cut -c1-32)
-stamp="$dest/.inputs-$arch"
+inputs_stamp="$dest/.inputs-$arch"
 wheels=("$dest"/*_"$arch".whl)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ] && [ -f "${wheels[0]}" ]; then
+if [ -f "$inputs_stamp" ] && [ "$(cat "$inputs_stamp")" = "$key" ] && [ -f "${wheels[0]}" ]; then
   ls "${wheels[@]}"
   exit 0
 fi
 
 mkdir -p "$dest"
-rm -rf "$dest/raw" "$stamp" "${wheels[@]}" && mkdir -p "$dest/raw"
+rm -rf "$dest/raw" "$inputs_stamp" "${wheels[@]}" && mkdir -p "$dest/raw"
 # SOURCE_DATE_EPOCH is kept away from cargo: build scripts watch it (aws-lc-sys), and setting it
 # would rebuild what `cargo build` built. The repack below fixes the wheel's timestamps.
 env -u SOURCE_DATE_EPOCH PATH="$PWD/$venv/bin:$PATH" \
@@ -66,5 +66,5 @@ if [ "$profile" = release ]; then
   $venv/bin/maturin sdist --out "$dest"
 fi
 rm -rf "$dest/raw"
-echo "$key" > "$stamp"
+echo "$key" > "$inputs_stamp"
 ls "$dest"/*_"$arch".whl

@@ -1144,10 +1144,9 @@ fn track_writes(
     opened: Result<dirty_pages::Opened, dirty_pages::TrackingError>,
 ) -> Option<DirtyPages> {
     let armed = opened.and_then(|opened| {
-        match engine.with_bytes(&runner.memory, |memory| DirtyPages::arm(opened, memory)) {
-            Ok(armed) => armed,
-            Err(e) => Err(dirty_pages::TrackingError::Memory(e)),
-        }
+        engine
+            .with_bytes(&runner.memory, |memory| DirtyPages::arm(opened, memory))
+            .map_err(dirty_pages::TrackingError::Memory)?
     });
     armed
         .map_err(|e| tracing::debug!("checkpoints compare the whole memory: {e}"))

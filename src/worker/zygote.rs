@@ -304,12 +304,7 @@ const PIPE_BYTES: libc::c_int = 1 << 20;
 /// unprivileged user past `/proc/sys/fs/pipe-user-pages-soft` keeps the default (pipe(7)),
 /// which only costs speed.
 fn widen_pipe(fd: &OwnedFd) {
-    // SAFETY: F_SETPIPE_SZ takes an int and touches no memory of ours; `fd` is open.
-    let set = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_BYTES) };
-    if set < 0 {
-        tracing::debug!(
-            "a worker pipe keeps its default size: {}",
-            std::io::Error::last_os_error()
-        );
+    if let Err(e) = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_BYTES)) {
+        tracing::debug!("a worker pipe keeps its default size: {e}");
     }
 }

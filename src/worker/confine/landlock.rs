@@ -57,16 +57,13 @@ pub fn restrict(threads: Option<usize>, domain: Domain) -> Result<Layer, Confine
         .map_err(ConfineError::Landlock)?
         .create()
         .map_err(ConfineError::Landlock)?;
-    for path in BOOT_READS {
+    let children_reads: &[&str] = match domain {
+        Domain::Worker => &[],
+        Domain::Zygote => &[PROC],
+    };
+    for path in BOOT_READS.iter().chain(children_reads) {
         // A file that does not exist here needs no rule (the engine copes without it).
         if let Ok(fd) = PathFd::new(path) {
-            ruleset = ruleset
-                .add_rule(PathBeneath::new(fd, AccessFs::ReadFile))
-                .map_err(ConfineError::Landlock)?;
-        }
-    }
-    if domain == Domain::Zygote {
-        if let Ok(fd) = PathFd::new(PROC) {
             ruleset = ruleset
                 .add_rule(PathBeneath::new(fd, AccessFs::ReadFile))
                 .map_err(ConfineError::Landlock)?;

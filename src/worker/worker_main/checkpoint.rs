@@ -44,10 +44,10 @@ impl Serving {
             ..
         } = self;
         let dirty = dirty.as_mut()?;
-        let found = match engine.with_bytes(&runner.memory, |m| dirty.written(m)) {
-            Ok(found) => found,
-            Err(e) => Err(TrackingError::Memory(e)),
-        };
+        let found = engine
+            .with_bytes(&runner.memory, |m| dirty.written(m))
+            .map_err(TrackingError::Memory)
+            .and_then(|written| written);
         found
             .map_err(|e| {
                 tracing::warn!("checkpoints compare the whole memory from now on: {e}");
