@@ -42,23 +42,42 @@ cargo build
 # deploy/haproxy.cfg.
 scripts/check-deploy.sh
 cargo test
+# What the suites below install with apt, all before the aarch64 suite starts beside them (so no
+# two apt-get run at once): HAProxy, Node, debootstrap, the cross toolchain and qemu.
 # The replica tests (issue 27) run three replicas behind a real HAProxy (Debian's package) with
 # deploy/haproxy.cfg.
 if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq haproxy >/dev/null
 fi
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  # Debian 12's nodejs is 18, which the pinned SDK supports (engines: node >= 18).
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
+fi
+if ! command -v debootstrap >/dev/null; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq debootstrap >/dev/null
+fi
+(. scripts/setup-cross.sh aarch64)
+scripts/setup-emulation.sh
+venv_with .venv-build scripts/build-requirements.txt
+
+# The aarch64 wheel on an emulated arm64 machine (issue 37): cross-built, then booted under
+# qemu-system-aarch64 (tests/aarch64), in the background beside the suites below, since most of
+# its time is emulation. Its log is printed at the end; it is stopped if this script ends first.
+aarch64_log=target/test-aarch64.log
+mkdir -p target
+setsid scripts/test-aarch64.sh > "$aarch64_log" 2>&1 &
+aarch64_suite=$!
+trap 'kill -TERM -- "-$aarch64_suite" 2>/dev/null || true' EXIT
+
 MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python "$@"
 
 # Today's clients (issue 9): mcp 2.x, PydanticAI 2.x and fastmcp in a second venv, then the
 # official TypeScript SDK client. Each venv/node_modules is rebuilt only when its pins change.
 # tests/ts/node_modules also holds @modelcontextprotocol/server-everything, an upstream server of
 # the code-mode tests (issue 28) in tests/current.
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  # Debian 12's nodejs is 18, which the pinned SDK supports (engines: node >= 18).
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
-fi
 npm_ci_for tests/ts npm
 # The official MCP conformance suite (issue 35), run by tests/current/test_conformance.py: it
 # needs Node >= 22, which the machine may not have, so Node comes from PyPI's
@@ -94,10 +113,14 @@ cargo test --features escape-test --test sandbox_escape
 # The Python distribution (issue 12): the wheel (the test build, packaged as a release is),
 # installed by pip into a fresh venv, by uvx and by uv, and on a bare Debian root made with
 # debootstrap (kept in target/clean-root/).
-if ! command -v debootstrap >/dev/null; then
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq debootstrap >/dev/null
-fi
 .venv/bin/python -m mypy --strict --cache-dir=/dev/null pysrc/mcp_run_python
 wheel=$(scripts/build-wheel.sh --dev | tail -n 1)
 MCP_RUN_PYTHON_WHEEL="$PWD/$wheel" .venv/bin/python -m pytest -q -p no:cacheprovider tests/wheel
+
+# The aarch64 suite, started above.
+aarch64_status=0
+wait "$aarch64_suite" || aarch64_status=$?
+trap - EXIT
+echo "--- the aarch64 suite (scripts/test-aarch64.sh, log: $aarch64_log)"
+cat "$aarch64_log"
+exit "$aarch64_status"

@@ -11,9 +11,14 @@ import os
 import pathlib
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
+
+# tests/shared: helpers shared with tests/aarch64 (the test modules here import from it too).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "shared"))
+from loaded_libraries import GLIBC, foreign_libraries  # noqa: E402,F401 (used by the tests)
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -28,14 +33,6 @@ CODE_MODE_LINE = ["mcp==2.3.0", "fastmcp-slim[client,server,code-mode]==4.1.6"]
 # Seconds for anything that installs or boots (a first boot without a snapshot takes 10-15 s,
 # pip and uv fetch from the registry).
 SLOW = 600
-# The sonames glibc itself provides: the only libraries allowed to come from the host.
-GLIBC = frozenset(
-    {
-        "linux-vdso.so.1", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1", "libc.so.6",
-        "libm.so.6", "libmvec.so.1", "libpthread.so.0", "libdl.so.2", "librt.so.1",
-        "libresolv.so.2", "libutil.so.1", "libanl.so.1", "libnsl.so.1",
-    }
-)
 
 
 @dataclasses.dataclass
@@ -115,26 +112,6 @@ def venv(tmp_path_factory) -> Venv:
         timeout=SLOW,
     )
     return Venv(root, home)
-
-
-def libraries(ldd_output: str) -> dict[str, str]:
-    """soname → resolved path, from `ldd`'s output; fails on a library it cannot find."""
-    found = {}
-    for line in ldd_output.splitlines():
-        assert "not found" not in line, ldd_output
-        name, _, rest = line.strip().partition(" => ")
-        if rest:
-            found[name] = rest.split(" (")[0]
-    return found
-
-
-def foreign_libraries(ldd_output: str, wheel_libs: str) -> dict[str, str]:
-    """The libraries `ldd` resolves outside `wheel_libs` that are not glibc's."""
-    return {
-        name: path
-        for name, path in libraries(ldd_output).items()
-        if name not in GLIBC and not os.path.realpath(path).startswith(os.path.realpath(wheel_libs) + "/")
-    }
 
 
 class StdioSession:

@@ -13,7 +13,7 @@
 use std::ffi::CString;
 
 /// `--escape-test=<port>,<first probe>[,without-seccomp]`: the port of the test's listener on
-/// 127.0.0.1, the probe to start from, and whether to leave the seccomp filter out (to show
+/// 127.0.0.1, the probe to start from (its index or its name), and whether to leave the seccomp filter out (to show
 /// what the other layers hold alone, as if the filter had a hole).
 const ARG: &str = "--escape-test=";
 
@@ -210,9 +210,15 @@ pub fn run_if_requested() {
     let port = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
     // `stdin`: a worker forked from a zygote shares the zygote's arguments, so the test
     // writes the first probe's index on its stdin instead (one decimal line).
+    // A probe's name also names it (tests/aarch64 starts at `fork`); an unknown one runs none.
     let first: usize = match parts.next() {
         Some("stdin") => first_from_stdin(),
-        Some(p) => p.parse().unwrap_or(0),
+        Some(p) => p.parse().unwrap_or_else(|_| {
+            PROBES
+                .iter()
+                .position(|(name, _)| *name == p)
+                .unwrap_or(PROBES.len())
+        }),
         None => 0,
     };
     // SAFETY: getppid has no preconditions.
