@@ -33,6 +33,7 @@ const ASM_REWRITES: [(&str, &str, usize); 2] = [
 fn main() {
     println!("cargo:rerun-if-env-changed=PYODIDE_ASSETS_DIR");
     println!("cargo:rerun-if-changed=build.rs");
+    require_linux();
     link_javascriptcore();
 
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
@@ -98,11 +99,24 @@ fn write_if_changed(path: &Path, bytes: &[u8]) {
     fs::write(path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
 }
 
-fn link_javascriptcore() {
-    if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("macos") {
-        println!("cargo:rustc-link-lib=framework=JavaScriptCore");
-        return;
+/// Stops a build for another system here, before anything of this crate or its engine is
+/// compiled: the second wall (seccomp, Landlock, namespaces), the fork server and the dirty-page
+/// tracking are Linux's, and their dependencies are Linux-only (Cargo.toml's
+/// `cfg(target_os = "linux")` table). docs/platforms.md has the design of a macOS port. (The
+/// architecture is checked where it matters: the seccomp filter, src/worker/confine/filter.rs.)
+fn require_linux() {
+    let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    if os != "linux" {
+        panic!(
+            "mcp-run-python builds for Linux only (x86_64 and aarch64), not for `{os}`: its \
+             sandbox is seccomp, Landlock and Linux namespaces, and its interpreters are forked \
+             from a zygote. docs/platforms.md has the design of a macOS port; until then, run \
+             the Linux wheel in a Linux VM or container (README, \"Install\")."
+        );
     }
+}
+
+fn link_javascriptcore() {
     if let Err(e) = pkg_config::Config::new()
         .atleast_version("2.40")
         .probe("javascriptcoregtk-4.1")

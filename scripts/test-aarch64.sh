@@ -3,10 +3,15 @@
 # suites (most of its time is emulation, on a machine whose other suites wait on processes):
 # cross-builds the aarch64 wheel (the dev profile, as the x86_64 wheel test's) and an aarch64
 # build with the `escape-test` feature, then runs tests/aarch64 on an emulated arm64 machine.
-# Expects what scripts/setup-cross.sh and scripts/setup-emulation.sh install to be there
-# (test.sh runs both first, so no apt-get runs beside its own).
+# test.sh runs scripts/setup-cross.sh and scripts/setup-emulation.sh first, so that here they
+# find everything installed and no apt-get runs beside test.sh's own. Alone, it installs what
+# they install, and needs test.sh's .venv (pytest).
+#
+#   scripts/test-aarch64.sh [pytest options]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+[ -x .venv/bin/python ] || { echo "test-aarch64: no .venv; run scripts/test.sh once" >&2; exit 1; }
+scripts/setup-emulation.sh
 
 wheel=$(scripts/build-wheel.sh --dev --target aarch64 | tail -n 1)
 . scripts/setup-cross.sh aarch64

@@ -8,7 +8,8 @@ and nothing of ours), the wheel, a wheelhouse, an `escape-test` build and guest/
   outside the wheel;
 - `mcp-run-python warmup` reports seccomp, Landlock and every namespace on;
 - `mcp-run-python example` prints its result (PyPI through qemu's user-mode network);
-- a PydanticAI (1.x) agent runs Python through `MCPServerStdio('mcp-run-python')`;
+- a PydanticAI (1.x) agent runs Python through `MCPServerStdio('mcp-run-python')`, and the
+  zygote service its server started gets ready with its helper threads' timeout shortened;
 - the escape probes: sealed, the filter kills the worker at a file open and at `fork` (a
   `clone` on aarch64); without the filter, Landlock and the namespaces refuse the rest.
 
@@ -110,6 +111,14 @@ def test_the_aarch64_wheel_on_an_emulated_arm64_machine(tmp_path):
     assert agent["rc"] == 0, agent
     assert "tool said: <status>success</status>" in agent["stdout"], agent
     assert "hello from emscripten" in agent["stdout"] and '"sum": 45' in agent["stdout"], agent
+
+    # The zygote service the agent's server started got ready, with its zygote's own lines in
+    # its log (agent.py's filter); none says the engine's helper threads kept their 10 s idle
+    # timeout, so the interposed `WTF::AutomaticThread` constructors (src/engine/helper_threads.rs,
+    # the one ABI-sensitive spot) work on aarch64 too.
+    zygote = "\n".join(step(steps, "zygote")["logs"].values())
+    assert "zygote service ready" in zygote and "the zygote has one thread after" in zygote, zygote
+    assert "keep their 10 s idle timeout" not in zygote, zygote
 
     check_escape(step(steps, "escape"))
 

@@ -10,6 +10,9 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 CODE = "import sys\nprint('hello from', sys.platform)\n{'sum': sum(range(10))}"
+# The server's log filter, which the zygote service it starts inherits: workers' own lines (the
+# zygote's among them) reach the service's log at debug level, as `mcp_run_python::worker_log`.
+LOG_FILTER = "warn,mcp_run_python=info,mcp_run_python::worker_log=debug"
 # Seconds for the server's start and each call (a boot under emulation takes about 40 s).
 SLOW = 900
 
@@ -24,7 +27,8 @@ def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 
 async def main() -> None:
-    server = MCPServerStdio("mcp-run-python", args=["stdio"], timeout=SLOW, read_timeout=SLOW)
+    server = MCPServerStdio("mcp-run-python", args=["stdio"], env={"RUST_LOG": LOG_FILTER}, timeout=SLOW,
+                            read_timeout=SLOW)
     agent = Agent(FunctionModel(respond), toolsets=[server])
     async with agent:
         result = await agent.run("What is the sum of the numbers below ten?")

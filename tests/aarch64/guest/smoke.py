@@ -2,7 +2,8 @@
 the guest's /init with Debian's python3 (standard library only). Each step prints one line,
 `SMOKE <json>`, with what the host test checks: the machine, the wheel installed by pip into a
 fresh venv, `mcp-run-python warmup` (its confinement report), `mcp-run-python example`, a
-PydanticAI agent over `MCPServerStdio` (agent.py), and the escape probes of an `escape-test`
+PydanticAI agent over `MCPServerStdio` (agent.py), the log of the zygote service its server
+started, and the escape probes of an `escape-test`
 build. A step that raises prints its traceback instead; the next step still runs."""
 
 import json
@@ -24,6 +25,9 @@ REQUIREMENTS = ["mcp==1.30.0", "pydantic-ai-slim[mcp]==1.107.10"]
 # Seconds for anything that boots Pyodide or installs: under emulation a first boot takes
 # about 40 s, ten times the host's.
 SLOW = 900
+# Seconds the zygote step waits for the zygote service to say it is ready, and what it says.
+ZYGOTE_WAIT = 300
+ZYGOTE_READY = "zygote service ready"
 ENV = {"PATH": f"{VENV}/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
 
 
@@ -166,12 +170,25 @@ def escape() -> dict:
             "connected": connected, "wrote": written.exists()}
 
 
+def zygote() -> dict:
+    """The log of the zygote service the agent's server started (it outlives the server), once
+    it says the service is ready, or after ZYGOTE_WAIT seconds."""
+    directory = pathlib.Path(ENV["HOME"]) / ".cache" / "mcp-run-python" / "zygote"
+    deadline = time.monotonic() + ZYGOTE_WAIT
+    while True:
+        logs = {p.name: p.read_text(errors="replace") for p in sorted(directory.glob("*.log"))}
+        if any(ZYGOTE_READY in text for text in logs.values()) or time.monotonic() > deadline:
+            return {"logs": {name: text[-6000:] for name, text in logs.items()}}
+        time.sleep(1)
+
+
 STEPS = {
     "machine": machine,
     "install": install,
     "warmup": lambda: run(str(VENV / "bin/mcp-run-python"), "warmup"),
     "example": lambda: run(str(VENV / "bin/mcp-run-python"), "example"),
     "agent": lambda: run(str(VENV / "bin/python"), str(SMOKE / "agent.py")),
+    "zygote": zygote,
     "escape": escape,
 }
 
