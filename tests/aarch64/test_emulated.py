@@ -23,11 +23,13 @@ scripts/setup-emulation.sh's qemu; the arm64 root and kernel are kept in target/
 (about 2 minutes to make), and the test then takes about 4 minutes."""
 
 import dataclasses
+import errno
 import json
 import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -62,8 +64,9 @@ APT_TIMEOUT = 300
 # Debian's bundle of every trusted CA (update-ca-certificates), on the host and in the guest.
 HOST_CA_BUNDLE = pathlib.Path("/etc/ssl/certs/ca-certificates.crt")
 EM_AARCH64 = 183
-SIGSYS = 31
-EACCES = 13
+# The guest's numbers, which Linux gives the same on aarch64 as on this x86_64 host.
+SIGSYS = signal.SIGSYS
+EACCES = errno.EACCES
 # The escape probes only the seccomp filter stops (tests/sandbox_escape.rs's SECCOMP_ONLY, which
 # says why each is harmless under the other layers).
 SECCOMP_ONLY = {"fork", "unshare_user_namespace", "io_uring_setup", "userfaultfd_with_kernel_faults",

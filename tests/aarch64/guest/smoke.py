@@ -3,8 +3,8 @@ the guest's /init with Debian's python3 (standard library only). Each step print
 `SMOKE <json>`, with what the host test checks: the machine, the wheel installed by pip into a
 fresh venv, `mcp-run-python warmup` (its confinement report), `mcp-run-python example`, a
 PydanticAI agent over `MCPServerStdio` (agent.py), the log of the zygote service its server
-started, and the escape probes of an `escape-test`
-build. A step that raises prints its traceback instead; the next step still runs."""
+started, and the escape probes of an `escape-test` build. A step that raises prints its
+traceback instead; the next step still runs."""
 
 import json
 import os
