@@ -43,6 +43,9 @@ def metric(base, sample):
     return 0.0
 
 
+# Seconds a SIGSTOPped worker may take to stop every thread, and between looks at /proc.
+STOP_TIMEOUT = 10
+STOP_POLL = 0.01
 # The sample of interpreters held by sandboxes between calls.
 IDLE_INTERPRETERS = 'mcp_run_python_interpreters{state="idle"}'
 
@@ -96,6 +99,25 @@ async def test_writes_into_old_pages_and_grown_memory_come_back_exactly(warm_zyg
             assert back["state"].startswith("restored:"), back
 
 
+async def stopped(pid):
+    """Waits until every thread of `pid` is stopped (state `T` in /proc), for at most
+    STOP_TIMEOUT seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + STOP_TIMEOUT
+    while True:
+        states = set()
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/stat") as f:
+                    states.add(f.read().rpartition(")")[2].split()[0])
+            except OSError:
+                continue
+        if states <= {"T", "t"}:
+            return
+        assert loop.time() < deadline, f"{pid} did not stop: {states}"
+        await asyncio.sleep(STOP_POLL)
+
+
 async def test_a_worker_killed_before_it_took_the_call_gets_the_call_in_its_restored_state(warm_zygote):
     """The OOM killer's victim may still be exiting when the next call comes: the call is
     written into its pipe and never read. The front tells that apart from a worker that died
@@ -110,6 +132,11 @@ async def test_a_worker_killed_before_it_took_the_call_gets_the_call_in_its_rest
             # Stopped, a worker keeps its pipes open and reads nothing: the call waits unread.
             for worker in workers:
                 os.kill(worker, signal.SIGSTOP)
+            # kill() returns before the stop: a reader woken by it that finds the call already
+            # in its pipe still reads it (pipe_read looks for data before signals), which a
+            # loaded machine shows. The call is sent once every thread has stopped.
+            for worker in workers:
+                await stopped(worker)
             call = asyncio.create_task(run(client, "x += 1\nx", sandbox))
             await asyncio.sleep(1)
             assert not call.done()

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -27,6 +28,12 @@ pytestmark = pytest.mark.anyio
 HANDLE = re.compile(r"sbx_[A-Za-z0-9_-]{22}")
 # Seconds a draining server may take to exit once its call in flight is done.
 EXIT_TIMEOUT = 30
+# The slow reader's answer: 6 MB of return value (under --result-cap's 8 MiB), more than the
+# server's socket can buffer on loopback, read through a receive buffer of 4 KiB after
+# SLOW_READER_WAIT seconds.
+SLOW_ANSWER_CHARS = 6_000_000
+SMALL_RECEIVE_BUFFER = 4096
+SLOW_READER_WAIT = 8
 # The protocol version of raw requests: sessionless, no `initialize` (SEP-2575), so each request
 # says in `_meta` who it is.
 RAW_VERSION = "2026-07-28"
@@ -194,6 +201,39 @@ async def test_sigterm_drains_calls_in_flight_and_refuses_new_work(tmp_path):
             await client.list_tools()
             moved = await run(client, "open('f').read()", sandbox)
             assert moved["return_value"] == "done" and "restored" in moved["state"], moved
+
+
+def test_the_drain_ends_once_an_answer_is_sent_not_when_its_call_ends(tmp_path):
+    """A call that ends during the drain is answered in full even when the answer takes long to
+    send: the drain ends once the answer has been written, not when the call ended (rmcp cuts
+    its streams when the drain is over, and on a loaded machine an answer is written some time
+    after its call's end). Here the client reads a 6 MB answer only seconds after the call,
+    through a small receive buffer, so most of it waits in the server until then."""
+    code = f"import time\ntime.sleep(1)\n'x' * {SLOW_ANSWER_CHARS}"
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": TOOL, "arguments": {"python_code": code}, "_meta": RAW_META}}
+    body = json.dumps(message).encode()
+    with replica(tmp_path / "state") as base:
+        host, port = base.removeprefix("http://").split(":")
+        with socket.socket() as conn:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_RECEIVE_BUFFER)
+            conn.connect((host, int(port)))
+            conn.sendall(
+                f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {RAW_VERSION}\r\n"
+                f"Mcp-Method: tools/call\r\nMcp-Name: {TOOL}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n".encode() + body)
+            time.sleep(0.3)
+            subprocess.run(["kill", "-TERM", str(base.pid)], check=True)
+            # Past the call's end, the drain's quiet second and the HTTP layer's 5 s of grace.
+            time.sleep(SLOW_READER_WAIT)
+            conn.settimeout(CALL_TIMEOUT)
+            received = b""
+            while chunk := conn.recv(1 << 20):
+                received += chunk
+    head, _, payload = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert payload.count(b"x" * SLOW_ANSWER_CHARS) >= 1, f"the answer was cut: {len(payload)} bytes came"
 
 
 def test_the_state_dir_needs_stateful(tmp_path):

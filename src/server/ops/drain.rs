@@ -9,7 +9,8 @@
 //!    503 (deploy/haproxy.cfg) sends it to another replica, which restores the sandbox from
 //!    `--state-dir`. Notifications (a cancellation) and responses still pass.
 //! 2. Calls in flight run to their end, for up to `--drain-timeout` seconds (default: the
-//!    call timeout), and are answered as usual. Each saves its sandbox to the state directory
+//!    call timeout), and are answered as usual: over streamable HTTP the drain waits until each
+//!    POST's answer has been sent (`mcp_prechecks` holds a call with the response's body). Each saves its sandbox to the state directory
 //!    before its answer, as every call does, so there is nothing left to flush after. The drain
 //!    also waits until no new work was refused for [`DRAIN_QUIET`] (within the same timeout):
 //!    a balancer still sends a sandbox's calls to this replica (stickiness outlasts the health

@@ -449,12 +449,20 @@ async fn mcp_prechecks(req: Request, next: Next, checks: Arc<McpChecks>) -> Resp
         }
         _ => None,
     };
+    // The drain waits for a POST's answer to be sent, not only for its call to end: rmcp ends
+    // its streams once the drain is over, and an answer still on its way (a slow machine
+    // writes it some time after the call's end) would be cut.
+    let answering = (method == Method::POST).then(|| checks.drain.begin_call());
     let mut response = next.run(req).await;
     named.into_headers(response.headers_mut());
     if method == Method::DELETE && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::OK;
     }
     checks.follow_sessions(&method, session.as_ref(), &response);
+    let response = match answering {
+        Some(answering) => StreamableSessions::hold(response, answering),
+        None => response,
+    };
     match in_flight {
         Some(in_flight) => StreamableSessions::hold(response, in_flight),
         None => response,
