@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what running the aarch64 wheel on this x86_64 machine needs (issue 37), and is quick
-# when all is already there. Used by scripts/test.sh before tests/wheel/test_aarch64.py.
+# when all is already there. Used by scripts/test.sh and scripts/test-aarch64.sh before
+# tests/aarch64.
 #
 #  - qemu-system-arm: `qemu-system-aarch64`, the emulated arm64 machine the smoke test boots
 #    with Debian's arm64 kernel. A whole machine rather than qemu-user, because qemu-user

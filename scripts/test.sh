@@ -55,11 +55,8 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
 fi
-if ! command -v debootstrap >/dev/null; then
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq debootstrap >/dev/null
-fi
 (. scripts/setup-cross.sh aarch64)
+# Also debootstrap, for the bare roots of both wheels' tests.
 scripts/setup-emulation.sh
 venv_with .venv-build scripts/build-requirements.txt
 

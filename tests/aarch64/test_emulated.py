@@ -163,8 +163,10 @@ def boot(tmp_path: pathlib.Path, root: pathlib.Path, kernel: Kernel) -> dict[str
     """Boots the guest until it powers off; returns its steps by name."""
     initrd = tmp_path / "initrd.cpio"
     with open(initrd, "wb") as out:
-        out.write(root_archive(root).read_bytes())
-        out.write(cpio(guest_files(tmp_path / "guest", root, kernel)))
+        # The kernel unpacks concatenated archives in order: the guest's files over the root.
+        with open(root_archive(root), "rb") as archive:
+            shutil.copyfileobj(archive, out)
+        write_cpio(guest_files(tmp_path / "guest", root, kernel), out, "--owner=0:0")
     console = tmp_path / "console.log"
     with open(console, "wb") as log:
         done = subprocess.run(
@@ -204,11 +206,13 @@ def guest_files(dest: pathlib.Path, root: pathlib.Path, kernel: Kernel) -> pathl
     return dest
 
 
-def cpio(tree: pathlib.Path) -> bytes:
-    """`tree` as a newc cpio archive (the initramfs format), every file owned by root."""
+def write_cpio(tree: pathlib.Path, out, *options: str) -> None:
+    """`tree` as a newc cpio archive (the initramfs format) into the open file `out`, with
+    cpio's `options` (`--owner=0:0`: every file owned by root)."""
     names = subprocess.run(["find", "."], cwd=tree, capture_output=True, check=True).stdout
-    return subprocess.run(["cpio", "-o", "-H", "newc", "--quiet", "--owner=0:0"], cwd=tree, input=names,
-                          capture_output=True, check=True).stdout
+    out.flush()
+    subprocess.run(["cpio", "-o", "-H", "newc", "--quiet", *options], cwd=tree, input=names, stdout=out,
+                   check=True)
 
 
 def root_archive(root: pathlib.Path) -> pathlib.Path:
@@ -217,9 +221,8 @@ def root_archive(root: pathlib.Path) -> pathlib.Path:
     stamp = root.with_name(root.name + ".cpio.made")
     made = root.with_name(root.name + ".made").read_text()
     if not (archive.exists() and stamp.exists() and stamp.read_text() == made):
-        names = subprocess.run(["find", "."], cwd=root, capture_output=True, check=True).stdout
         with open(archive, "wb") as out:
-            subprocess.run(["cpio", "-o", "-H", "newc", "--quiet"], cwd=root, input=names, stdout=out, check=True)
+            write_cpio(root, out)
         stamp.write_text(made)
     return archive
 

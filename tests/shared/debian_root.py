@@ -8,6 +8,7 @@ Also: the wheels of a requirement list for another Python and architecture, down
 host (the roots have no network of their own while they are set up)."""
 
 import pathlib
+import platform
 import re
 import shutil
 import subprocess
@@ -54,7 +55,8 @@ def bare_root(arch: str, packages: list[str]) -> pathlib.Path:
 
 
 def host_arch() -> str:
-    return subprocess.run(["uname", "-m"], capture_output=True, text=True, check=True).stdout.strip()
+    """The host's architecture by the wheel's name for it (`uname -m`)."""
+    return platform.machine()
 
 
 def os_release() -> dict[str, str]:

@@ -10,12 +10,13 @@
 //!    `--state-dir`. Notifications (a cancellation) and responses still pass.
 //! 2. Calls in flight run to their end, for up to `--drain-timeout` seconds (default: the
 //!    call timeout), and are answered as usual: over streamable HTTP the drain waits until each
-//!    POST's answer has been sent (`mcp_prechecks` holds a call with the response's body). Each saves its sandbox to the state directory
-//!    before its answer, as every call does, so there is nothing left to flush after. The drain
-//!    also waits until no new work was refused for [`DRAIN_QUIET`] (within the same timeout):
-//!    a balancer still sends a sandbox's calls to this replica (stickiness outlasts the health
-//!    check) until one is refused and replayed elsewhere, and a request that reached the
-//!    listener as it closed would be cut without an answer that says nothing ran.
+//!    POST's answer has been sent (`mcp_prechecks` holds a call with the response's body).
+//!    Each saves its sandbox to the state directory before its answer, as every call does, so
+//!    there is nothing left to flush after. The drain also waits until no new work was
+//!    refused for [`DRAIN_QUIET`] (within the same timeout): a balancer still sends a
+//!    sandbox's calls to this replica (stickiness outlasts the health check) until one is
+//!    refused and replayed elsewhere, and a request that reached the listener as it closed
+//!    would be cut without an answer that says nothing ran.
 //! 3. Then the listener stops (responses being written get a few more seconds), every
 //!    worker is killed and reaped, and the process exits 0. A call still running at the
 //!    drain timeout is stopped: its client sees its stream end without an answer.

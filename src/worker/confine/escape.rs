@@ -13,8 +13,8 @@
 use std::ffi::CString;
 
 /// `--escape-test=<port>,<first probe>[,without-seccomp]`: the port of the test's listener on
-/// 127.0.0.1, the probe to start from (its index or its name), and whether to leave the seccomp filter out (to show
-/// what the other layers hold alone, as if the filter had a hole).
+/// 127.0.0.1, the probe to start from (its index or its name), and whether to leave the
+/// seccomp filter out (to show what the other layers hold alone, as if the filter had a hole).
 const ARG: &str = "--escape-test=";
 
 /// The third field of [`ARG`] that leaves the seccomp filter out.
