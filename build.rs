@@ -44,7 +44,7 @@ fn main() {
     fs::create_dir_all(&out).expect("create $OUT_DIR/pyodide");
 
     // The digest of the embedded assets, for the memory snapshot's fingerprint
-    // (`worker_main::runtime_fingerprint`): computed here once instead of hashing ~13 MiB at
+    // (`assets::runtime_fingerprint`): computed here once instead of hashing ~13 MiB at
     // every start of the server, in front of its first boot.
     let mut digest = Sha256::new();
     for name in ASSETS {
@@ -103,7 +103,7 @@ fn write_if_changed(path: &Path, bytes: &[u8]) {
 /// compiled: the second wall (seccomp, Landlock, namespaces), the fork server and the dirty-page
 /// tracking are Linux's, and their dependencies are Linux-only (Cargo.toml's
 /// `cfg(target_os = "linux")` table). docs/platforms.md has the design of a macOS port. (The
-/// architecture is checked where it matters: the seccomp filter, src/worker/confine/filter.rs.)
+/// architecture is checked where it matters: the seccomp filter, src/interpreter/confine/filter.rs.)
 fn require_linux() {
     let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     if os != "linux" {

@@ -200,7 +200,7 @@
     },
 
     // The interpreter's WebAssembly linear memory, for the host to read and write in place
-    // (checkpoints, src/worker/linear_memory.rs). Synchronous; no call id.
+    // (checkpoints, src/interpreter/linear_memory.rs). Synchronous; no call id.
     memory() {
       return pyodide._module.HEAPU8;
     },

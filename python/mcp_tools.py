@@ -27,7 +27,7 @@ class ToolError(Exception):
 
 
 def _decode(answer_json, body):
-    """The Python value of a ToolAnswer (src/sandbox/protocol.rs) and its images' bytes."""
+    """The Python value of a ToolAnswer (src/protocol/messages.rs) and its images' bytes."""
     answer = _json.loads(answer_json)
     kind = answer["kind"]
     if kind == "error":

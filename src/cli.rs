@@ -188,9 +188,9 @@ pub struct Cli {
         long,
         alias = "sandbox",
         value_enum,
-        default_value_t = crate::worker::confine::Mode::Default
+        default_value_t = crate::protocol::launch::ConfinementMode::Default
     )]
-    pub confinement: crate::worker::confine::Mode,
+    pub confinement: crate::protocol::launch::ConfinementMode,
 
     /// The same as `--isolation call` (kept for earlier scripts).
     #[arg(long)]
@@ -444,7 +444,7 @@ pub struct ZygoteWhere {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::worker::confine::Mode as ConfinementMode;
+    use crate::protocol::launch::ConfinementMode;
     use clap::CommandFactory;
 
     #[test]

@@ -3,11 +3,14 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod assets;
 mod cli;
 mod engine;
+mod interpreter;
 mod metrics;
 mod modes;
 mod packages;
+mod protocol;
 mod sandbox;
 mod server;
 mod upstream;
@@ -37,9 +40,9 @@ fn init_logging(verbose: bool) {
 
 fn main() -> Result<()> {
     // The sandbox worker is the same binary behind a hidden first argument.
-    if std::env::args().nth(1).as_deref() == Some("__worker") {
+    if std::env::args().nth(1).as_deref() == Some(protocol::launch::WORKER_COMMAND) {
         init_logging(false);
-        return worker::worker_main::main();
+        return interpreter::entry::main();
     }
     if std::env::args().nth(1).as_deref() == Some("packages") {
         let cli = cli::PackagesCli::parse_from(std::env::args().skip(1));

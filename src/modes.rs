@@ -1,5 +1,6 @@
 //! The modes of the command line: building the server from options and running it.
 
+use crate::assets::PYODIDE;
 use crate::cli::{Cli, Mode, PackageSources, PackagesCli, PackagesCommand};
 use crate::packages::cache::Cache;
 use crate::packages::download;
@@ -7,6 +8,7 @@ use crate::packages::index::Fetcher;
 use crate::packages::lock::Lockfile;
 use crate::packages::resolver::Resolver;
 use crate::packages::sources::Sources;
+use crate::protocol::launch::{ConfinementMode, WASM_MAX_MIB_ARG};
 use crate::sandbox::hibernation::Hibernation;
 use crate::sandbox::live::Sandbox;
 use crate::sandbox::registry::{Registry, RegistryLimits};
@@ -21,12 +23,10 @@ use crate::server::tasks::store::TaskStore;
 use crate::server::tasks::{TaskLimits, Tasks};
 use crate::server::tools::format::render;
 use crate::server::transport::http::HttpMode;
-use crate::worker::confine::Mode as ConfinementMode;
+use crate::worker::launcher::Launcher;
 use crate::worker::mount::Mounts;
 use crate::worker::net::NetPolicy;
-use crate::worker::snapshot::Launcher;
 use crate::worker::spares::Spares;
-use crate::worker::worker_main::PYODIDE;
 use anyhow::{anyhow, Context, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -265,7 +265,7 @@ fn spare_counts(cli: &Cli, isolation: Isolation, workers: usize) -> (usize, usiz
 fn worker_args(cli: &Cli) -> Vec<String> {
     let mut worker_args = vec![cli.confinement.worker_arg()];
     if cli.memory > 0 {
-        worker_args.push(format!("--wasm-max-mib={}", wasm_budget_mib(cli.memory)));
+        worker_args.push(format!("{WASM_MAX_MIB_ARG}{}", wasm_budget_mib(cli.memory)));
     }
     worker_args
 }
@@ -281,7 +281,7 @@ fn snapshot_path(cli: &Cli) -> Option<PathBuf> {
     (!cli.no_snapshot).then(|| {
         cache_dir.join("snapshots").join(format!(
             "pyodide-{}.bin",
-            crate::worker::worker_main::runtime_fingerprint()
+            crate::assets::runtime_fingerprint()
         ))
     })
 }

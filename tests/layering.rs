@@ -2,6 +2,9 @@
 //! one way, from the front down to the engine, and no two files of a folder import each other.
 //! A folder's place is in [`LAYERS`]; a module may name (in code, not in comments) only
 //! modules of its own folder or of a lower layer.
+//!
+//! The rooms also follow the processes: what runs confined (`interpreter/`, and what it
+//! imports) is apart from the front, which never imports it; only `main.rs` starts it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -14,7 +17,8 @@ const LAYERS: &[&[&str]] = &[
     &["cli"],
     &["server"],
     &["upstream", "sandbox"],
-    &["worker"],
+    &["worker", "interpreter"],
+    &["protocol", "assets"],
     &["packages", "engine"],
     &["metrics"],
 ];
@@ -23,6 +27,15 @@ const LAYERS: &[&[&str]] = &[
 /// state as rmcp's `#[tool_router]` makes it, and the handler dispatches through the tool
 /// table.
 const MUTUAL_ALLOWED: &[(&str, &str)] = &[("server/handler.rs", "server/tools/mod.rs")];
+
+/// What the confined interpreter is made of: its own room and what it may import. A security
+/// review of the code that runs under seccomp reads these folders and nothing else
+/// (docs/architecture.md §3.2).
+const CONFINED: &[&str] = &["interpreter", "protocol", "assets", "engine"];
+
+/// The only file outside [`CONFINED`] that names `interpreter`: the entry, which hands the
+/// hidden worker command to it.
+const STARTS_THE_INTERPRETER: &str = "main.rs";
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|peers| peers.contains(&module))
@@ -179,5 +192,60 @@ fn no_two_files_import_each_other() {
         circles.is_empty(),
         "files that import each other:\n{}",
         circles.join("\n")
+    );
+}
+
+/// Every `crate::…` module a file of `src/` names in code, with the file's `src/`-relative path
+/// and its top-level module.
+fn imports_by_file() -> Vec<(String, String, Vec<String>)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files
+        .iter()
+        .map(|file| {
+            let rel = relative(&src, file);
+            let own = rel.split(['/', '.']).next().unwrap_or_default().to_owned();
+            let code = code_of(&std::fs::read_to_string(file).expect("readable"));
+            let targets = crate_paths(&code)
+                .into_iter()
+                .filter_map(|p| p.first().cloned())
+                .collect();
+            (rel, own, targets)
+        })
+        .collect()
+}
+
+#[test]
+fn the_interpreter_imports_only_what_runs_confined() {
+    let wrong: Vec<String> = imports_by_file()
+        .into_iter()
+        .filter(|(_, own, _)| CONFINED.contains(&own.as_str()))
+        .flat_map(|(rel, _, targets)| {
+            targets
+                .into_iter()
+                .filter(|t| !CONFINED.contains(&t.as_str()))
+                .map(move |t| format!("{rel} imports crate::{t}"))
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "confined code that imports the front:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_front_never_imports_the_interpreter() {
+    let wrong: Vec<String> = imports_by_file()
+        .into_iter()
+        .filter(|(rel, own, _)| own != "interpreter" && rel != STARTS_THE_INTERPRETER)
+        .filter(|(_, _, targets)| targets.iter().any(|t| t == "interpreter"))
+        .map(|(rel, _, _)| rel)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "front files that import the interpreter (only {STARTS_THE_INTERPRETER} may):\n{}",
+        wrong.join("\n")
     );
 }

@@ -1,5 +1,5 @@
 //! The second wall, tried as native code that took over a worker would (issue 10): a real
-//! worker boots Pyodide, seals itself, then runs the probes of `src/worker/confine/escape.rs`
+//! worker boots Pyodide, seals itself, then runs the probes of `src/interpreter/confine/escape.rs`
 //! (compiled only with the `escape-test` feature). Every attempt must fail: with an errno, or by
 //! the kernel killing the worker (seccomp), after which the next probe runs in a new worker.
 //!
@@ -264,7 +264,7 @@ impl ForkServer {
         let mut stdout = std::fs::File::from(out_r);
         let (ready, _) = read_frame(&mut stdout);
         if !without_seccomp {
-            // The kernel tracks the pages it writes (src/worker/dirty_pages.rs), through the
+            // The kernel tracks the pages it writes (src/interpreter/dirty_pages.rs), through the
             // only ioctl calls the filter allows.
             let line = ready["sandbox"].as_str().unwrap_or_default();
             assert!(

@@ -7,8 +7,8 @@ use crate::cli::{Cli, Mode, ZygoteCli, ZygoteCommand};
 use crate::packages::cache::Cache;
 use crate::server::call::queue::Isolation;
 use crate::server::call::startup_deps;
+use crate::worker::launcher::{Launcher, ZygoteSource};
 use crate::worker::mount::Mounts;
-use crate::worker::snapshot::{Launcher, ZygoteSource};
 use crate::worker::zygote_service::front::ServiceSpec;
 use crate::worker::zygote_service::operator::{self, Seen};
 use crate::worker::zygote_service::place::{ServiceKey, ServicePlace};
@@ -90,7 +90,7 @@ fn cache_dir(option: &Option<PathBuf>) -> PathBuf {
 /// The key of this front's service, and how to reach or start it.
 fn spec(cli: &Cli, mounts: &Mounts) -> ServiceSpec {
     let shaping = shaping_args(cli);
-    let runtime = crate::worker::worker_main::runtime_fingerprint();
+    let runtime = crate::assets::runtime_fingerprint();
     let key = ServiceKey::new(&runtime, &shaping, &mounts.bytes);
     let place = match &cli.zygote_socket {
         Some(socket) => ServicePlace::at(socket.clone()),

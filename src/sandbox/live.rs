@@ -15,8 +15,8 @@ use super::files::SandboxFiles;
 use super::handle::{MintError, SandboxId};
 use super::hibernation::{Hibernation, HibernationError};
 use super::state_dir::{CheckpointWrite, MAX_CHAIN_FILES};
+use crate::protocol::pages::{Pages, ZygoteId};
 use crate::worker::client::Worker;
-use crate::worker::linear_memory::{Pages, ZygoteId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -689,7 +689,7 @@ fn kill_in_background(worker: Worker) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::worker::linear_memory::PAGE_BYTES;
+    use crate::protocol::pages::PAGE_BYTES;
 
     fn sandbox() -> Arc<Sandbox> {
         Sandbox::new(SandboxId::mint().expect("mint"), Owner::Handle, Vec::new())

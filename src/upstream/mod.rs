@@ -19,7 +19,7 @@ pub mod config;
 mod connection;
 pub mod functions;
 
-use crate::worker::protocol::{FunctionCall, ToolAnswer, ToolCall, ToolItem};
+use crate::protocol::{FunctionCall, ToolAnswer, ToolCall, ToolItem};
 pub use catalog::Catalog;
 use config::ServerConfig;
 use connection::Connection;

@@ -4,17 +4,17 @@
 //! under limits chosen for the phase, every reply must carry the id of the request it answers,
 //! and output is counted against the call's cap as it arrives. Any breach ends the worker.
 
-use super::linear_memory::{Pages, ZygoteId};
 use super::mount::Mounts;
-use super::net::{FetchRequest, FetchResponse};
 use super::process::{Ended, Process};
-use super::protocol::{
+use crate::protocol::fetch::{FetchRequest, FetchResponse};
+use crate::protocol::launch::{SNAPSHOT_FD_ARG, WORKER_COMMAND};
+use crate::protocol::pages::{Pages, ZygoteId};
+use crate::protocol::{
     read_frame_async, write_frame_parts_async, BootAttachments, BootInstall, CallId,
     CheckpointOutcome, Frame, FrameError, FrameLimits, FunctionCall, OutputLine, Reply, Request,
     RunOutcome, SnapshotMode, Stream, ToolAnswer, ToolCall, Uncapturable, MAX_IMAGES,
-    MAX_LISTED_FILES, MAX_SNAPSHOT_BYTES, SNAPSHOT_FD_ARG,
+    MAX_LISTED_FILES, MAX_SNAPSHOT_BYTES, OUTPUT_SLACK,
 };
-use super::worker_main::OUTPUT_SLACK;
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
@@ -389,7 +389,7 @@ impl Worker {
     }
 
     /// Starts `exe __worker <args>` with piped stdin, stdout and stderr and no environment
-    /// but `RUST_LOG`; `control` (the zygote's control socket, `fork_server.rs`) and
+    /// but `RUST_LOG`; `control` (the zygote's control socket, `src/interpreter/fork_server.rs`) and
     /// `snapshot` (the memory snapshot to restore, [`SNAPSHOT_FD_ARG`]), when given, are
     /// inherited under the numbers its arguments name. Does not wait for it to boot.
     ///
@@ -411,10 +411,10 @@ impl Worker {
         // async-signal-safe system calls (close_range, fcntl) over a slice made before the
         // fork: no allocation, no locks.
         unsafe {
-            command.pre_exec(move || super::confine::spawn::pre_exec(&inherited));
+            command.pre_exec(move || super::spawn::pre_exec(&inherited));
         }
         let mut child = command
-            .arg("__worker")
+            .arg(WORKER_COMMAND)
             .args(args)
             .args(snapshot.map(|fd| format!("{SNAPSHOT_FD_ARG}{fd}")))
             // The worker gets no host environment beyond what logging needs.
@@ -439,7 +439,7 @@ impl Worker {
         ))
     }
 
-    /// A worker on a process forked by the zygote (`zygote.rs`), through the front's ends of
+    /// A worker on a process forked by the zygote (`zygote_client.rs`), through the front's ends of
     /// its pipes. Does not wait for it to be ready.
     pub fn forked(
         process: Process,
@@ -845,7 +845,7 @@ impl Worker {
 
     /// Restores a checkpoint into this fresh child of zygote `zygote`: its linear memory grows
     /// to `memory_bytes`, and the pages at `indexes` (`u32` little-endian each, strictly
-    /// increasing) become the zygote's XOR `pages` (each [`crate::worker::linear_memory::PAGE_BYTES`]
+    /// increasing) become the zygote's XOR `pages` (each [`crate::protocol::pages::PAGE_BYTES`]
     /// long, written from where they are, never copied into one buffer); with `reseed`, its
     /// next run reseeds `random`. `Ok(Some(reason))` when the worker refused.
     ///

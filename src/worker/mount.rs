@@ -5,7 +5,7 @@
 //! them no files), and nothing written in a sandbox reaches the host: each worker holds a
 //! copy, and a forked one shares its zygote's copy until it writes.
 
-use serde::{Deserialize, Serialize};
+use crate::protocol::MountPlan;
 use std::path::{Path, PathBuf};
 
 /// Most files (and folders) all mounts may hold together.
@@ -106,39 +106,6 @@ fn within(path: &str, folder: &str) -> bool {
         || path
             .strip_prefix(folder)
             .is_some_and(|rest| rest.starts_with('/'))
-}
-
-/// What the worker makes: folders, then files (absolute sandbox paths); the files' bytes follow
-/// each other in one attachment, in this order.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MountPlan {
-    /// Folders to make (each mount's root first), made read-only once filled.
-    pub folders: Vec<String>,
-    /// Files (path, length in bytes).
-    pub files: Vec<(String, u64)>,
-}
-
-impl MountPlan {
-    /// Whether there is nothing to mount.
-    pub fn is_empty(&self) -> bool {
-        self.folders.is_empty()
-    }
-
-    /// Checks a plan against the bytes that came with it (a worker's check of its boot
-    /// request): the lengths add up, and every path is absolute.
-    pub fn fits(&self, bytes: &[u8]) -> bool {
-        let total = self
-            .files
-            .iter()
-            .try_fold(0u64, |sum, (_, n)| sum.checked_add(*n));
-        total == Some(bytes.len() as u64)
-            && self
-                .folders
-                .iter()
-                .chain(self.files.iter().map(|(p, _)| p))
-                .all(|p| p.starts_with('/'))
-    }
 }
 
 /// Every mount, read: the plan and the files' bytes.

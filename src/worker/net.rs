@@ -7,8 +7,8 @@
 //! `{method, url, headers}` in and `{status, statusText, headers, url, redirected}` or
 //! `{error}` out.
 
+use crate::protocol::fetch::{FetchRequest, FetchResponse};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, InvalidHeaderName, InvalidHeaderValue};
-use serde::{Deserialize, Serialize};
 use std::error::Error as _;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -42,48 +42,6 @@ const FORBIDDEN_REQUEST_HEADERS: [&str; 11] = [
 
 /// Methods user code may not use, as the Fetch standard forbids them ("forbidden method").
 const FORBIDDEN_METHODS: [&str; 3] = ["CONNECT", "TRACE", "TRACK"];
-
-/// One HTTP request from user code: `{method, url, headers}` as `js/fetch.js` sends it; the
-/// body travels beside it as bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FetchRequest {
-    /// The HTTP method, e.g. `GET`.
-    pub method: String,
-    /// An absolute `http` or `https` URL.
-    pub url: String,
-    /// Header name and value pairs, in order.
-    #[serde(default)]
-    pub headers: Vec<(String, String)>,
-}
-
-/// The answer to a [`FetchRequest`], as `js/fetch.js` reads it: the response's metadata (the
-/// body travels beside it as bytes), or why there is none. Serialized untagged, so JavaScript
-/// sees `{status, statusText, headers, url, redirected}` or `{error}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged, deny_unknown_fields)]
-pub enum FetchResponse {
-    /// A response was received (whatever its status).
-    #[serde(rename_all = "camelCase")]
-    Ok {
-        /// HTTP status code.
-        status: u16,
-        /// The status's canonical reason phrase (`OK`), empty when it has none.
-        status_text: String,
-        /// Response header name (lower case) and value pairs, in order.
-        headers: Vec<(String, String)>,
-        /// The URL that answered.
-        url: String,
-        /// Always `false`: redirects are not followed (each hop is checked against the
-        /// policy by user code's next request).
-        redirected: bool,
-    },
-    /// No response; JavaScript raises a network error with this text (never empty).
-    Error {
-        /// What went wrong, for the user.
-        error: String,
-    },
-}
 
 /// Why a fetch of user code was refused or failed; its text (with its sources) is what user
 /// code sees as the network error. So a variant has a `#[source]` only when its words are

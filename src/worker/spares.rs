@@ -3,7 +3,7 @@
 //! nothing; it is handed out once and never comes back.
 
 use super::client::{Deadline, Phase, Worker, WorkerError};
-use super::snapshot::Launcher;
+use super::launcher::Launcher;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

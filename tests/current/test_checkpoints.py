@@ -75,7 +75,7 @@ async def test_a_worker_sigkilled_between_calls_comes_back_from_its_checkpoint(w
 
 async def test_writes_into_old_pages_and_grown_memory_come_back_exactly(warm_zygote):
     """Each checkpoint holds only the pages the kernel saw written since the last one
-    (src/worker/dirty_pages.rs): a byte flipped in a page written calls ago, and memory grown
+    (src/interpreter/dirty_pages.rs): a byte flipped in a page written calls ago, and memory grown
     between checkpoints, must be in them. The digest of everything comes back after SIGKILL."""
     with http_server("streamable-http", "--stateful", "--workers", "1") as base:
         async with client_for(base) as client:

@@ -144,7 +144,7 @@ async def test_forked_sessions_are_confined_apart_and_reaped_and_die_with_the_zy
         assert await wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 200, 10)
         # The zygote was never sealed for calls: it runs none (its workers are).
         assert status_field(zygote, "Seccomp") == "0"
-        # Its memory is laid out for cheap forks (src/worker/fork_memory.rs): the engine's
+        # Its memory is laid out for cheap forks (src/interpreter/fork_memory.rs): the engine's
         # ~1,500 split mappings merged back (~200 remain), and mostly resident memory in huge
         # pages wherever the kernel offers them.
         with open(f"/proc/{zygote}/maps") as f:

@@ -38,7 +38,7 @@ const NO_PREVIOUS: [u8; 32] = [0; 32];
 /// The binary digest a checkpoint is stamped with: the runtime's fingerprint (the embedded
 /// Pyodide, our JavaScript and Python, the crate version), hashed.
 pub fn binary_digest() -> [u8; 32] {
-    Sha256::digest(crate::worker::worker_main::runtime_fingerprint().as_bytes()).into()
+    Sha256::digest(crate::assets::runtime_fingerprint().as_bytes()).into()
 }
 
 /// A chain file's SHA-256: what the next file's seal binds, and what the state directory's
@@ -181,8 +181,8 @@ fn package_list(list: &[u8]) -> Result<Vec<(String, String)>, Refused> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::pages::{ZygoteId, PAGE_BYTES};
     use crate::sandbox::checkpoint::Checkpoint;
-    use crate::worker::linear_memory::{ZygoteId, PAGE_BYTES};
 
     const GIB: u64 = 1 << 30;
 

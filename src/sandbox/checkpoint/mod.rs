@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-pub use crate::worker::linear_memory::{ZygoteId, PAGE_BYTES};
+pub use crate::protocol::pages::{ZygoteId, PAGE_BYTES};
 
 /// A page of zeros: a stored page equal to it is the zygote's page again.
 const ZERO_PAGE: [u8; PAGE_BYTES] = [0; PAGE_BYTES];

@@ -3,14 +3,14 @@
 //! needs.
 //!
 //! The kept image is always the base the sandbox's current worker measures its next
-//! checkpoint against (its shadow, `src/worker/linear_memory.rs`): a fresh worker's first
+//! checkpoint against (its shadow, `src/interpreter/linear_memory.rs`): a fresh worker's first
 //! checkpoint is whole (everything that differs from the zygote) and replaces it; a restored
 //! worker's checkpoints are deltas merged into it. A call whose state cannot be captured leaves
 //! the image as the worker's base but no longer the sandbox's state ([`Saved::Stale`]): it is
 //! merged into again, never restored.
 
 use super::{Checkpoint, CheckpointError};
-use crate::worker::linear_memory::{Pages, ZygoteId};
+use crate::protocol::pages::{Pages, ZygoteId};
 use std::collections::BTreeSet;
 
 /// A sandbox's kept state (see the module's documentation).
@@ -159,7 +159,7 @@ impl Saved {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::worker::linear_memory::PAGE_BYTES;
+    use crate::protocol::pages::PAGE_BYTES;
 
     fn pages(memory_pages: u64, changed: &[(u32, u8)]) -> Pages {
         Pages {

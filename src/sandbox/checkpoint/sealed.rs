@@ -38,7 +38,7 @@
 //! check without echoing anything of the file.
 
 use super::{check_memory_bytes, Checkpoint, ZygoteId, PAGE_BYTES};
-use crate::worker::linear_memory::Pages;
+use crate::protocol::pages::Pages;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use hkdf::Hkdf;

@@ -4,12 +4,12 @@
 //! or stopped (`resume`), so that the variables, functions and imports of earlier calls come
 //! back, not only the files.
 
+use crate::protocol::Uncapturable;
 use crate::sandbox::checkpoint::{Resumable, MAX_MEMORY_BYTES};
 use crate::sandbox::live::Sandbox;
 use crate::server::call::execute::Executor;
 use crate::server::call::result::CallResult;
 use crate::worker::client::{Checkpointed, Deadline, Phase, Worker};
-use crate::worker::protocol::Uncapturable;
 use std::time::Duration;
 
 /// How long taking or restoring a checkpoint may take (seconds): a scan of the memory and
@@ -132,7 +132,7 @@ impl Executor {
         let started = std::time::Instant::now();
         // The pages go to the worker from where the kept state holds them.
         let (indexes, pages): (Vec<u32>, Vec<&[u8]>) = image.pages().unzip();
-        let index_bytes = crate::worker::linear_memory::index_bytes(&indexes);
+        let index_bytes = crate::protocol::pages::index_bytes(&indexes);
         let sent = (index_bytes.as_slice(), pages.as_slice());
         let restored = worker.restore(image.zygote(), image.memory_bytes(), sent, reseed, deadline);
         match restored.await {

@@ -4,10 +4,10 @@
 //! ([`super::execute`]) so that the words a result may say are read in one place.
 
 use crate::metrics::KillReason;
+use crate::protocol::{ReturnKind, RunOutcome, RunStatus};
 use crate::sandbox::files::Listing;
 use crate::server::call::result::{CallResult, Image, Outcome, ReturnValue};
 use crate::worker::client::{Phase, WorkerError};
-use crate::worker::protocol::{ReturnKind, RunOutcome, RunStatus};
 
 /// Whether the worker may serve another call after this one.
 #[derive(Clone, Copy, PartialEq)]

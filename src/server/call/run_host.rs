@@ -7,10 +7,11 @@
 //! It lives here, above the workers, because it joins what the workers must not know of: the
 //! upstream servers and the sandboxes (`src/worker/` imports neither).
 
+use crate::protocol::fetch::{FetchRequest, FetchResponse};
+use crate::protocol::{FunctionCall, ToolAnswer, ToolCall};
 use crate::upstream::{sandbox_tag, ToolBudget, Upstreams};
 use crate::worker::client::{CatalogUpdate, RunHost};
-use crate::worker::net::{FetchRequest, FetchResponse, NetPolicy};
-use crate::worker::protocol::{FunctionCall, ToolAnswer, ToolCall};
+use crate::worker::net::NetPolicy;
 
 /// What the code of one call may reach while it runs.
 pub struct CallRunHost<'a> {

@@ -7,7 +7,7 @@
 use crate::packages::install::InstallPlan;
 use crate::packages::resolver::{Planned, ResolveError, Resolver};
 use crate::worker::client::Preinstall;
-use crate::worker::snapshot::PreinstallSource;
+use crate::worker::launcher::PreinstallSource;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use std::sync::Arc;
 

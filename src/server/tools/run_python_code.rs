@@ -14,13 +14,13 @@ use super::reach::{AnySandbox, InUse, Reached};
 use super::schema::{object_schema, open, sandbox_id_property};
 use super::{parse, McpTool, Refusal, ToolArguments};
 use crate::packages::wheel::target;
+use crate::protocol::Stream;
 use crate::sandbox::handle::SandboxId;
 use crate::sandbox::live::Arrival;
 use crate::server::call::execute::OutputSink;
 use crate::server::call::result::CallResult;
 use crate::server::handler::RunPythonServer;
 use crate::server::tasks::CallTimeout;
-use crate::worker::protocol::Stream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject,
     LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, Tool,

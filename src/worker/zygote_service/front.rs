@@ -1,13 +1,13 @@
 //! A front's side of the zygote service: find this key's service, start one when there is none
 //! (detached, so that it outlives the front), and turn its connection into a [`Zygote`] that
 //! forks through it. Nothing here waits for long on the caller's behalf: a front whose service
-//! is still warming up boots its own interpreters meanwhile (`snapshot.rs`).
+//! is still warming up boots its own interpreters meanwhile (`launcher.rs`).
 
 use super::place::{PlaceError, ServiceKey, ServicePlace};
 use super::service::take_lock;
-use crate::worker::fork_server::{self, ControlError};
-use crate::worker::protocol::Control;
-use crate::worker::zygote::Zygote;
+use crate::protocol::control::Control;
+use crate::protocol::control::{self, ControlError};
+use crate::worker::zygote_client::Zygote;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{connect, AddressFamily, SockFlag, SockType, UnixAddr};
 use std::collections::HashMap;
@@ -240,7 +240,7 @@ fn start(spec: &ServiceSpec) -> Result<(), ServiceError> {
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            crate::worker::confine::spawn::pre_exec(&[])
+            crate::worker::spawn::pre_exec(&[])
         });
     }
     let mut child = command.spawn().map_err(ServiceError::Start)?;
@@ -272,7 +272,7 @@ pub fn receive_within(conn: &OwnedFd, timeout: Duration) -> Result<Control, Serv
             Err(e) => return Err(ServiceError::Control(ControlError::Io(e))),
         }
     }
-    match fork_server::receive(conn.as_fd()).map_err(ServiceError::Control)? {
+    match control::receive(conn.as_fd()).map_err(ServiceError::Control)? {
         Some((message, _)) => Ok(message),
         None => Err(ServiceError::Closed),
     }

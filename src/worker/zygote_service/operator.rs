@@ -4,8 +4,8 @@
 
 use super::front::{connect_to, receive_within, ServiceError};
 use super::place::ServicePlace;
-use crate::worker::fork_server;
-use crate::worker::protocol::{Control, ServiceStatus};
+use crate::protocol::control;
+use crate::protocol::control::{Control, ServiceStatus};
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -41,7 +41,7 @@ pub fn status(place: &ServicePlace) -> Seen {
         Err(ServiceError::Connect(..)) => return Seen::Stale,
         Err(e) => return Seen::Broken(e),
     };
-    if let Err(e) = fork_server::send(conn.as_fd(), &Control::Status, &[]) {
+    if let Err(e) = control::send(conn.as_fd(), &Control::Status, &[]) {
         return Seen::Broken(ServiceError::Control(e));
     }
     loop {
@@ -75,7 +75,7 @@ pub fn stop(place: &ServicePlace) -> Result<Option<u32>, ServiceError> {
         }
         Err(e) => return Err(e),
     };
-    fork_server::send(conn.as_fd(), &Control::Stop, &[]).map_err(ServiceError::Control)?;
+    control::send(conn.as_fd(), &Control::Stop, &[]).map_err(ServiceError::Control)?;
     loop {
         match receive_within(&conn, ANSWER_TIMEOUT) {
             Ok(Control::Stopping) | Err(ServiceError::Closed) => break,

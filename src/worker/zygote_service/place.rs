@@ -74,7 +74,7 @@ pub struct ServiceKey {
 }
 
 impl ServiceKey {
-    /// The key of this executable and runtime (`runtime`: `worker_main::runtime_fingerprint`)
+    /// The key of this executable and runtime (`runtime`: `assets::runtime_fingerprint`)
     /// with `shaping` (the options that shape an interpreter, as command-line arguments, in a
     /// fixed order) and `mounts` (the `--mount` data every interpreter gets).
     ///

@@ -1,19 +1,19 @@
 //! The zygote service's process (`mcp-run-python … zygote-service`, started detached by the
 //! first front that finds none): it holds the service's lock for its whole life, starts one
-//! zygote of its own (`zygote.rs`, confined as every zygote is) and relays the fork requests of
+//! zygote of its own (`zygote_client.rs`, confined as every zygote is) and relays the fork requests of
 //! every front of this user that connects, as Android's `ZygoteServer` does for apps.
 //!
 //! It never runs user code, and neither does its zygote. It trusts a peer no more than a
 //! worker: a peer of another uid (`SO_PEERCRED`) is refused and logged; a message is typed,
-//! size-bounded ([`fork_server::receive`]) and answered on its own connection; the pidfds of
+//! size-bounded ([`control::receive`]) and answered on its own connection; the pidfds of
 //! the workers forked for a front go to that front alone, and when its connection closes (the
 //! front ended, even by SIGKILL) the service kills every worker it forked for it.
 
 use super::place::{ServiceKey, ServicePlace};
-use crate::worker::fork_server;
+use crate::protocol::control;
+use crate::protocol::control::{Control, ServiceStatus};
 use crate::worker::process::{pidfd_has_ended, pidfd_kill};
-use crate::worker::protocol::{Control, ServiceStatus};
-use crate::worker::zygote::{Zygote, ZygoteError};
+use crate::worker::zygote_client::{Zygote, ZygoteError};
 use anyhow::{Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{
@@ -343,7 +343,7 @@ impl Connection {
             pid: std::process::id(),
         };
         let mut said_serving = false;
-        if fork_server::send(self.conn.as_fd(), &hello, &[]).is_ok() {
+        if control::send(self.conn.as_fd(), &hello, &[]).is_ok() {
             loop {
                 if !said_serving {
                     if let Some(zygote) = self.state.zygote() {
@@ -376,7 +376,7 @@ impl Connection {
             Ok(_) => {}
             Err(_) => return false,
         }
-        let (message, fds) = match fork_server::receive(self.conn.as_fd()) {
+        let (message, fds) = match control::receive(self.conn.as_fd()) {
             Ok(Some(message)) => message,
             Ok(None) => return false,
             Err(e) => {
@@ -435,13 +435,9 @@ impl Connection {
         }
     }
 
-    fn send(
-        &self,
-        message: &Control,
-        fd: Option<&OwnedFd>,
-    ) -> Result<(), fork_server::ControlError> {
+    fn send(&self, message: &Control, fd: Option<&OwnedFd>) -> Result<(), control::ControlError> {
         let fds: Vec<_> = fd.map(|fd| fd.as_raw_fd()).into_iter().collect();
-        fork_server::send(self.conn.as_fd(), message, &fds)
+        control::send(self.conn.as_fd(), message, &fds)
     }
 }
 

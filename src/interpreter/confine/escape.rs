@@ -98,7 +98,7 @@ const PROBES: &[(&str, Probe)] = &[
     }),
     ("read_page_map", |_| {
         // The page map's entries say which pages are shared; only its scan is allowed.
-        let fd = crate::worker::dirty_pages::page_map_fd().unwrap_or(-1);
+        let fd = crate::interpreter::dirty_pages::page_map_fd().unwrap_or(-1);
         let mut entry = [0u8; 8];
         // SAFETY: reads 8 bytes into `entry`, which outlives the call.
         check(unsafe { libc::pread(fd, entry.as_mut_ptr().cast(), entry.len(), 0) } as i64)

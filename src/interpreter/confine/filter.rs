@@ -28,7 +28,7 @@
 //! them (seccomp(2): filters are inherited across `clone`).
 
 use super::{ConfineError, Layer};
-use crate::worker::dirty_pages::{self, Descriptors};
+use crate::interpreter::dirty_pages::{self, Descriptors};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule, TargetArch,
@@ -268,7 +268,7 @@ fn process_rules(
 }
 
 /// Allowed only with checked arguments: threads (not processes), signals to this process,
-/// limits read (not set), thread names; with `tracked` (`src/worker/dirty_pages.rs`), `ioctl`
+/// limits read (not set), thread names; with `tracked` (`src/interpreter/dirty_pages.rs`), `ioctl`
 /// on its two descriptors with its three requests, and `read`/`pread64` on any descriptor
 /// but the page map (its entries say which pages are shared; the scan says only which were
 /// written). A call named here and in [`ALLOWED`] is allowed only as named here ([`program`]).

@@ -1,14 +1,11 @@
-//! The zygote's side of the fork server (issue 13; `docs/fork-server-research.md`): a worker
-//! started with [`ZYGOTE_ARG`] boots Pyodide once, warms it up, and then, instead of serving
-//! calls, forks a ready worker for every request of the front. It never runs user code.
+//! The zygote's side of the fork server (`docs/fork-server-research.md`): an interpreter
+//! started with a control socket ([`CONTROL_FD_ARG`]) boots Pyodide once, warms it up, and
+//! then, instead of serving calls, forks a ready interpreter for every request of the front. It
+//! never runs user code.
 //!
-//! The control channel is a `SOCK_SEQPACKET` UNIX socket whose descriptor is named by
-//! [`CONTROL_FD_ARG`] (message boundaries are kept, and descriptors travel as `SCM_RIGHTS`).
-//! Its messages are [`Control`], declared with the worker protocol:
-//! - zygote → front, once: [`Control::Forkable`], when the zygote has one thread and may fork;
-//! - front → zygote: [`Control::Fork`] with the new worker's stdin, stdout and stderr;
-//! - zygote → front: [`Control::Forked`] with the child's pidfd, by which the front kills it and
-//!   sees it end (the zygote reaps it), or [`Control::ForkFailed`].
+//! The control socket's messages ([`Control`]: `Forkable`, then `Fork` answered by `Forked` or
+//! `ForkFailed`) and how they travel are declared with the worker protocol
+//! (`src/protocol/control.rs`), which the front's side (`src/worker/zygote_client.rs`) shares.
 //!
 //! Why one thread: JavaScriptCore's helper threads (JIT, wasm compilers, GC, the libpas
 //! scavenger) would be missing in the child while their state says they exist, and the child
@@ -17,27 +14,15 @@
 //! hand ([`crate::engine::allocator::suspend_scavenger`]).
 
 use super::descriptors::{inherited_descriptor, DescriptorError};
-use super::protocol::Control;
+use crate::protocol::control::{receive, send, Control, ControlError};
+use crate::protocol::launch::CONTROL_FD_ARG;
 use anyhow::{anyhow, bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 use std::fs::File;
-use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
-
-/// The worker argument that makes it a zygote and names its control socket's descriptor
-/// (`--control-fd=N`: the number it has in the front, kept across `exec`).
-pub const CONTROL_FD_ARG: &str = "--control-fd=";
-
-/// Most descriptors one control message carries (a fork request's stdin, stdout, stderr).
-const MAX_CONTROL_FDS: usize = 3;
-
-/// Longest control message (bytes): a [`Control::Serving`] lists the `--deps` installed, so
-/// this leaves room for a few hundred packages.
-pub const CONTROL_MESSAGE_MAX: usize = 64 << 10;
 
 /// Longest reason of a [`Control::ForkFailed`] (bytes), so that the message fits.
 const REASON_MAX: usize = 512;
@@ -195,92 +180,6 @@ fn pidfd_open(pid: Pid) -> std::io::Result<OwnedFd> {
     let fd = RawFd::try_from(fd).map_err(|_| std::io::Error::other("pidfd out of range"))?;
     // SAFETY: the kernel just gave us this descriptor; nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// A control message and the descriptors it carried.
-pub type Message = (Control, Vec<OwnedFd>);
-
-/// Why a control message could not be read or sent.
-#[derive(Debug, thiserror::Error)]
-pub enum ControlError {
-    #[error("the control socket failed")]
-    Io(#[source] nix::Error),
-    #[error("a control message carried more descriptors than expected")]
-    Truncated,
-    #[error("a control message is not one the protocol declares")]
-    Malformed(#[source] serde_json::Error),
-    #[error("a `{0:?}` control message carried {1} descriptors")]
-    Descriptors(Control, usize),
-}
-
-/// One message read from the control socket, with the descriptors it declares (at most
-/// three); `None` at end of file (the other side closed the socket).
-///
-/// Errors: [`ControlError`].
-pub fn receive(control: BorrowedFd<'_>) -> Result<Option<Message>, ControlError> {
-    let mut buf = vec![0u8; CONTROL_MESSAGE_MAX];
-    let mut space = nix::cmsg_space!([RawFd; MAX_CONTROL_FDS]);
-    let mut iov = [IoSliceMut::new(&mut buf)];
-    let msg = recvmsg::<()>(
-        control.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .map_err(ControlError::Io)?;
-    let mut fds = Vec::new();
-    for cmsg in msg.cmsgs().map_err(ControlError::Io)? {
-        if let ControlMessageOwned::ScmRights(raw) = cmsg {
-            // SAFETY: SCM_RIGHTS installed these descriptors in this process just now; each
-            // is owned once, here.
-            fds.extend(
-                raw.into_iter()
-                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-            );
-        }
-    }
-    let (len, truncated) = (msg.bytes, msg.flags.contains(MsgFlags::MSG_CTRUNC));
-    if truncated {
-        return Err(ControlError::Truncated);
-    }
-    if len == 0 && fds.is_empty() {
-        return Ok(None);
-    }
-    let message: Control = serde_json::from_slice(&buf[..len]).map_err(ControlError::Malformed)?;
-    if fds.len() != message.descriptors() {
-        return Err(ControlError::Descriptors(message, fds.len()));
-    }
-    Ok(Some((message, fds)))
-}
-
-/// Sends `message` with `fds` attached (`SCM_RIGHTS`; as many as it declares) on the control
-/// socket.
-///
-/// Errors: [`ControlError::Io`]; [`ControlError::Descriptors`] for the wrong count.
-pub fn send(control: BorrowedFd<'_>, message: &Control, fds: &[RawFd]) -> Result<(), ControlError> {
-    if fds.len() != message.descriptors() {
-        return Err(ControlError::Descriptors(message.clone(), fds.len()));
-    }
-    let bytes = serde_json::to_vec(message).map_err(ControlError::Malformed)?;
-    send_bytes(control, &bytes, fds)
-}
-
-/// Sends `bytes` with `fds` attached (`SCM_RIGHTS`) on the control socket.
-fn send_bytes(control: BorrowedFd<'_>, bytes: &[u8], fds: &[RawFd]) -> Result<(), ControlError> {
-    let cmsgs: Vec<ControlMessage<'_>> = if fds.is_empty() {
-        Vec::new()
-    } else {
-        vec![ControlMessage::ScmRights(fds)]
-    };
-    sendmsg::<()>(
-        control.as_raw_fd(),
-        &[IoSlice::new(bytes)],
-        &cmsgs,
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    )
-    .map_err(ControlError::Io)?;
-    Ok(())
 }
 
 /// Answers a fork request with [`Control::ForkFailed`] and the reason (cut to fit).

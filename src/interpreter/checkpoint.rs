@@ -1,4 +1,4 @@
-//! The worker's side of checkpoints (issue 36, `src/worker/linear_memory.rs`): takes one
+//! The worker's side of checkpoints (issue 36, `src/interpreter/linear_memory.rs`): takes one
 //! between runs when the front asks, and restores one into a fresh interpreter.
 //!
 //! A checkpoint is whole only when everything the interpreter holds is in its linear memory;
@@ -6,11 +6,14 @@
 //! and the answer then names it instead of sending pages that would restore a broken
 //! interpreter.
 
-use super::{call, parse_answer, Empty, Served, Serving};
+use super::linear_memory::{Pristine, RestoreError, Shadow};
+use super::reply::{send, send_with};
+use super::runner::{call, parse_answer, Empty};
+use super::serve::{Served, Serving};
 use crate::engine::Arg;
-use crate::worker::dirty_pages::TrackingError;
-use crate::worker::linear_memory::{Pages, Pristine, RestoreError, Shadow, ZygoteId};
-use crate::worker::protocol::{CallId, CheckpointOutcome, Reply, Uncapturable};
+use crate::interpreter::dirty_pages::TrackingError;
+use crate::protocol::pages::{Pages, ZygoteId};
+use crate::protocol::{CallId, CheckpointOutcome, Reply, Uncapturable};
 use anyhow::Result;
 use serde::Deserialize;
 
@@ -98,7 +101,7 @@ impl Serving {
         reasons
     }
 
-    /// Answers [`crate::worker::protocol::Request::Checkpoint`]: the pages changed since the
+    /// Answers [`crate::protocol::Request::Checkpoint`]: the pages changed since the
     /// last checkpoint as two attachments, or why there are none.
     pub(super) fn checkpoint(&mut self, id: CallId) -> Result<Served> {
         let started = std::time::Instant::now();
@@ -106,7 +109,7 @@ impl Serving {
         let checked = started.elapsed();
         if !reasons.is_empty() {
             let outcome = CheckpointOutcome::Uncapturable { reasons };
-            super::send(&Reply::Checkpoint { id, outcome })?;
+            send(&Reply::Checkpoint { id, outcome })?;
             return Ok(Served::Answered);
         }
         self.shadow();
@@ -122,7 +125,7 @@ impl Serving {
             let outcome = CheckpointOutcome::Uncapturable {
                 reasons: vec![Uncapturable::NotForked],
             };
-            super::send(&Reply::Checkpoint { id, outcome })?;
+            send(&Reply::Checkpoint { id, outcome })?;
             return Ok(Served::Answered);
         };
         let zygote = shadow.zygote();
@@ -147,14 +150,14 @@ impl Serving {
             memory_bytes: pages.memory_bytes,
             pages: u32::try_from(pages.indexes.len())?,
         };
-        super::send_with(
+        send_with(
             &Reply::Checkpoint { id, outcome },
             &[&pages.index_bytes(), &pages.bytes],
         )?;
         Ok(Served::Answered)
     }
 
-    /// Answers [`crate::worker::protocol::Request::Restore`]: `Some(why)` when the state was
+    /// Answers [`crate::protocol::Request::Restore`]: `Some(why)` when the state was
     /// not restored.
     pub(super) fn restore(
         &mut self,
@@ -218,7 +221,7 @@ impl Serving {
         None
     }
 
-    /// Makes the next run reseed Python's `random` ([`crate::worker::protocol::Request::Reseed`],
+    /// Makes the next run reseed Python's `random` ([`crate::protocol::Request::Reseed`],
     /// and a fork's restore): `Some(why)` when it could not.
     pub(super) fn reseed(&mut self, id: CallId) -> Option<String> {
         let reseeded = call(&mut self.engine, &self.runner.reseed, id, &[], None);

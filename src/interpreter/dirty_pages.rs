@@ -29,7 +29,7 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use thiserror::Error;
 
-use super::linear_memory::PAGE_BYTES;
+use crate::protocol::pages::PAGE_BYTES;
 
 /// `_IOWR(type, number, size)` (include/uapi/asm-generic/ioctl.h; the same on x86-64 and
 /// aarch64).

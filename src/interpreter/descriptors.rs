@@ -2,7 +2,7 @@
 //! (`--name=N`: its number, kept across `exec`; `Worker::start`): the memory snapshot to
 //! restore and, in a zygote, its control socket.
 //!
-//! Both the worker's main loop (`worker_main.rs`) and the zygote's side of the fork server
+//! Both the interpreter's boot (`boot.rs`) and the zygote's side of the fork server
 //! (`fork_server.rs`) take theirs here, so that neither has to reach into the other.
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};

@@ -3,7 +3,7 @@
 
 use super::client::{ConfinementReport, Preinstall, Worker, WorkerError};
 use super::mount::Mounts;
-use super::zygote::{Zygote, ZygoteError};
+use super::zygote_client::{Zygote, ZygoteError};
 use super::zygote_service::front::{self as service, Reached, ServiceSpec};
 use futures::future::{BoxFuture, Shared};
 use std::fs::File;
@@ -188,7 +188,7 @@ fn prune_stale(dir: &Path, keep: &Path) {
 
 impl Launcher {
     /// Workers run `exe __worker <args>`; with `snapshot_path`, snapshots are kept there.
-    /// With `zygote`, workers are forked from a zygote once it is ready (`zygote.rs`), its own
+    /// With `zygote`, workers are forked from a zygote once it is ready (`zygote_client.rs`), its own
     /// or the host's service. Every worker (the zygote too) boots with `mounts`, and installs
     /// what `preinstall` gives.
     pub fn new(
@@ -457,7 +457,7 @@ impl Launcher {
         if let Some(zygote) = self.ready_zygote() {
             match zygote.fork().await {
                 Ok(worker) => return Ok(self.note(worker)),
-                Err(super::zygote::ZygoteError::Ready(e @ WorkerError::Unconfined(_))) => {
+                Err(super::zygote_client::ZygoteError::Ready(e @ WorkerError::Unconfined(_))) => {
                     return Err(e)
                 }
                 // The service answered but this fork did not work out: the connection, which

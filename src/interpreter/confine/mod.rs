@@ -21,80 +21,35 @@
 //!    `PR_SET_NO_NEW_PRIVS`, `PR_SET_DUMPABLE 0`, resource limits ([`limits`]), and a
 //!    seccomp-bpf allowlist installed with `SECCOMP_FILTER_FLAG_TSYNC` on every thread
 //!    ([`filter`]); a forked worker that tracks its dirty pages may `ioctl` its two tracking
-//!    descriptors, and nothing else (`src/worker/dirty_pages.rs`).
+//!    descriptors, and nothing else (`src/interpreter/dirty_pages.rs`).
 //!
 //! Each layer is reported as on or off with the reason ([`Status`], [`describe`]); under
-//! [`Mode::Strict`] a layer that cannot be applied is an error and the worker refuses to serve.
+//! [`ConfinementMode::Strict`] a layer that cannot be applied is an error and the worker refuses to serve.
 
 mod capabilities;
 mod filter;
 mod landlock;
 mod limits;
 mod namespaces;
-pub mod spawn;
 
 pub use landlock::Domain;
 
 #[cfg(feature = "escape-test")]
 mod escape;
 
-use crate::worker::dirty_pages::Descriptors;
+use crate::interpreter::dirty_pages::Descriptors;
+use crate::protocol::launch::{ConfinementMode, UnknownConfinementMode};
 use std::fmt;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use thiserror::Error;
 
-/// The worker argument that selects the [`Mode`] (`--confinement=strict|default|off`), as the
-/// front passes its own `--confinement` on.
-pub const MODE_ARG: &str = "--confinement=";
-
-/// How hard the worker insists on its confinement (`--confinement`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Mode {
-    /// Every layer must be applied; one that cannot be is an error.
-    Strict,
-    /// Apply what the kernel allows and report what is off.
-    #[default]
-    Default,
-    /// Apply nothing (debugging only).
-    Off,
-}
-
-impl Mode {
-    /// The worker argument that selects this mode (`--confinement=strict`).
-    pub fn worker_arg(self) -> String {
-        format!("{MODE_ARG}{}", self.name())
-    }
-
-    /// The mode's name on the command line (`--confinement NAME`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Strict => "strict",
-            Mode::Default => "default",
-            Mode::Off => "off",
-        }
-    }
-
-    /// The mode named by `--confinement=` among the worker's arguments (default: [`Mode::Default`]).
-    pub fn from_args() -> Result<Mode, ConfineError> {
-        match std::env::args().find_map(|a| a.strip_prefix(MODE_ARG).map(str::to_owned)) {
-            None => Ok(Mode::Default),
-            Some(name) => match name.as_str() {
-                "strict" => Ok(Mode::Strict),
-                "default" => Ok(Mode::Default),
-                "off" => Ok(Mode::Off),
-                _ => Err(ConfineError::Mode(name)),
-            },
-        }
-    }
-}
-
 /// Why a layer could not be applied.
 #[derive(Debug, Error)]
 pub enum ConfineError {
-    #[error("unknown sandbox mode {0:?} (expected strict, default or off)")]
-    Mode(String),
+    #[error("the confinement mode could not be read")]
+    Mode(#[source] UnknownConfinementMode),
     #[error("prctl({what}) failed")]
     Prctl {
         what: &'static str,
@@ -153,7 +108,7 @@ impl fmt::Display for Layer {
 /// The state of every layer of one worker.
 #[derive(Debug, Clone)]
 pub struct Status {
-    pub mode: Mode,
+    pub mode: ConfinementMode,
     pub seccomp: Layer,
     pub landlock: Layer,
     pub userns: Layer,
@@ -168,7 +123,7 @@ pub struct Status {
     /// `/proc/self/status`, opened before Landlock, to count threads when sealing.
     proc_status: Option<Arc<File>>,
     /// The descriptors of the worker's dirty-page tracking, which the seccomp filter lets it
-    /// `ioctl` (`src/worker/dirty_pages.rs`); set by [`Status::allow_tracking`].
+    /// `ioctl` (`src/interpreter/dirty_pages.rs`); set by [`Status::allow_tracking`].
     tracked: Option<Descriptors>,
 }
 
@@ -176,7 +131,7 @@ impl Status {
     fn all_off(why: &str) -> Status {
         let off = || Layer::Off(why.to_owned());
         Status {
-            mode: Mode::Off,
+            mode: ConfinementMode::Off,
             seccomp: off(),
             landlock: off(),
             userns: off(),
@@ -199,7 +154,7 @@ impl Status {
     }
 
     /// The namespace layers by name, in the order they are reported. [`enter`] checks them on
-    /// their own under [`Mode::Strict`]: they are reported on or off rather than failing (so
+    /// their own under [`ConfinementMode::Strict`]: they are reported on or off rather than failing (so
     /// [`settle`] never refuses them), and the later layers are still pending then.
     fn namespaces(&self) -> [(&'static str, &Layer); 5] {
         [
@@ -234,14 +189,14 @@ impl Status {
         self.layers().iter().all(|(_, l)| l.is_on())
     }
 
-    /// Under [`Mode::Strict`], the first of `layers` (some of this status's, by name) that is
+    /// Under [`ConfinementMode::Strict`], the first of `layers` (some of this status's, by name) that is
     /// off, as an error. A chosen set, because [`enter`] checks the namespaces before the
     /// later layers exist, and [`seal`] checks them all.
     fn check_strict<'a>(
         &self,
         layers: impl IntoIterator<Item = (&'static str, &'a Layer)>,
     ) -> Result<(), ConfineError> {
-        if self.mode != Mode::Strict {
+        if self.mode != ConfinementMode::Strict {
             return Ok(());
         }
         match layers.into_iter().find(|(_, l)| !l.is_on()) {
@@ -257,7 +212,7 @@ impl Status {
 /// One line that says which layers are on: `seccomp: on (…), landlock: on (abi 7, …), …`.
 /// Logged by the worker; meant for `Reply::Ready` and the front's `warmup` line as well.
 pub fn describe(status: &Status) -> String {
-    if status.mode == Mode::Off {
+    if status.mode == ConfinementMode::Off {
         return "confinement off (debugging only): the worker is NOT confined by the operating system"
             .to_owned();
     }
@@ -267,9 +222,9 @@ pub fn describe(status: &Status) -> String {
         .map(|(name, layer)| format!("{name}: {layer}"))
         .collect();
     let mode = match status.mode {
-        Mode::Strict => "strict",
-        Mode::Default => "default",
-        Mode::Off => "off",
+        ConfinementMode::Strict => "strict",
+        ConfinementMode::Default => "default",
+        ConfinementMode::Off => "off",
     };
     format!("confinement {mode}: {}", layers.join(", "))
 }
@@ -316,9 +271,9 @@ fn fix_time_zone() {
 /// single-threaded, after the `boot` request (and its snapshot) has been read and before
 /// [`crate::engine::Engine::new`].
 ///
-/// Errors: under [`Mode::Strict`], the first of these layers that cannot be applied.
-pub fn enter(mode: Mode, domain: Domain) -> Result<Status, ConfineError> {
-    if mode == Mode::Off {
+/// Errors: under [`ConfinementMode::Strict`], the first of these layers that cannot be applied.
+pub fn enter(mode: ConfinementMode, domain: Domain) -> Result<Status, ConfineError> {
+    if mode == ConfinementMode::Off {
         return Ok(Status::all_off("--confinement=off"));
     }
     let proc_status = File::open("/proc/self/status").ok().map(Arc::new);
@@ -352,7 +307,7 @@ pub fn enter(mode: Mode, domain: Domain) -> Result<Status, ConfineError> {
 /// Layers applied once the engine has booted and before the first call: no new privileges,
 /// not dumpable, resource limits, seccomp on every thread. Logs [`describe`] at info level.
 pub fn seal(mut status: Status) -> Result<Status, ConfineError> {
-    if status.mode == Mode::Off {
+    if status.mode == ConfinementMode::Off {
         tracing::debug!("{}", describe(&status));
         return Ok(status);
     }
@@ -379,11 +334,11 @@ pub fn seal(mut status: Status) -> Result<Status, ConfineError> {
 /// booted), shared by its workers; the seccomp filter kills every system call that could
 /// reach a sibling through them (sockets, System V IPC, `ptrace`, other processes' signals).
 ///
-/// Errors: under [`Mode::Strict`], Landlock cannot be applied.
+/// Errors: under [`ConfinementMode::Strict`], Landlock cannot be applied.
 pub fn enter_forked(mut status: Status) -> Result<Status, ConfineError> {
     // The open file names the zygote's /proc entry, not this process's.
     status.proc_status = None;
-    if status.mode == Mode::Off {
+    if status.mode == ConfinementMode::Off {
         return Ok(status);
     }
     status.landlock = settle(
@@ -412,15 +367,15 @@ pub fn escape_test_if_requested() {
     escape::run_if_requested();
 }
 
-/// The outcome of applying `layer`: its state, or under [`Mode::Strict`] the refusal.
+/// The outcome of applying `layer`: its state, or under [`ConfinementMode::Strict`] the refusal.
 fn settle(
-    mode: Mode,
+    mode: ConfinementMode,
     layer: &'static str,
     applied: Result<Layer, ConfineError>,
 ) -> Result<Layer, ConfineError> {
     match applied {
         Ok(state) => Ok(state),
-        Err(e) if mode == Mode::Strict => Err(ConfineError::Strict {
+        Err(e) if mode == ConfinementMode::Strict => Err(ConfineError::Strict {
             layer,
             reason: error_chain(&e),
         }),
@@ -447,7 +402,7 @@ mod tests {
     #[test]
     fn describe_lists_every_layer() {
         let mut s = Status::all_off("x");
-        s.mode = Mode::Default;
+        s.mode = ConfinementMode::Default;
         s.landlock = Layer::On("abi 7".into());
         let line = describe(&s);
         assert!(line.starts_with("confinement default: seccomp: off (x), landlock: on (abi 7)"));
@@ -457,7 +412,7 @@ mod tests {
     #[test]
     fn strict_refuses_an_off_layer() {
         let mut s = Status::all_off("EPERM");
-        s.mode = Mode::Strict;
+        s.mode = ConfinementMode::Strict;
         let e = s.check_strict(s.layers()).unwrap_err();
         assert!(e.to_string().contains("seccomp"), "{e}");
     }
@@ -465,7 +420,7 @@ mod tests {
     #[test]
     fn strict_checks_only_the_chosen_layers() {
         let mut s = Status::all_off("pending");
-        s.mode = Mode::Strict;
+        s.mode = ConfinementMode::Strict;
         for layer in [
             &mut s.userns,
             &mut s.netns,

@@ -21,61 +21,10 @@
 //! Runs in the worker process only; the front sees pages as bytes (`crate::sandbox`).
 
 use sha2::{Digest, Sha256};
-use std::fmt;
 use std::sync::OnceLock;
 use thiserror::Error;
 
-/// Bytes of one page as a checkpoint counts them: the kernel's base page, so that a page a
-/// call did not touch is also one the fork still shares.
-pub const PAGE_BYTES: usize = 4096;
-
-/// A zygote's identity: the SHA-256 of its pristine linear memory. Checkpoints are XOR values
-/// against that memory, so a checkpoint restores only into a child of a zygote with the same id.
-///
-/// Displayed as its first 12 hex digits (enough to tell zygotes apart in a log); serialized
-/// (serde) as all 64 hex digits, lower case.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
-pub struct ZygoteId(pub [u8; 32]);
-
-/// Hex digits of a [`ZygoteId`] as [`fmt::Display`] shows it.
-const ZYGOTE_SHORT_HEX: usize = 12;
-
-impl ZygoteId {
-    /// All 64 hex digits, lower case.
-    pub fn hex(&self) -> String {
-        hex::encode(self.0)
-    }
-
-    /// The id written as 64 hex digits (either case), or `None` when `text` is anything else
-    /// (another length, a non-hex character).
-    pub fn from_hex(text: &str) -> Option<ZygoteId> {
-        let mut bytes = [0u8; 32];
-        hex::decode_to_slice(text, &mut bytes).ok()?;
-        Some(ZygoteId(bytes))
-    }
-}
-
-impl fmt::Display for ZygoteId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let full = self.hex();
-        f.write_str(&full[..ZYGOTE_SHORT_HEX])
-    }
-}
-
-impl serde::Serialize for ZygoteId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.hex())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for ZygoteId {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        // The error echoes nothing of the input: it may come from the shared state directory.
-        ZygoteId::from_hex(&text)
-            .ok_or_else(|| serde::de::Error::custom("a zygote id is 64 hex digits"))
-    }
-}
+use crate::protocol::pages::{Pages, ZygoteId, PAGE_BYTES};
 
 /// The zygote's linear memory as it forks, read-only, shared by all its children.
 pub struct Pristine {
@@ -167,57 +116,6 @@ impl Pristine {
     /// reads as zeros).
     fn page(&self, index: usize) -> Option<&[u8]> {
         self.bytes().get(index * PAGE_BYTES..)?.get(..PAGE_BYTES)
-    }
-}
-
-/// The pages of a checkpoint: their indexes, in increasing order, and their bytes one after
-/// another, each XOR-ed with the zygote's page (`PAGE_BYTES` each).
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Pages {
-    /// Linear memory's size when taken (bytes; a multiple of 64 KiB).
-    pub memory_bytes: u64,
-    /// Page indexes, strictly increasing.
-    pub indexes: Vec<u32>,
-    /// `indexes.len() × PAGE_BYTES` bytes.
-    pub bytes: Vec<u8>,
-}
-
-/// Page indexes as attachment bytes (`u32` little-endian each), as [`Pages::from_parts`]
-/// reads them: a checkpoint's reply, a restore's request.
-pub fn index_bytes(indexes: &[u32]) -> Vec<u8> {
-    indexes.iter().flat_map(|i| i.to_le_bytes()).collect()
-}
-
-impl Pages {
-    /// The indexes as attachment bytes ([`index_bytes`]).
-    pub fn index_bytes(&self) -> Vec<u8> {
-        index_bytes(&self.indexes)
-    }
-
-    /// Pages from attachment bytes: `indexes` as [`index_bytes`](Self::index_bytes) makes them.
-    ///
-    /// Errors: [`RestoreError::Shape`] when the lengths disagree or the indexes are not
-    /// strictly increasing.
-    pub fn from_parts(
-        memory_bytes: u64,
-        indexes: &[u8],
-        bytes: Vec<u8>,
-    ) -> Result<Pages, RestoreError> {
-        if !indexes.len().is_multiple_of(4) || bytes.len() != indexes.len() / 4 * PAGE_BYTES {
-            return Err(RestoreError::Shape);
-        }
-        let indexes: Vec<u32> = indexes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        if indexes.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(RestoreError::Shape);
-        }
-        Ok(Pages {
-            memory_bytes,
-            indexes,
-            bytes,
-        })
     }
 }
 
@@ -488,13 +386,5 @@ mod tests {
             assert!(shadow.restore(&mut mem, &image).is_err(), "{image:?}");
             assert_eq!(mem, memory(2, |_| 1));
         }
-        assert_eq!(
-            Pages::from_parts(0, &[1, 0, 0], vec![]),
-            Err(RestoreError::Shape)
-        );
-        assert_eq!(
-            Pages::from_parts(0, &[1, 0, 0, 0, 0, 0, 0, 0], vec![0; 2 * PAGE_BYTES]),
-            Err(RestoreError::Shape)
-        );
     }
 }

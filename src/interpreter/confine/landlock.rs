@@ -36,7 +36,7 @@ pub enum Domain {
     /// The zygote's, which runs no user code, and in which each forked child lives until it
     /// nests its own [`Domain::Worker`] (`enter_forked`): it may also read files beneath
     /// `/proc`, so that the child can open its own page map in that moment
-    /// (`src/worker/dirty_pages.rs`; a rule on `/proc/self` would name the zygote's entry).
+    /// (`src/interpreter/dirty_pages.rs`; a rule on `/proc/self` would name the zygote's entry).
     Zygote,
 }
 

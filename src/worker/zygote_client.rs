@@ -1,17 +1,18 @@
 //! The front's side of the fork server (issue 13): one zygote process boots Pyodide once and
 //! forks a fresh, confined worker each time the front asks for one, in milliseconds
 //! instead of the ~0.9 s of a snapshot restore. The protocol and the zygote's side are in
-//! `fork_server.rs`; the reasons and measurements in `docs/fork-server-research.md`.
+//! `src/interpreter/fork_server.rs`; the reasons and measurements in `docs/fork-server-research.md`.
 //!
 //! The zygote is trusted no more than any worker for what it sends: the only thing the front
 //! takes from it is a pid and a pidfd per fork, and the forked child is then a worker
 //! like any other (its `Ready` frame, its pipes, its deadlines). It never runs user code.
 
 use super::client::{BootRequest, Preinstall, Worker, WorkerError};
-use super::fork_server::{self, ControlError, Message, CONTROL_FD_ARG};
 use super::mount::Mounts;
 use super::process::Process;
-use super::protocol::{Control, SnapshotMode};
+use crate::protocol::control::{self, Control, ControlError, Message};
+use crate::protocol::launch::CONTROL_FD_ARG;
+use crate::protocol::SnapshotMode;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use std::collections::HashMap;
@@ -23,7 +24,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 /// How long a zygote may take from booted to forkable (seconds): its idle engine threads end
-/// after about 10 s (`fork_server.rs` waits up to 60 s for them).
+/// after about 10 s (`src/interpreter/fork_server.rs` waits up to 60 s for them).
 const FORKABLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// How long the zygote may take to answer one fork request (seconds); a fork takes about a
@@ -114,7 +115,7 @@ fn receive_within(control: &OwnedFd, timeout: Duration) -> Result<Message, Zygot
             Err(e) => return Err(ZygoteError::Io(e)),
         }
     }
-    fork_server::receive(control.as_fd())
+    control::receive(control.as_fd())
         .map_err(ZygoteError::Control)?
         .ok_or(ZygoteError::Closed)
 }
@@ -210,7 +211,7 @@ impl Zygote {
     pub fn request_fork(&self, stdio: [OwnedFd; 3]) -> Result<(u32, OwnedFd), ZygoteError> {
         let control = self.control.lock().unwrap_or_else(|p| p.into_inner());
         let raw = stdio.each_ref().map(|fd| fd.as_raw_fd());
-        fork_server::send(control.as_fd(), &Control::Fork, &raw).map_err(ZygoteError::Control)?;
+        control::send(control.as_fd(), &Control::Fork, &raw).map_err(ZygoteError::Control)?;
         // The zygote has them now; this process keeps none.
         drop(stdio);
         match receive_within(&control, FORK_TIMEOUT)? {

@@ -1,0 +1,41 @@
+//! What the binary carries to start Python without network or files: Pyodide's own files, our
+//! JavaScript (`js/`) and our Python (`python/`), and the fingerprint that names them all
+//! (docs/architecture.md §7). The interpreter boots from them; the front reads only the lock
+//! file (to resolve packages) and the fingerprint (to key its caches and its zygote service).
+
+use include_dir::{include_dir, Dir};
+use sha2::{Digest, Sha256};
+
+/// Hex digits of [`runtime_fingerprint`]: enough to tell runtimes apart in a file name.
+const FINGERPRINT_HEX: usize = 16;
+
+/// Pyodide 314.0.7 (docs/architecture.md §7), `pyodide.asm.mjs` already rewritten as a classic script.
+pub static PYODIDE: Dir = include_dir!("$OUT_DIR/pyodide");
+/// `js/bootstrap.js`: the globals Pyodide expects, made from the engine's `__host` functions.
+pub const BOOTSTRAP_JS: &str = include_str!("../js/bootstrap.js");
+/// `js/runner.js`: the functions the interpreter keeps and calls for each request.
+pub const RUNNER_JS: &str = include_str!("../js/runner.js");
+/// `js/fetch.js`: `fetch` for user code, answered by the front under `--allow-net`.
+pub const FETCH_JS: &str = include_str!("../js/fetch.js");
+/// `python/runner.py`: the helper inside Pyodide that runs a call's code.
+pub const RUNNER_PY: &str = include_str!("../python/runner.py");
+/// `python/mcp_tools.py`: code mode's `mcp_tools` module, built inside Pyodide.
+pub const MCP_TOOLS_PY: &str = include_str!("../python/mcp_tools.py");
+
+/// Identifies everything a memory snapshot depends on (the embedded Pyodide, our JavaScript
+/// and Python, this version): a snapshot is only restored by the same runtime. Hex, 16 chars.
+pub fn runtime_fingerprint() -> String {
+    let mut all = Vec::new();
+    // The embedded Pyodide's digest, made by build.rs as it embeds the files.
+    all.extend_from_slice(env!("PYODIDE_ASSETS_SHA256").as_bytes());
+    for text in [
+        BOOTSTRAP_JS,
+        RUNNER_JS,
+        RUNNER_PY,
+        MCP_TOOLS_PY,
+        env!("CARGO_PKG_VERSION"),
+    ] {
+        all.extend_from_slice(text.as_bytes());
+    }
+    hex::encode(Sha256::digest(&all))[..FINGERPRINT_HEX].to_owned()
+}

@@ -1,0 +1,207 @@
+//! The host side of a booted interpreter: what its JavaScript asks of the process with
+//! `__mcpHostCall(json, bytes)` ([`HostRequest`]), answered here or by asking the front (user
+//! code's fetches, code mode's tool and function calls), each bound to the run in progress.
+
+use super::output::{forward_output, Running};
+use super::reply::{chain, send_with, SendError};
+use crate::assets::FETCH_JS;
+use crate::engine::{CallError, Engine};
+use crate::protocol::fetch::{FetchRequest, FetchResponse};
+use crate::protocol::{
+    read_frame, CallId, Frame, FrameError, FrameLimits, FunctionCall, Reply, Request, ToolCall,
+};
+use anyhow::Result;
+use serde::Deserialize;
+use std::cell::RefCell;
+use std::io::{self, BufReader};
+use std::rc::Rc;
+
+/// Why the worker's host could not answer a host call of its JavaScript (`__host.call`). The
+/// text becomes the message of the JavaScript `Error` thrown (for a fetch or a tool call, what
+/// user code sees), each worded as it always was.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum HostCallError {
+    /// The message is not one the host knows: the parser's words.
+    #[error("{0}")]
+    Malformed(#[source] serde_json::Error),
+    /// Anything but the memory snapshot, while booting.
+    #[error("only the snapshot is taken while booting")]
+    WhileBooting,
+    /// A memory snapshot, once booted.
+    #[error("a snapshot is only made while booting")]
+    SnapshotAfterBoot,
+    /// A request of user code (`what`, plural) while no run is in progress.
+    #[error("{what} are only available while code runs")]
+    NotRunning { what: &'static str },
+    /// The front's next frame is not the answer to the request of kind `kind` (a
+    /// [`Reply::kind`]) of the run.
+    #[error("the front did not answer the {kind}")]
+    Unanswered { kind: &'static str },
+    /// The front's answer cannot be handed to JavaScript as JSON: the encoder's words.
+    #[error("{0}")]
+    Encode(#[source] serde_json::Error),
+    /// The request could not be sent. The text is the whole chain, as the worker has always
+    /// worded it (`writing to the front: the pipe failed: …`).
+    #[error("{}", chain(.0))]
+    Send(#[source] SendError),
+    /// The front closed the worker's input instead of answering.
+    #[error("the front closed the worker's input")]
+    InputClosed,
+    /// The front's answer could not be read.
+    #[error("the front's answer could not be read: {0}")]
+    Read(#[source] FrameError),
+}
+
+/// What the worker's JavaScript asks of its host with `__mcpHostCall(json, bytes)`: one typed
+/// message per kind (`js/runner.js`, `js/fetch.js`), parsed here once.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub(super) enum HostRequest {
+    /// The memory snapshot Pyodide just made (the bytes); only while booting.
+    Snapshot,
+    /// The bytes of a file the runner read for the front (an image of a run, or a resource).
+    File,
+    /// User code's HTTP request (the body is the bytes): the front performs or refuses it.
+    Fetch { request: FetchRequest },
+    /// User code's call of an upstream MCP tool (code mode): the front makes it.
+    Tool { call: ToolCall },
+    /// User code's call of a host function (code mode): the front forwards it to the launcher.
+    Function { call: FunctionCall },
+}
+
+/// The worker's standard input, where the front's requests arrive.
+pub(super) type FrontInput = BufReader<io::StdinLock<'static>>;
+
+/// The host side of the worker once booted: the state its host calls reach.
+pub(super) struct Host {
+    /// The front's requests (a host call that asks the front reads its answer here).
+    pub(super) input: Rc<RefCell<FrontInput>>,
+    /// The run in progress, if any.
+    pub(super) running: Rc<RefCell<Running>>,
+    /// The bytes of a file the runner just read.
+    pub(super) file_in: Rc<RefCell<Option<Vec<u8>>>>,
+}
+
+impl Host {
+    /// Answers one host call: `(json, bytes)` back to JavaScript, or the error it throws.
+    fn answer(&self, json: &str, bytes: Vec<u8>) -> Result<(String, Vec<u8>), HostCallError> {
+        match serde_json::from_str::<HostRequest>(json).map_err(HostCallError::Malformed)? {
+            HostRequest::File => {
+                // Only the runner's closure holds the host call (fetch.js took it off the global).
+                *self.file_in.borrow_mut() = Some(bytes);
+                Ok(("{}".to_owned(), Vec::new()))
+            }
+            HostRequest::Snapshot => Err(HostCallError::SnapshotAfterBoot),
+            HostRequest::Fetch { request } => self.fetch(request, &bytes),
+            HostRequest::Tool { call } => {
+                let id = self.running_call("MCP tool calls")?;
+                self.ask_tool(Reply::ToolCall { id, call }, id)
+            }
+            HostRequest::Function { call } => {
+                let id = self.running_call("host functions")?;
+                self.ask_tool(Reply::FunctionCall { id, call }, id)
+            }
+        }
+    }
+
+    /// Hands user code's HTTP request (`request`, its body `bytes`) to the front, which
+    /// performs or refuses it: the response's JSON and its body (none for a refusal).
+    fn fetch(
+        &self,
+        request: FetchRequest,
+        bytes: &[u8],
+    ) -> Result<(String, Vec<u8>), HostCallError> {
+        let id = self.running_call("network requests")?;
+        let reply = Reply::Fetch { id, request };
+        match self.ask_front(&reply, &[bytes])? {
+            Frame {
+                header: Request::FetchResult { id: got, response },
+                attachments,
+            } if got == id => {
+                let json = serde_json::to_string(&response).map_err(HostCallError::Encode)?;
+                let body = match response {
+                    FetchResponse::Error { .. } => Vec::new(),
+                    _ => attachments.into_iter().next().unwrap_or_default(),
+                };
+                Ok((json, body))
+            }
+            _ => Err(HostCallError::Unanswered { kind: reply.kind() }),
+        }
+    }
+
+    /// Sends a tool or function call of run `id` to the front: the answer's JSON and its
+    /// images' bytes, one after another.
+    fn ask_tool(&self, reply: Reply, id: CallId) -> Result<(String, Vec<u8>), HostCallError> {
+        match self.ask_front(&reply, &[])? {
+            Frame {
+                header: Request::ToolResult { id: got, answer },
+                attachments,
+            } if got == id => {
+                let json = serde_json::to_string(&answer).map_err(HostCallError::Encode)?;
+                Ok((json, attachments.concat()))
+            }
+            _ => Err(HostCallError::Unanswered { kind: reply.kind() }),
+        }
+    }
+
+    /// The call id of the run in progress; `what` (plural) is only available while code runs.
+    fn running_call(&self, what: &'static str) -> Result<CallId, HostCallError> {
+        self.running
+            .borrow()
+            .id
+            .ok_or(HostCallError::NotRunning { what })
+    }
+
+    /// Sends `reply` to the front and reads its answer (the run waits meanwhile).
+    fn ask_front(
+        &self,
+        reply: &Reply,
+        attachments: &[&[u8]],
+    ) -> Result<Frame<Request>, HostCallError> {
+        send_with(reply, attachments).map_err(HostCallError::Send)?;
+        match read_frame::<Request>(&mut *self.input.borrow_mut(), FrameLimits::REQUEST) {
+            Ok(Some(frame)) => Ok(frame),
+            Ok(None) => Err(HostCallError::InputClosed),
+            Err(e) => Err(HostCallError::Read(e)),
+        }
+    }
+}
+
+/// Gives the booted engine its host: output lines of a run stream to the front as they are
+/// written, `fetch.js` is installed, and host calls go to [`Host::answer`].
+///
+/// Errors: `js/fetch.js` fails.
+pub(super) fn attach_host(engine: &mut Engine, input: Rc<RefCell<FrontInput>>) -> Result<Rc<Host>> {
+    let host = Rc::new(Host {
+        input,
+        running: Rc::default(),
+        file_in: Rc::default(),
+    });
+    let sink = host.clone();
+    engine.set_emit_sink(Box::new(move |text: &str| {
+        forward_output(&sink.running.borrow(), text)
+    }));
+    engine.eval(FETCH_JS, "mcp:fetch.js")?;
+    let calls = host.clone();
+    engine.set_call_handler(Box::new(move |json: &str, bytes: Vec<u8>| {
+        calls.answer(json, bytes).map_err(CallError::from)
+    }));
+    Ok(host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_send_is_worded_as_its_whole_chain() {
+        let failed = || FrameError::Io(io::Error::other("broken"));
+        let typed = HostCallError::Send(SendError(failed())).to_string();
+        let chained = format!(
+            "{:#}",
+            anyhow::Error::new(failed()).context("writing to the front")
+        );
+        assert_eq!(typed, chained);
+        assert_eq!(typed, "writing to the front: the pipe failed: broken");
+    }
+}

@@ -1,0 +1,291 @@
+//! Serving the front's requests once booted: one handler per [`Request`] variant, as
+//! Chromium's zygote has one per command; [`Serving::serve`] only dispatches. Checkpoint,
+//! restore and reseed are in `checkpoint.rs`.
+
+use super::dirty_pages::DirtyPages;
+use super::files::{read_file, read_images, UPLOAD_PATH};
+use super::host_calls::{FrontInput, Host};
+use super::install::install_packages;
+use super::linear_memory::Shadow;
+use super::outcome::{engine_outcome, failed_outcome};
+use super::output::Running;
+use super::reply::{send, send_with};
+use super::runner::{call, parse_answer, Empty, RunArgs, Runner};
+use super::scavenger::{Scavenger, Step};
+use super::zygote::{zygote_run, WARM_UP_AFTER_RESTORE};
+use crate::engine::{Arg, Engine};
+use crate::protocol::pages::ZygoteId;
+use crate::protocol::{read_frame, CallId, Frame, FrameLimits, Reply, Request, RunOutcome};
+use anyhow::{bail, Result};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// Serves the front's requests until it closes the input or the code ends the interpreter.
+/// `forked`: a worker forked by the zygote, whose allocator's scavenger stays suspended
+/// until its first run is over.
+///
+/// Errors: the front breaks the protocol, or the pipes fail.
+pub(super) fn serve_requests(
+    mut worker: Serving,
+    input: &RefCell<FrontInput>,
+    forked: bool,
+) -> Result<()> {
+    let mut scavenger = if forked {
+        Scavenger::Suspended
+    } else {
+        Scavenger::Running
+    };
+    loop {
+        let Some(frame) = read_frame::<Request>(&mut *input.borrow_mut(), FrameLimits::REQUEST)?
+        else {
+            return Ok(());
+        };
+        let step = match &frame.header {
+            Request::Run {
+                checkpoint_follows, ..
+            } => Step::Ran {
+                checkpoint_follows: *checkpoint_follows,
+            },
+            Request::Checkpoint { .. } => Step::Checkpointed,
+            _ => Step::Other,
+        };
+        match worker.serve(frame)? {
+            Served::Ended => return Ok(()),
+            Served::Answered | Served::Ran => scavenger.after(step),
+        }
+    }
+}
+
+/// Sends `reply`, the whole answer to a request.
+///
+/// Errors: the reply cannot be sent.
+fn answered(reply: &Reply) -> Result<Served> {
+    send(reply)?;
+    Ok(Served::Answered)
+}
+
+/// How a request was served.
+pub(super) enum Served {
+    /// Answered; the worker goes on.
+    Answered,
+    /// A run answered; the worker goes on.
+    Ran,
+    /// The code ended the interpreter; its result was sent and the worker ends.
+    Ended,
+}
+
+/// A booted worker serving the front's requests.
+pub(super) struct Serving {
+    pub(super) engine: Engine,
+    pub(super) runner: Runner,
+    pub(super) host: Rc<Host>,
+    /// Forked interpreters: what linear memory held at the last checkpoint (made at the
+    /// first checkpoint or restore).
+    pub(super) shadow: Option<Shadow>,
+    /// Forked interpreters where the kernel can say which pages were written since the last
+    /// checkpoint; dropped (so that checkpoints compare every page) at its first error.
+    pub(super) dirty: Option<DirtyPages>,
+}
+
+impl Serving {
+    /// Serves one request of the front, sending its answer: only dispatches, to the handler of
+    /// the request's variant. A request that only comes as the answer to a host call, or the
+    /// boot, is out of order here.
+    ///
+    /// Errors: a request out of order; the answer cannot be sent.
+    pub(super) fn serve(&mut self, frame: Frame<Request>) -> Result<Served> {
+        let Frame {
+            header,
+            attachments,
+        } = frame;
+        match header {
+            Request::FetchResult { .. } | Request::ToolResult { .. } | Request::Boot { .. } => {
+                bail!("the front sent a request out of order")
+            }
+            Request::Ping { id } => answered(&Reply::Pong { id }),
+            Request::FindImports { id, code } => self.on_find_imports(id, &code),
+            Request::ReadFile { id, path, cap } => self.on_read_file(id, &path, cap),
+            Request::WriteFile { id, path, delete } => {
+                self.on_write_file(id, &path, delete, attachments.into_iter().next())
+            }
+            Request::Install { id, files, items } => {
+                self.on_install(id, &files, attachments, &items)
+            }
+            Request::Checkpoint { id } => self.checkpoint(id),
+            Request::Reseed { id } => self.on_reseed(id),
+            Request::WarmUp { id } => self.on_warm_up(id),
+            Request::Restore {
+                id,
+                zygote,
+                memory_bytes,
+                reseed,
+            } => self.on_restore(id, zygote, memory_bytes, reseed, attachments),
+            Request::Run {
+                id,
+                code,
+                globals,
+                output_cap,
+                result_cap,
+                keep_globals,
+                image_cap,
+                tools,
+                checkpoint_follows: _,
+            } => {
+                let run = RunArgs {
+                    code: &code,
+                    globals: &serde_json::to_string(&globals)?,
+                    output_cap,
+                    result_cap,
+                    keep_globals,
+                    tools: tools.map(|t| t.to_string()),
+                };
+                self.run(id, run, image_cap)
+            }
+        }
+    }
+
+    /// [`Request::FindImports`]: the code's top-level imports that are packages.
+    fn on_find_imports(&mut self, id: CallId, code: &str) -> Result<Served> {
+        let names = self.find_imports(id, code);
+        answered(&Reply::Imports { id, names })
+    }
+
+    /// [`Request::ReadFile`]: the file's bytes as the answer's attachment, or why not.
+    fn on_read_file(&mut self, id: CallId, path: &str, cap: usize) -> Result<Served> {
+        let file_in = &self.host.file_in;
+        match read_file(&mut self.engine, &self.runner, file_in, id, path, cap) {
+            Ok(bytes) => {
+                send_with(&Reply::File { id, error: None }, &[&bytes])?;
+                Ok(Served::Answered)
+            }
+            Err(error) => answered(&Reply::File {
+                id,
+                error: Some(error.to_string()),
+            }),
+        }
+    }
+
+    /// [`Request::WriteFile`]: `bytes` written to `path`, or the file removed with `delete`.
+    fn on_write_file(
+        &mut self,
+        id: CallId,
+        path: &str,
+        delete: bool,
+        bytes: Option<Vec<u8>>,
+    ) -> Result<Served> {
+        let error = self.write_file(id, path, delete, bytes);
+        answered(&Reply::File { id, error })
+    }
+
+    /// [`Request::Install`]: the packages' files written and loaded; a call imports what it
+    /// needs itself.
+    fn on_install(
+        &mut self,
+        id: CallId,
+        files: &[String],
+        bytes: Vec<Vec<u8>>,
+        items: &[String],
+    ) -> Result<Served> {
+        let (engine, runner) = (&mut self.engine, &self.runner);
+        let installed = install_packages(engine, runner, id, files, bytes, items, &[], None);
+        let error = installed.err().map(|e| e.to_string());
+        answered(&Reply::Installed { id, error })
+    }
+
+    /// [`Request::Reseed`]: the random state drawn anew (`checkpoint.rs`).
+    fn on_reseed(&mut self, id: CallId) -> Result<Served> {
+        let error = self.reseed(id);
+        answered(&Reply::Reseeded { id, error })
+    }
+
+    /// [`Request::WarmUp`]: one call of the zygote's warm-up code, after a restore.
+    fn on_warm_up(&mut self, id: CallId) -> Result<Served> {
+        let error = zygote_run(&mut self.engine, &self.runner, WARM_UP_AFTER_RESTORE)
+            .err()
+            .map(|e| format!("{e:#}"));
+        answered(&Reply::WarmedUp { id, error })
+    }
+
+    /// [`Request::Restore`]: a checkpoint's pages written into this interpreter
+    /// (`checkpoint.rs`).
+    fn on_restore(
+        &mut self,
+        id: CallId,
+        zygote: ZygoteId,
+        memory_bytes: u64,
+        reseed: bool,
+        attachments: Vec<Vec<u8>>,
+    ) -> Result<Served> {
+        let error = self.restore(id, zygote, memory_bytes, reseed, attachments);
+        answered(&Reply::Restored { id, error })
+    }
+
+    /// The code's top-level imports that are packages. A scanner that fails (user code may
+    /// have broken its own interpreter's modules) finds nothing; the code then runs without
+    /// installs.
+    fn find_imports(&mut self, id: CallId, code: &str) -> Vec<String> {
+        call(
+            &mut self.engine,
+            &self.runner.find_imports,
+            id,
+            &[Arg::Str(code)],
+            None,
+        )
+        .ok()
+        .and_then(|text| parse_answer::<Vec<String>>(&text).ok())
+        .unwrap_or_default()
+    }
+
+    /// Writes `bytes` to `path` under the working directory, or removes it with `delete`;
+    /// `Some(why)` when it could not.
+    fn write_file(
+        &mut self,
+        id: CallId,
+        path: &str,
+        delete: bool,
+        bytes: Option<Vec<u8>>,
+    ) -> Option<String> {
+        if let Some(bytes) = bytes {
+            self.engine.add_file(UPLOAD_PATH, bytes);
+        }
+        let args = [Arg::Str(path), Arg::Bool(delete)];
+        let answered = call(&mut self.engine, &self.runner.write_file, id, &args, None);
+        self.engine.clear_files();
+        match answered {
+            Ok(text) => parse_answer::<Empty>(&text).err().map(|e| e.to_string()),
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
+    /// Runs code for call `id` and sends its result with the images it made (at most
+    /// `image_cap` bytes each).
+    fn run(&mut self, id: CallId, run: RunArgs<'_>, image_cap: usize) -> Result<Served> {
+        *self.host.running.borrow_mut() = Running {
+            id: Some(id),
+            output_cap: run.output_cap,
+        };
+        let answer = call(&mut self.engine, &self.runner.run, id, &run.args(), None);
+        self.host.running.borrow_mut().id = None;
+        let mut outcome = match answer {
+            Ok(text) => parse_answer::<RunOutcome>(&text).unwrap_or_else(failed_outcome),
+            Err(e) => engine_outcome(&e),
+        };
+        if outcome.fatal {
+            // The code ended the runtime (os._exit, os.abort, a fatal runtime error): report
+            // it as the call's result, then stop; the front starts a new worker.
+            send(&Reply::Ran { id, outcome })?;
+            return Ok(Served::Ended);
+        }
+        let images = read_images(
+            &mut self.engine,
+            &self.runner,
+            &self.host.file_in,
+            id,
+            &mut outcome,
+            image_cap,
+        );
+        let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+        send_with(&Reply::Ran { id, outcome }, &attachments)?;
+        Ok(Served::Ran)
+    }
+}
