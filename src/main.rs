@@ -4,6 +4,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod assets;
+mod atomic_file;
 mod cli;
 mod engine;
 mod interpreter;

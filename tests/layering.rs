@@ -20,7 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["worker", "interpreter"],
     &["protocol", "assets"],
     &["packages", "engine"],
-    &["metrics"],
+    &["metrics", "atomic_file"],
 ];
 
 /// Pairs of files that may import each other, and why: a tool is an `impl` on the handler's

@@ -4,6 +4,7 @@
 //! `metadata/<sha256 hex of the wheel>` for the core metadata headers of wheels, and
 //! `index/<hash of index URL>/<project>.json` for PyPI JSON API answers.
 
+use crate::atomic_file::{self, Durability};
 use sha2::{Digest, Sha256};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -140,9 +141,8 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    let tag = std::process::id().to_string();
+    atomic_file::replace(path, &tag, Durability::Unsynced, bytes).map_err(io::Error::other)
 }
 
 #[cfg(test)]

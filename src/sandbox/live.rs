@@ -69,6 +69,19 @@ struct Arrivals {
     pending: BTreeMap<u64, Instant>,
 }
 
+/// Why a sandbox's interpreter state cannot be forked ([`Sandbox::fork_state`]); its text is
+/// for a model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unforkable {
+    /// The state its last completed call left could not be captured: the worker's words
+    /// (Python holds a JavaScript object, the interpreter was not forked from the zygote …).
+    #[error("{0}")]
+    Uncaptured(String),
+    /// Its last checkpoint is older than its last completed call.
+    #[error("its last checkpoint is out of date")]
+    Stale,
+}
+
 /// One sandbox (see the module's documentation).
 pub struct Sandbox {
     /// Its handle, as clients name it.
@@ -376,15 +389,6 @@ impl Sandbox {
         }
     }
 
-    /// Its current state for a fork ([`Saved::for_fork`]).
-    pub fn state_for_fork(&self) -> Option<Kept> {
-        // A hibernated state is read back (and stays in memory until the next worker).
-        if let Err(e) = self.wake() {
-            tracing::warn!("sandbox {}: {e}", self.id.short());
-        }
-        self.kept_state().for_fork()
-    }
-
     /// Starts with `kept` as its state (a fork's): its first worker restores it.
     pub fn adopt_state(&self, kept: Kept) {
         *self.kept_state() = Saved::Current(kept);
@@ -438,21 +442,24 @@ impl Sandbox {
 
     /// What a fork of it starts from (`fork_sandbox`; call it while holding its queue, so that
     /// no call of it runs meanwhile): its state as its last completed call left it, marked so
-    /// that the first restore reseeds `random`; `None` when it has none to give (no call
-    /// completed in its interpreter, or the interpreter that ran them is gone with its
-    /// state).
+    /// that the first restore reseeds `random` ([`Saved::for_fork`]); `None` when it has none
+    /// to give (no call completed in its interpreter, or the interpreter that ran them is gone
+    /// with its state). A hibernated state is read back first, and stays in memory until the
+    /// next worker.
     ///
-    /// Errors: why the state its last completed call left could not be captured (Python holds
-    /// a JavaScript object, the interpreter was not forked from the zygote …), in words for a
-    /// model.
-    pub fn state_to_fork(&self) -> Result<Option<Kept>, String> {
-        if let Some(kept) = self.state_for_fork() {
+    /// Errors: [`Unforkable`]: why the state its last completed call left could not be
+    /// captured, in words for a model.
+    pub fn fork_state(&self) -> Result<Option<Kept>, Unforkable> {
+        if let Err(e) = self.wake() {
+            tracing::warn!("sandbox {}: {e}", self.id.short());
+        }
+        if let Some(kept) = self.kept_state().for_fork() {
             return Ok(Some(kept));
         }
         let stale = matches!(*self.kept_state(), Saved::Stale(_));
         match (stale, self.uncaptured().clone()) {
-            (_, Some(why)) => Err(why),
-            (true, None) => Err("its last checkpoint is out of date".to_owned()),
+            (_, Some(why)) => Err(Unforkable::Uncaptured(why)),
+            (true, None) => Err(Unforkable::Stale),
             (false, None) => Ok(None),
         }
     }
@@ -707,24 +714,26 @@ mod tests {
     fn a_fork_gets_the_current_state_or_why_there_is_none() {
         let source = sandbox();
         let zygote = ZygoteId([1; 32]);
-        assert!(matches!(source.state_to_fork(), Ok(None)));
+        assert!(matches!(source.fork_state(), Ok(None)));
         // A first call whose state could not be captured: refused, with why.
         source.checkpoint_stale("Python holds 1 JavaScript object(s)");
         assert_eq!(
-            source.state_to_fork().err().as_deref(),
-            Some("Python holds 1 JavaScript object(s)")
+            source.fork_state().err(),
+            Some(Unforkable::Uncaptured(
+                "Python holds 1 JavaScript object(s)".to_owned()
+            ))
         );
         // A later call's state is captured: it is the fork's, marked to reseed.
         source
             .keep_checkpoint(zygote, &one_page(), Vec::new())
             .expect("fits");
-        let kept = source.state_to_fork().expect("current").expect("kept");
+        let kept = source.fork_state().expect("current").expect("kept");
         assert!(kept.reseed);
         // Stale again: refused; a new interpreter from scratch: nothing to copy.
         source.checkpoint_stale("1 file(s) are open");
-        assert!(source.state_to_fork().is_err());
+        assert!(source.fork_state().is_err());
         source.forget_checkpoint();
-        assert!(matches!(source.state_to_fork(), Ok(None)));
+        assert!(matches!(source.fork_state(), Ok(None)));
 
         // The fork starts with the state, its first worker is not its first, and its note is
         // due.

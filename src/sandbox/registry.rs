@@ -579,56 +579,10 @@ impl Registry {
                 not_kept,
             }
         });
-        let (state, id) = (state.clone(), sandbox.id.clone());
-        let (generation, created) = (sandbox.generation(), sandbox.created_unix);
-        let principal = sandbox.principal.as_ref().map(|p| p.0.clone());
-        let holder = sandbox.clone();
+        let (state, holder) = (state.clone(), sandbox.clone());
         // Saves of one sandbox write in turn: each delta follows the file the one before wrote.
         let _turn = sandbox.save_turn.lock().await;
-        let saved = blocking(move || {
-            let save = |checkpoint| {
-                state.save(
-                    &id,
-                    generation,
-                    created,
-                    principal.as_deref(),
-                    snapshot.as_ref(),
-                    Some(checkpoint),
-                )
-            };
-            // Sealed under the generation the save holds it under (see StateDir::save), in
-            // place: the image is not copied first.
-            let write = || match holder.state_write(generation.max(1)) {
-                Some(Ok(write)) => write,
-                Some(Err(e)) => {
-                    tracing::warn!("sandbox {}: checkpoint not sealed: {e}", id.short());
-                    CheckpointWrite::Remove
-                }
-                None => CheckpointWrite::Remove,
-            };
-            let started = std::time::Instant::now();
-            let checkpoint = write();
-            let sealed = started.elapsed();
-            let saved = match save(checkpoint) {
-                // Another chain than the one this replica wrote: the image goes whole.
-                Err(StateError::ChainMoved) => {
-                    holder.chain_unwritten();
-                    save(write())
-                }
-                saved => saved,
-            };
-            tracing::debug!(
-                "sandbox {}: saved to the state directory in {} µs (its checkpoint file sealed in {} µs)",
-                id.short(),
-                started.elapsed().as_micros(),
-                sealed.as_micros()
-            );
-            saved
-        })
-        .await;
-        if saved.is_err() {
-            sandbox.chain_unwritten();
-        }
+        let saved = blocking(move || write_save(&state, &holder, snapshot.as_ref())).await;
         match saved {
             Ok(generation) => {
                 crate::metrics::state_saved(SaveResult::Ok);
@@ -636,6 +590,7 @@ impl Registry {
                 Ok(())
             }
             Err(e) => {
+                sandbox.chain_unwritten();
                 crate::metrics::state_saved(match e {
                     StateError::Superseded { .. } => SaveResult::Superseded,
                     _ => SaveResult::Error,
@@ -799,6 +754,57 @@ impl Registry {
             hibernation.remove();
         }
     }
+}
+
+/// Writes one save of `sandbox` into `state` (blocking): its files when `snapshot` has them, and
+/// its checkpoint, sealed in place under the generation the save holds it under (see
+/// [`StateDir::save`]). When another chain than the one this replica wrote is found, the image
+/// goes whole. The generation saved.
+///
+/// Errors: [`StateError`], as [`StateDir::save`] has them.
+fn write_save(
+    state: &StateDir,
+    sandbox: &Sandbox,
+    snapshot: Option<&Snapshot>,
+) -> Result<u64, StateError> {
+    let id = &sandbox.id;
+    let (generation, created) = (sandbox.generation(), sandbox.created_unix);
+    let principal = sandbox.principal.as_ref().map(|p| p.0.as_str());
+    let save = |checkpoint| {
+        state.save(
+            id,
+            generation,
+            created,
+            principal,
+            snapshot,
+            Some(checkpoint),
+        )
+    };
+    let write = || match sandbox.state_write(generation.max(1)) {
+        Some(Ok(write)) => write,
+        Some(Err(e)) => {
+            tracing::warn!("sandbox {}: checkpoint not sealed: {e}", id.short());
+            CheckpointWrite::Remove
+        }
+        None => CheckpointWrite::Remove,
+    };
+    let started = std::time::Instant::now();
+    let checkpoint = write();
+    let sealed = started.elapsed();
+    let saved = match save(checkpoint) {
+        Err(StateError::ChainMoved) => {
+            sandbox.chain_unwritten();
+            save(write())
+        }
+        saved => saved,
+    };
+    tracing::debug!(
+        "sandbox {}: saved to the state directory in {} µs (its checkpoint file sealed in {} µs)",
+        id.short(),
+        started.elapsed().as_micros(),
+        sealed.as_micros()
+    );
+    saved
 }
 
 /// Runs file-system work off the async threads; a task that panicked counts as an I/O error.

@@ -43,6 +43,7 @@
 //! lost at every switch, and of two calls running at once the later save wins whole.
 
 use super::handle::SandboxId;
+use crate::atomic_file::{self, Durability};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fs::File;
@@ -483,12 +484,14 @@ impl StateDir {
         name: &str,
         write: impl FnOnce(&mut File) -> std::io::Result<()>,
     ) -> Result<(), StateError> {
-        let tmp = dir.join(format!(".{name}.{}.tmp", self.replica));
         let path = dir.join(name);
-        let mut file = io(File::create(&tmp), "create", &tmp)?;
-        io(write(&mut file), "write", &tmp)?;
-        io(file.sync_all(), "flush", &tmp)?;
-        io(std::fs::rename(&tmp, &path), "rename into", &path)
+        atomic_file::replace_with(&path, &self.replica, Durability::Synced, write).map_err(|e| {
+            StateError::Io {
+                action: e.action,
+                path: e.path,
+                source: e.source,
+            }
+        })
     }
 
     fn write_owner(&self, dir: &Path, owner: &Ownership) -> Result<(), StateError> {
@@ -625,7 +628,7 @@ impl StateDir {
             };
             let ours = name.starts_with("state")
                 || name.starts_with("checkpoint")
-                || (name.starts_with('.') && name.ends_with(".tmp"));
+                || atomic_file::is_temporary(name);
             if ours && !named(name) {
                 let _ = std::fs::remove_file(entry.path());
             }

@@ -5,6 +5,7 @@ use super::client::{ConfinementReport, Preinstall, Worker, WorkerError};
 use super::mount::Mounts;
 use super::zygote_client::{Zygote, ZygoteError};
 use super::zygote_service::front::{self as service, Reached, ServiceSpec};
+use crate::atomic_file::{self, Durability};
 use futures::future::{BoxFuture, Shared};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -135,12 +136,10 @@ impl SnapshotStore {
 
     fn store(&self, snapshot: &[u8]) -> std::io::Result<()> {
         let dir = self.path.parent().unwrap_or(Path::new("."));
-        let tmp = self
-            .path
-            .with_extension(format!("tmp{}", std::process::id()));
         std::fs::create_dir_all(dir)?;
-        std::fs::write(&tmp, snapshot)?;
-        std::fs::rename(&tmp, &self.path)
+        let tag = std::process::id().to_string();
+        atomic_file::replace(&self.path, &tag, Durability::Unsynced, snapshot)
+            .map_err(std::io::Error::other)
     }
 
     fn discard(&self) {
@@ -171,7 +170,7 @@ fn prune_stale(dir: &Path, keep: &Path) {
         let ours = path
             .file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("pyodide-"));
+            .is_some_and(|n| n.starts_with("pyodide-") || n.starts_with(".pyodide-"));
         let age = entry
             .metadata()
             .and_then(|m| m.modified())

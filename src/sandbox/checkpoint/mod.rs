@@ -310,14 +310,9 @@ mod tests {
         assert_eq!(copy, c);
     }
 
-    #[test]
-    fn merge_refuses_bad_deltas_and_changes_nothing() {
-        let mut c = Checkpoint::new(zygote(), MIB).unwrap();
-        c.merge(MIB, &[2], &page(2)).unwrap();
-        let before = c.clone();
-        let last = (MIB / 4096) as u32 - 1;
-
-        let cases: Vec<(u64, Vec<u32>, Vec<u8>, CheckpointError)> = vec![
+    /// Memory sizes a merge into a 1 MiB checkpoint refuses, each with its error.
+    fn bad_memory_sizes() -> Vec<(u64, Vec<u32>, Vec<u8>, CheckpointError)> {
+        vec![
             (
                 MIB + 1,
                 vec![3],
@@ -347,6 +342,13 @@ mod tests {
                     to: MIB - WASM_PAGE_BYTES,
                 },
             ),
+        ]
+    }
+
+    /// Lengths and indexes a merge into a 1 MiB checkpoint refuses, each with its error.
+    fn bad_pages() -> Vec<(u64, Vec<u32>, Vec<u8>, CheckpointError)> {
+        let last = (MIB / 4096) as u32 - 1;
+        vec![
             (
                 MIB,
                 vec![3, 4],
@@ -389,8 +391,16 @@ mod tests {
                 pages(&[3, 3]),
                 CheckpointError::NotIncreasing,
             ),
-        ];
-        for (memory, indexes, bytes, error) in cases {
+        ]
+    }
+
+    #[test]
+    fn merge_refuses_bad_deltas_and_changes_nothing() {
+        let mut c = Checkpoint::new(zygote(), MIB).unwrap();
+        c.merge(MIB, &[2], &page(2)).unwrap();
+        let before = c.clone();
+        let last = (MIB / 4096) as u32 - 1;
+        for (memory, indexes, bytes, error) in bad_memory_sizes().into_iter().chain(bad_pages()) {
             assert_eq!(c.merge(memory, &indexes, &bytes), Err(error));
             assert_eq!(c, before, "a refused delta changed the checkpoint");
         }

@@ -1,4 +1,4 @@
-//! `fork_sandbox`'s hand-over (issue 36): the source's interpreter holds exactly the state a
+//! `fork_sandbox`'s copy ([`Executor::fork`]: files, state, metrics) and its hand-over (issue 36): the source's interpreter holds exactly the state a
 //! fork starts from (its last completed call's, which its checkpoint keeps), so the copy takes
 //! that interpreter, reseeded as `os.fork` reseeds a child, and its first call restores
 //! nothing. The source keeps the checkpoint and resumes it into a new interpreter in the
@@ -9,6 +9,8 @@
 //! Without this, the copy's first call restores the state into a new interpreter: tens of MiB
 //! through a pipe for a sandbox that holds a few MiB of data (docs/architecture.md §3.4).
 
+use crate::metrics::ForkKind;
+use crate::sandbox::checkpoint::Kept;
 use crate::sandbox::files::name_list;
 use crate::sandbox::live::Sandbox;
 use crate::server::call::execute::Executor;
@@ -16,6 +18,58 @@ use crate::server::call::state_note::Restart;
 use crate::worker::client::{Deadline, Phase, Worker};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The first words of the `state` note of a fork's first call, when it got the source's
+/// interpreter state.
+pub const FORKED: &str = "forked: this sandbox started as a copy of another sandbox as its last completed call left it (variables, functions, imports and installed packages)";
+
+/// The first words of that note when the source had no interpreter state to copy.
+pub const FORKED_WITHOUT_STATE: &str = "forked: this sandbox started as a copy of another sandbox, which held no interpreter state to copy (no completed call in its current interpreter): only its files and dependencies were copied";
+
+/// What a fork copied of its source ([`Executor::fork`]).
+pub struct ForkCopy {
+    /// The copy starts with the source's interpreter state (else files and dependencies only).
+    pub had_state: bool,
+    /// The copy took the source's interpreter ([`Executor::hand_over`]).
+    pub handed_over: bool,
+    /// The source's files that had no copy to give (over `--max-session-file-bytes`).
+    pub not_copied: Vec<String>,
+}
+
+impl ForkCopy {
+    /// How the copy got its state, as the metric counts it.
+    pub fn kind(&self) -> ForkKind {
+        match (self.had_state, self.handed_over) {
+            (true, true) => ForkKind::HandedOver,
+            (true, false) => ForkKind::Restored,
+            (false, _) => ForkKind::NoState,
+        }
+    }
+
+    /// The words that name the files not copied, if any.
+    pub fn not_copied_words(&self) -> Option<String> {
+        (!self.not_copied.is_empty()).then(|| {
+            format!(
+                "these files of the other sandbox could not be copied (over --max-session-file-bytes): {}",
+                name_list(&self.not_copied)
+            )
+        })
+    }
+
+    /// The first words of the copy's first `state` note.
+    fn note(&self) -> String {
+        let mut note = if self.had_state {
+            FORKED.to_owned()
+        } else {
+            FORKED_WITHOUT_STATE.to_owned()
+        };
+        if let Some(words) = self.not_copied_words() {
+            note.push_str("; ");
+            note.push_str(&words);
+        }
+        note
+    }
+}
 
 /// How long the reseed of a handed-over interpreter may take (seconds): one round trip.
 const RESEED_TIMEOUT: Duration = Duration::from_secs(30);
@@ -28,6 +82,46 @@ const WARM_UP_TIMEOUT: Duration = Duration::from_secs(30);
 const COPY_GOES_FIRST: Duration = Duration::from_secs(1);
 
 impl Executor {
+    /// Makes `copy` (a sandbox just made) a fork of `source`, whose queue the caller holds in
+    /// `slot`: the source's files (those with a copy), `kept` (its [`Sandbox::fork_state`]) as
+    /// the copy's state, and its interpreter when it can be handed over. Nothing awaits before
+    /// the copy is whole, so no call of it can queue first. Counted in the metrics.
+    pub async fn fork(
+        self: &Arc<Self>,
+        slot: &mut Option<Worker>,
+        source: &Arc<Sandbox>,
+        copy: &Arc<Sandbox>,
+        kept: Option<Kept>,
+    ) -> ForkCopy {
+        let cap = self.limits.max_session_file_bytes;
+        let (copies, not_copied) = source.with_files(|f| (f.copies(), f.without_copy()));
+        copy.with_files(|f| {
+            for (path, bytes) in copies {
+                f.keep(&path, bytes.as_ref().clone(), cap);
+            }
+        });
+        let mut forked = ForkCopy {
+            had_state: kept.is_some(),
+            handed_over: false,
+            not_copied,
+        };
+        copy.begin_as_fork(kept, forked.note());
+        forked.handed_over = forked.had_state
+            && forked.not_copied.is_empty()
+            && self.hand_over(slot, source, copy).await;
+        crate::metrics::sandbox_forked(forked.kind());
+        tracing::debug!(
+            "sandbox {} forked ({})",
+            copy.id.short(),
+            match forked.kind() {
+                ForkKind::HandedOver => "with its interpreter state, in the source's interpreter",
+                ForkKind::Restored => "with its interpreter state",
+                ForkKind::NoState => "files and dependencies",
+            }
+        );
+        forked
+    }
+
     /// Gives the interpreter in the source's `slot` (held: the source's calls wait) to `copy`,
     /// a fork of `source` just made with the source's state, and starts resuming the source's
     /// kept state into a new interpreter. The caller checks that the state is current and that

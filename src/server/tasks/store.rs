@@ -23,6 +23,7 @@
 //! replica that runs it, and the failure is logged.
 
 use super::TaskId;
+use crate::atomic_file::{self, Durability};
 use crate::sandbox::live::Principal;
 use crate::sandbox::state_dir::principal_digest;
 use rmcp::model::{CallToolResult, DetailedTask, JsonObject, Task, TaskPayload, TaskStatus};
@@ -31,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -267,11 +268,10 @@ fn read_record(dir: &Path) -> std::io::Result<Record> {
 
 /// Writes `record` into `dir` whole: a temporary file, flushed, renamed over the old one.
 fn write_record(dir: &Path, record: &Record) -> std::io::Result<()> {
-    let tmp = dir.join(format!(".{RECORD_FILE}.{}.tmp", std::process::id()));
-    let mut file = File::create(&tmp)?;
-    file.write_all(&serde_json::to_vec(record).map_err(std::io::Error::other)?)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, dir.join(RECORD_FILE))
+    let bytes = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    let tag = std::process::id().to_string();
+    atomic_file::replace(&dir.join(RECORD_FILE), &tag, Durability::Synced, &bytes)
+        .map_err(std::io::Error::other)
 }
 
 /// The first characters of task `id`, for logs (the id itself is a bearer name).

@@ -19,23 +19,17 @@ use super::list_sandbox_files::SandboxArguments;
 use super::reach::{InUse, Reached, SourceSandbox};
 use super::schema::{object_schema, open, sandbox_id_property, sandbox_tool, Effect};
 use super::{structured_answer, tool_error, McpTool};
-use crate::metrics::ForkKind;
-use crate::sandbox::files::name_list;
+use crate::sandbox::handle::SandboxId;
 use crate::sandbox::live::Arrival;
 use crate::sandbox::registry::Missing;
+use crate::server::call::fork::ForkCopy;
 use crate::server::handler::RunPythonServer;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, Tool};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::json;
 use std::sync::Arc;
-
-/// The first words of the `state` note of a fork's first call, when it got the source's
-/// interpreter state.
-pub const FORKED: &str = "forked: this sandbox started as a copy of another sandbox as its last completed call left it (variables, functions, imports and installed packages)";
-
-/// The first words of that note when the source had no interpreter state to copy.
-pub const FORKED_WITHOUT_STATE: &str = "forked: this sandbox started as a copy of another sandbox, which held no interpreter state to copy (no completed call in its current interpreter): only its files and dependencies were copied";
+use std::time::Duration;
 
 /// The tool (see the module's documentation).
 pub struct ForkSandbox;
@@ -67,7 +61,7 @@ impl McpTool for ForkSandbox {
     }
 
     /// After the source's earlier calls, copies it into a new sandbox (see the module's
-    /// documentation).
+    /// documentation; the copy is [`Executor::fork`](crate::server::call::execute::Executor)'s).
     async fn call(
         server: &RunPythonServer,
         _arguments: SandboxArguments,
@@ -82,7 +76,7 @@ impl McpTool for ForkSandbox {
             // Destroyed (or expired) by a request that arrived before this one.
             return Ok(tool_error(Missing::of(source.sandbox.id.as_str())));
         }
-        let kept = match source.sandbox.state_to_fork() {
+        let kept = match source.sandbox.fork_state() {
             Ok(kept) => kept,
             Err(why) => {
                 return Ok(tool_error(format!(
@@ -94,75 +88,36 @@ impl McpTool for ForkSandbox {
             Ok(fork) => fork,
             Err(full) => return Ok(tool_error(full)),
         };
-        // From here to `begin_as_fork` nothing awaits: the copy is whole before any call of it
-        // can queue.
-        let cap = server.executor.limits.max_session_file_bytes;
-        let (copies, not_copied) = source
-            .sandbox
-            .with_files(|f| (f.copies(), f.without_copy()));
-        fork.with_files(|f| {
-            for (path, bytes) in copies {
-                f.keep(&path, bytes.as_ref().clone(), cap);
-            }
-        });
-        let had_state = kept.is_some();
-        let mut note = if had_state {
-            FORKED.to_owned()
-        } else {
-            FORKED_WITHOUT_STATE.to_owned()
-        };
-        let not_copied_words = (!not_copied.is_empty()).then(|| {
-            format!(
-                "these files of the other sandbox could not be copied (over --max-session-file-bytes): {}",
-                name_list(&not_copied)
-            )
-        });
-        if let Some(words) = &not_copied_words {
-            note.push_str("; ");
-            note.push_str(words);
-        }
-        fork.begin_as_fork(kept, note);
-        // The copy takes the source's interpreter when it can (`crate::server::call::fork`).
-        let handed = had_state
-            && not_copied.is_empty()
-            && server
-                .executor
-                .hand_over(&mut turn, &source.sandbox, &fork)
-                .await;
+        let executor = &server.executor;
+        let forked = executor.fork(&mut turn, &source.sandbox, &fork, kept).await;
         drop(turn);
         drop(source);
-
         let in_use = InUse::new(fork.clone(), Reached::Named);
         if let Some(note) = server.save(&in_use).await {
             tracing::warn!("sandbox {}: {note}", fork.id.short());
         }
-        crate::metrics::sandbox_forked(match (had_state, handed) {
-            (true, true) => ForkKind::HandedOver,
-            (true, false) => ForkKind::Restored,
-            (false, _) => ForkKind::NoState,
-        });
-        tracing::debug!(
-            "sandbox {} forked ({})",
-            fork.id.short(),
-            match (had_state, handed) {
-                (true, true) => "with its interpreter state, in the source's interpreter",
-                (true, false) => "with its interpreter state",
-                (false, _) => "files and dependencies",
-            }
-        );
-        let id = &fork.id;
-        let mut text = if had_state {
-            format!("Forked the sandbox into a new one, {id}: it starts as a copy of the sandbox as its last completed call left it (variables, functions, imports, installed packages and files), and from now on the two are independent.")
-        } else {
-            format!("Forked the sandbox into a new one, {id}: the sandbox held no interpreter state to copy (no completed call in its current interpreter), so the new one starts with its files and dependencies only, and from now on the two are independent.")
-        };
-        if let Some(words) = &not_copied_words {
-            text.push_str(&format!(" Note: {words}."));
-        }
-        text.push_str(&format!(
-            " Pass \"sandbox_id\": \"{id}\" to run_python_code and the file tools to work in the new one; it lasts until destroy_sandbox ends it, or until it has had no call for {}.",
-            idle_words(server.registry.idle())
-        ));
-        Ok(structured_answer(text, json!({"sandbox_id": id.as_str()})))
+        let text = answer_text(&fork.id, &forked, server.registry.idle());
+        Ok(structured_answer(
+            text,
+            json!({"sandbox_id": fork.id.as_str()}),
+        ))
     }
+}
+
+/// The answer's text: the copy's id, what it starts with, and how long it lasts (`idle`: the
+/// registry's idle expiry).
+fn answer_text(id: &SandboxId, forked: &ForkCopy, idle: Option<Duration>) -> String {
+    let mut text = if forked.had_state {
+        format!("Forked the sandbox into a new one, {id}: it starts as a copy of the sandbox as its last completed call left it (variables, functions, imports, installed packages and files), and from now on the two are independent.")
+    } else {
+        format!("Forked the sandbox into a new one, {id}: the sandbox held no interpreter state to copy (no completed call in its current interpreter), so the new one starts with its files and dependencies only, and from now on the two are independent.")
+    };
+    if let Some(words) = forked.not_copied_words() {
+        text.push_str(&format!(" Note: {words}."));
+    }
+    text.push_str(&format!(
+        " Pass \"sandbox_id\": \"{id}\" to run_python_code and the file tools to work in the new one; it lasts until destroy_sandbox ends it, or until it has had no call for {}.",
+        idle_words(idle)
+    ));
+    text
 }
