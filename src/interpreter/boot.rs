@@ -212,10 +212,10 @@ pub(super) fn mount_files(
 /// What the boot frame asks: how to boot, the snapshot to restore, the `--mount` files with
 /// their bytes, and the `--deps` to install with their files' bytes.
 pub(super) struct BootPlan {
-    pub(super) mode: SnapshotMode,
-    pub(super) snapshot: Option<MappedFile>,
-    pub(super) mount: (MountPlan, Vec<u8>),
-    pub(super) install: Option<(BootInstall, Vec<Vec<u8>>)>,
+    pub mode: SnapshotMode,
+    pub snapshot: Option<MappedFile>,
+    pub mount: (MountPlan, Vec<u8>),
+    pub install: Option<(BootInstall, Vec<Vec<u8>>)>,
 }
 
 /// Reads the boot frame; `None` when the front closed the input first. Its attachments are
@@ -254,15 +254,15 @@ pub(super) fn read_boot(input: &mut impl io::Read) -> Result<Option<BootPlan>> {
 /// What a worker tells the front once booted ([`Reply::Ready`]), but its confinement.
 pub(super) struct BootReport {
     /// Pyodide's version.
-    pub(super) version: String,
+    pub version: String,
     /// How long the boot took (milliseconds; for a forked worker, the fork).
-    pub(super) boot_ms: u64,
+    pub boot_ms: u64,
     /// Whether the interpreter was restored from a memory snapshot (or forked from one).
-    pub(super) restored: bool,
+    pub restored: bool,
     /// The memory snapshot the boot made, if any (sent as attachment 0).
-    pub(super) made: Option<Vec<u8>>,
+    pub made: Option<Vec<u8>>,
     /// Why `--deps` did not install as it booted, if they did not.
-    pub(super) install_error: Option<String>,
+    pub install_error: Option<String>,
 }
 
 impl BootReport {

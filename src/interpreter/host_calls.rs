@@ -75,11 +75,11 @@ pub(super) type FrontInput = BufReader<io::StdinLock<'static>>;
 /// The host side of the worker once booted: the state its host calls reach.
 pub(super) struct Host {
     /// The front's requests (a host call that asks the front reads its answer here).
-    pub(super) input: Rc<RefCell<FrontInput>>,
+    pub input: Rc<RefCell<FrontInput>>,
     /// The run in progress, if any.
-    pub(super) running: Rc<RefCell<Running>>,
+    pub running: Rc<RefCell<Running>>,
     /// The bytes of a file the runner just read.
-    pub(super) file_in: Rc<RefCell<Option<Vec<u8>>>>,
+    pub file_in: Rc<RefCell<Option<Vec<u8>>>>,
 }
 
 impl Host {

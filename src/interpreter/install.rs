@@ -15,7 +15,7 @@ use std::time::Instant;
 #[serde(deny_unknown_fields)]
 pub(super) struct Installed {
     #[serde(default)]
-    pub(super) failed: Vec<String>,
+    pub failed: Vec<String>,
 }
 
 /// Makes `files[i]` hold `bytes[i]`, loads `items` with the runner's `install` (lock package

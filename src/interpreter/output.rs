@@ -7,8 +7,8 @@ use crate::protocol::{CallId, OutputLine, Reply, OUTPUT_SLACK};
 /// Output of the run in progress: its call id and cap, and what was forwarded so far.
 #[derive(Default)]
 pub(super) struct Running {
-    pub(super) id: Option<CallId>,
-    pub(super) output_cap: usize,
+    pub id: Option<CallId>,
+    pub output_cap: usize,
 }
 
 impl Running {

@@ -9,18 +9,18 @@ use std::time::Instant;
 
 /// The runner's functions (`js/runner.js`), kept by the host.
 pub(super) struct Runner {
-    pub(super) boot: JsFunction,
-    pub(super) find_imports: JsFunction,
-    pub(super) install: JsFunction,
-    pub(super) run: JsFunction,
-    pub(super) reseed: JsFunction,
-    pub(super) read_file: JsFunction,
-    pub(super) write_file: JsFunction,
-    pub(super) mount: JsFunction,
-    pub(super) memory: JsFunction,
-    pub(super) baseline: JsFunction,
-    pub(super) capturable: JsFunction,
-    pub(super) grow: JsFunction,
+    pub boot: JsFunction,
+    pub find_imports: JsFunction,
+    pub install: JsFunction,
+    pub run: JsFunction,
+    pub reseed: JsFunction,
+    pub read_file: JsFunction,
+    pub write_file: JsFunction,
+    pub mount: JsFunction,
+    pub memory: JsFunction,
+    pub baseline: JsFunction,
+    pub capturable: JsFunction,
+    pub grow: JsFunction,
 }
 
 /// Every answer of the runner (`js/runner.js`, `ok` and `failed`): the operation's result, or
@@ -38,10 +38,10 @@ pub(super) enum RunnerAnswer<T> {
 pub(super) struct RunnerFailure {
     /// The interpreter ended and cannot be used again.
     #[serde(default)]
-    pub(super) ended: Option<Ended>,
+    pub ended: Option<Ended>,
     /// The JavaScript error, as text.
     #[serde(default)]
-    pub(super) error: Option<String>,
+    pub error: Option<String>,
 }
 
 /// How an interpreter ended.
@@ -73,7 +73,7 @@ pub(super) struct Empty {}
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Booted {
-    pub(super) version: String,
+    pub version: String,
 }
 
 /// Calls a runner function for call `id` and drives the event loop until it answers.
@@ -108,14 +108,14 @@ pub(super) fn parse_answer<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T
 /// The runner's `run` arguments (`js/runner.js`), in one place for a call and the zygote's
 /// warm-up.
 pub(super) struct RunArgs<'a> {
-    pub(super) code: &'a str,
+    pub code: &'a str,
     /// The globals, as a JSON object's text.
-    pub(super) globals: &'a str,
-    pub(super) output_cap: usize,
-    pub(super) result_cap: usize,
-    pub(super) keep_globals: bool,
+    pub globals: &'a str,
+    pub output_cap: usize,
+    pub result_cap: usize,
+    pub keep_globals: bool,
     /// Code mode: the tool catalog as JSON text, when it changed.
-    pub(super) tools: Option<String>,
+    pub tools: Option<String>,
 }
 
 impl RunArgs<'_> {

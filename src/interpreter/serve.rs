@@ -14,7 +14,6 @@ use super::runner::{call, parse_answer, Empty, RunArgs, Runner};
 use super::scavenger::{Scavenger, Step};
 use super::zygote::{zygote_run, WARM_UP_AFTER_RESTORE};
 use crate::engine::{Arg, Engine};
-use crate::protocol::pages::ZygoteId;
 use crate::protocol::{read_frame, CallId, Frame, FrameLimits, Reply, Request, RunOutcome};
 use anyhow::{bail, Result};
 use std::cell::RefCell;
@@ -76,15 +75,18 @@ pub(super) enum Served {
 
 /// A booted worker serving the front's requests.
 pub(super) struct Serving {
-    pub(super) engine: Engine,
-    pub(super) runner: Runner,
-    pub(super) host: Rc<Host>,
+    /// The engine, with Pyodide booted in it.
+    pub engine: Engine,
+    /// The runner's functions, kept by the host.
+    pub runner: Runner,
+    /// What the engine's host calls reach: the front's input and the run in progress.
+    pub host: Rc<Host>,
     /// Forked interpreters: what linear memory held at the last checkpoint (made at the
     /// first checkpoint or restore).
-    pub(super) shadow: Option<Shadow>,
+    pub shadow: Option<Shadow>,
     /// Forked interpreters where the kernel can say which pages were written since the last
     /// checkpoint; dropped (so that checkpoints compare every page) at its first error.
-    pub(super) dirty: Option<DirtyPages>,
+    pub dirty: Option<DirtyPages>,
 }
 
 impl Serving {
@@ -112,14 +114,20 @@ impl Serving {
                 self.on_install(id, &files, attachments, &items)
             }
             Request::Checkpoint { id } => self.checkpoint(id),
-            Request::Reseed { id } => self.on_reseed(id),
+            Request::Reseed { id } => {
+                let error = self.reseed(id);
+                answered(&Reply::Reseeded { id, error })
+            }
             Request::WarmUp { id } => self.on_warm_up(id),
             Request::Restore {
                 id,
                 zygote,
                 memory_bytes,
                 reseed,
-            } => self.on_restore(id, zygote, memory_bytes, reseed, attachments),
+            } => {
+                let error = self.restore(id, zygote, memory_bytes, reseed, attachments);
+                answered(&Reply::Restored { id, error })
+            }
             Request::Run {
                 id,
                 code,
@@ -165,18 +173,6 @@ impl Serving {
         }
     }
 
-    /// [`Request::WriteFile`]: `bytes` written to `path`, or the file removed with `delete`.
-    fn on_write_file(
-        &mut self,
-        id: CallId,
-        path: &str,
-        delete: bool,
-        bytes: Option<Vec<u8>>,
-    ) -> Result<Served> {
-        let error = self.write_file(id, path, delete, bytes);
-        answered(&Reply::File { id, error })
-    }
-
     /// [`Request::Install`]: the packages' files written and loaded; a call imports what it
     /// needs itself.
     fn on_install(
@@ -192,32 +188,12 @@ impl Serving {
         answered(&Reply::Installed { id, error })
     }
 
-    /// [`Request::Reseed`]: the random state drawn anew (`checkpoint.rs`).
-    fn on_reseed(&mut self, id: CallId) -> Result<Served> {
-        let error = self.reseed(id);
-        answered(&Reply::Reseeded { id, error })
-    }
-
     /// [`Request::WarmUp`]: one call of the zygote's warm-up code, after a restore.
     fn on_warm_up(&mut self, id: CallId) -> Result<Served> {
         let error = zygote_run(&mut self.engine, &self.runner, WARM_UP_AFTER_RESTORE)
             .err()
             .map(|e| format!("{e:#}"));
         answered(&Reply::WarmedUp { id, error })
-    }
-
-    /// [`Request::Restore`]: a checkpoint's pages written into this interpreter
-    /// (`checkpoint.rs`).
-    fn on_restore(
-        &mut self,
-        id: CallId,
-        zygote: ZygoteId,
-        memory_bytes: u64,
-        reseed: bool,
-        attachments: Vec<Vec<u8>>,
-    ) -> Result<Served> {
-        let error = self.restore(id, zygote, memory_bytes, reseed, attachments);
-        answered(&Reply::Restored { id, error })
     }
 
     /// The code's top-level imports that are packages. A scanner that fails (user code may
@@ -236,25 +212,26 @@ impl Serving {
         .unwrap_or_default()
     }
 
-    /// Writes `bytes` to `path` under the working directory, or removes it with `delete`;
-    /// `Some(why)` when it could not.
-    fn write_file(
+    /// [`Request::WriteFile`]: `bytes` written to `path` under the working directory, or the
+    /// file removed with `delete`; the answer says why not when it could not.
+    fn on_write_file(
         &mut self,
         id: CallId,
         path: &str,
         delete: bool,
         bytes: Option<Vec<u8>>,
-    ) -> Option<String> {
+    ) -> Result<Served> {
         if let Some(bytes) = bytes {
             self.engine.add_file(UPLOAD_PATH, bytes);
         }
         let args = [Arg::Str(path), Arg::Bool(delete)];
-        let answered = call(&mut self.engine, &self.runner.write_file, id, &args, None);
+        let written = call(&mut self.engine, &self.runner.write_file, id, &args, None);
         self.engine.clear_files();
-        match answered {
+        let error = match written {
             Ok(text) => parse_answer::<Empty>(&text).err().map(|e| e.to_string()),
             Err(e) => Some(e.to_string()),
-        }
+        };
+        answered(&Reply::File { id, error })
     }
 
     /// Runs code for call `id` and sends its result with the images it made (at most

@@ -130,11 +130,11 @@ pub(super) enum Forked {
 /// A worker started as the zygote ([`super::fork_server`]), once booted.
 pub(super) struct Zygote<'a> {
     /// The control socket the front asks for forks on.
-    pub(super) control: OwnedFd,
+    pub control: OwnedFd,
     /// `/proc/self/status`, opened before Landlock: the zygote counts its threads there.
-    pub(super) proc_status: std::fs::File,
+    pub proc_status: std::fs::File,
     /// The front's requests: none may be left unread when the zygote forks.
-    pub(super) input: &'a RefCell<FrontInput>,
+    pub input: &'a RefCell<FrontInput>,
 }
 
 impl Zygote<'_> {
