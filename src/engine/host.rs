@@ -1,14 +1,14 @@
-//! Host functions: the only native capabilities JavaScript gets (docs/architecture.md §2).
+//! Ops: the ops of the engine, the only native capabilities JavaScript gets (docs/architecture.md §2).
 //!
 //! They live on one object, `__host`, that `js/bootstrap.js` wraps into the standard globals
 //! Pyodide expects (`setTimeout`, `performance.now`, `crypto.getRandomValues`, `console`, …) and
 //! then deletes. Everything else a browser or Node would offer is absent on purpose: no network,
 //! no host files.
 //!
-//! The surface is declared in one place, [`HOST_FUNCTIONS`]: each entry is a plain Rust
-//! function over a [`HostCall`] (its engine's state, its arguments, a way to throw). Each is
+//! The surface is declared in one place, [`OPS`]: each entry is a plain Rust
+//! function over a [`OpCall`] (its engine's state, its arguments, a way to throw). Each is
 //! installed as a callable object of one JavaScriptCore class whose private data names the
-//! function and its engine's [`HostState`], so state is per engine (as deno_core's `OpState`
+//! function and its engine's [`OpState`], so state is per engine (as deno_core's `OpState`
 //! is per runtime), not per thread.
 
 use super::ffi::*;
@@ -55,7 +55,7 @@ pub(crate) struct Timer {
 }
 
 #[derive(Default)]
-pub(crate) struct HostState {
+pub(crate) struct OpState {
     /// Pending timers by (due time, id); id breaks ties in creation order.
     pub timers: BTreeMap<(Instant, u64), Timer>,
     pub timer_due: HashMap<u64, Instant>,
@@ -74,15 +74,15 @@ pub(crate) struct HostState {
     pub start: Option<Instant>,
 }
 
-/// One call of a host function: its engine's state, its arguments and its exception slot.
-pub(crate) struct HostCall<'a> {
+/// One call of a op: its engine's state, its arguments and its exception slot.
+pub(crate) struct OpCall<'a> {
     ctx: JSContextRef,
-    state: &'a RefCell<HostState>,
+    state: &'a RefCell<OpState>,
     args: &'a [JSValueRef],
     exception: *mut JSValueRef,
 }
 
-impl HostCall<'_> {
+impl OpCall<'_> {
     /// Argument `i`, or `undefined`.
     fn arg(&self, i: usize) -> JSValueRef {
         match self.args.get(i) {
@@ -119,11 +119,11 @@ impl HostCall<'_> {
     }
 }
 
-/// A host function's body.
-type HostFnBody = fn(&HostCall<'_>) -> JSValueRef;
+/// A op's body.
+type OpBody = fn(&OpCall<'_>) -> JSValueRef;
 
 /// The whole host surface: `__host.<name>` for each entry.
-const HOST_FUNCTIONS: [(&str, HostFnBody); 9] = [
+const OPS: [(&str, OpBody); 9] = [
     ("call", host_call),
     ("now", host_now),
     ("setTimer", host_set_timer),
@@ -135,23 +135,23 @@ const HOST_FUNCTIONS: [(&str, HostFnBody); 9] = [
     ("rejected", host_rejected),
 ];
 
-/// The private data of a host function's object: the body and its engine's state. The engine
+/// The private data of a op's object: the body and its engine's state. The engine
 /// keeps these (in one boxed slice that never moves) for as long as its context lives.
-pub(crate) struct HostFn {
-    body: HostFnBody,
-    state: *const RefCell<HostState>,
+pub(crate) struct Op {
+    body: OpBody,
+    state: *const RefCell<OpState>,
 }
 
-/// The JavaScriptCore class of host function objects: callable, through [`dispatch`].
-struct HostFnClass(JSClassRef);
+/// The JavaScriptCore class of op objects: callable, through [`dispatch`].
+struct OpClass(JSClassRef);
 // SAFETY: a class is immutable once made, and JavaScriptCore's classes may be used from any
 // thread that has a context.
-unsafe impl Send for HostFnClass {}
+unsafe impl Send for OpClass {}
 // SAFETY: as above.
-unsafe impl Sync for HostFnClass {}
+unsafe impl Sync for OpClass {}
 
 fn host_fn_class() -> JSClassRef {
-    static CLASS: OnceLock<HostFnClass> = OnceLock::new();
+    static CLASS: OnceLock<OpClass> = OnceLock::new();
     CLASS
         .get_or_init(|| {
             let definition = JSClassDefinition {
@@ -160,12 +160,12 @@ fn host_fn_class() -> JSClassRef {
                 ..JSClassDefinition::EMPTY
             };
             // SAFETY: a valid definition whose strings are static; the class is never released.
-            HostFnClass(unsafe { JSClassCreate(&definition) })
+            OpClass(unsafe { JSClassCreate(&definition) })
         })
         .0
 }
 
-/// Calls the body of the host function object `function` (JavaScriptCore's `callAsFunction`).
+/// Calls the body of the op object `function` (JavaScriptCore's `callAsFunction`).
 unsafe extern "C" fn dispatch(
     ctx: JSContextRef,
     function: JSObjectRef,
@@ -174,16 +174,16 @@ unsafe extern "C" fn dispatch(
     argv: *const JSValueRef,
     exception: *mut JSValueRef,
 ) -> JSValueRef {
-    // SAFETY: objects of the host function class are made only by `install`, with a `HostFn`
+    // SAFETY: objects of the op class are made only by `install`, with a `Op`
     // as private data that the engine keeps alive, with its state, as long as the context.
-    let host_fn = unsafe { &*(JSObjectGetPrivate(function) as *const HostFn) };
+    let host_fn = unsafe { &*(JSObjectGetPrivate(function) as *const Op) };
     let args = if argc == 0 || argv.is_null() {
         &[][..]
     } else {
         // SAFETY: JavaScriptCore passes `argc` arguments at `argv`.
         unsafe { std::slice::from_raw_parts(argv, argc) }
     };
-    let call = HostCall {
+    let call = OpCall {
         ctx,
         // SAFETY: see above.
         state: unsafe { &*host_fn.state },
@@ -205,13 +205,13 @@ const MAX_TIMER_DELAY_MS: f64 = 2_147_483_647.0;
 ///
 /// # Safety
 /// `ctx` must be a valid global context.
-pub unsafe fn install(ctx: JSGlobalContextRef, state: &RefCell<HostState>) -> Box<[HostFn]> {
+pub unsafe fn install(ctx: JSGlobalContextRef, state: &RefCell<OpState>) -> Box<[Op]> {
     state.borrow_mut().start = Some(Instant::now());
     let class = host_fn_class();
     // Made whole before any object points into it: the slice never moves afterwards.
-    let kept: Box<[HostFn]> = HOST_FUNCTIONS
+    let kept: Box<[Op]> = OPS
         .iter()
-        .map(|&(_, body)| HostFn { body, state })
+        .map(|&(_, body)| Op { body, state })
         .collect();
     // SAFETY: `ctx` is valid (the caller's promise); every object is made in it.
     unsafe {
@@ -219,8 +219,8 @@ pub unsafe fn install(ctx: JSGlobalContextRef, state: &RefCell<HostState>) -> Bo
         let function = get_property(ctx, global, "Function") as JSObjectRef;
         let function_prototype = get_property(ctx, function, "prototype");
         let host = JSObjectMake(ctx, ptr::null_mut(), ptr::null_mut());
-        for ((name, _), host_fn) in HOST_FUNCTIONS.iter().zip(kept.iter()) {
-            let f = JSObjectMake(ctx, class, host_fn as *const HostFn as *mut c_void);
+        for ((name, _), host_fn) in OPS.iter().zip(kept.iter()) {
+            let f = JSObjectMake(ctx, class, host_fn as *const Op as *mut c_void);
             // A function like any other for JavaScript (`call`, `apply`, `bind`).
             JSObjectSetPrototype(ctx, f, function_prototype);
             set_property(ctx, host, name, f);
@@ -231,7 +231,7 @@ pub unsafe fn install(ctx: JSGlobalContextRef, state: &RefCell<HostState>) -> Bo
 }
 
 /// `__host.now()`: milliseconds (fractional) since the engine started, monotonic.
-fn host_now(call: &HostCall<'_>) -> JSValueRef {
+fn host_now(call: &OpCall<'_>) -> JSValueRef {
     let ms = call
         .state
         .borrow()
@@ -242,7 +242,7 @@ fn host_now(call: &HostCall<'_>) -> JSValueRef {
 }
 
 /// `__host.setTimer(fn, ms) -> id`: runs `fn` once after `ms` milliseconds.
-fn host_set_timer(call: &HostCall<'_>) -> JSValueRef {
+fn host_set_timer(call: &OpCall<'_>) -> JSValueRef {
     let cb = call.arg(0);
     // SAFETY: a value of the call's context, used as an object only once known to be one.
     let callable =
@@ -279,7 +279,7 @@ fn host_set_timer(call: &HostCall<'_>) -> JSValueRef {
 }
 
 /// `__host.clearTimer(id)`: cancels a pending timer; unknown ids are ignored.
-fn host_clear_timer(call: &HostCall<'_>) -> JSValueRef {
+fn host_clear_timer(call: &OpCall<'_>) -> JSValueRef {
     let id = call.number(0);
     if id.is_finite() && id >= 0.0 {
         let id = id as u64;
@@ -302,7 +302,7 @@ fn host_clear_timer(call: &HostCall<'_>) -> JSValueRef {
 const MAX_RANDOM_BYTES: f64 = 65536.0;
 
 /// `__host.randomBytes(n) -> ArrayBuffer`: `n` bytes (at most 65536) from the OS.
-fn host_random_bytes(call: &HostCall<'_>) -> JSValueRef {
+fn host_random_bytes(call: &OpCall<'_>) -> JSValueRef {
     let n = call.number(0);
     if !(0.0..=MAX_RANDOM_BYTES).contains(&n) {
         return call.throw("randomBytes: length must be between 0 and 65536");
@@ -316,7 +316,7 @@ fn host_random_bytes(call: &HostCall<'_>) -> JSValueRef {
 }
 
 /// `__host.readFile(path) -> ArrayBuffer`: a copy of a virtual file; throws if absent.
-fn host_read_file(call: &HostCall<'_>) -> JSValueRef {
+fn host_read_file(call: &OpCall<'_>) -> JSValueRef {
     let path = call.string(0);
     // A static file is copied (its bytes are read-only, and JavaScript may write to the
     // buffer); an owned one is handed over (`Engine::add_file`: read once).
@@ -337,7 +337,7 @@ fn host_read_file(call: &HostCall<'_>) -> JSValueRef {
 }
 
 /// `__host.emit(text)`: hands a message to the embedder (streamed output, events).
-fn host_emit(call: &HostCall<'_>) -> JSValueRef {
+fn host_emit(call: &OpCall<'_>) -> JSValueRef {
     let text = call.string(0);
     // Take the sink out while calling it so that it may not re-enter the state.
     let sink = call.state.borrow_mut().emit.take();
@@ -350,7 +350,7 @@ fn host_emit(call: &HostCall<'_>) -> JSValueRef {
 
 /// `__host.done(id, text)`: the work of call `id` settled with `text` (see
 /// `Engine::run_until_done`).
-fn host_done(call: &HostCall<'_>) -> JSValueRef {
+fn host_done(call: &OpCall<'_>) -> JSValueRef {
     let id = call.number(0);
     if !(0.0..=MAX_SAFE_ID).contains(&id) {
         return call.throw("done: the call id must be a non-negative integer");
@@ -362,7 +362,7 @@ fn host_done(call: &HostCall<'_>) -> JSValueRef {
 
 /// Unhandled-rejection callback `(promise, reason)`: recorded so that a failure inside a promise
 /// chain surfaces as an error instead of looking like a hang (docs/architecture.md §2).
-fn host_rejected(call: &HostCall<'_>) -> JSValueRef {
+fn host_rejected(call: &OpCall<'_>) -> JSValueRef {
     let ctx = call.ctx;
     let reason = call.arg(1);
     // SAFETY: values of the call's context, used as objects only once known to be ones.
@@ -399,7 +399,7 @@ fn host_rejected(call: &HostCall<'_>) -> JSValueRef {
 /// embedder (used for `fetch`, which the front performs under its network policy). `bytes`
 /// must be a `Uint8Array` that JavaScript created for this call (never a view of WebAssembly
 /// memory, whose buffer must not be pinned).
-fn host_call(call: &HostCall<'_>) -> JSValueRef {
+fn host_call(call: &OpCall<'_>) -> JSValueRef {
     let ctx = call.ctx;
     let json = call.string(0);
     let bytes_arg = call.arg(1);

@@ -16,7 +16,7 @@ mod value;
 
 use ffi::*;
 pub use host::{CallError, CallHandler, EmitSink, Rejection};
-use host::{HostFn, HostState, OwnedBytes};
+use host::{Op, OpState, OwnedBytes};
 pub use mapped::MappedFile;
 use std::cell::RefCell;
 use std::ptr;
@@ -67,16 +67,16 @@ pub enum Arg<'a> {
     Null,
 }
 
-/// One JavaScriptCore global context with our host functions installed, and their state.
+/// One JavaScriptCore global context with our ops installed, and their state.
 ///
 /// Not `Send`: a context is used from the thread that made it (a sandbox worker owns one
 /// engine on one thread).
 pub struct Engine {
     ctx: JSGlobalContextRef,
-    /// The host functions' state, at a stable address their objects point to.
-    state: Box<RefCell<HostState>>,
-    /// The host function objects' private data, kept as long as the context.
-    _host_fns: Box<[HostFn]>,
+    /// The ops' state, at a stable address their objects point to.
+    state: Box<RefCell<OpState>>,
+    /// The op objects' private data, kept as long as the context.
+    _host_fns: Box<[Op]>,
     _not_send: std::marker::PhantomData<*mut ()>,
 }
 
@@ -140,7 +140,7 @@ impl Engine {
             if ctx.is_null() {
                 return Err(EngineError::NoContext);
             }
-            let state = Box::new(RefCell::new(HostState::default()));
+            let state = Box::new(RefCell::new(OpState::default()));
             let host_fns = host::install(ctx, &state);
             let global = JSContextGetGlobalObject(ctx);
             let host_obj = get_property(ctx, global, "__host") as JSObjectRef;
@@ -440,7 +440,7 @@ mod tests {
     }
 
     /// Host state belongs to its engine: two engines on one thread see their own files, and
-    /// the host functions behave as functions (`typeof`, `bind`, thrown errors).
+    /// the ops behave as functions (`typeof`, `bind`, thrown errors).
     #[test]
     fn each_engine_has_its_own_host_state() {
         let mut a = Engine::new().expect("engine a");

@@ -131,7 +131,7 @@ pub unsafe fn describe_exception(ctx: JSContextRef, exception: JSValueRef) -> (S
     }
 }
 
-/// Makes a JS `Error` with `message`, for throwing from host functions.
+/// Makes a JS `Error` with `message`, for throwing from ops.
 ///
 /// # Safety
 /// `ctx` must be valid.

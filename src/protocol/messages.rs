@@ -73,7 +73,7 @@ pub enum Request {
     },
     /// Takes a checkpoint of the interpreter between runs (issue 36): answered by
     /// [`Reply::Checkpoint`] with the pages of linear memory that changed since the last one
-    /// (`src/worker/linear_memory.rs`), or why its state cannot be captured.
+    /// (`src/interpreter/linear_memory.rs`), or why its state cannot be captured.
     Checkpoint { id: CallId },
     /// Makes this fresh interpreter hold a checkpoint's state: grows its linear memory to
     /// `memory_bytes` and writes the pages (attachment 0: their indexes, `u32` little-endian

@@ -481,7 +481,7 @@ impl Sandbox {
     /// restores nothing, and says the fork's note followed by `files_words`. Call it before its
     /// handle is given out. `false` (and `from` untouched) when it holds a worker already (it
     /// never does then).
-    pub fn take_interpreter(&self, from: &mut Option<Worker>, files_words: &str) -> bool {
+    pub fn take_worker(&self, from: &mut Option<Worker>, files_words: &str) -> bool {
         let Ok(mut slot) = self.worker.try_lock() else {
             return false;
         };

@@ -17,7 +17,7 @@ use super::handle::{MintError, SandboxId};
 use super::hibernation::{Hibernation, HibernationError};
 use super::live::{Owner, Principal, Sandbox};
 use super::state_dir::{
-    CheckpointWrite, Claim, Expiry, SavedCheckpoint, Snapshot, StateDir, StateError,
+    CheckpointWrite, Claim, Expiry, SavedCheckpoint, SavedFiles, StateDir, StateError,
 };
 use crate::metrics::SaveResult;
 use std::collections::HashMap;
@@ -573,7 +573,7 @@ impl Registry {
         // Copies and the files without one, read together: one state of the files.
         let snapshot = version.map(|_| {
             let (files, not_kept) = sandbox.with_files(|f| (f.copies(), f.without_copy()));
-            Snapshot {
+            SavedFiles {
                 dependencies: sandbox.dependencies.clone(),
                 files,
                 not_kept,
@@ -765,7 +765,7 @@ impl Registry {
 fn write_save(
     state: &StateDir,
     sandbox: &Sandbox,
-    snapshot: Option<&Snapshot>,
+    snapshot: Option<&SavedFiles>,
 ) -> Result<u64, StateError> {
     let id = &sandbox.id;
     let (generation, created) = (sandbox.generation(), sandbox.created_unix);

@@ -168,7 +168,7 @@ struct Manifest {
 
 /// A sandbox's state as of its last completed call, to save.
 #[derive(Debug, Clone)]
-pub struct Snapshot {
+pub struct SavedFiles {
     pub dependencies: Vec<String>,
     /// The files the front holds copies of (path relative to the working directory, bytes).
     pub files: Vec<(String, Arc<Vec<u8>>)>,
@@ -519,7 +519,7 @@ impl StateDir {
     }
 
     /// Writes `snapshot` as `dir/name` (flushed: it is written only when the files changed).
-    fn write_state(dir: &Path, name: &str, snapshot: &Snapshot) -> Result<(), StateError> {
+    fn write_state(dir: &Path, name: &str, snapshot: &SavedFiles) -> Result<(), StateError> {
         let manifest = Manifest {
             format: FORMAT,
             dependencies: snapshot.dependencies.clone(),
@@ -650,7 +650,7 @@ impl StateDir {
         generation: u64,
         created_unix: u64,
         principal: Option<&str>,
-        snapshot: Option<&Snapshot>,
+        snapshot: Option<&SavedFiles>,
         checkpoint: Option<CheckpointWrite>,
     ) -> Result<u64, StateError> {
         let dir = self.dir_of(id);
@@ -910,8 +910,8 @@ mod tests {
         lifetime: None,
     };
 
-    fn snapshot() -> Snapshot {
-        Snapshot {
+    fn snapshot() -> SavedFiles {
+        SavedFiles {
             dependencies: vec!["humanize".into()],
             files: vec![
                 ("a.txt".into(), Arc::new(b"one".to_vec())),
@@ -922,7 +922,7 @@ mod tests {
     }
 
     /// Saves `snapshot` as replica `a`, then claims it as replica `b`: what `b` restores.
-    fn crafted(snapshot: Snapshot, max_file_bytes: u64) -> Restored {
+    fn crafted(snapshot: SavedFiles, max_file_bytes: u64) -> Restored {
         let root = tempfile::tempdir().expect("a temp dir");
         let a = StateDir::open(root.path(), "a".into(), 1 << 20).expect("open");
         let b = StateDir::open(root.path(), "b".into(), max_file_bytes).expect("open");
@@ -939,42 +939,42 @@ mod tests {
     fn an_entry_that_fails_a_check_is_refused_whole_and_the_sandbox_starts_clean() {
         let cases = [
             (
-                Snapshot {
+                SavedFiles {
                     files: vec![("files/../../../../tmp/x".into(), Arc::new(b"x".to_vec()))],
                     ..snapshot()
                 },
                 Refused::FileName,
             ),
             (
-                Snapshot {
+                SavedFiles {
                     files: vec![("../../../../tmp/x".into(), Arc::new(b"x".to_vec()))],
                     ..snapshot()
                 },
                 Refused::FileName,
             ),
             (
-                Snapshot {
+                SavedFiles {
                     dependencies: vec!["evil @ file:///etc/passwd".into()],
                     ..snapshot()
                 },
                 Refused::Dependency,
             ),
             (
-                Snapshot {
+                SavedFiles {
                     dependencies: vec!["not a requirement ((".into()],
                     ..snapshot()
                 },
                 Refused::Dependency,
             ),
             (
-                Snapshot {
+                SavedFiles {
                     not_kept: vec!["/etc/shadow".into()],
                     ..snapshot()
                 },
                 Refused::FileName,
             ),
             (
-                Snapshot {
+                SavedFiles {
                     files: vec![("a".into(), Arc::new(b"1".to_vec()))],
                     not_kept: vec!["a".into()],
                     ..snapshot()

@@ -1,6 +1,6 @@
 //! The second wall (docs/architecture.md §3.2 "Two walls", issue 10): the operating system confines each
 //! sandbox worker, so that native code running inside one (a JavaScriptCore JIT bug, a bug in
-//! our `unsafe` host functions) can only speak to the front over the pipes it was given.
+//! our `unsafe` ops) can only speak to the front over the pipes it was given.
 //!
 //! The layers, in the order they are applied:
 //!

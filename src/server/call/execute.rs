@@ -267,7 +267,7 @@ impl Executor {
         let mut result = CallResult::new(Outcome::Success(None));
         let stateful = self.keeps_state();
         if let Err(early) = self
-            .ready_interpreter(held, sandbox, stateful, vanished, stop.as_mut())
+            .ready_worker(held, sandbox, stateful, vanished, stop.as_mut())
             .await
         {
             return Attempt::Done(early.into_result());
@@ -332,7 +332,7 @@ impl Executor {
     ///
     /// Errors: [`Early::Failed`] when no worker can be had; [`Early::Stopped`] when
     /// `stop` fired first.
-    async fn ready_interpreter(
+    async fn ready_worker(
         &self,
         held: &mut Held,
         sandbox: &Sandbox,

@@ -162,7 +162,7 @@ impl Executor {
         }
         let files: Vec<String> =
             copy.with_files(|f| f.copies().into_iter().map(|(path, _)| path).collect());
-        if !copy.take_interpreter(slot, &files_words(&files)) {
+        if !copy.take_worker(slot, &files_words(&files)) {
             return false;
         }
         source.lend_interpreter();

@@ -3,7 +3,7 @@
 //! (`{"sandbox_id": …}`).
 
 use super::reach::{InUse, NewSandbox, Reached};
-use super::schema::{object_schema, open, sandbox_tool, Effect};
+use super::schema::{object_schema, open_ended, sandbox_tool, Effect};
 use super::{parse, structured_answer, tool_error, McpTool, Refusal, ToolArguments};
 use crate::server::handler::RunPythonServer;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, JsonObject, Tool};
@@ -82,7 +82,7 @@ impl McpTool for CreateSandbox {
             schema,
             Effect::Additive,
         )
-        .with_raw_output_schema(Arc::new(open(output)))
+        .with_raw_output_schema(Arc::new(open_ended(output)))
     }
 
     async fn call(

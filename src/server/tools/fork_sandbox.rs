@@ -17,7 +17,7 @@
 use super::create_sandbox::idle_words;
 use super::list_sandbox_files::SandboxArguments;
 use super::reach::{InUse, Reached, SourceSandbox};
-use super::schema::{object_schema, open, sandbox_id_property, sandbox_tool, Effect};
+use super::schema::{object_schema, open_ended, sandbox_id_property, sandbox_tool, Effect};
 use super::{structured_answer, tool_error, McpTool};
 use crate::sandbox::handle::SandboxId;
 use crate::sandbox::live::Arrival;
@@ -57,7 +57,7 @@ impl McpTool for ForkSandbox {
             ),
             Effect::Additive,
         )
-        .with_raw_output_schema(Arc::new(open(output)))
+        .with_raw_output_schema(Arc::new(open_ended(output)))
     }
 
     /// After the source's earlier calls, copies it into a new sandbox (see the module's

@@ -3,7 +3,7 @@
 
 use super::reach::ExistingSandbox;
 use super::schema::{
-    object_schema, open, sandbox_id_property, sandbox_tool, Effect, OPTIONAL_SANDBOX,
+    object_schema, open_ended, sandbox_id_property, sandbox_tool, Effect, OPTIONAL_SANDBOX,
 };
 use super::{structured_answer, McpTool, PlainArguments};
 use crate::server::handler::RunPythonServer;
@@ -65,7 +65,7 @@ impl McpTool for ListSandboxFiles {
             object_schema(json!({"sandbox_id": sandbox_id_property(OPTIONAL_SANDBOX)}), &[]),
             Effect::ReadOnly,
         )
-        .with_raw_output_schema(Arc::new(open(output)))
+        .with_raw_output_schema(Arc::new(open_ended(output)))
     }
 
     async fn call(

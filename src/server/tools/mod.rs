@@ -7,7 +7,7 @@
 //! against, dispatch, metric labels, the unknown-tool error, and what a transport must know
 //! before a call runs (whether it makes a sandbox: [`Reach`]).
 //!
-//! Every call opens the same way, in one place ([`open`]): the arguments are parsed and
+//! Every call opens the same way, in one place ([`handle_call`]): the arguments are parsed and
 //! checked (a malformed one is an MCP `invalid_params` error), then the sandbox is found
 //! (one that does not exist is a tool error the model reads), then the tool's handler runs.
 //!
@@ -46,7 +46,7 @@ pub trait McpTool: Send + Sync + 'static {
     /// Its arguments once parsed and checked.
     type Arguments: ToolArguments;
     /// What a call is handed besides its arguments: the sandbox it works in, found by
-    /// [`open`] before the handler runs, or nothing for a tool that makes or ends one by
+    /// [`handle_call`] before the handler runs, or nothing for a tool that makes or ends one by
     /// itself. Its [`Opening::REACH`] is what transports learn of the tool.
     type Sandbox: Opening;
 
@@ -113,7 +113,7 @@ impl<T: PlainArguments> ToolArguments for T {
 pub enum Reach {
     /// It works in the sandbox its `sandbox_id` names, else in the session's; with neither, it
     /// makes one (`run_python_code`) or is refused, as [`reach::WithoutHandle`] says.
-    WorksIn(reach::WithoutHandle),
+    Uses(reach::WithoutHandle),
     /// It makes a new sandbox and names none (`create_sandbox`).
     Makes,
     /// It makes a new sandbox as a copy of the one its `sandbox_id` names, else of the
@@ -130,8 +130,8 @@ impl Reach {
     pub fn makes_one(self, in_session: bool) -> bool {
         match self {
             Reach::Makes | Reach::Forks => true,
-            Reach::WorksIn(reach::WithoutHandle::Create) => !in_session,
-            Reach::WorksIn(reach::WithoutHandle::Refuse) | Reach::Ends => false,
+            Reach::Uses(reach::WithoutHandle::Create) => !in_session,
+            Reach::Uses(reach::WithoutHandle::Refuse) | Reach::Ends => false,
         }
     }
 }
@@ -152,7 +152,7 @@ impl From<McpError> for Refusal {
     }
 }
 
-/// A handler as the table holds it: any tool's [`open`], behind one function type.
+/// A handler as the table holds it: any tool's [`handle_call`], behind one function type.
 type Handler = for<'a> fn(
     &'a RunPythonServer,
     CallToolRequestParams,
@@ -169,7 +169,7 @@ pub struct ToolEntry {
     pub reach: Reach,
     /// [`McpTool::definition`].
     definition: fn(bool) -> Tool,
-    /// [`open`] for the tool.
+    /// [`handle_call`] for the tool.
     handler: Handler,
 }
 
@@ -181,7 +181,7 @@ impl ToolEntry {
             stateful_only: T::STATEFUL_ONLY,
             reach: <T::Sandbox as Opening>::REACH,
             definition: T::definition,
-            handler: boxed_open::<T>,
+            handler: boxed_handle_call::<T>,
         }
     }
 
@@ -277,18 +277,18 @@ pub async fn dispatch(
     }
 }
 
-/// [`open`] as the table's [`Handler`].
-fn boxed_open<'a, T: McpTool>(
+/// [`handle_call`] as the table's [`Handler`].
+fn boxed_handle_call<'a, T: McpTool>(
     server: &'a RunPythonServer,
     request: CallToolRequestParams,
     context: &'a RequestContext<RoleServer>,
 ) -> BoxFuture<'a, Result<CallToolResponse, McpError>> {
-    Box::pin(open::<T>(server, request, context))
+    Box::pin(handle_call::<T>(server, request, context))
 }
 
 /// The one opening of every call: parse and check the arguments, find the sandbox, run the
 /// tool's handler.
-async fn open<T: McpTool>(
+async fn handle_call<T: McpTool>(
     server: &RunPythonServer,
     mut request: CallToolRequestParams,
     context: &RequestContext<RoleServer>,

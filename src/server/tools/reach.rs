@@ -158,7 +158,7 @@ impl WorksIn for ExistingSandbox {
 
 #[async_trait::async_trait]
 impl<T: WorksIn> Opening for T {
-    const REACH: Reach = Reach::WorksIn(T::WITHOUT);
+    const REACH: Reach = Reach::Uses(T::WITHOUT);
 
     async fn open(
         server: &RunPythonServer,

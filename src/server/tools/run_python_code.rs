@@ -11,7 +11,7 @@
 
 use super::format::{render, structured};
 use super::reach::{AnySandbox, InUse, Reached};
-use super::schema::{object_schema, open, sandbox_id_property};
+use super::schema::{object_schema, open_ended, sandbox_id_property};
 use super::{parse, McpTool, Refusal, ToolArguments};
 use crate::packages::wheel::target;
 use crate::protocol::Stream;
@@ -87,7 +87,7 @@ pub fn input_schema(stateful: bool) -> JsonObject {
 /// ([`super::format::structured`]): the JSON mode's keys, plus `sandbox_id` and
 /// `dependencies`.
 pub fn output_schema() -> JsonObject {
-    open(object_schema(
+    open_ended(object_schema(
         json!({
             "status": {"type": "string", "enum": ["success", "install-error", "run-error"]},
             "sandbox_id": {"type": "string", "description": "The sandbox the code ran in: pass it to later calls to continue there"},

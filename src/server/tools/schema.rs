@@ -35,7 +35,7 @@ pub fn object_schema(properties: serde_json::Value, required: &[&str]) -> JsonOb
 }
 
 /// An output schema that lets later keys come: clients must not break on them.
-pub fn open(mut schema: JsonObject) -> JsonObject {
+pub fn open_ended(mut schema: JsonObject) -> JsonObject {
     schema.insert("additionalProperties".into(), json!(true));
     schema
 }
