@@ -11,7 +11,7 @@ The front makes every call: this module holds no address and no credential of an
 """
 
 # Executed by python/runner.py into a fresh module object named ``mcp_tools`` (docs:
-# src/upstream/catalog.rs, which makes every name, signature and docstring below), then
+# src/code_mode/catalog.rs, which makes every name, signature and docstring below), then
 # ``_build`` is called with the catalog and the host call. Nothing here is trusted by the front.
 
 import ast as _ast
@@ -72,7 +72,7 @@ async def call(server: str, tool: str, arguments: dict[str, Any] | None = None) 
     return call_sync(server, tool, arguments)
 
 
-# What an annotation made by src/upstream/catalog.rs may name.
+# What an annotation made by src/code_mode/catalog.rs may name.
 _ANNOTATION_NAMES = {"Any": Any, "Literal": Literal, "int": int, "float": float, "str": str,
                      "bool": bool, "list": list, "dict": dict, "None": None}
 
@@ -133,7 +133,7 @@ def _function(server_name, spec):
 
 
 def _build(catalog, host):
-    """Makes ``mcp_tools.<server>`` for every server of ``catalog`` (src/upstream/catalog.rs's
+    """Makes ``mcp_tools.<server>`` for every server of ``catalog`` (src/code_mode/catalog.rs's
     JSON) and keeps ``host``, the runner's call to the front (``host("tool", request)``)."""
     global _host
     _host = host

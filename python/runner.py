@@ -119,7 +119,7 @@ def _canonical(name):
 _reseed_pending = False
 
 # Code mode: ``mcp_tools``'s source (python/mcp_tools.py, put here by the JavaScript runner as
-# the helper is made), the catalog of tools it is built from (src/upstream/catalog.rs's JSON,
+# the helper is made), the catalog of tools it is built from (src/code_mode/catalog.rs's JSON,
 # given by the front with a run when it changed; ``None`` without ``--tools-config``) and the
 # runner's host call that makes a tool call.
 _tools_source = None

@@ -237,12 +237,12 @@ pub struct Cli {
 
     /// Code mode: most upstream tool and host function calls one `run_python_code` call may
     /// make.
-    #[arg(long, default_value_t = crate::upstream::DEFAULT_MAX_TOOL_CALLS)]
+    #[arg(long, default_value_t = crate::code_mode::DEFAULT_MAX_TOOL_CALLS)]
     pub max_tool_calls: usize,
 
     /// Code mode: most bytes of upstream tool and host function answers one `run_python_code`
     /// call may receive.
-    #[arg(long, default_value_t = crate::upstream::DEFAULT_MAX_TOOL_BYTES)]
+    #[arg(long, default_value_t = crate::code_mode::DEFAULT_MAX_TOOL_BYTES)]
     pub max_tool_bytes: usize,
 
     /// Largest response body user code may fetch from an `--allow-net` host, in bytes.

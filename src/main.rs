@@ -6,6 +6,7 @@
 mod assets;
 mod atomic_file;
 mod cli;
+mod code_mode;
 mod engine;
 mod interpreter;
 mod metrics;
@@ -14,7 +15,6 @@ mod packages;
 mod protocol;
 mod sandbox;
 mod server;
-mod upstream;
 mod worker;
 
 use anyhow::Result;

@@ -317,26 +317,26 @@ fn net_policy(cli: &Cli) -> NetPolicy {
 /// `--functions-socket`, started; `None` without either.
 ///
 /// Errors: the configuration cannot be read or the socket cannot be opened.
-async fn upstreams(cli: &Cli) -> Result<Option<Arc<crate::upstream::Upstreams>>> {
+async fn upstreams(cli: &Cli) -> Result<Option<Arc<crate::code_mode::Upstreams>>> {
     if cli.tools_config.is_none() && cli.functions_socket.is_none() {
         return Ok(None);
     }
     let servers = match &cli.tools_config {
-        Some(path) => crate::upstream::config::load(path)?,
+        Some(path) => crate::code_mode::config::load(path)?,
         None => Vec::new(),
     };
     let functions = match &cli.functions_socket {
         Some(path) => {
-            Some(crate::upstream::functions::Channel::open(path, cli.max_tool_bytes).await?)
+            Some(crate::code_mode::functions::Channel::open(path, cli.max_tool_bytes).await?)
         }
         None => None,
     };
-    let limits = crate::upstream::ToolLimits {
+    let limits = crate::code_mode::ToolLimits {
         calls: cli.max_tool_calls,
         bytes: cli.max_tool_bytes,
     };
     Ok(Some(
-        crate::upstream::Upstreams::start(servers, functions, limits).await,
+        crate::code_mode::Upstreams::start(servers, functions, limits).await,
     ))
 }
 

@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["modes"],
     &["cli"],
     &["server"],
-    &["upstream", "sandbox"],
+    &["code_mode", "sandbox"],
     &["worker", "interpreter"],
     &["protocol", "assets"],
     &["packages", "engine"],

@@ -2,7 +2,7 @@
 
 The binary connects, once, to a UNIX socket this process listens on in a directory only its
 user can enter (`--functions-socket`), never through the MCP connection. Messages are JSON
-lines, declared with the binary's side in src/upstream/functions.rs:
+lines, declared with the binary's side in src/code_mode/functions.rs:
 
 - to the binary, first: `{"kind": "hello", "functions": [{"name", "signature", "doc"}]}`;
 - from the binary: `{"kind": "call", "id", "function", "args", "kwargs", "sandbox"}`, answered
@@ -40,7 +40,7 @@ _SOCKET_NAME = 'functions.sock'
 
 def sandbox_tag(sandbox_id: str) -> str:
     """How the binary names sandbox `sandbox_id` in its calls: 16 hex characters of the
-    handle's SHA-256 (src/upstream/mod.rs, `sandbox_tag`)."""
+    handle's SHA-256 (src/code_mode/mod.rs, `sandbox_tag`)."""
     import hashlib
 
     return hashlib.sha256(sandbox_id.encode()).hexdigest()[:16]

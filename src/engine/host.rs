@@ -209,10 +209,7 @@ pub unsafe fn install(ctx: JSGlobalContextRef, state: &RefCell<OpState>) -> Box<
     state.borrow_mut().start = Some(Instant::now());
     let class = host_fn_class();
     // Made whole before any object points into it: the slice never moves afterwards.
-    let kept: Box<[Op]> = OPS
-        .iter()
-        .map(|&(_, body)| Op { body, state })
-        .collect();
+    let kept: Box<[Op]> = OPS.iter().map(|&(_, body)| Op { body, state }).collect();
     // SAFETY: `ctx` is valid (the caller's promise); every object is made in it.
     unsafe {
         let global = JSContextGetGlobalObject(ctx);

@@ -414,7 +414,7 @@ impl ServerHandler for RunPythonServer {
                 Some(serde_json::json!({"uri": request.uri})),
             )
         };
-        if let (Some(upstreams), crate::upstream::catalog::STUB_URI) =
+        if let (Some(upstreams), crate::code_mode::catalog::STUB_URI) =
             (&self.executor.upstreams, request.uri.as_str())
         {
             let stub = upstreams.published().stub.clone();

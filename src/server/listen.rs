@@ -6,7 +6,7 @@
 //!
 //! Two kinds of change are told:
 //! - `toolsListChanged`: a code-mode upstream (`--tools-config`) changed the tools that
-//!   `run_python_code`'s description lists ([`crate::upstream::Upstreams::watch_tools`]);
+//!   `run_python_code`'s description lists ([`crate::code_mode::Upstreams::watch_tools`]);
 //! - `resourcesListChanged`: a sandbox's files changed ([`Changes::files_changed`]), told to a
 //!   listener of the sandbox's own principal only (the authenticated caller that made it;
 //!   without authentication every caller is the same, unnamed principal). A 2025-11-25

@@ -17,7 +17,7 @@ from fastmcp.tools import Tool
 from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 
 PORT, TOKEN, LOG = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-# The `_meta` key under which mcp-run-python names the sandbox of a call (src/upstream/mod.rs).
+# The `_meta` key under which mcp-run-python names the sandbox of a call (src/code_mode/mod.rs).
 SANDBOX_META_KEY = "io.github.mcp-run-python/sandbox"
 
 mcp = FastMCP(

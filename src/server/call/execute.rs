@@ -91,7 +91,7 @@ pub struct Executor {
     /// Which hosts user code may reach (`--allow-net`).
     pub net: NetPolicy,
     /// Code mode (`--tools-config`): the upstream MCP servers whose tools code may call.
-    pub upstreams: Option<Arc<crate::upstream::Upstreams>>,
+    pub upstreams: Option<Arc<crate::code_mode::Upstreams>>,
     /// `--stateful`: a sandbox's globals last from one call to the next (`Isolation::Sandbox`).
     pub stateful: bool,
     /// Admission (`--max-queue`), the running slots (`--workers`) and the shared workers.

@@ -7,9 +7,9 @@
 //! It lives here, above the workers, because it joins what the workers must not know of: the
 //! upstream servers and the sandboxes (`src/worker/` imports neither).
 
+use crate::code_mode::{sandbox_tag, ToolBudget, Upstreams};
 use crate::protocol::fetch::{FetchRequest, FetchResponse};
 use crate::protocol::{FunctionCall, ToolAnswer, ToolCall};
-use crate::upstream::{sandbox_tag, ToolBudget, Upstreams};
 use crate::worker::client::{CatalogUpdate, RunHost};
 use crate::worker::net::NetPolicy;
 

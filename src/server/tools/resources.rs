@@ -41,7 +41,7 @@ pub const STUB_MIME_TYPE: &str = "text/x-python";
 /// Code mode's `mcp_tools.pyi` (`upstream::catalog::STUB_URI`): every MCP tool the code can
 /// call, with its signature and docstring.
 pub fn code_mode_stub() -> Resource {
-    Resource::new(crate::upstream::catalog::STUB_URI, "mcp_tools.pyi")
+    Resource::new(crate::code_mode::catalog::STUB_URI, "mcp_tools.pyi")
         .with_description("The MCP tools that run_python_code's code can call (`import mcp_tools`), as a Python type stub")
         .with_mime_type(STUB_MIME_TYPE)
 }
