@@ -21,16 +21,17 @@
     const out = hostCall(`{"op":${JSON.stringify(String(op))},"call":${callJson}}`);
     return [out.json, new Uint8Array(out.body)];
   };
-  // The session's working directory (python/runner.py's WORKDIR).
-  const WORKDIR = "/home/pyodide/";
+  // The sandbox's working directory, with a trailing slash (python/runner.py's WORKDIR); set by
+  // `boot` from the binary's constants (src/assets.rs, `runner_constants`).
+  let WORKDIR = null;
   // Words for Emscripten's file system errors (its errno numbers: ENOENT 44, EISDIR 31,
   // ENOTDIR 54, EEXIST 20).
   const FS_REASONS = { 44: "no such file", 31: "a folder is in the way", 54: "a file is in the way", 20: "a file is in the way" };
   const fsReason = (e) => (e && FS_REASONS[e.errno]) || (e && e.message) || String(e);
-  // The virtual file that holds an upload's bytes while writeFile copies them.
-  const UPLOAD = "/upload";
-  // The virtual file that holds the `--mount` files' bytes while mount copies them.
-  const MOUNT = "/mount";
+  // The virtual file that holds an upload's bytes while writeFile copies them, and the one that
+  // holds the `--mount` files' bytes while mount copies them; set by `boot`, as WORKDIR.
+  let UPLOAD = null;
+  let MOUNT = null;
   let pyodide = null;
   // The Python helper's functions, kept here; the helper module is in no `sys.modules`.
   let helperRun = null;
@@ -82,13 +83,14 @@
     "import sys as _sys, types as _types\n" +
     "_m = _types.ModuleType('_mcp_runner')\n" +
     "_m.__file__ = '/lib/_mcp_runner.py'\n" +
+    "_m._CONSTANTS = __import__('json').loads(_mcp_constants)\n" +
     "exec(compile(_mcp_source, _m.__file__, 'exec'), _m.__dict__)\n" +
     "_m._tools_source = _mcp_tools_source\n" +
     "_sys.modules['_mcp_runner'] = _m\n" +
-    "del _sys, _types, _m, _mcp_source, _mcp_tools_source\n";
+    "del _sys, _types, _m, _mcp_source, _mcp_tools_source, _mcp_constants\n";
   // Takes the helper module out of sys.modules; its value is the module.
   const TAKE_HELPER = "__import__('sys').modules.pop('_mcp_runner')";
-  // Every answer is one of two shapes (src/sandbox/worker_main.rs, RunnerAnswer): `{"ok": …}`
+  // Every answer is one of two shapes (src/interpreter/runner.rs, RunnerAnswer): `{"ok": …}`
   // with the operation's JSON text as is (the helper already made it one JSON value), or
   // `{"failed": …}` with why.
   const ok = (text) => `{"ok":${text}}`;
@@ -105,8 +107,14 @@
     // snapshotMode: "load" restores the memory snapshot at /snapshot.bin (skipping Python's
     // start-up), "make" boots normally and hands a snapshot to the host, "none" just boots.
     // Answers `{"version": …}`.
-    boot(id, helperSource, toolsSource, envJson, wasmMaxBytes, snapshotMode) {
+    // constantsJson: the binary's constants (src/assets.rs, `runner_constants`), for this file
+    // and, through `_CONSTANTS`, for the helper.
+    boot(id, helperSource, toolsSource, constantsJson, envJson, wasmMaxBytes, snapshotMode) {
       answer(id, (async () => {
+        const constants = JSON.parse(constantsJson);
+        WORKDIR = constants.workdir + "/";
+        UPLOAD = constants.upload_path;
+        MOUNT = constants.mount_path;
         if (wasmMaxBytes) {
           // Refuse to grow WebAssembly memory past the budget, as a memory with that maximum
           // would: malloc then fails inside Pyodide and Python raises MemoryError.
@@ -139,6 +147,7 @@
         if (snapshotMode !== "load") {
           pyodide.globals.set("_mcp_source", helperSource);
           pyodide.globals.set("_mcp_tools_source", toolsSource);
+          pyodide.globals.set("_mcp_constants", constantsJson);
           pyodide.runPython(MAKE_HELPER);
         }
         if (snapshotMode === "make") {

@@ -25,6 +25,11 @@ import traceback
 
 from pyodide.code import find_imports as _find_imports, should_quiet
 
+# The binary's constants (src/assets.rs, `runner_constants`): `max_images`, `max_listed_files`,
+# `upload_path`, `mount_path` and `workdir`. js/runner.js sets it on this module before its code
+# runs, so that nothing here repeats a number the front checks.
+_CONSTANTS: dict
+
 _emit = None
 # Modules that come with Pyodide itself and are never packages to install.
 _BUILTIN = {"js", "pyodide", "pyodide_js", "_pyodide", "_mcp_runner", "mcp_tools", "mcp_run_python"}
@@ -424,11 +429,11 @@ def _awaits(code):
 # front (``image`` content): these file name endings, at most this many per call, and of the
 # files under the working directory at most this many are looked at.
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".svg")
-_MAX_IMAGES = 8
-_MAX_SCANNED = 1000
+_MAX_IMAGES = _CONSTANTS["max_images"]
+_MAX_SCANNED = _CONSTANTS["max_listed_files"]
 # The session's working directory: the code's current directory when the interpreter starts
 # (Pyodide's home), wherever the code moves to later.
-WORKDIR = "/home/pyodide"
+WORKDIR = _CONSTANTS["workdir"]
 
 
 def _scan():

@@ -3,6 +3,7 @@
 //! (docs/architecture.md §7). The interpreter boots from them; the front reads only the lock
 //! file (to resolve packages) and the fingerprint (to key its caches and its zygote service).
 
+use crate::protocol::{MAX_IMAGES, MAX_LISTED_FILES};
 use include_dir::{include_dir, Dir};
 use sha2::{Digest, Sha256};
 
@@ -22,8 +23,34 @@ pub const RUNNER_PY: &str = include_str!("../python/runner.py");
 /// `python/mcp_tools.py`: code mode's `mcp_tools` module, built inside Pyodide.
 pub const MCP_TOOLS_PY: &str = include_str!("../python/mcp_tools.py");
 
+/// The virtual file an upload's bytes wait in while the runner copies them (`js/runner.js`).
+pub const UPLOAD_PATH: &str = "/upload";
+
+/// The virtual file that holds the `--mount` files' bytes while the runner copies them
+/// (`js/runner.js`).
+pub const MOUNT_PATH: &str = "/mount";
+
+/// A sandbox's working directory: Pyodide's home, the code's current directory when its
+/// interpreter starts.
+pub const WORKDIR: &str = "/home/pyodide";
+
+/// The constants `js/runner.js` and `python/runner.py` take from the binary rather than repeat
+/// by hand, as the JSON object handed to the runner's `boot`: `max_images` and
+/// `max_listed_files` (the front refuses more, `src/protocol/messages.rs`), `upload_path`,
+/// `mount_path` and `workdir`.
+pub fn runner_constants() -> String {
+    serde_json::json!({
+        "max_images": MAX_IMAGES,
+        "max_listed_files": MAX_LISTED_FILES,
+        "upload_path": UPLOAD_PATH,
+        "mount_path": MOUNT_PATH,
+        "workdir": WORKDIR,
+    })
+    .to_string()
+}
+
 /// Identifies everything a memory snapshot depends on (the embedded Pyodide, our JavaScript
-/// and Python, this version): a snapshot is only restored by the same runtime. Hex, 16 chars.
+/// and Python and the constants they are given, this version): a snapshot is only restored by the same runtime. Hex, 16 chars.
 pub fn runtime_fingerprint() -> String {
     let mut all = Vec::new();
     // The embedded Pyodide's digest, made by build.rs as it embeds the files.
@@ -37,5 +64,7 @@ pub fn runtime_fingerprint() -> String {
     ] {
         all.extend_from_slice(text.as_bytes());
     }
+    // The helper module in a snapshot was made with these.
+    all.extend_from_slice(runner_constants().as_bytes());
     hex::encode(Sha256::digest(&all))[..FINGERPRINT_HEX].to_owned()
 }

@@ -18,7 +18,8 @@ const LAYERS: &[&[&str]] = &[
     &["server"],
     &["code_mode", "sandbox"],
     &["worker", "interpreter"],
-    &["protocol", "assets"],
+    &["assets"],
+    &["protocol"],
     &["packages", "engine"],
     &["metrics", "atomic_file"],
 ];

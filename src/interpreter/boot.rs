@@ -6,7 +6,10 @@ use super::descriptors::inherited_descriptor;
 use super::host_calls::{HostCallError, HostRequest};
 use super::reply::{send_with, SendError};
 use super::runner::{call, parse_answer, Booted, Empty, Runner};
-use crate::assets::{BOOTSTRAP_JS, MCP_TOOLS_PY, PYODIDE, RUNNER_JS, RUNNER_PY};
+use crate::assets::{
+    runner_constants, BOOTSTRAP_JS, MCP_TOOLS_PY, MOUNT_PATH, PYODIDE, RUNNER_JS, RUNNER_PY,
+    WORKDIR,
+};
 use crate::engine::{Arg, CallError, Engine, MappedFile};
 use crate::protocol::launch::{SNAPSHOT_FD_ARG, WASM_MAX_MIB_ARG};
 use crate::protocol::{
@@ -24,10 +27,6 @@ pub(super) const BOOT_CALL: CallId = 0;
 
 /// How long booting Pyodide may take before the worker gives up (seconds).
 pub(super) const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
-
-/// The virtual file that holds the `--mount` files' bytes while the runner copies them (js/runner.js's
-/// `MOUNT`).
-pub(super) const MOUNT_PATH: &str = "/mount";
 
 /// `--wasm-max-mib=N` from the worker's arguments, in bytes.
 pub(super) fn wasm_max_bytes() -> Option<u64> {
@@ -158,7 +157,9 @@ pub(super) fn boot_runner(
     runner: &Runner,
     mode: SnapshotMode,
 ) -> Result<String> {
-    let env = r#"{"HOME":"/home/pyodide","USER":"pyodide","LANG":"C.UTF-8"}"#;
+    let env =
+        serde_json::json!({"HOME": WORKDIR, "USER": "pyodide", "LANG": "C.UTF-8"}).to_string();
+    let constants = runner_constants();
     let deadline = Some(Instant::now() + BOOT_TIMEOUT);
     let answer = call(
         engine,
@@ -167,7 +168,8 @@ pub(super) fn boot_runner(
         &[
             Arg::Str(RUNNER_PY),
             Arg::Str(MCP_TOOLS_PY),
-            Arg::Str(env),
+            Arg::Str(&constants),
+            Arg::Str(&env),
             wasm_max_bytes().map_or(Arg::Null, |b| Arg::Num(b as f64)),
             Arg::Str(match mode {
                 SnapshotMode::None => "none",

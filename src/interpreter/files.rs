@@ -7,9 +7,6 @@ use crate::protocol::{CallId, RunOutcome};
 use anyhow::Result;
 use std::cell::RefCell;
 
-/// The virtual file an upload's bytes wait in (`js/runner.js`, `UPLOAD`).
-pub(super) const UPLOAD_PATH: &str = "/upload";
-
 /// Reads the images `outcome` names (files the run made in its working directory), each of at
 /// most `cap` bytes, through the runner's `readFile`; keeps in `outcome.images` only those read,
 /// in the order of the returned bytes. None when `cap` is 0 (no `--stateful`).

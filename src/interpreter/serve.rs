@@ -3,7 +3,7 @@
 //! restore and reseed are in `checkpoint.rs`.
 
 use super::dirty_pages::DirtyPages;
-use super::files::{read_file, read_images, UPLOAD_PATH};
+use super::files::{read_file, read_images};
 use super::host_calls::{FrontInput, Host};
 use super::install::install_packages;
 use super::linear_memory::Shadow;
@@ -13,6 +13,7 @@ use super::reply::{send, send_with};
 use super::runner::{call, parse_answer, Empty, RunArgs, Runner};
 use super::scavenger::{Scavenger, Step};
 use super::zygote::{zygote_run, WARM_UP_AFTER_RESTORE};
+use crate::assets::UPLOAD_PATH;
 use crate::engine::{Arg, Engine};
 use crate::protocol::{read_frame, CallId, Frame, FrameLimits, Reply, Request, RunOutcome};
 use anyhow::{bail, Result};
