@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# mcp-run-python as a container image (issue 27, deploy/README.md).
+# mcp-run-python as a container image (README "Running many replicas", deploy/README.md).
 #
 #   docker build -t mcp-run-python:0.1.0 .
 #   docker run --rm -p 3001:3001 mcp-run-python:0.1.0            # streamable HTTP, --stateful, on 0.0.0.0:3001

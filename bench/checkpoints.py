@@ -1,4 +1,4 @@
-"""Benchmark (issue 36): what keeping a sandbox's interpreter state costs, in one run, as ratios to
+"""Benchmark (checkpoints, docs/architecture.md §3.4): what keeping a sandbox's interpreter state costs, in one run, as ratios to
 Monty (PyPI `pydantic-monty`), whose `session.dump()` / `load_session()` are its checkpoint,
 restore and fork. Every server is `streamable-http --stateful --workers 1`, spoken to over
 sessionless MCP 2026-07-28 requests (bench/sandboxes.py's `Sessionless`, each request on one bare

@@ -1,4 +1,4 @@
-"""Benchmark (issue 28): code mode against tool calls one at a time, in one run.
+"""Benchmark (docs/architecture.md §11): code mode against tool calls one at a time, in one run.
 
 The job: 100 calls of the reference server's `get-sum` (`@modelcontextprotocol/server-everything`,
 stdio, from tests/ts/node_modules), and the sum of their answers.

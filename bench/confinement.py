@@ -1,4 +1,4 @@
-"""Benchmark (issue 10): what the operating-system wall costs, measured in one run with
+"""Benchmark (docs/architecture.md §3.2): what the operating-system wall costs, measured in one run with
 `--confinement default` (every layer on) against `--confinement off`: cold start from the memory
 snapshot (process start -> first result over stdio), warm trivial call p50/p99, and a CPU-bound
 Python loop. Reported as ratios on/off.

@@ -1,4 +1,4 @@
-"""Benchmark (issue 13): what a new interpreter costs, in one run, as ratios to Node + Pyodide
+"""Benchmark (the zygote, docs/architecture.md §3): what a new interpreter costs, in one run, as ratios to Node + Pyodide
 restoring Pyodide's own memory snapshot (the fastest way Node starts Pyodide).
 
 - cold start (process start -> first `print(1)` result): Node plain and from its snapshot; ours

@@ -1,4 +1,4 @@
-"""Benchmark (issue 4): the pool scales and heals. In one run:
+"""Benchmark (README "Benchmarks"): the pool scales and heals. In one run:
 (a) throughput of a CPU-bound call (`sum(range(10**6))`) from 8 concurrent requests with
     --workers 1 and --workers 2 (their ratio shows the scaling), and
 (b) the time from a worker's death (`os._exit(1)`) to the next call's answer on a replacement.

@@ -1,4 +1,4 @@
-"""Benchmark (issue 27): one replica against three behind HAProxy (deploy/haproxy.cfg), both
+"""Benchmark (README "Running many replicas"): one replica against three behind HAProxy (deploy/haproxy.cfg), both
 through the balancer, in one run: calls/s of `AGENTS` concurrent agents that each work in a
 sandbox of their own (sessionless MCP 2026-07-28 calls, the handle in `Mcp-Param-Sandbox-Id`),
 and sandboxes per GiB (proportional set size of every replica's processes, with `--sandboxes`

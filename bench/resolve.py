@@ -1,4 +1,4 @@
-"""Benchmark (issue 11): resolve + fetch + install time of `sympy` and of the seed's pydantic +
+"""Benchmark (dependencies, docs/architecture.md §5): resolve + fetch + install time of `sympy` and of the seed's pydantic +
 email-validator example, with a cold download cache and with a warm one, over stdio. Each call
 is measured against a trivial call on the same server in the same run (the ratio is what to
 compare across machines), and warm against cold.

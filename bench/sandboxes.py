@@ -1,4 +1,4 @@
-"""Benchmark (issue 26): what a sandbox costs, in one run, as ratios to Node + Pyodide restoring
+"""Benchmark (docs/architecture.md §3.1): what a sandbox costs, in one run, as ratios to Node + Pyodide restoring
 Pyodide's own memory snapshot (one interpreter in one Node process: the plain way to give each
 agent a Python of its own).
 

@@ -1,4 +1,4 @@
-"""Benchmark (issue 2): cold start and warm call latency of mcp-run-python over stdio, against a
+"""Benchmark (README "Benchmarks"): cold start and warm call latency of mcp-run-python over stdio, against a
 plain Pyodide boot in Node (same machine, same run). Prints a table with ratios.
 
     python3 bench/startup.py [--binary target/release/mcp-run-python] [--runs 3]

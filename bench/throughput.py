@@ -1,4 +1,4 @@
-"""Benchmark (issue 3): requests per second and p50/p99 latency of a trivial call (`1 + 1`)
+"""Benchmark (README "Benchmarks"): requests per second and p50/p99 latency of a trivial call (`1 + 1`)
 over stdio and over streamable HTTP, with 1 and 8 concurrent clients, in one run. Clients speak
 raw JSON-RPC (stdio pipes, httpx) so that client libraries do not dominate the figures.
 

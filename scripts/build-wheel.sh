@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Python distribution of mcp-run-python (issue 12) into dist/:
+# Builds the Python distribution of mcp-run-python (README "Install") into dist/:
 #  - a wheel, `pip install`-able on any x86_64 (or, with --target aarch64, aarch64) Linux with
 #    glibc >= the tag's: maturin's `bin` bindings, then scripts/repair_wheel.py bundles every
 #    library the binary loads but glibc's and tags it manylinux_2_<N>_<arch>;
@@ -12,7 +12,7 @@
 #   scripts/build-wheel.sh --dev    dev-profile wheel into target/wheel-dev/ (the test command's:
 #                                   it reuses the test build; the same packaging, a slower binary)
 #   scripts/build-wheel.sh --target aarch64 [--dev]
-#                                   the aarch64 wheel, cross-built on x86_64 (issue 37; installs
+#                                   the aarch64 wheel, cross-built on x86_64 (aarch64, docs/platforms.md; installs
 #                                   the cross toolchain and arm64 libraries: scripts/setup-cross.sh)
 # Each architecture's wheel is kept beside the other's. The last line printed is the wheel's path.
 set -euo pipefail

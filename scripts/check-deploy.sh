@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks the deployment files (issue 27) as far as they can be checked without a cluster or a
+# Checks the deployment files (README "Running many replicas") as far as they can be checked without a cluster or a
 # container engine:
 #  - every manifest in deploy/kubernetes/ against the API schemas of pinned Kubernetes versions
 #    (kubernetes-validate --strict: unknown fields and wrong types are errors; the schemas ship in

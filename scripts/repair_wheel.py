@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Makes maturin's wheel self-contained (issue 12): every library the binary loads, but glibc's
+"""Makes maturin's wheel self-contained (README "Install"): every library the binary loads, but glibc's
 own, goes into the wheel, and the wheel is tagged with the oldest manylinux policy its files meet.
 
 maturin's own repair (and auditwheel's) leaves out what the manylinux policies list as present
@@ -10,7 +10,7 @@ container) has neither, and JavaScriptCore needs both. So this step bundles the 
    `mcp_run_python/_libs/` receives each library of its `DT_NEEDED` closure, glibc's excepted,
    found in the Debian multiarch directories of the binary's architecture: read from the ELF
    files rather than asked of `ldd`, which cannot load a binary of another architecture (the
-   aarch64 wheel is cross-built, issue 37);
+   aarch64 wheel is cross-built, aarch64, docs/platforms.md);
 2. patchelf gives the binary the run-path `$ORIGIN/../_libs` and each library `$ORIGIN`, as
    DT_RPATH, which the loader also applies to the libraries' own dependencies and puts before
    `LD_LIBRARY_PATH`, so the bundled copies win on any host (the sandbox worker, the same

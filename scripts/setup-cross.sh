@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what cross-building mcp-run-python for another Linux architecture needs on a Debian or
-# Ubuntu x86_64 machine (issue 37), and is quick when all is already there. Sourced by
+# Ubuntu x86_64 machine (aarch64, docs/platforms.md), and is quick when all is already there. Sourced by
 # scripts/build-wheel.sh --target ARCH, which then builds with the variables it exports.
 #
 # Why multiarch rather than a debootstrapped sysroot: Debian's arm64 JavaScriptCore and its

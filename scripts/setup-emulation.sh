@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what running the aarch64 wheel on this x86_64 machine needs (issue 37), and is quick
+# Installs what running the aarch64 wheel on this x86_64 machine needs (aarch64, docs/platforms.md), and is quick
 # when all is already there. Used by scripts/test.sh and scripts/test-aarch64.sh before
 # tests/aarch64.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The aarch64 suite (issue 37), which scripts/test.sh runs in the background beside the x86_64
+# The aarch64 suite (aarch64, docs/platforms.md), which scripts/test.sh runs in the background beside the x86_64
 # suites (most of its time is emulation, on a machine whose other suites wait on processes):
 # cross-builds the aarch64 wheel (the dev profile, as the x86_64 wheel test's) and an aarch64
 # build with the `escape-test` feature, then runs tests/aarch64 on an emulated arm64 machine.

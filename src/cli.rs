@@ -1,5 +1,6 @@
 //! Command line (docs/architecture.md §6).
 
+use crate::protocol::launch::WorkerArgs;
 use crate::server::call::queue::Isolation;
 use crate::server::tools::format::ReturnMode;
 use clap::{Parser, ValueEnum};
@@ -13,17 +14,88 @@ pub const DEFAULT_MAX_SESSION_FILE_BYTES: u64 = 64 << 20;
 
 /// MCP server that runs Python code in a sandbox: Pyodide 314 (CPython 3.14 in WebAssembly)
 /// inside an embedded JavaScriptCore, one worker process per interpreter.
-
+//
+// (Not in `--help`:) every mode is parsed here, hidden ones included, and nothing peeks at the
+// arguments before: a server's mode (`stdio`, the HTTP modes, `warmup`, `example`) with its
+// options, or one of `Command`'s, which take no server option. `Cli::resolve` turns it into
+// one `Run`.
 #[derive(Debug, Parser)]
 #[command(
     name = "mcp-run-python",
     version,
-    after_help = "Filling a packages directory for a machine without a network: `mcp-run-python packages download --help`."
+    after_help = "Filling a packages directory for a machine without a network: `mcp-run-python packages download --help`.",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    subcommand_value_name = "COMMAND"
 )]
 pub struct Cli {
+    /// What to run besides a server: `packages …` or `zygote …`.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub server: Server,
+}
+
+/// What the binary was asked to run, resolved once from the command line.
+#[derive(Debug)]
+pub enum Run {
+    /// A server, or `warmup`/`example`.
+    Serve(Box<Serve>),
+    /// `packages …`.
+    Packages(PackagesCommand),
+    /// `zygote status|stop`.
+    Zygote(ZygoteCommand),
+    /// `__worker`: an interpreter.
+    Worker(WorkerArgs),
+}
+
+impl Cli {
+    /// The one thing to run.
+    ///
+    /// Errors: neither a mode nor a command was given (clap's usage error, which
+    /// [`clap::Error::exit`] prints as for any other).
+    pub fn resolve(self) -> Result<Run, clap::Error> {
+        match (self.command, self.server.mode) {
+            (Some(Command::Packages(c)), _) => Ok(Run::Packages(c)),
+            (Some(Command::Zygote(c)), _) => Ok(Run::Zygote(c)),
+            (Some(Command::Worker(args)), _) => Ok(Run::Worker(args)),
+            (None, Some(mode)) => Ok(Run::Serve(Box::new(Serve {
+                mode,
+                options: self.server,
+            }))),
+            (None, None) => Err(<Cli as clap::CommandFactory>::command().error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "a mode (stdio, streamable-http, streamable-http-stateless, sse, warmup, example) or a command (packages, zygote) is required",
+            )),
+        }
+    }
+}
+
+/// A server's mode, resolved, and its options ([`Server`], which it dereferences to).
+#[derive(Debug)]
+pub struct Serve {
     /// What to run.
-    #[arg(value_enum)]
     pub mode: Mode,
+    /// The rest of the command line.
+    pub options: Server,
+}
+
+impl std::ops::Deref for Serve {
+    type Target = Server;
+
+    fn deref(&self) -> &Server {
+        &self.options
+    }
+}
+
+/// A server's mode and options, as parsed: everything but [`Command`]'s. The mode is
+/// required unless a command is given; [`Cli::resolve`] makes it a [`Serve`].
+#[derive(Debug, clap::Args)]
+pub struct Server {
+    /// What to run.
+    #[arg(value_enum, required = true)]
+    pub mode: Option<Mode>,
 
     /// Port for the HTTP modes.
     #[arg(long, default_value_t = 3001)]
@@ -346,16 +418,18 @@ pub struct PackageSources {
     pub offline: bool,
 }
 
-/// `mcp-run-python packages …`: work on packages without serving.
-#[derive(Debug, Parser)]
-#[command(
-    name = "mcp-run-python packages",
-    bin_name = "mcp-run-python packages",
-    version
-)]
-pub struct PackagesCli {
+/// What the binary runs instead of serving.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Work on packages without serving.
     #[command(subcommand)]
-    pub command: PackagesCommand,
+    Packages(PackagesCommand),
+    /// See and stop this user's zygote services (README, "The zygote service").
+    #[command(subcommand)]
+    Zygote(ZygoteCommand),
+    /// An interpreter, as a front starts it (internal: `src/interpreter/`).
+    #[command(name = "__worker", hide = true)]
+    Worker(WorkerArgs),
 }
 
 /// What to do with packages.
@@ -407,17 +481,6 @@ pub enum Mode {
     ZygoteService,
 }
 
-/// `mcp-run-python zygote …`: see and stop this user's zygote services.
-#[derive(Debug, Parser)]
-#[command(
-    name = "mcp-run-python zygote",
-    about = "See and stop this user's zygote services (README, \"The zygote service\")"
-)]
-pub struct ZygoteCli {
-    #[command(subcommand)]
-    pub command: ZygoteCommand,
-}
-
 /// What `zygote` does.
 #[derive(Debug, clap::Subcommand)]
 pub enum ZygoteCommand {
@@ -443,6 +506,36 @@ pub struct ZygoteWhere {
 
 #[cfg(test)]
 mod tests {
+    /// Each way in parses to its own [`Run`], with no peeking before clap.
+    #[test]
+    fn every_mode_and_command_is_parsed_by_clap() {
+        let run = |args: &[&str]| {
+            Cli::try_parse_from([&["mcp-run-python"], args].concat())
+                .map_err(|e| e.to_string())
+                .and_then(|cli| cli.resolve().map_err(|e| e.to_string()))
+        };
+        assert!(
+            matches!(run(&["--port", "1", "sse"]), Ok(Run::Serve(s)) if s.mode == Mode::Sse && s.port == 1)
+        );
+        assert!(
+            matches!(run(&["stdio", "--deps", "a,b"]), Ok(Run::Serve(s)) if s.deps == ["a", "b"])
+        );
+        assert!(matches!(
+            run(&["packages", "download", "rich", "--dest", "d"]),
+            Ok(Run::Packages(PackagesCommand::Download { .. }))
+        ));
+        assert!(matches!(
+            run(&["zygote", "stop"]),
+            Ok(Run::Zygote(ZygoteCommand::Stop(_)))
+        ));
+        assert!(matches!(
+            run(&["__worker", "--confinement=strict", "--snapshot-fd=5"]),
+            Ok(Run::Worker(w)) if w.snapshot_fd == Some(5)
+        ));
+        assert!(run(&[]).is_err());
+        assert!(run(&["--port", "1", "packages", "download", "x", "--dest", "d"]).is_err());
+    }
+
     use super::*;
     use crate::protocol::launch::ConfinementMode;
     use clap::CommandFactory;
@@ -451,7 +544,7 @@ mod tests {
     fn confinement_keeps_its_earlier_name_as_a_hidden_alias() {
         let parse = |args: &[&str]| {
             Cli::try_parse_from([&["mcp-run-python", "stdio"], args].concat())
-                .map(|cli| cli.confinement)
+                .map(|cli| cli.server.confinement)
                 .map_err(|e| e.to_string())
         };
         assert_eq!(parse(&[]), Ok(ConfinementMode::Default));
@@ -470,7 +563,7 @@ mod tests {
     fn isolation_by_sandbox_keeps_its_command_line_name() {
         let isolation = |args: &[&str]| {
             Cli::try_parse_from([&["mcp-run-python", "stdio"], args].concat())
-                .map(|cli| cli.isolation)
+                .map(|cli| cli.server.isolation)
                 .map_err(|e| e.to_string())
         };
         assert_eq!(isolation(&[]), Ok(Isolation::Sandbox));

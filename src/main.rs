@@ -40,31 +40,35 @@ fn init_logging(verbose: bool) {
 }
 
 fn main() -> Result<()> {
-    // The sandbox worker is the same binary behind a hidden first argument.
-    if std::env::args().nth(1).as_deref() == Some(protocol::launch::WORKER_COMMAND) {
-        init_logging(false);
-        return interpreter::entry::main();
+    let run = match cli::Cli::parse().resolve() {
+        Ok(run) => run,
+        Err(usage) => usage.exit(),
+    };
+    match run {
+        cli::Run::Worker(args) => {
+            init_logging(false);
+            interpreter::entry::main(args)
+        }
+        cli::Run::Packages(command) => {
+            let verbose = matches!(
+                &command,
+                cli::PackagesCommand::Download { verbose: true, .. }
+            );
+            init_logging(verbose);
+            let runtime = tokio::runtime::Runtime::new()?;
+            let code = runtime.block_on(modes::packages(command))?;
+            std::process::exit(code);
+        }
+        cli::Run::Zygote(command) => {
+            init_logging(false);
+            std::process::exit(modes::zygote::operate(command));
+        }
+        cli::Run::Serve(server) => {
+            init_logging(server.verbose);
+            let runtime = tokio::runtime::Runtime::new()?;
+            let code = runtime.block_on(modes::run(*server))?;
+            runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+            std::process::exit(code);
+        }
     }
-    if std::env::args().nth(1).as_deref() == Some("packages") {
-        let cli = cli::PackagesCli::parse_from(std::env::args().skip(1));
-        let verbose = matches!(
-            &cli.command,
-            cli::PackagesCommand::Download { verbose: true, .. }
-        );
-        init_logging(verbose);
-        let runtime = tokio::runtime::Runtime::new()?;
-        let code = runtime.block_on(modes::packages(cli))?;
-        std::process::exit(code);
-    }
-    if std::env::args().nth(1).as_deref() == Some("zygote") {
-        let cli = cli::ZygoteCli::parse_from(std::env::args().skip(1));
-        init_logging(false);
-        std::process::exit(modes::zygote::operate(cli));
-    }
-    let cli = cli::Cli::parse();
-    init_logging(cli.verbose);
-    let runtime = tokio::runtime::Runtime::new()?;
-    let code = runtime.block_on(modes::run(cli))?;
-    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
-    std::process::exit(code);
 }

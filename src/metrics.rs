@@ -1,4 +1,4 @@
-//! Metrics in the Prometheus text format (issue 27), through the `metrics` facade and
+//! Metrics in the Prometheus text format (README "Running many replicas"), through the `metrics` facade and
 //! `metrics-exporter-prometheus`: every metric is named here, once, with its unit in its name
 //! (Prometheus naming: `_total` for counters, `_seconds` for durations), and every label value
 //! is one of a fixed set: nothing a client or user code sends becomes a label (a tool name a

@@ -1,7 +1,7 @@
 //! The modes of the command line: building the server from options and running it.
 
 use crate::assets::PYODIDE;
-use crate::cli::{Cli, Mode, PackageSources, PackagesCli, PackagesCommand};
+use crate::cli::{Mode, PackageSources, PackagesCommand, Serve};
 use crate::packages::cache::Cache;
 use crate::packages::download;
 use crate::packages::index::Fetcher;
@@ -71,8 +71,8 @@ fn resolver(sources: &PackageSources) -> Result<(Resolver, &'static str)> {
 }
 
 /// `mcp-run-python packages …`; the exit code.
-pub async fn packages(cli: PackagesCli) -> Result<i32> {
-    match cli.command {
+pub async fn packages(command: PackagesCommand) -> Result<i32> {
+    match command {
         PackagesCommand::Download {
             requirements,
             dest,
@@ -130,7 +130,7 @@ fn mirror_lock(packages_url: &str) -> Result<Option<Lockfile>> {
 /// executable cannot be found, `--stateful` without `--isolation session`, a `--mount`
 /// directory cannot be read or is too large, a time limit out of range, code mode's
 /// configuration or socket, `--state-dir` without `--stateful` or unusable.
-async fn build(cli: &Cli) -> Result<RunPythonServer> {
+async fn build(cli: &Serve) -> Result<RunPythonServer> {
     let (resolver, _) = resolver(&cli.packages)?;
     let exe = std::env::current_exe().context("locating our own executable")?;
     let workers = cli.workers.unwrap_or_else(|| {
@@ -194,7 +194,7 @@ async fn build(cli: &Cli) -> Result<RunPythonServer> {
 ///
 /// Errors: a time out of range; `--task-ttl` 0; the state directory's task folder cannot be
 /// made.
-fn tasks(cli: &Cli) -> Result<Tasks> {
+fn tasks(cli: &Serve) -> Result<Tasks> {
     let limits = TaskLimits {
         timeout: seconds(cli.task_timeout, "--task-timeout")?,
         ttl: seconds(cli.task_ttl, "--task-ttl")?
@@ -214,7 +214,7 @@ fn tasks(cli: &Cli) -> Result<Tasks> {
 }
 
 /// `--deps`, each trimmed, empty ones left out.
-fn deps(cli: &Cli) -> Vec<String> {
+fn deps(cli: &Serve) -> Vec<String> {
     cli.deps
         .iter()
         .map(|d| d.trim().to_owned())
@@ -225,7 +225,7 @@ fn deps(cli: &Cli) -> Vec<String> {
 /// Who shares a worker: `--isolation`, or `call` with `--fresh-worker`.
 ///
 /// Errors: `--stateful` with any isolation but `session`, whose worker is the sandbox's own.
-fn isolation(cli: &Cli) -> Result<Isolation> {
+fn isolation(cli: &Serve) -> Result<Isolation> {
     let isolation = if cli.fresh_worker {
         Isolation::Call
     } else {
@@ -241,7 +241,7 @@ fn isolation(cli: &Cli) -> Result<Isolation> {
 
 /// The spares kept ready, and those booted at start-up: by isolation and mode for
 /// `workers` running slots, unless `--spares` says (start-up then boots at least as many).
-fn spare_counts(cli: &Cli, isolation: Isolation, workers: usize) -> (usize, usize) {
+fn spare_counts(cli: &Serve, isolation: Isolation, workers: usize) -> (usize, usize) {
     let (spares, initial) = match (isolation, cli.mode) {
         (Isolation::Call, _) => (workers, workers),
         // Shared workers are booted at start-up and replaced when lost (and, over HTTP,
@@ -262,7 +262,7 @@ fn spare_counts(cli: &Cli, isolation: Isolation, workers: usize) -> (usize, usiz
 
 /// The arguments every worker gets: its confinement and, under `--memory`, its WebAssembly
 /// budget.
-fn worker_args(cli: &Cli) -> Vec<String> {
+fn worker_args(cli: &Serve) -> Vec<String> {
     let mut worker_args = vec![cli.confinement.worker_arg()];
     if cli.memory > 0 {
         worker_args.push(format!("{WASM_MAX_MIB_ARG}{}", wasm_budget_mib(cli.memory)));
@@ -272,7 +272,7 @@ fn worker_args(cli: &Cli) -> Vec<String> {
 
 /// Where the Pyodide memory snapshot is kept, in the cache directory and named for this
 /// runtime; `None` with `--no-snapshot`.
-fn snapshot_path(cli: &Cli) -> Option<PathBuf> {
+fn snapshot_path(cli: &Serve) -> Option<PathBuf> {
     let cache_dir = cli
         .packages
         .cache_dir
@@ -289,7 +289,7 @@ fn snapshot_path(cli: &Cli) -> Option<PathBuf> {
 /// The per-call limits of the options.
 ///
 /// Errors: `--timeout` or `--install-timeout` out of range ([`seconds`]).
-fn limits(cli: &Cli) -> Result<Limits> {
+fn limits(cli: &Serve) -> Result<Limits> {
     Ok(Limits {
         timeout: seconds(cli.timeout, "--timeout")?,
         install_timeout: seconds(cli.install_timeout, "--install-timeout")?
@@ -304,7 +304,7 @@ fn limits(cli: &Cli) -> Result<Limits> {
 }
 
 /// The hosts user code may reach (`--allow-net`, none under `--disable-networking`).
-fn net_policy(cli: &Cli) -> NetPolicy {
+fn net_policy(cli: &Serve) -> NetPolicy {
     let allowed_hosts = if cli.disable_networking {
         Vec::new()
     } else {
@@ -317,7 +317,7 @@ fn net_policy(cli: &Cli) -> NetPolicy {
 /// `--functions-socket`, started; `None` without either.
 ///
 /// Errors: the configuration cannot be read or the socket cannot be opened.
-async fn upstreams(cli: &Cli) -> Result<Option<Arc<crate::code_mode::Upstreams>>> {
+async fn upstreams(cli: &Serve) -> Result<Option<Arc<crate::code_mode::Upstreams>>> {
     if cli.tools_config.is_none() && cli.functions_socket.is_none() {
         return Ok(None);
     }
@@ -344,7 +344,7 @@ async fn upstreams(cli: &Cli) -> Result<Option<Arc<crate::code_mode::Upstreams>>
 /// saved to. Idle sandboxes' workers are counted at the zygote's size when there is one.
 ///
 /// Errors: `--state-dir` without `--stateful` or unusable; a time limit out of range.
-fn registry(cli: &Cli, zygote: bool) -> Result<Arc<Registry>> {
+fn registry(cli: &Serve, zygote: bool) -> Result<Arc<Registry>> {
     let sandbox_mib = if zygote {
         IDLE_SANDBOX_MIB
     } else {
@@ -378,7 +378,7 @@ fn registry(cli: &Cli, zygote: bool) -> Result<Arc<Registry>> {
 /// interpreter per sandbox, in `<cache dir>/hibernated/<replica>/`.
 ///
 /// Errors: the time is out of range, or the directory cannot be made.
-fn hibernation(cli: &Cli) -> Result<Option<Hibernation>> {
+fn hibernation(cli: &Serve) -> Result<Option<Hibernation>> {
     if !cli.stateful || cli.isolation != Isolation::Sandbox {
         return Ok(None);
     }
@@ -489,7 +489,7 @@ fn wasm_budget_mib(memory: u64) -> u64 {
 /// Runs the chosen mode; returns the process exit code.
 ///
 /// Errors: the server cannot be built ([`build`]) or a transport failed.
-pub async fn run(cli: Cli) -> Result<i32> {
+pub async fn run(cli: Serve) -> Result<i32> {
     if cli.mode == Mode::ZygoteService {
         return zygote::serve(&cli).await;
     }
@@ -533,7 +533,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
 ///
 /// Errors: `--drain-timeout` or `--timeout` out of range, the JWK set or token file cannot be
 /// loaded, or the listener failed ([`crate::server::transport::http::serve`]).
-async fn serve_http(cli: &Cli, server: RunPythonServer) -> Result<()> {
+async fn serve_http(cli: &Serve, server: RunPythonServer) -> Result<()> {
     let mode = match cli.mode {
         Mode::StreamableHttp => HttpMode::Stateful,
         Mode::StreamableHttpStateless => HttpMode::Stateless,
@@ -587,7 +587,7 @@ async fn serve_http(cli: &Cli, server: RunPythonServer) -> Result<()> {
 /// Before serving: under `--confinement strict`, boots one worker now and refuses to serve
 /// (exit code 1) unless it confined itself fully; under `--confinement off`, says loudly that
 /// the workers are not confined. Returns the exit code when the server must not start.
-async fn check_confinement(cli: &Cli, server: &RunPythonServer) -> Option<i32> {
+async fn check_confinement(cli: &Serve, server: &RunPythonServer) -> Option<i32> {
     match cli.confinement {
         ConfinementMode::Strict => match server.executor.spares.boot_now().await {
             Ok(()) => None,

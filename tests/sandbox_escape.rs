@@ -1,4 +1,4 @@
-//! The second wall, tried as native code that took over a worker would (issue 10): a real
+//! The second wall, tried as native code that took over a worker would (the second wall, docs/architecture.md §3.2): a real
 //! worker boots Pyodide, seals itself, then runs the probes of `src/interpreter/confine/escape.rs`
 //! (compiled only with the `escape-test` feature). Every attempt must fail: with an errno, or by
 //! the kernel killing the worker (seccomp), after which the next probe runs in a new worker.

@@ -1,4 +1,4 @@
-//! The tools code can call (issue 28): every allowed tool of every connected upstream server,
+//! The tools code can call (code mode, docs/architecture.md §11): every allowed tool of every connected upstream server,
 //! with the Python face each gets inside the sandbox. One home for that face: the names, the
 //! signature built from the tool's `inputSchema`, and the docstring are made here, once per
 //! change of the upstream lists, and shown three ways: the `run_python_code` description

@@ -1,5 +1,5 @@
 //! `--tools-config FILE`: the upstream MCP servers of code mode, in the `mcpServers` JSON format
-//! MCP clients already use (Claude Desktop, VS Code, Cursor), read once at start (issue 28).
+//! MCP clients already use (Claude Desktop, VS Code, Cursor), read once at start (code mode, docs/architecture.md §11).
 //!
 //! ```json
 //! {"mcpServers": {

@@ -1,4 +1,4 @@
-//! Host functions (issue 28): Python callables of the process that launched this binary
+//! Host functions (code mode, docs/architecture.md §11): Python callables of the process that launched this binary
 //! (`mcp_run_python.code_sandbox(functions=…)`), which sandboxed code awaits by name as
 //! globals; a failure raises `mcp_run_python.FunctionError` inside.
 //!

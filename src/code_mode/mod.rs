@@ -1,4 +1,4 @@
-//! Code mode (issue 28): the operator's upstream MCP servers (`--tools-config`), which code in
+//! Code mode (docs/architecture.md §11): the operator's upstream MCP servers (`--tools-config`), which code in
 //! a sandbox calls through `import mcp_tools`.
 //!
 //! The front is their MCP client (rmcp's): one connection per server, kept by a supervisor

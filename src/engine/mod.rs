@@ -84,7 +84,7 @@ pub struct Engine {
 /// by default here). Pyodide's module is compiled at every boot (`new WebAssembly.Module`,
 /// ~9 MiB), and the engine spreads that compile over these threads: with 2 on the 2-core machine
 /// it took 110-113 ms instead of 179-196 ms, a boot from the snapshot 0.43-0.44 s instead of
-/// 0.50-0.55 s (issue 13). More threads than cores gain nothing; the cap keeps a large machine,
+/// 0.50-0.55 s (the zygote, docs/architecture.md §3). More threads than cores gain nothing; the cap keeps a large machine,
 /// which boots many workers at once anyway, from starting dozens per worker.
 const MAX_WASM_COMPILER_THREADS: usize = 4;
 

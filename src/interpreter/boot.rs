@@ -11,7 +11,7 @@ use crate::assets::{
     WORKDIR,
 };
 use crate::engine::{Arg, CallError, Engine, MappedFile};
-use crate::protocol::launch::{SNAPSHOT_FD_ARG, WASM_MAX_MIB_ARG};
+use crate::protocol::launch::SNAPSHOT_FD_ARG;
 use crate::protocol::{
     read_frame, BootAttachments, BootInstall, CallId, FrameLimits, MountPlan, Reply, Request,
     SnapshotMode, MAX_SNAPSHOT_BYTES,
@@ -19,6 +19,7 @@ use crate::protocol::{
 use anyhow::{anyhow, bail, Context, Result};
 use std::cell::RefCell;
 use std::io::{self};
+use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -28,37 +29,27 @@ pub(super) const BOOT_CALL: CallId = 0;
 /// How long booting Pyodide may take before the worker gives up (seconds).
 pub(super) const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// `--wasm-max-mib=N` from the worker's arguments, in bytes.
-pub(super) fn wasm_max_bytes() -> Option<u64> {
-    std::env::args()
-        .filter_map(|a| {
-            a.strip_prefix(WASM_MAX_MIB_ARG)
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .next()
-        .map(|mib| mib << 20)
-}
-
-/// Maps the memory snapshot the front named by [`SNAPSHOT_FD_ARG`], and closes that
+/// Maps the memory snapshot the front handed over as `fd` ([`SNAPSHOT_FD_ARG`]), and closes that
 /// descriptor (the mapping stays): nothing of the file is left to reach once user code runs.
 ///
 /// Errors: the argument is missing or names no open descriptor; the file cannot be mapped.
-pub(super) fn map_snapshot() -> Result<MappedFile> {
-    let fd = inherited_descriptor(SNAPSHOT_FD_ARG)?
+pub(super) fn map_snapshot(fd: Option<RawFd>) -> Result<MappedFile> {
+    let fd = inherited_descriptor(SNAPSHOT_FD_ARG, fd)?
         .ok_or_else(|| anyhow!("a snapshot to restore, but no {SNAPSHOT_FD_ARG}"))?;
     let file = std::fs::File::from(fd);
     MappedFile::map(&file, MAX_SNAPSHOT_BYTES as u64).context("mapping the memory snapshot")
 }
 
 /// Boots Pyodide in a new engine (`mode`: plainly, making a memory snapshot, or restoring
-/// `snapshot`): the engine, the runner's functions, Pyodide's version and the snapshot made, if
-/// any.
+/// `snapshot`; WebAssembly memory capped at `wasm_max_bytes`): the engine, the runner's
+/// functions, Pyodide's version and the snapshot made, if any.
 ///
 /// Errors: the engine cannot be made, an embedded script fails, or Pyodide does not boot
 /// within [`BOOT_TIMEOUT`].
 pub(super) fn boot(
     mode: SnapshotMode,
     snapshot: Option<MappedFile>,
+    wasm_max_bytes: Option<u64>,
 ) -> Result<(Engine, Runner, String, Option<Vec<u8>>)> {
     let mut engine = Engine::new()?;
     if let Some(mapped) = snapshot {
@@ -70,7 +61,7 @@ pub(super) fn boot(
         engine.add_static_file(&format!("/pyodide/{name}"), file.contents());
     }
     let runner = load_runner(&mut engine)?;
-    let version = boot_runner(&mut engine, &runner, mode)?;
+    let version = boot_runner(&mut engine, &runner, mode, wasm_max_bytes)?;
     engine.clear_files();
     let snapshot = made.borrow_mut().take();
     Ok((engine, runner, version, snapshot))
@@ -148,14 +139,15 @@ pub(super) fn load_runner(engine: &mut Engine) -> Result<Runner> {
     })
 }
 
-/// Boots Pyodide through the runner's `boot` (`mode`: how, as the front asked), within
-/// [`BOOT_TIMEOUT`]: Pyodide's version.
+/// Boots Pyodide through the runner's `boot` (`mode`: how, as the front asked; memory capped at
+/// `wasm_max_bytes`), within [`BOOT_TIMEOUT`]: Pyodide's version.
 ///
 /// Errors: the boot failed or took too long ("booting Pyodide").
 pub(super) fn boot_runner(
     engine: &mut Engine,
     runner: &Runner,
     mode: SnapshotMode,
+    wasm_max_bytes: Option<u64>,
 ) -> Result<String> {
     let env =
         serde_json::json!({"HOME": WORKDIR, "USER": "pyodide", "LANG": "C.UTF-8"}).to_string();
@@ -170,7 +162,7 @@ pub(super) fn boot_runner(
             Arg::Str(MCP_TOOLS_PY),
             Arg::Str(&constants),
             Arg::Str(&env),
-            wasm_max_bytes().map_or(Arg::Null, |b| Arg::Num(b as f64)),
+            wasm_max_bytes.map_or(Arg::Null, |b| Arg::Num(b as f64)),
             Arg::Str(match mode {
                 SnapshotMode::None => "none",
                 SnapshotMode::Make => "make",
@@ -221,8 +213,12 @@ pub(super) struct BootPlan {
 }
 
 /// Reads the boot frame; `None` when the front closed the input first. Its attachments are
-/// the mount's bytes (one, when `mount` is not empty), then one per install file.
-pub(super) fn read_boot(input: &mut impl io::Read) -> Result<Option<BootPlan>> {
+/// the mount's bytes (one, when `mount` is not empty), then one per install file; a restore
+/// maps the snapshot handed over as `snapshot_fd`.
+pub(super) fn read_boot(
+    input: &mut impl io::Read,
+    snapshot_fd: Option<RawFd>,
+) -> Result<Option<BootPlan>> {
     let Some(frame) = read_frame::<Request>(input, FrameLimits::REQUEST)? else {
         return Ok(None);
     };
@@ -235,7 +231,7 @@ pub(super) fn read_boot(input: &mut impl io::Read) -> Result<Option<BootPlan>> {
         bail!("the first request must be `boot`");
     };
     let snapshot = match mode {
-        SnapshotMode::Load => Some(map_snapshot()?),
+        SnapshotMode::Load => Some(map_snapshot(snapshot_fd)?),
         SnapshotMode::None | SnapshotMode::Make => None,
     };
     let install_files = install.as_ref().map_or(0, |i| i.files.len());

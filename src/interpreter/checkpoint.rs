@@ -1,4 +1,4 @@
-//! The worker's side of checkpoints (issue 36, `src/interpreter/linear_memory.rs`): takes one
+//! The interpreter's side of checkpoints (docs/architecture.md §3.4, `src/interpreter/linear_memory.rs`): takes one
 //! between runs when the front asks, and restores one into a fresh interpreter.
 //!
 //! A checkpoint is whole only when everything the interpreter holds is in its linear memory;

@@ -1,12 +1,12 @@
 //! Which pages of linear memory a forked interpreter wrote since its last checkpoint, told by
-//! the kernel (issue 36): a userfaultfd in asynchronous write-protect mode over the memory, and
+//! the kernel (checkpoints, docs/architecture.md §3.4): a userfaultfd in asynchronous write-protect mode over the memory, and
 //! the `PAGEMAP_SCAN` ioctl of `/proc/self/pagemap`, which lists the pages written since they
 //! were last protected and protects them again, in one walk of the page table.
 //!
 //! Without it a checkpoint compares the whole memory with its shadow (`linear_memory.rs`):
 //! memory bandwidth, 3–9 ms for the 56 MiB of a sandbox holding 10 MiB, on every call. With it
 //! the checkpoint compares only the pages written (~35 µs for the scan, then ~130 pages), so its
-//! cost follows what the call changed, as issue 36 asks; a first write to a protected page costs
+//! cost follows what the call changed, as docs/architecture.md §3.4 asks; a first write to a protected page costs
 //! one minor fault (~2 µs here, with its copy-on-write copy), which the kernel resolves itself
 //! (`UFFD_FEATURE_WP_ASYNC`: no thread of ours handles faults).
 //!

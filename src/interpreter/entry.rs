@@ -15,7 +15,7 @@ use super::install::preinstall;
 use super::reply::send;
 use super::serve::{serve_requests, Serving};
 use super::zygote::{Forked, Zygote};
-use crate::protocol::launch::ConfinementMode;
+use crate::protocol::launch::WorkerArgs;
 use crate::protocol::{Reply, SnapshotMode};
 use anyhow::{Context, Result};
 use std::cell::RefCell;
@@ -24,14 +24,14 @@ use std::rc::Rc;
 use std::time::Instant;
 
 /// Runs the worker until stdin closes. Errors are also reported to the front as `Fatal`.
-pub fn main() -> Result<()> {
+pub fn main(args: WorkerArgs) -> Result<()> {
     // Die with the front: a worker must never outlive the server that owns it.
     #[cfg(target_os = "linux")]
     // SAFETY: prctl with PR_SET_PDEATHSIG only sets a flag on this process.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
     }
-    let result = live();
+    let result = live(args);
     if let Err(e) = &result {
         let reply = match e.downcast_ref::<super::confine::ConfineError>() {
             Some(strict @ super::confine::ConfineError::Strict { .. }) => Reply::Unconfined {
@@ -52,8 +52,8 @@ pub fn main() -> Result<()> {
 ///
 /// Errors: the boot frame is not one, a confinement layer fails (`--confinement strict`), Pyodide
 /// does not boot, or the front breaks the protocol.
-pub(super) fn live() -> Result<()> {
-    let control = super::fork_server::control_socket()?;
+pub(super) fn live(args: WorkerArgs) -> Result<()> {
+    let control = super::fork_server::control_socket(args.control_fd)?;
     // The zygote counts its threads before each fork; the file is opened before Landlock.
     let proc_status = match control {
         Some(_) => {
@@ -66,7 +66,7 @@ pub(super) fn live() -> Result<()> {
         crate::engine::configure_zygote();
     }
     let input = Rc::new(RefCell::new(BufReader::new(io::stdin().lock())));
-    let Some(plan) = read_boot(&mut *input.borrow_mut())? else {
+    let Some(plan) = read_boot(&mut *input.borrow_mut(), args.snapshot_fd)? else {
         return Ok(());
     };
     // The second wall, part one: Landlock before the engine starts any thread (confine.rs).
@@ -74,12 +74,10 @@ pub(super) fn live() -> Result<()> {
         Some(_) => super::confine::Domain::Zygote,
         None => super::confine::Domain::Worker,
     };
-    let confined = super::confine::enter(
-        ConfinementMode::from_args().map_err(super::confine::ConfineError::Mode)?,
-        domain,
-    )?;
+    let confined = super::confine::enter(args.confinement, domain)?;
     let started = Instant::now();
-    let (mut engine, runner, version, made) = boot(plan.mode, plan.snapshot)?;
+    let (mut engine, runner, version, made) =
+        boot(plan.mode, plan.snapshot, args.wasm_max_bytes())?;
     mount_files(&mut engine, &runner, plan.mount)?;
     let boot_ms = started.elapsed().as_millis() as u64;
     let host = attach_host(&mut engine, input.clone())?;

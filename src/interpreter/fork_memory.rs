@@ -1,4 +1,4 @@
-//! The zygote's memory, laid out so that forking it and ending a child are cheap (issue 13).
+//! The zygote's memory, laid out so that forking it and ending a child are cheap (the zygote, docs/architecture.md §3).
 //!
 //! `fork(2)` copies one page-table entry per resident page of every private mapping and links
 //! one `anon_vma` chain per mapping; a child's exit undoes both. With one fresh worker

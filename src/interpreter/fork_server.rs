@@ -308,8 +308,8 @@ fn hand_over(control: BorrowedFd<'_>, child: Pid) -> Result<(), ControlError> {
 ///
 /// Errors: [`DescriptorError`]: the argument is not a descriptor number, or names a
 /// descriptor that is not open.
-pub fn control_socket() -> Result<Option<OwnedFd>, DescriptorError> {
-    inherited_descriptor(CONTROL_FD_ARG)
+pub fn control_socket(fd: Option<RawFd>) -> Result<Option<OwnedFd>, DescriptorError> {
+    inherited_descriptor(CONTROL_FD_ARG, fd)
 }
 
 /// Fails unless `buffered` (bytes of standard input read but not consumed) is 0: the zygote's

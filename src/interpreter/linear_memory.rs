@@ -1,4 +1,4 @@
-//! The interpreter's WebAssembly linear memory as a checkpoint sees it (issue 36): the
+//! The interpreter's WebAssembly linear memory as a checkpoint sees it (checkpoints, docs/architecture.md §3.4): the
 //! zygote's pristine copy, and each forked interpreter's shadow of its last checkpoint.
 //!
 //! Python's whole state (globals, modules, the allocator, the import system) lives in

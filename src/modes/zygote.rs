@@ -3,7 +3,7 @@
 //! (`zygote-service`, started by a front), and `mcp-run-python zygote status|stop`.
 
 use super::{resolver, snapshot_path, worker_args};
-use crate::cli::{Cli, Mode, ZygoteCli, ZygoteCommand};
+use crate::cli::{Mode, Serve, ZygoteCommand};
 use crate::packages::cache::Cache;
 use crate::server::call::queue::Isolation;
 use crate::server::call::startup_deps;
@@ -27,7 +27,7 @@ use std::time::Duration;
 ///   per session or per call, keep a zygote of their own; stdio keeps one interpreter for its
 ///   one session and boots it. `warmup` and `example` are one-shot checks and never start a
 ///   service that would outlive them.
-pub fn source(cli: &Cli, isolation: Isolation, mounts: &Mounts) -> Option<ZygoteSource> {
+pub fn source(cli: &Serve, isolation: Isolation, mounts: &Mounts) -> Option<ZygoteSource> {
     if cli.no_zygote {
         return None;
     }
@@ -56,7 +56,7 @@ pub fn source(cli: &Cli, isolation: Isolation, mounts: &Mounts) -> Option<Zygote
 /// in, although the front applies it, so that a service never serves fronts of two policies
 /// should workers ever apply it themselves. The cache directory is left out too: it holds files
 /// named by their digests (the snapshot by the runtime's), which are the same in any cache.
-fn shaping_args(cli: &Cli) -> Vec<String> {
+fn shaping_args(cli: &Serve) -> Vec<String> {
     let mut args = vec![
         format!("--confinement={}", cli.confinement.name()),
         format!("--memory={}", cli.memory),
@@ -88,7 +88,7 @@ fn cache_dir(option: &Option<PathBuf>) -> PathBuf {
 }
 
 /// The key of this front's service, and how to reach or start it.
-fn spec(cli: &Cli, mounts: &Mounts) -> ServiceSpec {
+fn spec(cli: &Serve, mounts: &Mounts) -> ServiceSpec {
     let shaping = shaping_args(cli);
     let runtime = crate::assets::runtime_fingerprint();
     let key = ServiceKey::new(&runtime, &shaping, &mounts.bytes);
@@ -122,7 +122,7 @@ fn spec(cli: &Cli, mounts: &Mounts) -> ServiceSpec {
 /// idle, stopped, or its zygote is lost.
 ///
 /// Errors: the options are unusable (packages, mounts), or the socket cannot be bound.
-pub async fn serve(cli: &Cli) -> Result<i32> {
+pub async fn serve(cli: &Serve) -> Result<i32> {
     let mounts = Mounts::load(&cli.mount, cli.max_mount_bytes).context("--mount")?;
     let spec = spec(cli, &mounts);
     spec.place.prepare()?;
@@ -154,15 +154,15 @@ pub async fn serve(cli: &Cli) -> Result<i32> {
 }
 
 /// `mcp-run-python zygote status|stop`; the exit status.
-pub fn operate(cli: ZygoteCli) -> i32 {
-    let (ZygoteCommand::Status(at) | ZygoteCommand::Stop(at)) = &cli.command;
+pub fn operate(command: ZygoteCommand) -> i32 {
+    let (ZygoteCommand::Status(at) | ZygoteCommand::Stop(at)) = &command;
     let dirs = ServicePlace::default_dirs(&cache_dir(&at.cache_dir));
     let places = operator::places(at.zygote_socket.as_deref(), &dirs);
     let dir = dirs
         .first()
         .map(|d| d.display().to_string())
         .unwrap_or_default();
-    match cli.command {
+    match command {
         ZygoteCommand::Status(_) => status(&places, &dir),
         ZygoteCommand::Stop(_) => stop(&places, &dir),
     }

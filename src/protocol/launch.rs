@@ -1,6 +1,9 @@
 //! How the front starts an interpreter: the hidden command and the arguments both sides read.
 //! The front writes them (`src/worker/client.rs`, `src/worker/zygote_client.rs`); the interpreter
-//! reads them (`src/interpreter/`). Declared once here so that the two cannot drift.
+//! reads them, typed ([`WorkerArgs`], parsed by `src/cli.rs`). Declared once here so that the
+//! two cannot drift.
+
+use std::os::fd::RawFd;
 
 /// The hidden first argument that makes the binary an interpreter instead of a front.
 pub const WORKER_COMMAND: &str = "__worker";
@@ -48,22 +51,62 @@ impl ConfinementMode {
             ConfinementMode::Off => "off",
         }
     }
+}
 
-    /// The mode named by `--confinement=` among the worker's arguments (default: [`ConfinementMode::Default`]).
-    pub fn from_args() -> Result<ConfinementMode, UnknownConfinementMode> {
-        match std::env::args().find_map(|a| a.strip_prefix(MODE_ARG).map(str::to_owned)) {
-            None => Ok(ConfinementMode::Default),
-            Some(name) => match name.as_str() {
-                "strict" => Ok(ConfinementMode::Strict),
-                "default" => Ok(ConfinementMode::Default),
-                "off" => Ok(ConfinementMode::Off),
-                _ => Err(UnknownConfinementMode(name)),
-            },
-        }
+/// An interpreter's arguments after [`WORKER_COMMAND`], parsed once by the command line
+/// (`src/cli.rs`) and handed to the interpreter typed. The front writes them with the `*_ARG`
+/// prefixes above; `tests` below checks that the two agree.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct WorkerArgs {
+    /// How hard the interpreter insists on its confinement ([`MODE_ARG`]).
+    #[arg(long, value_enum, default_value_t = ConfinementMode::Default)]
+    pub confinement: ConfinementMode,
+    /// The descriptor of the memory snapshot to restore ([`SNAPSHOT_FD_ARG`]).
+    #[arg(long)]
+    pub snapshot_fd: Option<RawFd>,
+    /// The zygote's control socket ([`CONTROL_FD_ARG`]): present only in a zygote.
+    #[arg(long)]
+    pub control_fd: Option<RawFd>,
+    /// The cap of WebAssembly memory, in MiB ([`WASM_MAX_MIB_ARG`]).
+    #[arg(long)]
+    pub wasm_max_mib: Option<u64>,
+}
+
+impl WorkerArgs {
+    /// The cap of WebAssembly memory, in bytes.
+    pub fn wasm_max_bytes(&self) -> Option<u64> {
+        self.wasm_max_mib.map(|mib| mib << 20)
     }
 }
 
-/// A `--confinement=` worker argument that names no [`ConfinementMode`].
-#[derive(Debug, thiserror::Error)]
-#[error("unknown confinement mode {0:?} (expected strict, default or off)")]
-pub struct UnknownConfinementMode(pub String);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Worker {
+        #[command(flatten)]
+        args: WorkerArgs,
+    }
+
+    #[test]
+    fn the_arguments_the_front_writes_are_the_ones_the_interpreter_reads() {
+        let argv = [
+            "worker".to_owned(),
+            ConfinementMode::Strict.worker_arg(),
+            format!("{SNAPSHOT_FD_ARG}7"),
+            format!("{CONTROL_FD_ARG}9"),
+            format!("{WASM_MAX_MIB_ARG}64"),
+        ];
+        let args = Worker::try_parse_from(argv).expect("parsed").args;
+        assert_eq!(args.confinement, ConfinementMode::Strict);
+        assert_eq!((args.snapshot_fd, args.control_fd), (Some(7), Some(9)));
+        assert_eq!(args.wasm_max_bytes(), Some(64 << 20));
+        let none = Worker::try_parse_from(["worker"]).expect("parsed").args;
+        assert_eq!(none.confinement, ConfinementMode::Default);
+        assert!(none.snapshot_fd.is_none() && none.wasm_max_bytes().is_none());
+        assert!(Worker::try_parse_from(["worker", "--confinement=loose"]).is_err());
+        assert!(Worker::try_parse_from(["worker", "--snapshot-fd=x"]).is_err());
+    }
+}

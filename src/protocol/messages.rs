@@ -71,7 +71,7 @@ pub enum Request {
         #[serde(default)]
         delete: bool,
     },
-    /// Takes a checkpoint of the interpreter between runs (issue 36): answered by
+    /// Takes a checkpoint of the interpreter between runs (checkpoints, docs/architecture.md §3.4): answered by
     /// [`Reply::Checkpoint`] with the pages of linear memory that changed since the last one
     /// (`src/interpreter/linear_memory.rs`), or why its state cannot be captured.
     Checkpoint { id: CallId },
@@ -89,17 +89,17 @@ pub enum Request {
         reseed: bool,
     },
     /// Makes the next run reseed Python's `random`, as `os.fork` does in a child: sent to an
-    /// interpreter handed to a fork (`fork_sandbox`, issue 36) that keeps running as the copy.
+    /// interpreter handed to a fork (`fork_sandbox`) that keeps running as the copy.
     /// Answered by [`Reply::Reseeded`].
     Reseed { id: CallId },
     /// Runs a throwaway call (fresh globals, nothing kept, no output) in an interpreter just
-    /// restored off any caller's path (a fork's source resuming, issue 36), so that the
+    /// restored off any caller's path (a fork's source resuming), so that the
     /// engine's pages a call writes are already copied from the zygote when the next call
     /// comes (~500 copy-on-write faults, ~1 ms). Answered by [`Reply::WarmedUp`].
     WarmUp { id: CallId },
     /// Answer to [`Reply::Fetch`]; the body is attachment 0.
     FetchResult { id: CallId, response: FetchResponse },
-    /// Answer to [`Reply::ToolCall`] and [`Reply::FunctionCall`] (code mode, issue 28):
+    /// Answer to [`Reply::ToolCall`] and [`Reply::FunctionCall`] (code mode):
     /// attachment `i` holds the bytes of the answer's `i`-th image.
     ToolResult { id: CallId, answer: ToolAnswer },
     /// Runs `code` with fresh globals plus `globals` (with `keep_globals`, in the globals the
@@ -130,7 +130,7 @@ pub enum Request {
     },
 }
 
-/// A call of an upstream MCP tool by user code (code mode, issue 28): the server's name in
+/// A call of an upstream MCP tool by user code (code mode): the server's name in
 /// `--tools-config` and the tool's name upstream.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,4 +1,4 @@
-//! A `--stateful` sandbox's files as the front knows them (issue 14): the listing its
+//! A `--stateful` sandbox's files as the front knows them (files, README "Sandboxes"): the listing its
 //! worker reported after the last call (its MCP resources), and a copy of their bytes, up to
 //! `--max-session-file-bytes` in all, so that they outlive a worker that is stopped (a
 //! timeout, the memory limit, a crash) and are written into the sandbox's next one. Python

@@ -1,4 +1,4 @@
-//! Hibernation (`--hibernate-after`, `--max-hibernated-bytes`; issue 36): a sandbox idle past
+//! Hibernation (`--hibernate-after`, `--max-hibernated-bytes`): a sandbox idle past
 //! the limit gives its interpreter back and keeps its state on disk, and its next call resumes
 //! it in a new worker from that state (`crate::server::call::checkpoints`).
 //!

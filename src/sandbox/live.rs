@@ -126,7 +126,7 @@ pub struct Sandbox {
     /// `--state-dir`: the first words of the `state` note of the first call after a restore
     /// from the state directory (what came back, what was lost).
     restored_note: Mutex<Option<String>>,
-    /// `--stateful`: the interpreter's state as its last completed call left it (issue 36).
+    /// `--stateful`: the interpreter's state as its last completed call left it (checkpoints, docs/architecture.md §3.4).
     saved: Mutex<Saved>,
     /// `--stateful`: why the state its last completed call left could not be captured, until
     /// a later call's can be or a new interpreter starts from scratch (locked after `saved`).

@@ -58,7 +58,7 @@ const ECHO_CHARS: usize = 10;
 
 /// A handle that names no live sandbox: never made, destroyed, expired, evicted or malformed.
 /// The words are the same in every case, so that they tell a caller nothing about handles it
-/// does not hold (seed 002's "not found or has expired").
+/// does not hold (mcp-python-code-interpreter's "not found or has expired").
 #[derive(Debug, thiserror::Error)]
 #[error("sandbox \"{given}…\" does not exist or has expired; create a new one (create_sandbox, or a run_python_code call without sandbox_id) and run its setup again")]
 pub struct Missing {

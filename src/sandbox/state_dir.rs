@@ -1,4 +1,4 @@
-//! The shared state directory (`--state-dir`, issue 27): where every replica writes its
+//! The shared state directory (`--state-dir`): where every replica writes its
 //! sandboxes' files and metadata after each completed call, so that a sandbox outlives the
 //! replica that held it. A replica that gets a call for a sandbox it does not hold (the load
 //! balancer moved it after its replica died or drained) restores it from here: a fresh
@@ -16,7 +16,7 @@
 //! DIR/<…>/checkpoint-<n>.bin                  the interpreter's state as a chain of files, each
 //!                                             sealed for the handle: a whole image, then one
 //!                                             delta per call (`crate::sandbox::checkpoint::file`;
-//!                                             issue 36)
+//!                                             checkpoints, docs/architecture.md §3.4)
 //! ```
 //!
 //! **`owner.json` is the commit point.** A save numbers itself (`n`, one more than the
@@ -121,7 +121,7 @@ struct Ownership {
     /// older build wrote).
     #[serde(default)]
     state_save: Option<u64>,
-    /// The interpreter state's chain, first file first (issue 36); empty: none.
+    /// The interpreter state's chain, first file first (checkpoints, docs/architecture.md §3.4); empty: none.
     #[serde(default)]
     chain: Vec<Link>,
 }
@@ -281,7 +281,7 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_else(|| "file".to_owned())
 }
 
-/// Why a saved sandbox was refused whole (issue 36): the shared directory may have been
+/// Why a saved sandbox was refused whole (checkpoints, docs/architecture.md §3.4): the shared directory may have been
 /// written by a compromised replica, so nothing of an entry that fails a check is used. The
 /// words name the check, never a string from the entry nor a host path: they reach the model.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

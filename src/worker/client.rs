@@ -217,7 +217,7 @@ pub struct RunRequest<'a> {
 }
 
 /// The host side of one run: what the code asks of the process that serves it while it runs
-/// (its fetches; in code mode, issue 28, its upstream tool calls, its host function calls and
+/// (its fetches; in code mode, its upstream tool calls, its host function calls and
 /// the tool catalog its interpreter builds `mcp_tools` from). [`Worker::run`] forwards each such
 /// request of the worker here, under the run's deadline, and sends the answer back.
 ///
@@ -804,7 +804,7 @@ impl Worker {
         pins
     }
 
-    /// Takes a checkpoint of the interpreter between runs (issue 36): the pages of linear
+    /// Takes a checkpoint of the interpreter between runs (checkpoints, docs/architecture.md §3.4): the pages of linear
     /// memory that changed since its last one, or why its state cannot be captured. A page
     /// attachment may be as large as `max_memory_bytes` (the worker's memory bound).
     ///
@@ -877,7 +877,7 @@ impl Worker {
     }
 
     /// Makes the worker's next run reseed Python's `random`, as `os.fork` does in a child (an
-    /// interpreter handed to a fork, issue 36). `Ok(Some(reason))` when the worker could not.
+    /// interpreter handed to a fork, checkpoints, docs/architecture.md §3.4). `Ok(Some(reason))` when the worker could not.
     ///
     /// Errors: [`WorkerError`] (the worker is then to be discarded).
     pub async fn reseed(&mut self, deadline: Deadline) -> Result<Option<String>, WorkerError> {

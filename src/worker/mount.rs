@@ -1,4 +1,4 @@
-//! Operator data for every worker (`--mount HOST_DIR:SANDBOX_DIR`, issue 14): the front
+//! Operator data for every worker (`--mount HOST_DIR:SANDBOX_DIR`): the front
 //! reads each host directory once, at start, under a size cap, and hands the bytes to every
 //! worker with its `boot` request; the worker writes them into its own in-memory file system,
 //! read-only (`js/runner.js` `mount`). Workers never see the host directory (Landlock leaves

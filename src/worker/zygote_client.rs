@@ -1,4 +1,4 @@
-//! The front's side of the fork server (issue 13): one zygote process boots Pyodide once and
+//! The front's side of the fork server (the zygote, docs/architecture.md §3): one zygote process boots Pyodide once and
 //! forks a fresh, confined worker each time the front asks for one, in milliseconds
 //! instead of the ~0.9 s of a snapshot restore. The protocol and the zygote's side are in
 //! `src/interpreter/fork_server.rs`; the reasons and measurements in `docs/fork-server-research.md`.

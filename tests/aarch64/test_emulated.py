@@ -1,4 +1,4 @@
-"""The aarch64 wheel (issue 37) as a user on an arm64 machine installs and runs it, on an
+"""The aarch64 wheel (aarch64, docs/platforms.md) as a user on an arm64 machine installs and runs it, on an
 emulated arm64 machine: `qemu-system-aarch64` (TCG, 2 cores, `neoverse-n1`, as a Graviton 2)
 boots Debian's arm64 kernel with an initramfs made of a bare arm64 Debian (debootstrap: Python
 and nothing of ours), the wheel, a wheelhouse, an `escape-test` build and guest/. The guest's

@@ -37,7 +37,7 @@ def zygote_services_stopped():
 @pytest.fixture
 def warm_zygote():
     """A ready zygote service for servers with the default interpreter options: their
-    interpreters are all forked, which checkpoints need (issue 36)."""
+    interpreters are all forked, which checkpoints need (checkpoints, docs/architecture.md §3.4)."""
     warm_zygote_service()
 
 

@@ -1,4 +1,4 @@
-"""Authentication (issue 27): the server as an OAuth 2.1 resource server (MCP spec 2025-11-25,
+"""Authentication (README "Running many replicas"): the server as an OAuth 2.1 resource server (MCP spec 2025-11-25,
 authorization). The tests make their own RSA key, publish its public half as a JWK set file
 (`--auth-jwks`) and mint tokens with it: a request without a token, with an expired one, one for
 another audience or one signed by another key gets 401 with `WWW-Authenticate` naming the
@@ -127,7 +127,7 @@ async def test_a_sandbox_belongs_to_the_principal_that_made_it(server, key):
 
 
 async def test_another_principals_sandbox_cannot_be_forked(server, key):
-    """fork_sandbox (issue 36) opens its source as every tool does: bob gets for alice's handle
+    """fork_sandbox (checkpoints, docs/architecture.md §3.4) opens its source as every tool does: bob gets for alice's handle
     the answer of an unknown one, and alice's fork is alice's alone."""
     async with client_for(server, token(key, "alice")) as alice, client_for(server, token(key, "bob")) as bob:
         await alice.list_tools()

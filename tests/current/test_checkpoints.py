@@ -1,4 +1,4 @@
-"""Sandboxes that never lose their state (issue 36) for today's clients: fastmcp 4's `Client`
+"""Sandboxes that never lose their state (checkpoints, docs/architecture.md §3.4) for today's clients: fastmcp 4's `Client`
 against `streamable-http --stateful` (MCP 2026-07-28, sessionless, sandboxes by handle). A
 worker SIGKILLed between calls comes back from its checkpoint; an idle sandbox hibernates (its
 interpreter is freed, its state kept on disk) and resumes at its next call; at `--max-sandboxes`

@@ -1,4 +1,4 @@
-"""Code mode (issue 28): sandboxed Python calls the tools of upstream MCP servers through
+"""Code mode (code mode, docs/architecture.md §11): sandboxed Python calls the tools of upstream MCP servers through
 `import mcp_tools`, and the front makes every upstream request.
 
 Two real upstream servers sit behind `--tools-config`: the official reference server

@@ -1,4 +1,4 @@
-"""The official MCP conformance suite (issue 35): `@modelcontextprotocol/conformance`, pinned in
+"""The official MCP conformance suite (README "Long runs: tasks"): `@modelcontextprotocol/conformance`, pinned in
 tests/conformance/package.json (its lock beside it), run against the real binary as
 `conformance server --url … --requirements <revision>` for both protocol eras, 2025-11-25
 (sessions, `initialize`) and 2026-07-28 (sessionless, `server/discover`), with the baseline

@@ -1,4 +1,4 @@
-"""`fork_sandbox` (issue 36) for today's clients: fastmcp 4's `Client` against `streamable-http
+"""`fork_sandbox` (checkpoints, docs/architecture.md §3.4) for today's clients: fastmcp 4's `Client` against `streamable-http
 --stateful` (MCP 2026-07-28, sessionless requests, state in handles). A fork starts as a copy of
 its source as the source's last completed call left it and then goes its own way, and its
 answer names the new sandbox in the `Sandbox-Id` response header, for a load balancer's stick

@@ -1,5 +1,5 @@
 """Three replicas of the real binary behind a real HAProxy with the shipped deploy/haproxy.cfg
-(issue 27), loopback only: today's clients (fastmcp 4, MCP 2026-07-28, no sessions) reach their
+(README "Running many replicas"), loopback only: today's clients (fastmcp 4, MCP 2026-07-28, no sessions) reach their
 sandbox's replica through `Mcp-Param-Sandbox-Id` and the `Sandbox-Id` response header the
 balancer learns from; sandbox-less calls spread over every replica; a replica that drains
 (SIGTERM) or crashes (SIGKILL) mid-run hands its sandboxes to the others through the shared
@@ -45,7 +45,7 @@ READYZ_TURNS = 2.0
 DRAIN_EXIT = 60
 
 # One call: a counter kept in a file and one kept in a global: both survive a replica, the
-# global in the interpreter's checkpoint (issue 36; the replicas share the host's zygote).
+# global in the interpreter's checkpoint (checkpoints, docs/architecture.md §3.4; the replicas share the host's zygote).
 COUNT = """\
 import os
 n = int(open('n').read()) if os.path.exists('n') else 0

@@ -1,4 +1,4 @@
-"""Telling clients that a list changed (issue 35), with the Python `mcp` 2.x client, whose
+"""Telling clients that a list changed (README "Long runs: tasks"), with the Python `mcp` 2.x client, whose
 `Client.listen()` opens a `subscriptions/listen` stream (MCP 2026-07-28, SEP-2575) and whose
 `mode="legacy"` speaks 2025-11-25 (`initialize`, sessions):
 

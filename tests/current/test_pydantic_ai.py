@@ -93,7 +93,7 @@ def model_that_runs_in_turn(codes):
 
 
 async def test_stateful_state_lasts_across_an_agents_calls():
-    """`--stateful` (issue 14) over stdio: the second call sees the first one's variable, in the
+    """`--stateful` (files, README "Sandboxes") over stdio: the second call sees the first one's variable, in the
     connection's own sandbox."""
     transport = StdioTransport(BINARY, [*STDIO_ARGS, "--stateful"], env=server_env(), keep_alive=False)
     toolset = MCPToolset(transport, init_timeout=INIT_TIMEOUT, read_timeout=CALL_TIMEOUT)

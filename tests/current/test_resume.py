@@ -1,4 +1,4 @@
-"""Resumable streams (issue 27; MCP spec 2025-11-25, streamable HTTP, "Resumability and
+"""Resumable streams (README "Running many replicas"; MCP spec 2025-11-25, streamable HTTP, "Resumability and
 Redelivery"): a raw-HTTP client that drops its SSE stream mid-call and reconnects with
 `Last-Event-ID` gets the call's result, for a sessionless 2026-07-28 request and for a
 2025-11-25 session."""

@@ -1,4 +1,4 @@
-"""Sandboxes (issue 26) for today's clients: MCP 2026-07-28 has no protocol sessions (SEP-2567),
+"""Sandboxes (sandboxes, docs/architecture.md §3.1) for today's clients: MCP 2026-07-28 has no protocol sessions (SEP-2567),
 so state that spans calls travels in the `sandbox_id` handle the server mints. fastmcp 4's
 `Client` and PydanticAI 2.x's `MCPToolset` against `streamable-http --stateful` (sessionless
 requests), and fastmcp over stdio (one connection, several sandboxes)."""

@@ -1,4 +1,4 @@
-"""Replicas sharing `--state-dir` (issue 27), addressed directly, without a balancer (the
+"""Replicas sharing `--state-dir` (README "Running many replicas"), addressed directly, without a balancer (the
 balancer's part is tests/current/test_haproxy.py): a sandbox made on one replica continues on
 another with its files and a state note, the replica that lost it is fenced off by the
 generation number, the response header names the sandbox for a balancer, `/metrics` counts what
@@ -100,7 +100,7 @@ def metric(text, name, **labels):
 
 async def test_a_sandbox_continues_on_another_replica_with_its_files(tmp_path, warm_zygote):
     """The replica that held a sandbox stops being asked (its sandbox moved): another replica
-    restores it whole, interpreter state included (issue 36: the replicas share the host's
+    restores it whole, interpreter state included (checkpoints, docs/architecture.md §3.4: the replicas share the host's
     zygote), and the replica that lost it is fenced off."""
     with replica(tmp_path) as a, replica(tmp_path) as b:
         async with client_for(a) as on_a, client_for(b) as on_b:
@@ -244,7 +244,7 @@ def test_the_state_dir_needs_stateful(tmp_path):
 
 
 async def test_a_sigkilled_replica_loses_no_interpreter_state(tmp_path, warm_zygote):
-    """Issue 36: `x = 41` on a replica that is then SIGKILLed; on another replica `x + 1` is 42,
+    """checkpoints, docs/architecture.md §3.4: `x = 41` on a replica that is then SIGKILLed; on another replica `x + 1` is 42,
     with the module the sandbox imported, and the note says the state came back."""
     with replica(tmp_path, may_be_killed=True) as a:
         async with client_for(a) as on_a:
@@ -298,7 +298,7 @@ def flip(data):
 ])
 async def test_a_damaged_or_foreign_checkpoint_is_refused_and_the_files_come_back(
         tmp_path, warm_zygote, damage, why):
-    """Issue 36: a checkpoint that was altered, cut short, sealed for another sandbox (moved
+    """checkpoints, docs/architecture.md §3.4: a checkpoint that was altered, cut short, sealed for another sandbox (moved
     under this one's name by whoever writes the shared directory) or put back from an older
     save is refused whole (by the digest the ownership record keeps of the last save's file,
     and by the seal when that record is rewritten too); the sandbox comes back with its files
@@ -370,7 +370,7 @@ def craft_state(state_dir, manifest, files):
 ], ids=["path", "direct-url", "injected-note", "oversized"])
 async def test_a_crafted_saved_state_is_refused_whole_and_the_sandbox_starts_clean(
         tmp_path, manifest, files, why):
-    """Issue 36: an entry of the shared directory that fails a check is refused whole; the
+    """checkpoints, docs/architecture.md §3.4: an entry of the shared directory that fails a check is refused whole; the
     sandbox comes back clean with a note that echoes nothing of the entry and names no host
     path, and its later calls run (none is an install-error)."""
     state_dir = tmp_path / "state"

@@ -1,4 +1,4 @@
-"""A small FastMCP server (streamable HTTP) that the code-mode tests (issue 28) put behind
+"""A small FastMCP server (streamable HTTP) that the code-mode tests (code mode, docs/architecture.md §11) put behind
 mcp-run-python's `--tools-config`: every request needs a bearer token, which only the front
 holds (the configuration's `headers`). Its tools record what they saw in a JSON-lines log:
 the `_meta` sandbox tag of each call, and a slow call's cancellation. `grow` and `sprout` add

@@ -56,7 +56,7 @@ async def mcp_session(*args, errlog=None, cache_dir=SHARED_CACHE):
 async def forked_session(*args):
     """[`mcp_session`] whose interpreters are forked from a ready zygote service (a session
     started first brings the service up), as every session's are once the host is warm:
-    checkpoints need it (issue 36)."""
+    checkpoints need it (checkpoints, docs/architecture.md §3.4)."""
     async with mcp_session(*args) as warming:
         await run(warming, "1")
         await anyio.to_thread.run_sync(wait_for_ready_zygote_service)

@@ -1,4 +1,4 @@
-"""Adversarial suite for issue 8: the code (and the client) is the adversary (docs/architecture.md §3, §9).
+"""Adversarial suite for tenancy, docs/architecture.md §3: the code (and the client) is the adversary (docs/architecture.md §3, §9).
 
 Each test reproduces one attack on the isolation between sessions, the sealed runner, the
 front's deadlines and caps, or its input parsing, and asserts the behaviour that defeats it:

@@ -1,4 +1,4 @@
-"""Chaos run (issue 8): 200 calls from 8 concurrent streamable-HTTP sessions on 2 workers, mixing
+"""Chaos run (tenancy, docs/architecture.md §3): 200 calls from 8 concurrent streamable-HTTP sessions on 2 workers, mixing
 good calls with timeouts, crashes, memory bombs, output floods and cancellations."""
 
 import datetime

@@ -1,4 +1,4 @@
-"""The second wall (issue 10), seen from outside: every worker of the real binary is confined by
+"""The second wall (the second wall, docs/architecture.md §3.2), seen from outside: every worker of the real binary is confined by
 the kernel (seccomp, Landlock, namespaces, no capabilities, limits), the server says which
 layers are on, falls back loudly where the kernel refuses one, and `--confinement strict`
 refuses to serve then. What native code inside a worker can still do is tried by

@@ -1,4 +1,4 @@
-"""Drop-in for the Deno original's users (issue 9): its command line, its exact texts, progress
+"""Drop-in for the Deno original's users (README "Differences from the Deno original"): its command line, its exact texts, progress
 for long calls. The reference is the original's release 0.0.22 and its own test suite; the
 seed (`<dependencies>` in XML, dependencies inferred from imports) wins where they differ."""
 

@@ -1,4 +1,4 @@
-"""`fork_sandbox` (issue 36) through the `mcp` 1.x client over stdio (2025-11-25): a new
+"""`fork_sandbox` (checkpoints, docs/architecture.md §3.4) through the `mcp` 1.x client over stdio (2025-11-25): a new
 sandbox that starts as a copy of another as its last completed call left it (globals, imports,
 files), then goes its own way; a sandbox with a call in flight is forked after that call; a
 fork at `--max-sandboxes` and a fork of a state that cannot be captured are refused with a tool
@@ -128,7 +128,7 @@ async def test_a_fork_at_the_cap_is_refused_with_the_words_of_create_sandbox():
 
 
 async def test_a_state_that_cannot_be_captured_is_not_forked():
-    """Python holding a JavaScript object cannot be checkpointed by its memory (issue 36, part 4):
+    """Python holding a JavaScript object cannot be checkpointed by its memory (checkpoints, docs/architecture.md §3.4, part 4):
     the fork is refused with why; once the object is gone it forks."""
     async with forked_session("--stateful") as session:
         a = await create(session)

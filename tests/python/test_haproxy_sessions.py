@@ -1,5 +1,5 @@
 """The seed's line of clients (`mcp` 1.x, protocol 2025-11-25 with sessions) through three replicas
-behind a real HAProxy with the shipped deploy/haproxy.cfg (issue 27): every request of a session
+behind a real HAProxy with the shipped deploy/haproxy.cfg (README "Running many replicas"): every request of a session
 carries `Mcp-Session-Id`, which the balancer learned from the `initialize` answer, so it reaches
 the replica that holds the session and its default sandbox. The same run for today's clients is
 tests/current/test_haproxy.py."""

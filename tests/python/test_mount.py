@@ -1,4 +1,4 @@
-"""`--mount HOST_DIR:SANDBOX_DIR` (issue 14): the operator's data in every sandbox, read-only, in
+"""`--mount HOST_DIR:SANDBOX_DIR` (files, README "Sandboxes"): the operator's data in every sandbox, read-only, in
 interpreters booted and forked alike; nothing written in a sandbox reaches the host. Real
 binary, real `mcp` client, stdio and streamable HTTP."""
 

@@ -1,4 +1,4 @@
-"""PydanticAI's three MCP client classes (seed 003) against the real binary: listing the tool,
+"""PydanticAI's three MCP client classes (PydanticAI's MCP documentation) against the real binary: listing the tool,
 `direct_call_tool`, an `Agent` driven by a `FunctionModel` (no LLM), and streamed logs."""
 
 import time
@@ -111,7 +111,7 @@ async def test_log_messages_over_streamable_http():
 
 
 async def test_mcp_server_stdio_stateful():
-    """`--stateful` (issue 14): an agent's second call sees its first call's variable."""
+    """`--stateful` (files, README "Sandboxes"): an agent's second call sees its first call's variable."""
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]

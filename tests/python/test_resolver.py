@@ -1,4 +1,4 @@
-"""The resolver (issue 11) through the real binary over stdio, with real PyPI and the Pyodide
+"""The resolver (dependencies, docs/architecture.md §5) through the real binary over stdio, with real PyPI and the Pyodide
 CDN unreachable (as in CI): backtracking from the lock file's versions to WebAssembly wheels
 on the index, every wheel's own requirements, conflicts in words."""
 
@@ -48,7 +48,7 @@ async def test_requirements_come_from_the_wheels_metadata():
     async with mcp_session("--workers", "1", "--deps", "httpx") as session:
         text = await run(session, "import httpx, idna, httpcore, anyio, certifi\nhttpx.__version__")
         # What --deps installed is no requirement of the call's own: no <dependencies> line, as
-        # the Deno original (issue 26).
+        # the Deno original (sandboxes, docs/architecture.md §3.1).
         assert text == (
             f"<status>success</status>\n<return_value>\n{LOCK['packages']['httpx']['version']}\n</return_value>"
         ), text

@@ -1,4 +1,4 @@
-"""Sandboxes (issue 26) through the `mcp` 1.x client and raw HTTP: the `Mcp-Param-Sandbox-Id`
+"""Sandboxes (sandboxes, docs/architecture.md §3.1) through the `mcp` 1.x client and raw HTTP: the `Mcp-Param-Sandbox-Id`
 header must agree with the body (SEP-2243), sandboxes reached by handle expire when idle and
 give way at `--max-sandboxes`, and an interpreter killed between calls is replaced with a note.
 Today's clients (fastmcp 4, PydanticAI 2.x) are in tests/current/test_sandboxes.py."""
@@ -164,7 +164,7 @@ def stdio_server_pid():
 async def test_an_interpreter_killed_between_calls_comes_back_from_its_checkpoint():
     """SIGKILL of an idle sandbox's interpreter (as the OOM killer would): the next call runs
     in a new interpreter with the variables, functions and imports of the last completed call
-    (issue 36: its checkpoint, kept by the front without --state-dir), and says so and why."""
+    (checkpoints, docs/architecture.md §3.4: its checkpoint, kept by the front without --state-dir), and says so and why."""
     async with forked_session("--stateful") as session:
         await run(session, "import json, decimal\nx = 41\ndef f(n):\n    return n * 2\n"
                            "open('kept.txt', 'w').write('kept')")
@@ -189,7 +189,7 @@ async def test_an_interpreter_killed_between_calls_comes_back_from_its_checkpoin
 
 
 async def test_an_idle_sandbox_hibernates_and_its_next_call_resumes_it():
-    """--hibernate-after (issue 36): an idle sandbox's interpreter is freed and its state kept
+    """--hibernate-after (checkpoints, docs/architecture.md §3.4): an idle sandbox's interpreter is freed and its state kept
     on disk; the next call resumes it with its variables, imports and files, saying nothing
     (nothing was lost), and the sandbox hibernates again when idle."""
     async with forked_session("--stateful", "--hibernate-after", "1") as session:
@@ -213,7 +213,7 @@ async def wait_until(condition, what, timeout=20):
 
 async def test_state_that_cannot_be_captured_is_said_and_only_the_files_come_back():
     """A sandbox whose Python holds a JavaScript object cannot be checkpointed by its memory
-    (issue 36, part 4): the call's answer says so, and after a SIGKILL the next call says the
+    (checkpoints, docs/architecture.md §3.4, part 4): the call's answer says so, and after a SIGKILL the next call says the
     state is new, with the files."""
     async with forked_session("--stateful") as session:
         text = await run(session, "import js\no = js.Object.new()\nx = 1\n"

@@ -1,4 +1,4 @@
-"""`--stateful` (issue 14): a session's globals last from one call to the next, never cross
+"""`--stateful` (files, README "Sandboxes"): a session's globals last from one call to the next, never cross
 sessions, and a result says when they were lost. Real binary, real `mcp` client, stdio and
 streamable HTTP."""
 
@@ -49,7 +49,7 @@ async def test_state_lasts_within_a_session_and_says_when_it_was_lost():
 
         # A timeout stops the interpreter: this result says what the call changed is gone, and
         # the next one runs in a new interpreter with the state of the last completed call
-        # (issue 36: its checkpoint), and says so.
+        # (checkpoints, docs/architecture.md §3.4: its checkpoint), and says so.
         text = await run(session, "x = 0\nwhile True:\n    pass")
         assert "timed out" in text, text
         assert state_of(text).startswith("lost:") and "last completed call" in state_of(text), text
@@ -345,7 +345,7 @@ async def test_uploaded_files_are_read_by_the_code_and_names_stay_inside():
 async def test_files_outlive_a_stopped_interpreter():
     """Files (up to --max-session-file-bytes) are kept by the server when the interpreter is
     stopped, and written into the next one, with the Python objects of the last completed call
-    (issue 36: its checkpoint); the notes say which files."""
+    (checkpoints, docs/architecture.md §3.4: its checkpoint); the notes say which files."""
     async with forked_session("--stateful", "--timeout", "5", "--max-session-file-bytes", "100000") as session:
         await run(session, f"open('data.csv', 'w').write({CSV!r})\nopen('big.bin', 'wb').write(bytes(200000))\nx = 1")
         done = await session.call_tool("upload_file", {"name": "up.txt", "text": "uploaded"})

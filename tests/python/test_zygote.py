@@ -1,4 +1,4 @@
-"""The fork server (issue 13): fresh interpreters forked from a zygote, through the real binary.
+"""The fork server (the zygote, docs/architecture.md §3): fresh interpreters forked from a zygote, through the real binary.
 
 Each forked interpreter must be as fresh as a booted one (nothing of an earlier call or session,
 its own random state), confined like one (read from /proc, not from the server's word), and
@@ -133,7 +133,7 @@ async def test_forked_sessions_are_confined_apart_and_reaped_and_die_with_the_zy
     log = tmp_path / "server.log"
     with open(log, "w") as errlog, http_server("streamable-http", *FORK_ON_DEMAND, errlog=errlog) as url:
         stack = contextlib.AsyncExitStack()
-        # Alive at once; ready (new sandboxes are cheap) only once the zygote is (issue 27).
+        # Alive at once; ready (new sandboxes are cheap) only once the zygote is (README "Running many replicas").
         assert httpx.get(f"{url}/healthz").status_code == 200
         not_ready = httpx.get(f"{url}/readyz")
         assert not_ready.status_code == 503 and "zygote" in not_ready.json()["reason"], not_ready.text
@@ -190,7 +190,7 @@ async def test_forked_sessions_are_confined_apart_and_reaped_and_die_with_the_zy
         assert await wait_until(lambda: not os.path.exists(f"/proc/{doomed_pid}"), 15)
         assert await wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 503, 15)
         # The interpreter that ended between calls is replaced before the next call's code is
-        # sent: that call runs, in a clean interpreter (issue 26).
+        # sent: that call runs, in a clean interpreter (sandboxes, docs/architecture.md §3.1).
         text = await run(doomed, "x")
         assert text.startswith("<status>run-error</status>") and "NameError: name 'x' is not defined" in text, text
         assert await run(doomed, "2 + 2") == "<status>success</status>\n<return_value>\n4\n</return_value>"

@@ -1,4 +1,4 @@
-"""The per-host zygote service (issue 34) through the real binary: a second stdio front forks from
+"""The per-host zygote service (the zygote service, docs/architecture.md §3.3) through the real binary: a second stdio front forks from
 the service the first one started (and a PydanticAI agent run works through it), another uid is
 refused, a SIGKILLed front leaves no worker, another binary or other `--deps` get a service of
 their own, a stale socket file is replaced, two fronts racing make one service, a service killed

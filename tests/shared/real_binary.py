@@ -57,7 +57,7 @@ def zygote_services(runtime_dir=RUNTIME_DIR):
 def wait_for_ready_zygote_service(timeout=240, runtime_dir=RUNTIME_DIR):
     """Waits until a zygote service of `runtime_dir` is ready (one a front started): a front
     started afterwards forks its first interpreter from it instead of booting one, which is
-    what a checkpoint needs (issue 36)."""
+    what a checkpoint needs (checkpoints, docs/architecture.md §3.4)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         _, lines = zygote_services(runtime_dir)
@@ -70,7 +70,7 @@ def wait_for_ready_zygote_service(timeout=240, runtime_dir=RUNTIME_DIR):
 def warm_zygote_service(*args):
     """Brings this run's zygote service for a server started with `args` up and waits until it
     is ready (a server it starts and stops does it), so that servers started afterwards fork
-    every interpreter, their first included: a checkpoint needs a forked interpreter (issue 36)."""
+    every interpreter, their first included: a checkpoint needs a forked interpreter (checkpoints, docs/architecture.md §3.4)."""
     with http_server("streamable-http", *args):
         wait_for_ready_zygote_service()
 

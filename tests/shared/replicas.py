@@ -1,5 +1,5 @@
 """Several replicas of the real binary behind a real HAProxy started with the shipped
-deploy/haproxy.cfg (issue 27), on loopback ports: `streamable-http --stateful --state-dir` on a
+deploy/haproxy.cfg (README "Running many replicas"), on loopback ports: `streamable-http --stateful --state-dir` on a
 shared temporary directory. Standard library only, so that both client suites use it
 (tests/python with the 1.x clients, tests/current with today's)."""
 

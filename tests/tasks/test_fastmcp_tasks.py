@@ -1,4 +1,4 @@
-"""Long runs as tasks (issue 35): the MCP tasks extension (`io.modelcontextprotocol/tasks`,
+"""Long runs as tasks (README "Long runs: tasks"): the MCP tasks extension (`io.modelcontextprotocol/tasks`,
 SEP-2663) through fastmcp with fastmcp-tasks, the real binary over streamable HTTP and stdio.
 
 The server runs with `--timeout 2` and `--task-timeout 120`: a call of a client that declared

@@ -85,7 +85,7 @@ async function overStreamableHttp(mode) {
   });
 }
 
-/** `--stateful` (issue 26): a sandbox made by one client keeps its state for another session
+/** `--stateful` (sandboxes, docs/architecture.md §3.1): a sandbox made by one client keeps its state for another session
  * that holds its handle; the SDK validates every structured result against the tool's output
  * schema; a destroyed handle is a tool error. */
 async function sandboxes() {

@@ -1,4 +1,4 @@
-"""The wheel as a user gets it (issue 12): `scripts/build-wheel.sh --dev` builds it (test.sh
+"""The wheel as a user gets it (README "Install"): `scripts/build-wheel.sh --dev` builds it (test.sh
 passes its path in MCP_RUN_PYTHON_WHEEL), and these tests install it where nothing else of
 this project is: a fresh venv, uv's throw-away environments, a bare root file system.
 

@@ -88,7 +88,7 @@ async def main():
             raise AssertionError('allow_networking=True was accepted')
     except ValueError as e:
         assert 'name the hosts' in str(e)
-    # Host functions (issue 28): the code awaits them by name, they run here.
+    # Host functions (code mode, docs/architecture.md §11): the code awaits them by name, they run here.
     seen = []
 
     def add(a: int, b: int = 1) -> int:
@@ -264,7 +264,7 @@ def test_current_client_line_through_uv(tmp_path):
     assert run_through_uv(tmp_path, CURRENT_LINE_SCRIPT, CURRENT_LINE).endswith("current line ok\n")
 
 
-# FastMCP's code mode (issue 28) on mcp-run-python: `CodeMode(sandbox_provider=SandboxProvider())`
+# FastMCP's code mode (code mode, docs/architecture.md §11) on mcp-run-python: `CodeMode(sandbox_provider=SandboxProvider())`
 # runs a snippet that imports a PyPI package and defines a class hierarchy; Monty, FastMCP's
 # default provider, refuses the same snippet.
 CODE_MODE_SCRIPT = '''

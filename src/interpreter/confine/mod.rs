@@ -1,4 +1,4 @@
-//! The second wall (docs/architecture.md §3.2 "Two walls", issue 10): the operating system confines each
+//! The second wall (docs/architecture.md §3.2 "Two walls"): the operating system confines each
 //! sandbox worker, so that native code running inside one (a JavaScriptCore JIT bug, a bug in
 //! our `unsafe` ops) can only speak to the front over the pipes it was given.
 //!
@@ -38,7 +38,7 @@ pub use landlock::Domain;
 mod escape;
 
 use crate::interpreter::dirty_pages::Descriptors;
-use crate::protocol::launch::{ConfinementMode, UnknownConfinementMode};
+use crate::protocol::launch::ConfinementMode;
 use std::fmt;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -48,8 +48,6 @@ use thiserror::Error;
 /// Why a layer could not be applied.
 #[derive(Debug, Error)]
 pub enum ConfineError {
-    #[error("the confinement mode could not be read")]
-    Mode(#[source] UnknownConfinementMode),
     #[error("prctl({what}) failed")]
     Prctl {
         what: &'static str,

@@ -1,4 +1,4 @@
-//! A sandbox's kept state ([`Kept`]) as files (issue 36): the state directory's chain
+//! A sandbox's kept state ([`Kept`]) as files (checkpoints, docs/architecture.md §3.4): the state directory's chain
 //! (`--state-dir`: a whole image, then one delta per call) and a hibernated sandbox's file
 //! (a chain of one). Each file holds the packages a restore installs first, then the sealed
 //! pages ([`super::sealed`]), whose seal also covers that package list and the digest of the

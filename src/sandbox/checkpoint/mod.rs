@@ -1,5 +1,5 @@
 //! Interpreter checkpoints: a sandbox's Python state as the pages of its WebAssembly linear
-//! memory that differ from the zygote's (issue 36; docs/checkpoint-research.md §5–§7).
+//! memory that differ from the zygote's (checkpoints, docs/architecture.md §3.4; docs/checkpoint-research.md §5–§7).
 //!
 //! Python's whole state (globals, modules, the allocator, the import system, the random state)
 //! lives in the interpreter's linear memory, and copying that memory into a fresh worker forked

@@ -1,4 +1,4 @@
-//! What a sandbox keeps of its interpreter's state between workers (issue 36): the last
+//! What a sandbox keeps of its interpreter's state between workers (checkpoints, docs/architecture.md §3.4): the last
 //! checkpoint, whether it is the state the last completed call left, and what a restore of it
 //! needs.
 //!

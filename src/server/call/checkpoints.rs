@@ -1,4 +1,4 @@
-//! A sandbox's interpreter state across its workers (`--stateful`; issue 36): a checkpoint
+//! A sandbox's interpreter state across its workers (`--stateful`): a checkpoint
 //! after every completed call (`checkpoint`), kept by the sandbox
 //! ([`crate::sandbox::checkpoint::Saved`]), and restored into the next worker when one is lost
 //! or stopped (`resume`), so that the variables, functions and imports of earlier calls come

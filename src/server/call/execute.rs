@@ -4,7 +4,7 @@
 //! when the call was cancelled or its session ended (MCP spec, cancellation: no result is
 //! sent for a cancelled request).
 //!
-//! Tenancy (docs/architecture.md §3, issue 8; the rules in [`super::queue`]): with
+//! Tenancy (docs/architecture.md §3; the rules in [`super::queue`]): with
 //! [`Isolation::Sandbox`] a worker belongs to one [`Sandbox`] for its whole life and dies with
 //! it; [`Isolation::Call`] gives every call a clean worker; [`Isolation::Shared`] reuses
 //! workers across sandboxes. What packages to install comes from
@@ -450,7 +450,7 @@ impl Executor {
         }
     }
 
-    /// Whether `sandbox`'s state is checkpointed after each call (issue 36): with
+    /// Whether `sandbox`'s state is checkpointed after each call (checkpoints, docs/architecture.md §3.4): with
     /// `--stateful`, an interpreter per sandbox (`--isolation session`), for sandboxes that
     /// outlive their call.
     pub(super) fn checkpoints(&self, sandbox: &Sandbox) -> bool {

@@ -1,4 +1,4 @@
-//! A sandbox's files across its workers (`--stateful`; issue 14): the file tools' reads and
+//! A sandbox's files across its workers (`--stateful`): the file tools' reads and
 //! writes (`read_file`, `write_file`, `reset`), the copies the front keeps of what a call
 //! wrote (`copy_files`, within `--max-session-file-bytes`), and a new worker's adoption of them
 //! with the `state` note that says what survived (`adopt`). They run through the sandbox's
@@ -14,7 +14,7 @@ use crate::server::call::state_note::Restart;
 use crate::worker::client::{self, Deadline, Phase, Worker, WorkerError};
 use std::time::Duration;
 
-/// What a restored sandbox's note says when its interpreter state came back (issue 36).
+/// What a restored sandbox's note says when its interpreter state came back (checkpoints, docs/architecture.md §3.4).
 const BACK: &str =
     "the variables, functions and imports are back as its last completed call left them";
 

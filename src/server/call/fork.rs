@@ -1,4 +1,4 @@
-//! `fork_sandbox`'s copy ([`Executor::fork`]: files, state, metrics) and its hand-over (issue 36): the source's interpreter holds exactly the state a
+//! `fork_sandbox`'s copy ([`Executor::fork`]: files, state, metrics) and its hand-over (checkpoints, docs/architecture.md §3.4): the source's interpreter holds exactly the state a
 //! fork starts from (its last completed call's, which its checkpoint keeps), so the copy takes
 //! that interpreter, reseeded as `os.fork` reseeds a child, and its first call restores
 //! nothing. The source keeps the checkpoint and resumes it into a new interpreter in the

@@ -5,7 +5,7 @@
 //! reads how a run ended into its result; [`result`] is what a call produced, before it is
 //! rendered; [`state_note`] words what a `--stateful` result says of lost state;
 //! [`startup_deps`] plans `--deps` once for every worker; [`checkpoints`] keeps a sandbox's
-//! interpreter state across its workers (issue 36).
+//! interpreter state across its workers (checkpoints, docs/architecture.md §3.4).
 
 pub mod checkpoints;
 pub mod execute;

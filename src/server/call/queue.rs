@@ -1,4 +1,4 @@
-//! Who waits, and who shares a worker (docs/architecture.md §3, issue 8). A call is admitted
+//! Who waits, and who shares a worker (docs/architecture.md §3). A call is admitted
 //! only while fewer than `--max-queue` calls wait; it then takes the worker slot
 //! that [`Isolation`] gives it (its sandbox's, a clean one, or one of the shared pool), then
 //! one of the `--workers` running slots, both in FIFO order. The pipeline

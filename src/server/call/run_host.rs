@@ -1,6 +1,6 @@
 //! The front's side of one run ([`RunHost`]): what the code of one `run_python_code` call gets
 //! from the server while it runs. Its fetches go through the operator's network policy
-//! (`--allow-net`); in code mode (`--tools-config`, issue 28) its tool and host function calls
+//! (`--allow-net`); in code mode (`--tools-config`) its tool and host function calls
 //! go to the upstream servers and the launcher, under the call's [`ToolBudget`], named upstream
 //! by the sandbox's tag.
 //!

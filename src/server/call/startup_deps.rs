@@ -1,6 +1,6 @@
 //! `--deps`: requirements resolved and fetched once, then installed by every worker as it
 //! boots, and imported there too. The zygote does it once for all the workers it forks
-//! (issue 13), so that a session's first call does not pay an install (~0.35 s for `httpx`)
+//! (the zygote, docs/architecture.md §3), so that a session's first call does not pay an install (~0.35 s for `httpx`)
 //! and an import (~0.65 s) in each new worker. A worker that booted without them
 //! (resolved too late, or failed) gets them at its first call, which reports any error.
 

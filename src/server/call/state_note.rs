@@ -1,15 +1,15 @@
-//! The `state` notes of `--stateful` results (issue 14): a result says when its sandbox's
+//! The `state` notes of `--stateful` results (files, README "Sandboxes"): a result says when its sandbox's
 //! interpreter state was lost or is new, and which files survived, so that an agent knows to
 //! run its setup again.
 
 use crate::sandbox::files::{name_list, Survivors};
 
-/// The `state` note of a `--stateful` call whose worker was stopped (issue 14: the result
+/// The `state` note of a `--stateful` call whose worker was stopped (files, README "Sandboxes": the result
 /// says when state was lost, so that an agent knows to run its setup again).
 const STATE_LOST: &str = "lost: this sandbox's interpreter was stopped after this call, and the variables, functions and imports of its earlier calls are gone; the next call starts in a new interpreter";
 
 /// The `state` note of a call that stopped its sandbox's worker when the sandbox keeps a
-/// checkpoint of the state its last completed call left (issue 36).
+/// checkpoint of the state its last completed call left (checkpoints, docs/architecture.md §3.4).
 const STATE_ROLLED_BACK: &str = "lost: this sandbox's interpreter was stopped after this call, and what this call changed is gone; the next call starts in a new interpreter with the variables, functions and imports as the last completed call left them";
 
 /// Why a `--stateful` sandbox's next call runs in a new worker: the first words of that
@@ -33,7 +33,7 @@ impl Restart {
     }
 
     /// The first words of the `state` note of a call whose new worker got the sandbox's
-    /// state back from its last checkpoint (issue 36).
+    /// state back from its last checkpoint (checkpoints, docs/architecture.md §3.4).
     pub fn restored_note(self) -> &'static str {
         match self {
             Restart::Stopped => "restored: this call ran in a new interpreter (the previous one was stopped); the variables, functions and imports are back as the last completed call left them",
@@ -44,7 +44,7 @@ impl Restart {
 
 /// The `state` note of a call that stopped its sandbox's worker: what is lost, which files
 /// the next worker will have again, which are gone.
-/// `checkpointed`: the sandbox keeps the state its last completed call left (issue 36),
+/// `checkpointed`: the sandbox keeps the state its last completed call left (checkpoints, docs/architecture.md §3.4),
 /// which the next worker gets back.
 pub fn lost_note(survivors: &Survivors, checkpointed: bool) -> String {
     let mut note = if checkpointed {

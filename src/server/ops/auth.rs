@@ -1,4 +1,4 @@
-//! Authentication for the HTTP modes (issue 27): the server as an OAuth 2.1 resource server,
+//! Authentication for the HTTP modes (README "Running many replicas"): the server as an OAuth 2.1 resource server,
 //! as the MCP authorization spec (2025-11-25, "Authorization") has it.
 //!
 //! With `--auth-jwks FILE|URL --auth-audience AUD` a request must carry `Authorization: Bearer

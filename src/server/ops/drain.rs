@@ -1,4 +1,4 @@
-//! Graceful drain (issue 27): what a replica does between SIGTERM and its exit, so that a load
+//! Graceful drain (README "Running many replicas"): what a replica does between SIGTERM and its exit, so that a load
 //! balancer can move its sandboxes without a wrong answer.
 //!
 //! What a client sees at each step:

@@ -1,4 +1,4 @@
-//! Health and readiness over HTTP, for load balancers and Kubernetes probes (issue 27):
+//! Health and readiness over HTTP, for load balancers and Kubernetes probes (README "Running many replicas"):
 //! `GET /healthz` answers 200 while the process serves; `GET /readyz` answers 200 only when a
 //! new sandbox is cheap (the zygote is ready where the server uses one, and a spare
 //! worker is ready where spares are kept) and the server is not shutting down, else 503

@@ -1,4 +1,4 @@
-//! `GET /metrics` on the HTTP listener (issue 27): the Prometheus text format of
+//! `GET /metrics` on the HTTP listener (README "Running many replicas"): the Prometheus text format of
 //! [`crate::metrics`], with the gauges read from the server at each scrape.
 //!
 //! Like `/healthz` and `/readyz` it sits outside the DNS-rebinding guard, for a scraper that

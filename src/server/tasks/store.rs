@@ -1,5 +1,5 @@
 //! Tasks saved in the shared state directory (`--state-dir`), so that any replica answers
-//! `tasks/get` for a task whose replica is gone (issue 35).
+//! `tasks/get` for a task whose replica is gone (README "Long runs: tasks").
 //!
 //! Layout, one directory per task, named by the SHA-256 of its id (the directory reveals no id:
 //! without authentication an id is a bearer name):

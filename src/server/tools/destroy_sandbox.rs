@@ -1,4 +1,4 @@
-//! `destroy_sandbox` (`--stateful`; seed 002's `clear_session`): once the calls that arrived
+//! `destroy_sandbox` (`--stateful`; mcp-python-code-interpreter's `clear_session`): once the calls that arrived
 //! before it are done, ends the sandbox its required `sandbox_id` names. Destructive.
 
 use super::reach::RemovedSandbox;

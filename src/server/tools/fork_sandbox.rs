@@ -1,4 +1,4 @@
-//! `fork_sandbox` (`--stateful`, issue 36): once the calls that arrived before it are done,
+//! `fork_sandbox` (`--stateful`): once the calls that arrived before it are done,
 //! makes a new sandbox that starts as a copy of the one named (else the session's) as its last
 //! completed call left it: its interpreter state (the checkpoint the sandbox keeps: globals,
 //! imported modules, installed packages), its files (the front's copies) and its

@@ -1,4 +1,4 @@
-//! `list_sandbox_files` (`--stateful`; seed 002's `list_session_files`): a sandbox's files as
+//! `list_sandbox_files` (`--stateful`; mcp-python-code-interpreter's `list_session_files`): a sandbox's files as
 //! its last call left them, with their sizes and resource URIs. Read-only.
 
 use super::reach::ExistingSandbox;

@@ -72,7 +72,7 @@ impl Drop for InUse {
 /// What a request without `sandbox_id` and without a session gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WithoutHandle {
-    /// A new sandbox (`run_python_code`, seed 002's empty `session_id`).
+    /// A new sandbox (`run_python_code`, mcp-python-code-interpreter's empty `session_id`).
     Create,
     /// A refusal that asks for the handle (the file tools: nothing is made behind the caller's
     /// back).
@@ -219,7 +219,7 @@ impl Opening for RemovedSandbox {
 /// (a sessionless `run_python_code` without `sandbox_id`, `create_sandbox`, `fork_sandbox`):
 /// named in the
 /// response's `Sandbox-Id` header before the call runs, so that a load balancer learns where
-/// the sandbox lives from the first answer (issue 27). Set in the HTTP request's extensions.
+/// the sandbox lives from the first answer (README "Running many replicas"). Set in the HTTP request's extensions.
 #[derive(Debug, Clone)]
 pub struct MintedSandbox(pub SandboxId);
 

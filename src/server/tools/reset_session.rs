@@ -1,4 +1,4 @@
-//! `reset_session` (`--stateful`, issue 14): clears a sandbox's state once its earlier calls
+//! `reset_session` (`--stateful`): clears a sandbox's state once its earlier calls
 //! are done. The name is the drop-in line's and stays, though it acts on a sandbox, not a
 //! protocol session. A tool of its own rather than an argument of `run_python_code`: it does
 //! one destructive thing, which MCP's tool annotations can say (`destructiveHint`), so that a

@@ -1,4 +1,4 @@
-//! A `--stateful` sandbox's files as MCP resources (issue 14, issue 26; MCP spec, server
+//! A `--stateful` sandbox's files as MCP resources (files, README "Sandboxes", sandboxes, docs/architecture.md §3.1; MCP spec, server
 //! features, resources): the regular files under its interpreter's working directory, named
 //! `sandbox://{sandbox_id}/{path}`, where `path` is relative to the working directory,
 //! percent-encoded per segment (RFC 3986). The URI carries the sandbox's handle, so that any

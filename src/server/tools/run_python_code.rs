@@ -1,4 +1,4 @@
-//! `run_python_code`, the drop-in's one tool (docs/architecture.md §4, seed 000): its name,
+//! `run_python_code`, the drop-in's one tool (docs/architecture.md §4, the Deno original's README): its name,
 //! description and input schema exactly as the Deno original's (hand-written for that reason),
 //! its arguments, and its handler, which runs the code in its sandbox and answers with the
 //! result's text (with `--stateful`, also its structured form, images and links to the files it
@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 pub const TITLE: &str = "Run Python code";
 
 /// What the description adds with `--stateful`, so that a model knows it may rely on state and
-/// how to keep it (seed 002: the answer names the id "to use in subsequent requests").
+/// how to keep it (mcp-python-code-interpreter: the answer names the id "to use in subsequent requests").
 const STATEFUL_NOTE: &str = "
 
 State persists between calls in the same sandbox, as in a notebook: variables, functions, imports and files of one call are there in the next. Every result names its sandbox (<sandbox_id>); pass that `sandbox_id` to later calls to continue in it, or make one first with create_sandbox. A call without `sandbox_id` runs in the connection's own sandbox where the client keeps a session, and otherwise in a new sandbox. A result with a <state> section says when that state was lost or is new (for example after a timeout stopped the interpreter), so that the setup can be run again.";
@@ -223,7 +223,7 @@ impl McpTool for RunPythonCode {
     }
 }
 
-/// The `state` note of a call that made its sandbox (seed 002: the answer returns the id "to
+/// The `state` note of a call that made its sandbox (mcp-python-code-interpreter: the answer returns the id "to
 /// use in subsequent requests").
 fn created_note(id: &SandboxId) -> String {
     format!("new: this call made sandbox {id}; pass \"sandbox_id\": \"{id}\" to later calls to keep its variables and files")

@@ -1,4 +1,4 @@
-//! Resumable streams (issue 27; MCP spec 2025-11-25, streamable HTTP, "Resumability and
+//! Resumable streams (README "Running many replicas"; MCP spec 2025-11-25, streamable HTTP, "Resumability and
 //! Redelivery"): the events of every SSE response are kept in memory with ids, so that a client
 //! whose connection dropped mid-call reconnects with `GET /mcp` and `Last-Event-ID` and gets
 //! what it missed, its result included. rmcp's streamable-HTTP server does the protocol

@@ -1,4 +1,4 @@
-//! The request id of a message too large to parse (issue 27, "every request answered"): a stdio
+//! The request id of a message too large to parse (README "Running many replicas", "every request answered"): a stdio
 //! line or an HTTP body over the cap is dropped unread, yet its client waits for an answer
 //! bound to its own id (JSON-RPC 2.0 §5: the error response carries the request's id when it
 //! can be read). [`IdScan`] keeps only the first and the last [`SCAN_BYTES`] of the message
