@@ -13,7 +13,7 @@ use crate::sandbox::hibernation::Hibernation;
 use crate::sandbox::live::Sandbox;
 use crate::sandbox::registry::{Registry, RegistryLimits};
 use crate::sandbox::state_dir::StateDir;
-use crate::server::call::execute::{Executor, Limits};
+use crate::server::call::execute::{Executor, ExecutorSettings, Limits};
 use crate::server::call::queue::Isolation;
 use crate::server::call::result::{Outcome, Status};
 use crate::server::call::startup_deps;
@@ -156,18 +156,18 @@ async fn build(cli: &Serve) -> Result<RunPythonServer> {
     ));
     launcher.prepare().await;
     let limits = limits(cli)?;
-    let mut executor = Executor::new(
-        Spares::new(launcher, spares, initial),
+    let executor = Executor::new(ExecutorSettings {
+        spares: Spares::new(launcher, spares, initial),
         resolver,
         limits,
         isolation,
         workers,
-        deps,
+        startup_deps: deps,
         startup_plan,
-        net_policy(cli),
-    );
-    executor.stateful = cli.stateful;
-    executor.upstreams = upstreams(cli).await?;
+        net: net_policy(cli),
+        upstreams: upstreams(cli).await?,
+        stateful: cli.stateful,
+    });
     let interpreter_mib = if zygote {
         FORKED_INTERPRETER_MIB
     } else {

@@ -100,35 +100,50 @@ pub struct Executor {
     startup_plan: StartupPlan,
 }
 
+/// What an [`Executor`] is made of, resolved once from the command line (`src/modes.rs`).
+pub struct ExecutorSettings {
+    /// Where workers come from.
+    pub spares: Arc<Spares>,
+    /// Plans, fetches and installs a call's dependencies.
+    pub resolver: Arc<Resolver>,
+    /// Each call's deadlines and caps.
+    pub limits: Limits,
+    /// Who shares an interpreter (`--isolation`).
+    pub isolation: Isolation,
+    /// Calls running at once (`--workers`); with [`Isolation::Shared`], also the interpreters
+    /// kept for everyone.
+    pub workers: usize,
+    /// `--deps`: installed into every worker before its first call, as `startup_plan` planned.
+    pub startup_deps: Vec<String>,
+    /// `--deps`, resolved once (shared with the launcher, whose workers install it as they boot).
+    pub startup_plan: StartupPlan,
+    /// Which hosts user code may reach (`--allow-net`).
+    pub net: NetPolicy,
+    /// Code mode (`--tools-config`): the upstream MCP servers whose tools code may call.
+    pub upstreams: Option<Arc<crate::code_mode::Upstreams>>,
+    /// `--stateful`: a sandbox's globals last from one call to the next (`Isolation::Sandbox`).
+    pub stateful: bool,
+}
+
 /// Receives each output line while the code runs (for streaming to the client).
 pub type OutputSink = Box<dyn FnMut(Stream, &str) + Send>;
 
 impl Executor {
-    /// An executor that takes workers from `spares` (and, with `Isolation::Shared`,
-    /// keeps `workers` of them for everyone); at most `workers` calls run at once. Every call
-    /// has `startup_deps` installed (planned by `startup_plan`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        spares: Arc<Spares>,
-        resolver: Arc<Resolver>,
-        limits: Limits,
-        isolation: Isolation,
-        workers: usize,
-        startup_deps: Vec<String>,
-        startup_plan: StartupPlan,
-        net: NetPolicy,
-    ) -> Self {
+    /// An executor as `settings` say: it takes workers from their spares (and, with
+    /// `Isolation::Shared`, keeps `workers` of them for everyone); at most `workers` calls run
+    /// at once, and every call has `startup_deps` installed.
+    pub fn new(settings: ExecutorSettings) -> Self {
         Executor {
-            spares,
-            resolver,
-            limits,
-            isolation,
-            startup_deps,
-            net,
-            upstreams: None,
-            stateful: false,
-            queue: Queue::new(isolation, workers),
-            startup_plan,
+            queue: Queue::new(settings.isolation, settings.workers),
+            spares: settings.spares,
+            resolver: settings.resolver,
+            limits: settings.limits,
+            isolation: settings.isolation,
+            startup_deps: settings.startup_deps,
+            net: settings.net,
+            upstreams: settings.upstreams,
+            stateful: settings.stateful,
+            startup_plan: settings.startup_plan,
         }
     }
 
