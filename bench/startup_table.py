@@ -58,7 +58,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-bench"
 # The bench's own venv. pydantic-monty 1.5.0 cannot be installed (its pydantic-monty-client 1.5.0
-# is not published), hence 1.4.0; mcp as in tests/python/requirements.txt.
+# is not published), hence 1.4.0; mcp as in tests/sdk_v1/requirements.txt.
 REQUIREMENTS = ["mcp==1.30.0", "pydantic-monty==1.4.0"]
 
 # Ten REPL blocks that build on each other, the last one printing; in the Python subset Monty

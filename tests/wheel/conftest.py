@@ -26,7 +26,7 @@ WHEEL = pathlib.Path(os.environ["MCP_RUN_PYTHON_WHEEL"]).resolve()
 # The seed's client line, installed beside the wheel in the fresh venv (the wheel asks only for
 # mcp>=1.13.1; the pin keeps runs repeatable).
 SEED_LINE = ["mcp==1.30.0"]
-# The current line, for uv's environments (tests/current/requirements.txt has the same pins).
+# The current line, for uv's environments (tests/sdk_v2/requirements.txt has the same pins).
 CURRENT_LINE = ["mcp==2.3.0", "pydantic-ai-slim[mcp]==2.68.0", "fastmcp-slim[client]==4.1.6"]
 # FastMCP's server with its code mode (Monty, to compare), for `mcp_run_python.fastmcp`.
 CODE_MODE_LINE = ["mcp==2.3.0", "fastmcp-slim[client,server,code-mode]==4.1.6"]

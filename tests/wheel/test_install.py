@@ -349,7 +349,7 @@ def uv_env(tmp_path) -> dict:
     """uv's own cache under target/ (reused between runs), an empty HOME for the server."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    # uv and uvx are the test venv's own (tests/python/requirements.txt).
+    # uv and uvx are the test venv's own (tests/sdk_v1/requirements.txt).
     env = {"PATH": f"{pathlib.Path(sys.executable).parent}:{os.environ['PATH']}", "HOME": str(home),
            "UV_CACHE_DIR": str(pathlib.Path(__file__).resolve().parents[2] / "target" / "uv-cache")}
     for name in ("SSL_CERT_FILE", "PIP_CERT"):

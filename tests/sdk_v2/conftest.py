@@ -1,5 +1,5 @@
 """Helpers for the current line of clients (mcp 2.x, PydanticAI 2.x, fastmcp): start the real
-binary over stdio or on a free loopback port. Nothing is imported from tests/python, which runs
+binary over stdio or on a free loopback port. Nothing is imported from tests/sdk_v1, which runs
 in the other venv with the 1.x line; starting the binary is shared with it through
 tests/shared/real_binary.py (standard library only)."""
 

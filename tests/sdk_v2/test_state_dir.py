@@ -1,5 +1,5 @@
 """Replicas sharing `--state-dir` (README "Running many replicas"), addressed directly, without a balancer (the
-balancer's part is tests/current/test_haproxy.py): a sandbox made on one replica continues on
+balancer's part is tests/sdk_v2/test_haproxy.py): a sandbox made on one replica continues on
 another with its files and a state note, the replica that lost it is fenced off by the
 generation number, the response header names the sandbox for a balancer, `/metrics` counts what
 happened, and SIGTERM drains: `/readyz` turns 503, new work is refused with a JSON-RPC error

@@ -3,7 +3,7 @@ against `streamable-http --stateful` (MCP 2026-07-28, sessionless, sandboxes by 
 worker SIGKILLed between calls comes back from its checkpoint; an idle sandbox hibernates (its
 interpreter is freed, its state kept on disk) and resumes at its next call; at `--max-sandboxes`
 the least recently used idle sandbox hibernates instead of ending. The state directory's part
-is in test_state_dir.py; the 2025-11-25 era's in tests/python/test_sandboxes.py."""
+is in test_state_dir.py; the 2025-11-25 era's in tests/sdk_v1/test_sandboxes.py."""
 
 import asyncio
 import os

@@ -12,7 +12,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-# Starting the binary is shared with tests/current (tests/shared/real_binary.py).
+# Starting the binary is shared with tests/sdk_v2 (tests/shared/real_binary.py).
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "shared"))
 from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
     RUNTIME_DIR,

@@ -2,7 +2,7 @@
 behind a real HAProxy with the shipped deploy/haproxy.cfg (README "Running many replicas"): every request of a session
 carries `Mcp-Session-Id`, which the balancer learned from the `initialize` answer, so it reaches
 the replica that holds the session and its default sandbox. The same run for today's clients is
-tests/current/test_haproxy.py."""
+tests/sdk_v2/test_haproxy.py."""
 
 import asyncio
 import contextlib
@@ -50,5 +50,5 @@ async def test_sessions_stick_to_their_replica():
             served.append(sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                               if line.startswith("mcp_run_python_tool_calls_total{")))
         # Every call was counted once, on the replica of its session; sessions went to every
-        # replica (how evenly is tests/current/test_haproxy.py's spread check).
+        # replica (how evenly is tests/sdk_v2/test_haproxy.py's spread check).
         assert sum(served) == SESSIONS * CALLS and all(s > 0 for s in served), served

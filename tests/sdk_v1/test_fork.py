@@ -5,7 +5,7 @@ fork at `--max-sandboxes` and a fork of a state that cannot be captured are refu
 error, and nothing is made. Forks need forked interpreters (`forked_session`): their state is
 the source's checkpoint. Also `code_sandbox(stateful=True)` and `await sandbox.fork()`.
 Today's clients (fastmcp 4, sessionless HTTP, another principal) are in
-tests/current/test_fork.py."""
+tests/sdk_v2/test_fork.py."""
 
 import asyncio
 import json

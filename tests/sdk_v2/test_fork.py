@@ -3,7 +3,7 @@
 its source as the source's last completed call left it and then goes its own way, and its
 answer names the new sandbox in the `Sandbox-Id` response header, for a load balancer's stick
 table; with `--state-dir` another replica continues it. Another principal's handle cannot be
-forked: tests/current/test_auth.py."""
+forked: tests/sdk_v2/test_auth.py."""
 
 import json
 import os

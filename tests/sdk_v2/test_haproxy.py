@@ -7,7 +7,7 @@ state directory, and no call gets a wrong answer. Tasks (SEP-2663), over raw HTT
 `tasks/get` reaches the replica that runs it, by `Mcp-Name` or, without it, by the body's
 `taskId`; once that replica is gone another one answers from the state directory: the saved
 result, or `failed` for a task cut by the crash. The 1.x clients' session affinity is in
-tests/python/test_haproxy_sessions.py."""
+tests/sdk_v1/test_haproxy_sessions.py."""
 
 import asyncio
 import contextlib

@@ -1,7 +1,7 @@
 """Sandboxes (sandboxes, docs/architecture.md §3.1) through the `mcp` 1.x client and raw HTTP: the `Mcp-Param-Sandbox-Id`
 header must agree with the body (SEP-2243), sandboxes reached by handle expire when idle and
 give way at `--max-sandboxes`, and an interpreter killed between calls is replaced with a note.
-Today's clients (fastmcp 4, PydanticAI 2.x) are in tests/current/test_sandboxes.py."""
+Today's clients (fastmcp 4, PydanticAI 2.x) are in tests/sdk_v2/test_sandboxes.py."""
 
 import asyncio
 import datetime
@@ -134,7 +134,7 @@ async def test_at_the_cap_the_least_recently_used_idle_sandbox_gives_way():
     """`--max-sandboxes 3` without hibernation (`--hibernate-after 0`): a new sandbox takes the
     place of the least recently used one that has nothing in flight; one with a call running is
     never the one to go. (With hibernation the idle one hibernates instead:
-    tests/current/test_checkpoints.py.)"""
+    tests/sdk_v2/test_checkpoints.py.)"""
     async with mcp_session("--stateful", "--max-sandboxes", "3", "--workers", "2",
                            "--hibernate-after", "0") as session:
         a, b, c = [await create(session) for _ in range(3)]
