@@ -1,5 +1,5 @@
 //! What the binary carries to start Python without network or files: Pyodide's own files, our
-//! JavaScript (`js/`) and our Python (`python/`), and the fingerprint that names them all
+//! JavaScript (`runtime/js/`) and our Python (`runtime/python/`), and the fingerprint that names them all
 //! (docs/architecture.md §7). The interpreter boots from them; the front reads only the lock
 //! file (to resolve packages) and the fingerprint (to key its caches and its zygote service).
 
@@ -12,29 +12,29 @@ const FINGERPRINT_HEX: usize = 16;
 
 /// Pyodide 314.0.7 (docs/architecture.md §7), `pyodide.asm.mjs` already rewritten as a classic script.
 pub static PYODIDE: Dir = include_dir!("$OUT_DIR/pyodide");
-/// `js/bootstrap.js`: the globals Pyodide expects, made from the engine's `__host` functions.
-pub const BOOTSTRAP_JS: &str = include_str!("../js/bootstrap.js");
-/// `js/runner.js`: the functions the interpreter keeps and calls for each request.
-pub const RUNNER_JS: &str = include_str!("../js/runner.js");
-/// `js/fetch.js`: `fetch` for user code, answered by the front under `--allow-net`.
-pub const FETCH_JS: &str = include_str!("../js/fetch.js");
-/// `python/runner.py`: the helper inside Pyodide that runs a call's code.
-pub const RUNNER_PY: &str = include_str!("../python/runner.py");
-/// `python/mcp_tools.py`: code mode's `mcp_tools` module, built inside Pyodide.
-pub const MCP_TOOLS_PY: &str = include_str!("../python/mcp_tools.py");
+/// `runtime/js/bootstrap.js`: the globals Pyodide expects, made from the engine's `__host` functions.
+pub const BOOTSTRAP_JS: &str = include_str!("../runtime/js/bootstrap.js");
+/// `runtime/js/runner.js`: the functions the interpreter keeps and calls for each request.
+pub const RUNNER_JS: &str = include_str!("../runtime/js/runner.js");
+/// `runtime/js/fetch.js`: `fetch` for user code, answered by the front under `--allow-net`.
+pub const FETCH_JS: &str = include_str!("../runtime/js/fetch.js");
+/// `runtime/python/runner.py`: the helper inside Pyodide that runs a call's code.
+pub const RUNNER_PY: &str = include_str!("../runtime/python/runner.py");
+/// `runtime/python/mcp_tools.py`: code mode's `mcp_tools` module, built inside Pyodide.
+pub const MCP_TOOLS_PY: &str = include_str!("../runtime/python/mcp_tools.py");
 
-/// The virtual file an upload's bytes wait in while the runner copies them (`js/runner.js`).
+/// The virtual file an upload's bytes wait in while the runner copies them (`runtime/js/runner.js`).
 pub const UPLOAD_PATH: &str = "/upload";
 
 /// The virtual file that holds the `--mount` files' bytes while the runner copies them
-/// (`js/runner.js`).
+/// (`runtime/js/runner.js`).
 pub const MOUNT_PATH: &str = "/mount";
 
 /// A sandbox's working directory: Pyodide's home, the code's current directory when its
 /// interpreter starts.
 pub const WORKDIR: &str = "/home/pyodide";
 
-/// The constants `js/runner.js` and `python/runner.py` take from the binary rather than repeat
+/// The constants `runtime/js/runner.js` and `runtime/python/runner.py` take from the binary rather than repeat
 /// by hand, as the JSON object handed to the runner's `boot`: `max_images` and
 /// `max_listed_files` (the front refuses more, `src/protocol/messages.rs`), `upload_path`,
 /// `mount_path` and `workdir`.

@@ -1,6 +1,6 @@
 //! Ops: the ops of the engine, the only native capabilities JavaScript gets (docs/architecture.md §2).
 //!
-//! They live on one object, `__host`, that `js/bootstrap.js` wraps into the standard globals
+//! They live on one object, `__host`, that `runtime/js/bootstrap.js` wraps into the standard globals
 //! Pyodide expects (`setTimeout`, `performance.now`, `crypto.getRandomValues`, `console`, …) and
 //! then deletes. Everything else a browser or Node would offer is absent on purpose: no network,
 //! no host files.

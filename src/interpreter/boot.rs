@@ -84,7 +84,7 @@ pub(super) fn catch_snapshot(engine: &mut Engine) -> Rc<RefCell<Option<Vec<u8>>>
     made
 }
 
-/// Evaluates the bootstrap, Pyodide's scripts and the runner (`js/runner.js`) in `engine`, and
+/// Evaluates the bootstrap, Pyodide's scripts and the runner (`runtime/js/runner.js`) in `engine`, and
 /// keeps the runner's functions.
 ///
 /// Errors: an embedded script is missing or fails.
@@ -177,7 +177,7 @@ pub(super) fn boot_runner(
 }
 
 /// Writes the operator's `--mount` files into the interpreter's file system, read-only
-/// (`js/runner.js` `mount`): `bytes` holds the plan's files one after another.
+/// (`runtime/js/runner.js` `mount`): `bytes` holds the plan's files one after another.
 pub(super) fn mount_files(
     engine: &mut Engine,
     runner: &Runner,
@@ -301,7 +301,7 @@ pub(super) fn send_ready(report: BootReport, confined: super::confine::Status) -
 mod tests {
     use super::*;
 
-    /// `js/bootstrap.js` grows WebAssembly tables with room ahead while Pyodide boots:
+    /// `runtime/js/bootstrap.js` grows WebAssembly tables with room ahead while Pyodide boots:
     /// JavaScript must still see exactly the indexes, lengths and bounds a plain table has (a
     /// memory snapshot holds the indexes Emscripten handed out), until the room is ended.
     #[test]

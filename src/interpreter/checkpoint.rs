@@ -2,7 +2,7 @@
 //! between runs when the front asks, and restores one into a fresh interpreter.
 //!
 //! A checkpoint is whole only when everything the interpreter holds is in its linear memory;
-//! the runner (`js/runner.js` `capturable`) and the engine's timers say what lies outside,
+//! the runner (`runtime/js/runner.js` `capturable`) and the engine's timers say what lies outside,
 //! and the answer then names it instead of sending pages that would restore a broken
 //! interpreter.
 

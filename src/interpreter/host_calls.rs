@@ -53,7 +53,7 @@ pub(super) enum HostCallError {
 }
 
 /// What the worker's JavaScript asks of its host with `__mcpHostCall(json, bytes)`: one typed
-/// message per kind (`js/runner.js`, `js/fetch.js`), parsed here once.
+/// message per kind (`runtime/js/runner.js`, `runtime/js/fetch.js`), parsed here once.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub(super) enum HostRequest {
@@ -170,7 +170,7 @@ impl Host {
 /// Gives the booted engine its host: output lines of a run stream to the front as they are
 /// written, `fetch.js` is installed, and host calls go to [`Host::answer`].
 ///
-/// Errors: `js/fetch.js` fails.
+/// Errors: `runtime/js/fetch.js` fails.
 pub(super) fn attach_host(engine: &mut Engine, input: Rc<RefCell<FrontInput>>) -> Result<Rc<Host>> {
     let host = Rc::new(Host {
         input,

@@ -1,4 +1,4 @@
-//! The runner (`js/runner.js`): the JavaScript functions the host keeps (never on a global)
+//! The runner (`runtime/js/runner.js`): the JavaScript functions the host keeps (never on a global)
 //! and calls with the call id of each request, and how their answers are typed.
 
 use crate::engine::{Arg, Engine, EngineError, JsFunction};
@@ -7,7 +7,7 @@ use anyhow::Result;
 use serde::Deserialize;
 use std::time::Instant;
 
-/// The runner's functions (`js/runner.js`), kept by the host.
+/// The runner's functions (`runtime/js/runner.js`), kept by the host.
 pub(super) struct Runner {
     pub boot: JsFunction,
     pub find_imports: JsFunction,
@@ -23,7 +23,7 @@ pub(super) struct Runner {
     pub grow: JsFunction,
 }
 
-/// Every answer of the runner (`js/runner.js`, `ok` and `failed`): the operation's result, or
+/// Every answer of the runner (`runtime/js/runner.js`, `ok` and `failed`): the operation's result, or
 /// why it failed.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -32,7 +32,7 @@ pub(super) enum RunnerAnswer<T> {
     Failed(RunnerFailure),
 }
 
-/// Why a runner operation failed (`js/runner.js`, `failure`).
+/// Why a runner operation failed (`runtime/js/runner.js`, `failure`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RunnerFailure {
@@ -105,7 +105,7 @@ pub(super) fn parse_answer<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T
     }
 }
 
-/// The runner's `run` arguments (`js/runner.js`), in one place for a call and the zygote's
+/// The runner's `run` arguments (`runtime/js/runner.js`), in one place for a call and the zygote's
 /// warm-up.
 pub(super) struct RunArgs<'a> {
     pub code: &'a str,

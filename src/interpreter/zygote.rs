@@ -74,7 +74,7 @@ pub(super) fn warm_up(engine: &mut Engine, runner: &Runner) -> Result<()> {
 }
 
 /// Records, as the zygote's last steps before it forks, what it holds outside linear memory
-/// (`js/runner.js` `baseline`) and a copy of its linear memory ([`Pristine`]): every child's
+/// (`runtime/js/runner.js` `baseline`) and a copy of its linear memory ([`Pristine`]): every child's
 /// checkpoints are measured against both.
 ///
 /// Errors: the runner fails, or the copy cannot be mapped.

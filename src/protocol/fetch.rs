@@ -1,11 +1,11 @@
 //! An HTTP request of user code and its answer, as the interpreter hands it to the front and
 //! the front answers (`src/worker/net.rs` holds the policy that makes the request). On the
-//! JavaScript side (`js/fetch.js`) they are `{method, url, headers}` in and `{status,
+//! JavaScript side (`runtime/js/fetch.js`) they are `{method, url, headers}` in and `{status,
 //! statusText, headers, url, redirected}` or `{error}` out.
 
 use serde::{Deserialize, Serialize};
 
-/// One HTTP request from user code: `{method, url, headers}` as `js/fetch.js` sends it; the
+/// One HTTP request from user code: `{method, url, headers}` as `runtime/js/fetch.js` sends it; the
 /// body travels beside it as bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -19,7 +19,7 @@ pub struct FetchRequest {
     pub headers: Vec<(String, String)>,
 }
 
-/// The answer to a [`FetchRequest`], as `js/fetch.js` reads it: the response's metadata (the
+/// The answer to a [`FetchRequest`], as `runtime/js/fetch.js` reads it: the response's metadata (the
 /// body travels beside it as bytes), or why there is none. Serialized untagged, so JavaScript
 /// sees `{status, statusText, headers, url, redirected}` or `{error}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -23,7 +23,7 @@ pub const OUTPUT_SLACK: usize = 64 << 10;
 /// directory, shown to the model as `image` content).
 pub const MAX_IMAGES: usize = 8;
 
-/// Most files a run lists in its working directory (python/runner.py's `_MAX_SCANNED`); a
+/// Most files a run lists in its working directory (runtime/python/runner.py's `_MAX_SCANNED`); a
 /// longer list is a protocol violation.
 pub const MAX_LISTED_FILES: usize = 1000;
 
@@ -517,7 +517,7 @@ pub struct ReturnValue {
     pub text: String,
 }
 
-/// How a run ended. Made by the Python helper (`python/runner.py`) as one JSON object and
+/// How a run ended. Made by the Python helper (`runtime/python/runner.py`) as one JSON object and
 /// parsed once, here; or by the worker when the runtime itself failed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,7 +1,7 @@
 //! Operator data for every worker (`--mount HOST_DIR:SANDBOX_DIR`): the front
 //! reads each host directory once, at start, under a size cap, and hands the bytes to every
 //! worker with its `boot` request; the worker writes them into its own in-memory file system,
-//! read-only (`js/runner.js` `mount`). Workers never see the host directory (Landlock leaves
+//! read-only (`runtime/js/runner.js` `mount`). Workers never see the host directory (Landlock leaves
 //! them no files), and nothing written in a sandbox reaches the host: each worker holds a
 //! copy, and a forked one shares its zygote's copy until it writes.
 

@@ -3,7 +3,7 @@
 //! capped while they stream, and user code cannot set headers that would let it speak for the
 //! front (`Host`, proxy credentials) or break the framing of the connection.
 //!
-//! The request and answer are typed here; on the JavaScript side (`js/fetch.js`) they are
+//! The request and answer are typed here; on the JavaScript side (`runtime/js/fetch.js`) they are
 //! `{method, url, headers}` in and `{status, statusText, headers, url, redirected}` or
 //! `{error}` out.
 
@@ -673,7 +673,7 @@ mod tests {
             Some(error)
         );
 
-        // What js/fetch.js sends.
+        // What runtime/js/fetch.js sends.
         let request: FetchRequest = serde_json::from_str(
             r#"{"method":"GET","url":"http://h/","headers":[["accept","*/*"]]}"#,
         )

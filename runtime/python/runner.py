@@ -26,7 +26,7 @@ import traceback
 from pyodide.code import find_imports as _find_imports, should_quiet
 
 # The binary's constants (src/assets.rs, `runner_constants`): `max_images`, `max_listed_files`,
-# `upload_path`, `mount_path` and `workdir`. js/runner.js sets it on this module before its code
+# `upload_path`, `mount_path` and `workdir`. runtime/js/runner.js sets it on this module before its code
 # runs, so that nothing here repeats a number the front checks.
 _CONSTANTS: dict
 
@@ -123,7 +123,7 @@ def _canonical(name):
 
 _reseed_pending = False
 
-# Code mode: ``mcp_tools``'s source (python/mcp_tools.py, put here by the JavaScript runner as
+# Code mode: ``mcp_tools``'s source (runtime/python/mcp_tools.py, put here by the JavaScript runner as
 # the helper is made), the catalog of tools it is built from (src/code_mode/catalog.rs's JSON,
 # given by the front with a run when it changed; ``None`` without ``--tools-config``) and the
 # runner's host call that makes a tool call.

@@ -14,14 +14,14 @@
   const HOST_SNAPSHOT = JSON.stringify({ op: "snapshot" });
   const HOST_FILE = JSON.stringify({ op: "file" });
   // Code mode: user code's call of an upstream MCP tool (`op` "tool", `callJson` a ToolCall's
-  // JSON, made by python/mcp_tools.py) or of a host function ("function", a FunctionCall's,
-  // made by python/runner.py); answers [the ToolAnswer's JSON, its images' bytes one after
+  // JSON, made by runtime/python/mcp_tools.py) or of a host function ("function", a FunctionCall's,
+  // made by runtime/python/runner.py); answers [the ToolAnswer's JSON, its images' bytes one after
   // another]. The host parses the message strictly.
   const ask = (op, callJson) => {
     const out = hostCall(`{"op":${JSON.stringify(String(op))},"call":${callJson}}`);
     return [out.json, new Uint8Array(out.body)];
   };
-  // The sandbox's working directory, with a trailing slash (python/runner.py's WORKDIR); set by
+  // The sandbox's working directory, with a trailing slash (runtime/python/runner.py's WORKDIR); set by
   // `boot` from the binary's constants (src/assets.rs, `runner_constants`).
   let WORKDIR = null;
   // Words for Emscripten's file system errors (its errno numbers: ENOENT 44, EISDIR 31,
@@ -78,7 +78,7 @@
     return { error: errorText(e) };
   };
   // Python that makes the helper module from `_mcp_source` (a str the JavaScript side put in
-  // __main__, removed here, as is `_mcp_tools_source`, python/mcp_tools.py, which it keeps) and leaves it in sys.modules, only until TAKE_HELPER.
+  // __main__, removed here, as is `_mcp_tools_source`, runtime/python/mcp_tools.py, which it keeps) and leaves it in sys.modules, only until TAKE_HELPER.
   const MAKE_HELPER =
     "import sys as _sys, types as _types\n" +
     "_m = _types.ModuleType('_mcp_runner')\n" +
@@ -154,7 +154,7 @@
           const snapshot = new Uint8Array(pyodide.makeMemorySnapshot());
           hostCall(HOST_SNAPSHOT, snapshot.slice());
         }
-        // The boot's table growth is over (see js/bootstrap.js).
+        // The boot's table growth is over (see runtime/js/bootstrap.js).
         endTableRoom();
         // Out of sys.modules before any user code runs; from now on only this closure holds it.
         const mod = pyodide.runPython(TAKE_HELPER);

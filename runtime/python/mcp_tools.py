@@ -10,7 +10,7 @@ several blocks. A failure (the tool's own, an unreachable server, a limit of the
 The front makes every call: this module holds no address and no credential of any server.
 """
 
-# Executed by python/runner.py into a fresh module object named ``mcp_tools`` (docs:
+# Executed by runtime/python/runner.py into a fresh module object named ``mcp_tools`` (docs:
 # src/code_mode/catalog.rs, which makes every name, signature and docstring below), then
 # ``_build`` is called with the catalog and the host call. Nothing here is trusted by the front.
 

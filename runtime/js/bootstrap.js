@@ -291,10 +291,10 @@
     }
   };
 
-  // js/fetch.js takes this one and removes it.
+  // runtime/js/fetch.js takes this one and removes it.
   define(globalThis, "__mcpHostCall", host.call);
 
-  // The runner (js/runner.js) reaches the host through this frozen, non-enumerable handle and
+  // The runner (runtime/js/runner.js) reaches the host through this frozen, non-enumerable handle and
   // deletes it before any user code runs.
   define(globalThis, "__mcpHost", Object.freeze({ emit: host.emit, done: host.done, emitLines, endTableRoom }));
 })();
