@@ -1,28 +1,20 @@
 //! A sandbox's files across its workers (`--stateful`): the file tools' reads and
 //! writes (`read_file`, `write_file`, `reset`), the copies the front keeps of what a call
-//! wrote (`copy_files`, within `--max-session-file-bytes`), and a new worker's adoption of them
-//! with the `state` note that says what survived (`adopt`). They run through the sandbox's
+//! wrote (`copy_files`, within `--max-session-file-bytes`); a new worker's adoption of them is
+//! `adopt.rs`. They run through the sandbox's
 //! queue like calls, so that a file operation sees the files of the calls that arrived before
 //! it.
 
-use crate::sandbox::files::{name_list, Listing, SandboxFiles};
+use crate::sandbox::files::{Listing, SandboxFiles};
 use crate::sandbox::live::{Arrival, Sandbox};
-use crate::server::call::checkpoints::Resumed;
 use crate::server::call::execute::Executor;
 use crate::server::call::result::CallResult;
 use crate::server::call::state_note::Restart;
 use crate::worker::client::{self, Deadline, Phase, Worker, WorkerError};
 use std::time::Duration;
 
-/// What a restored sandbox's note says when its interpreter state came back (checkpoints, docs/architecture.md §3.4).
-const BACK: &str =
-    "the variables, functions and imports are back as its last completed call left them";
-
-/// What it says when they did not.
-const GONE: &str = "the variables, functions and imports of earlier calls are gone";
-
 /// How long reading, writing or removing one file in an interpreter may take (seconds).
-const FILE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const FILE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a file of a sandbox could not be read, written or removed.
 #[derive(Debug, thiserror::Error)]
@@ -133,84 +125,6 @@ impl Executor {
             })),
             Err(e) => Err(file_failure(&mut slot, sandbox, e)),
         }
-    }
-
-    /// A new worker for `sandbox` (`--stateful`): when the sandbox had one before, its kept
-    /// files are written into it and its next call gets a `state` note that says so.
-    pub(super) async fn adopt(&self, sandbox: &Sandbox, worker: &mut Worker, why: Restart) {
-        if sandbox.first_interpreter() {
-            return;
-        }
-        let hibernated = sandbox.is_hibernated();
-        let resumed = self.resume_or_replace(sandbox, worker).await;
-        // A sandbox that hibernated, or lent its interpreter to a fork, lost nothing: it says
-        // nothing when all came back. (Taken after the resume, whose wake sets it.)
-        let quiet = sandbox.take_resume_quietly() || hibernated;
-        let mut restored = Vec::new();
-        let mut lost = Vec::new();
-        for (path, bytes) in sandbox.with_files(|f| f.copies()) {
-            let deadline = Deadline::after(FILE_TIMEOUT, Phase::Writing);
-            match worker.write_file(&path, Some(&bytes), deadline).await {
-                Ok(()) => restored.push(path),
-                _ => {
-                    sandbox.with_files(|f| f.remove(&path));
-                    lost.push(path);
-                }
-            }
-        }
-        // A fork, or a sandbox restored from the state directory, says so rather than why a
-        // restart.
-        let fork_note = sandbox.take_fork_note();
-        let mut note = match (fork_note, sandbox.take_restored_note(), &resumed) {
-            (Some(forked), _, Resumed::Failed(failed)) => format!(
-                "{forked}; but the interpreter state it was given could not be restored ({failed}), so its variables, functions and imports are gone"
-            ),
-            (Some(forked), _, _) => forked,
-            (None, Some(taken_over), Resumed::Restored) => format!("restored: {taken_over}; {BACK}"),
-            (None, Some(taken_over), Resumed::Nothing) => format!("new: {taken_over}; {GONE}"),
-            (None, Some(taken_over), Resumed::Failed(failed)) => {
-                format!("new: {taken_over}; its saved interpreter state could not be loaded here ({failed}); {GONE}")
-            }
-            (None, None, Resumed::Restored) => why.restored_note().to_owned(),
-            (None, None, Resumed::Nothing) => why.note().to_owned(),
-            (None, None, Resumed::Failed(failed)) => format!(
-                "{}; its last checkpoint could not be restored: {failed}",
-                why.note()
-            ),
-        };
-        if !restored.is_empty() {
-            note.push_str("; the sandbox's files were restored: ");
-            note.push_str(&name_list(&restored));
-        }
-        if !lost.is_empty() {
-            note.push_str("; these files could not be restored: ");
-            note.push_str(&name_list(&lost));
-        }
-        if quiet && matches!(resumed, Resumed::Restored) && lost.is_empty() {
-            return;
-        }
-        sandbox.set_note(note);
-    }
-
-    /// Restores the sandbox's kept state into `worker` ([`Executor::resume`]); a worker whose
-    /// restore failed is replaced by a clean one. A worker that was not restored is not what
-    /// the kept state measures against, so the state is forgotten.
-    async fn resume_or_replace(&self, sandbox: &Sandbox, worker: &mut Worker) -> Resumed {
-        let resumed = if self.checkpoints(sandbox) {
-            self.resume(sandbox, worker).await
-        } else {
-            Resumed::Nothing
-        };
-        if let Resumed::Failed(why) = &resumed {
-            tracing::warn!("sandbox {}: restore failed: {why}", sandbox.id.short());
-            if let Ok(fresh) = self.spares.take().await {
-                std::mem::replace(worker, fresh).kill_soon();
-            }
-        }
-        if !matches!(resumed, Resumed::Restored) {
-            sandbox.forget_checkpoint();
-        }
-        resumed
     }
 
     /// After a call that kept its worker (`--stateful`): takes its listing of the working

@@ -5,8 +5,10 @@
 //! reads how a run ended into its result; [`result`] is what a call produced, before it is
 //! rendered; [`state_note`] words what a `--stateful` result says of lost state;
 //! [`startup_deps`] plans `--deps` once for every worker; [`checkpoints`] keeps a sandbox's
-//! interpreter state across its workers (checkpoints, docs/architecture.md §3.4).
+//! interpreter state across its workers (docs/architecture.md §3.4), and [`adopt`] hands it,
+//! with the sandbox's files, to a new worker; [`fork`] copies a sandbox into a new one.
 
+pub mod adopt;
 pub mod checkpoints;
 pub mod execute;
 pub mod files;
