@@ -97,6 +97,53 @@ pub struct Server {
     #[arg(value_enum, required = true)]
     pub mode: Option<Mode>,
 
+    /// Requirements installed once into every worker before its first call (comma-separated,
+    /// PEP 508, e.g. `numpy,rich<13`).
+    #[arg(long, visible_alias = "dependencies", value_delimiter = ',')]
+    pub deps: Vec<String>,
+
+    /// Debug logs on stderr, including one line per package installed.
+    #[arg(long)]
+    pub verbose: bool,
+
+    #[command(flatten)]
+    pub packages: PackageSources,
+
+    #[command(flatten)]
+    pub transport: TransportArgs,
+
+    #[command(flatten)]
+    pub limits: LimitArgs,
+
+    #[command(flatten)]
+    pub tenancy: TenancyArgs,
+
+    #[command(flatten)]
+    pub sandboxes: SandboxArgs,
+
+    #[command(flatten)]
+    pub tasks: TaskArgs,
+
+    #[command(flatten)]
+    pub operations: OperationArgs,
+
+    #[command(flatten)]
+    pub confinement: ConfinementArgs,
+
+    #[command(flatten)]
+    pub files: FileArgs,
+
+    #[command(flatten)]
+    pub code_mode: CodeModeArgs,
+
+    #[command(flatten)]
+    pub startup: StartupArgs,
+}
+
+/// Where the HTTP modes listen and whom they answer (docs/architecture.md §6).
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Transport")]
+pub struct TransportArgs {
     /// Port for the HTTP modes.
     #[arg(long, default_value_t = 3001)]
     pub port: u16,
@@ -105,11 +152,22 @@ pub struct Server {
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
 
-    /// Requirements installed once into every worker before its first call (comma-separated,
-    /// PEP 508, e.g. `numpy,rich<13`).
-    #[arg(long, visible_alias = "dependencies", value_delimiter = ',')]
-    pub deps: Vec<String>,
+    /// Browser origins (`scheme://host[:port]`) allowed to reach the HTTP modes besides the
+    /// loopback ones; a request whose `Origin` is another gets 403 (DNS-rebinding protection,
+    /// MCP spec, streamable HTTP, security warning).
+    #[arg(long, value_delimiter = ',')]
+    pub allow_origin: Vec<String>,
 
+    /// `Host` header values (`host` or `host:port`) accepted by the HTTP modes besides the
+    /// loopback names and `--host`; others get 403.
+    #[arg(long, value_delimiter = ',')]
+    pub allow_host: Vec<String>,
+}
+
+/// The result format, and each call's deadlines and caps.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Limits")]
+pub struct LimitArgs {
     /// Result format of the tool: XML sections or one JSON object.
     #[arg(long, value_enum, default_value_t = ReturnMode::Xml)]
     pub return_mode: ReturnMode,
@@ -119,44 +177,80 @@ pub struct Server {
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
 
-    /// A streamable-HTTP session with no request, or an SSE session with no message either
-    /// way, for this many seconds ends (0 = never): its interpreter and state are dropped, and
-    /// a later request with its id gets HTTP 404. A request in flight keeps its session; the
-    /// time counts from its answer.
-    #[arg(long, default_value_t = 1800.0)]
-    pub session_idle_timeout: f64,
-
     /// Time limit for resolving, downloading and installing one call's packages, in seconds.
     #[arg(long, default_value_t = 300.0)]
     pub install_timeout: f64,
 
-    /// Time limit for one call's code when the client declared the tasks extension
-    /// (`io.modelcontextprotocol/tasks`, SEP-2663), in seconds (0 = no limit). Such a call that
-    /// is still running after a second becomes a task the client polls; `--timeout` stays the
-    /// limit of every other call.
-    #[arg(long, default_value_t = 3600.0)]
-    pub task_timeout: f64,
+    /// Memory per worker in MiB (0 = no limit). WebAssembly memory stops growing below it (so
+    /// Python raises MemoryError), and a worker whose resident memory passes it is killed.
+    #[arg(long, default_value_t = 2048)]
+    pub memory: u64,
 
-    /// How long a finished task's result is kept for `tasks/get`, in seconds (at least 1).
-    #[arg(long, default_value_t = 3600.0)]
-    pub task_ttl: f64,
+    /// Most output kept per call, in bytes; more is cut with a marker line, and a call that
+    /// writes more than 64 KiB past it below Python (e.g. `os.write`) is stopped.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub output_cap: usize,
 
-    /// Tasks kept at once, running or finished within `--task-ttl`. With this many, a long
-    /// call runs to its end as a plain call instead of becoming a task.
-    #[arg(long, default_value_t = 1000)]
-    pub max_tasks: usize,
+    /// Longest return value per call, in bytes of text; a longer one is a `run-error`.
+    #[arg(long, default_value_t = 8 << 20)]
+    pub result_cap: usize,
 
-    /// Calls running code at once (default: the number of CPU cores); more wait in a fair queue.
-    /// With `--isolation shared`, also the number of shared interpreters.
-    #[arg(long)]
-    pub workers: Option<usize>,
+    /// Largest `python_code` accepted, in bytes; larger calls get an MCP error.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_code_size: usize,
 
+    /// Largest response body user code may fetch from an `--allow-net` host, in bytes.
+    #[arg(long, default_value_t = crate::worker::net::DEFAULT_MAX_FETCH_BYTES)]
+    pub max_fetch_bytes: usize,
+}
+
+/// Who shares an interpreter, how many run, and how long sessions last.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Tenancy")]
+pub struct TenancyArgs {
     /// Who shares an interpreter: `session` (one per sandbox: an MCP session's own, or one
     /// reached by its `sandbox_id`; killed with it), `call` (a clean one for every call) or
     /// `shared` (reused across sessions: trusts every client).
     #[arg(long, value_enum, default_value_t = Isolation::Sandbox)]
     pub isolation: Isolation,
 
+    /// The same as `--isolation call` (kept for earlier scripts).
+    #[arg(long)]
+    pub fresh_worker: bool,
+
+    /// Calls running code at once (default: the number of CPU cores); more wait in a fair queue.
+    /// With `--isolation shared`, also the number of shared interpreters.
+    #[arg(long)]
+    pub workers: Option<usize>,
+
+    /// Most calls waiting for their turn at once; more get an error at once.
+    #[arg(long, default_value_t = 256)]
+    pub max_queue: usize,
+
+    /// Clean interpreters kept booted ahead, so that a new session rarely waits for a boot
+    /// [default: 2 for HTTP, `--workers` with `--isolation call`; 0 for stdio and `shared`, which
+    /// still boot theirs at start and one after losing an interpreter].
+    #[arg(long)]
+    pub spares: Option<usize>,
+
+    /// Most live MCP sessions (each may hold an interpreter: ~230 MiB booted, ~10-30 MiB of its
+    /// own when forked from the zygote); beyond it a new session is refused (HTTP 503)
+    /// [default: sized from this machine's memory].
+    #[arg(long)]
+    pub max_sessions: Option<usize>,
+
+    /// A streamable-HTTP session with no request, or an SSE session with no message either
+    /// way, for this many seconds ends (0 = never): its interpreter and state are dropped, and
+    /// a later request with its id gets HTTP 404. A request in flight keeps its session; the
+    /// time counts from its answer.
+    #[arg(long, default_value_t = 1800.0)]
+    pub session_idle_timeout: f64,
+}
+
+/// Sandboxes that keep their state (`--stateful`): their lifetime, hibernation, files and the shared state directory.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Sandboxes")]
+pub struct SandboxArgs {
     /// Sandboxes that keep their globals from one call to the next (variables, functions,
     /// imports), as a notebook does, addressed by the `sandbox_id` that every result names
     /// (README, "Sandboxes"); adds the tools create_sandbox, fork_sandbox, list_sandbox_files,
@@ -202,6 +296,44 @@ pub struct Server {
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<std::path::PathBuf>,
 
+    /// With `--stateful`: largest image (PNG, JPEG, GIF, WebP, SVG) a call writes to its working
+    /// directory that is also returned as `image` content, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_image_bytes: usize,
+
+    /// With `--stateful`: most bytes of one sandbox's files the server keeps copies of, so
+    /// that they outlive an interpreter stopped by a timeout, the memory limit or a crash and
+    /// are written into the sandbox's next one. Files beyond it are lost with the interpreter
+    /// (the call's `state` note names them).
+    #[arg(long, default_value_t = DEFAULT_MAX_SESSION_FILE_BYTES)]
+    pub max_session_file_bytes: u64,
+}
+
+/// Long calls as tasks (README "Long runs: tasks").
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Tasks")]
+pub struct TaskArgs {
+    /// Time limit for one call's code when the client declared the tasks extension
+    /// (`io.modelcontextprotocol/tasks`, SEP-2663), in seconds (0 = no limit). Such a call that
+    /// is still running after a second becomes a task the client polls; `--timeout` stays the
+    /// limit of every other call.
+    #[arg(long, default_value_t = 3600.0)]
+    pub task_timeout: f64,
+
+    /// How long a finished task's result is kept for `tasks/get`, in seconds (at least 1).
+    #[arg(long, default_value_t = 3600.0)]
+    pub task_ttl: f64,
+
+    /// Tasks kept at once, running or finished within `--task-ttl`. With this many, a long
+    /// call runs to its end as a plain call instead of becoming a task.
+    #[arg(long, default_value_t = 1000)]
+    pub max_tasks: usize,
+}
+
+/// Authentication and drain of the HTTP modes (README "Running many replicas").
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Operations")]
+pub struct OperationArgs {
     /// HTTP modes: accept only `Authorization: Bearer` JWTs signed by a key of this JWK set (a
     /// file, or an http(s) URL fetched at start), for `--auth-audience`, not expired; others get
     /// 401 naming /.well-known/oauth-protected-resource. A sandbox belongs to the token's
@@ -228,28 +360,12 @@ pub struct Server {
     /// (HTTP 503) and `/readyz` answers 503.
     #[arg(long, value_name = "SECONDS")]
     pub drain_timeout: Option<f64>,
+}
 
-    /// Clean interpreters kept booted ahead, so that a new session rarely waits for a boot
-    /// [default: 2 for HTTP, `--workers` with `--isolation call`; 0 for stdio and `shared`, which
-    /// still boot theirs at start and one after losing an interpreter].
-    #[arg(long)]
-    pub spares: Option<usize>,
-
-    /// Most live MCP sessions (each may hold an interpreter: ~230 MiB booted, ~10-30 MiB of its
-    /// own when forked from the zygote); beyond it a new session is refused (HTTP 503)
-    /// [default: sized from this machine's memory].
-    #[arg(long)]
-    pub max_sessions: Option<usize>,
-
-    /// Most calls waiting for their turn at once; more get an error at once.
-    #[arg(long, default_value_t = 256)]
-    pub max_queue: usize,
-
-    /// Memory per worker in MiB (0 = no limit). WebAssembly memory stops growing below it (so
-    /// Python raises MemoryError), and a worker whose resident memory passes it is killed.
-    #[arg(long, default_value_t = 2048)]
-    pub memory: u64,
-
+/// The second wall, and which hosts user code may reach.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Confinement and network")]
+pub struct ConfinementArgs {
     /// How each worker is confined by the operating system (README, "Security model"):
     /// `default` applies every layer the kernel allows and warns about the others; `strict`
     /// refuses to serve unless seccomp, Landlock, the namespaces, capabilities and limits are
@@ -264,10 +380,6 @@ pub struct Server {
     )]
     pub confinement: crate::protocol::launch::ConfinementMode,
 
-    /// The same as `--isolation call` (kept for earlier scripts).
-    #[arg(long)]
-    pub fresh_worker: bool,
-
     /// Hosts user code may reach over HTTP(S) with `pyodide.http.pyfetch` or `open_url`
     /// (comma-separated `host` or `host:port`); none by default. Package downloads by the
     /// server itself are not affected.
@@ -278,22 +390,29 @@ pub struct Server {
     /// `--allow-net` names a host, so this changes nothing (and overrides `--allow-net`).
     #[arg(long)]
     pub disable_networking: bool,
+}
 
-    /// Debug logs on stderr, including one line per package installed.
-    #[arg(long)]
-    pub verbose: bool,
+/// Operator data for every interpreter (`--mount`).
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Files")]
+pub struct FileArgs {
+    /// Operator data for every interpreter, read-only: the host directory HOST_DIR (its regular
+    /// files and folders; symbolic links are skipped) is read once at start and appears at
+    /// SANDBOX_DIR (absolute, e.g. /data) in every sandbox. Repeatable. Nothing written in a
+    /// sandbox reaches the host.
+    #[arg(long, value_name = "HOST_DIR:SANDBOX_DIR")]
+    pub mount: Vec<crate::worker::mount::MountSpec>,
 
-    /// Browser origins (`scheme://host[:port]`) allowed to reach the HTTP modes besides the
-    /// loopback ones; a request whose `Origin` is another gets 403 (DNS-rebinding protection,
-    /// MCP spec, streamable HTTP, security warning).
-    #[arg(long, value_delimiter = ',')]
-    pub allow_origin: Vec<String>,
+    /// Most bytes all `--mount` directories may hold together; a larger one stops the server
+    /// at start.
+    #[arg(long, default_value_t = crate::worker::mount::DEFAULT_MAX_MOUNT_BYTES)]
+    pub max_mount_bytes: u64,
+}
 
-    /// `Host` header values (`host` or `host:port`) accepted by the HTTP modes besides the
-    /// loopback names and `--host`; others get 403.
-    #[arg(long, value_delimiter = ',')]
-    pub allow_host: Vec<String>,
-
+/// Code mode: upstream MCP servers and host functions (docs/architecture.md §11).
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Code mode")]
+pub struct CodeModeArgs {
     /// Code mode: upstream MCP servers whose tools the sandboxed code may call through
     /// `import mcp_tools`, in the `mcpServers` JSON format of MCP clients (`command`, `args`,
     /// `env` for stdio; `url`, `headers` for streamable HTTP; `allowedTools` globs). Their
@@ -316,51 +435,12 @@ pub struct Server {
     /// call may receive.
     #[arg(long, default_value_t = crate::code_mode::DEFAULT_MAX_TOOL_BYTES)]
     pub max_tool_bytes: usize,
+}
 
-    /// Largest response body user code may fetch from an `--allow-net` host, in bytes.
-    #[arg(long, default_value_t = crate::worker::net::DEFAULT_MAX_FETCH_BYTES)]
-    pub max_fetch_bytes: usize,
-
-    /// Most output kept per call, in bytes; more is cut with a marker line, and a call that
-    /// writes more than 64 KiB past it below Python (e.g. `os.write`) is stopped.
-    #[arg(long, default_value_t = 1 << 20)]
-    pub output_cap: usize,
-
-    /// Longest return value per call, in bytes of text; a longer one is a `run-error`.
-    #[arg(long, default_value_t = 8 << 20)]
-    pub result_cap: usize,
-
-    /// With `--stateful`: largest image (PNG, JPEG, GIF, WebP, SVG) a call writes to its working
-    /// directory that is also returned as `image` content, in bytes.
-    #[arg(long, default_value_t = 1 << 20)]
-    pub max_image_bytes: usize,
-
-    /// With `--stateful`: most bytes of one sandbox's files the server keeps copies of, so
-    /// that they outlive an interpreter stopped by a timeout, the memory limit or a crash and
-    /// are written into the sandbox's next one. Files beyond it are lost with the interpreter
-    /// (the call's `state` note names them).
-    #[arg(long, default_value_t = DEFAULT_MAX_SESSION_FILE_BYTES)]
-    pub max_session_file_bytes: u64,
-
-    /// Operator data for every interpreter, read-only: the host directory HOST_DIR (its regular
-    /// files and folders; symbolic links are skipped) is read once at start and appears at
-    /// SANDBOX_DIR (absolute, e.g. /data) in every sandbox. Repeatable. Nothing written in a
-    /// sandbox reaches the host.
-    #[arg(long, value_name = "HOST_DIR:SANDBOX_DIR")]
-    pub mount: Vec<crate::worker::mount::MountSpec>,
-
-    /// Most bytes all `--mount` directories may hold together; a larger one stops the server
-    /// at start.
-    #[arg(long, default_value_t = crate::worker::mount::DEFAULT_MAX_MOUNT_BYTES)]
-    pub max_mount_bytes: u64,
-
-    /// Largest `python_code` accepted, in bytes; larger calls get an MCP error.
-    #[arg(long, default_value_t = 1 << 20)]
-    pub max_code_size: usize,
-
-    #[command(flatten)]
-    pub packages: PackageSources,
-
+/// Where interpreters come from: the memory snapshot and the zygote.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Start-up")]
+pub struct StartupArgs {
     /// Always boot workers plainly: no Pyodide memory snapshot is made or restored (by default
     /// one is kept in the cache directory, which makes later boots several times faster).
     #[arg(long)]
@@ -515,7 +595,7 @@ mod tests {
                 .and_then(|cli| cli.resolve().map_err(|e| e.to_string()))
         };
         assert!(
-            matches!(run(&["--port", "1", "sse"]), Ok(Run::Serve(s)) if s.mode == Mode::Sse && s.port == 1)
+            matches!(run(&["--port", "1", "sse"]), Ok(Run::Serve(s)) if s.mode == Mode::Sse && s.transport.port == 1)
         );
         assert!(
             matches!(run(&["stdio", "--deps", "a,b"]), Ok(Run::Serve(s)) if s.deps == ["a", "b"])
@@ -544,7 +624,7 @@ mod tests {
     fn confinement_keeps_its_earlier_name_as_a_hidden_alias() {
         let parse = |args: &[&str]| {
             Cli::try_parse_from([&["mcp-run-python", "stdio"], args].concat())
-                .map(|cli| cli.server.confinement)
+                .map(|cli| cli.server.confinement.confinement)
                 .map_err(|e| e.to_string())
         };
         assert_eq!(parse(&[]), Ok(ConfinementMode::Default));
@@ -563,7 +643,7 @@ mod tests {
     fn isolation_by_sandbox_keeps_its_command_line_name() {
         let isolation = |args: &[&str]| {
             Cli::try_parse_from([&["mcp-run-python", "stdio"], args].concat())
-                .map(|cli| cli.server.isolation)
+                .map(|cli| cli.server.tenancy.isolation)
                 .map_err(|e| e.to_string())
         };
         assert_eq!(isolation(&[]), Ok(Isolation::Sandbox));

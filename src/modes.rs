@@ -133,14 +133,14 @@ fn mirror_lock(packages_url: &str) -> Result<Option<Lockfile>> {
 async fn build(cli: &Serve) -> Result<RunPythonServer> {
     let (resolver, _) = resolver(&cli.packages)?;
     let exe = std::env::current_exe().context("locating our own executable")?;
-    let workers = cli.workers.unwrap_or_else(|| {
+    let workers = cli.tenancy.workers.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
     });
     let isolation = isolation(cli)?;
     let (spares, initial) = spare_counts(cli, isolation, workers);
-    let mounts = Mounts::load(&cli.mount, cli.max_mount_bytes).context("--mount")?;
+    let mounts = Mounts::load(&cli.files.mount, cli.files.max_mount_bytes).context("--mount")?;
     let zygote_source = zygote::source(cli, isolation, &mounts);
     let zygote = zygote_source.is_some();
     let deps = deps(cli);
@@ -166,7 +166,7 @@ async fn build(cli: &Serve) -> Result<RunPythonServer> {
         startup_plan,
         net: net_policy(cli),
         upstreams: upstreams(cli).await?,
-        stateful: cli.stateful,
+        stateful: cli.sandboxes.stateful,
     });
     let interpreter_mib = if zygote {
         FORKED_INTERPRETER_MIB
@@ -174,18 +174,19 @@ async fn build(cli: &Serve) -> Result<RunPythonServer> {
         INTERPRETER_MIB
     };
     let sessions = Sessions::new(
-        cli.max_sessions
+        cli.tenancy
+            .max_sessions
             .unwrap_or_else(|| default_max_live(interpreter_mib, MAX_DEFAULT_SESSIONS)),
     );
     let registry = registry(cli, zygote)?;
     let mut server = RunPythonServer::new(
         Arc::new(executor),
         registry,
-        cli.return_mode,
-        cli.max_code_size,
+        cli.limits.return_mode,
+        cli.limits.max_code_size,
         sessions,
     );
-    server.session_idle = seconds(cli.session_idle_timeout, "--session-idle-timeout")?;
+    server.session_idle = seconds(cli.tenancy.session_idle_timeout, "--session-idle-timeout")?;
     server.tasks = Some(Arc::new(tasks(cli)?));
     Ok(server)
 }
@@ -196,12 +197,12 @@ async fn build(cli: &Serve) -> Result<RunPythonServer> {
 /// made.
 fn tasks(cli: &Serve) -> Result<Tasks> {
     let limits = TaskLimits {
-        timeout: seconds(cli.task_timeout, "--task-timeout")?,
-        ttl: seconds(cli.task_ttl, "--task-ttl")?
+        timeout: seconds(cli.tasks.task_timeout, "--task-timeout")?,
+        ttl: seconds(cli.tasks.task_ttl, "--task-ttl")?
             .ok_or_else(|| anyhow!("--task-ttl must be more than 0 seconds"))?,
-        max: cli.max_tasks,
+        max: cli.tasks.max_tasks,
     };
-    let store = match &cli.state_dir {
+    let store = match &cli.sandboxes.state_dir {
         Some(dir) => {
             let keep = limits.timeout.unwrap_or(NO_INSTALL_LIMIT) + limits.ttl;
             Some(Arc::new(
@@ -226,12 +227,12 @@ fn deps(cli: &Serve) -> Vec<String> {
 ///
 /// Errors: `--stateful` with any isolation but `session`, whose worker is the sandbox's own.
 fn isolation(cli: &Serve) -> Result<Isolation> {
-    let isolation = if cli.fresh_worker {
+    let isolation = if cli.tenancy.fresh_worker {
         Isolation::Call
     } else {
-        cli.isolation
+        cli.tenancy.isolation
     };
-    if cli.stateful && isolation != Isolation::Sandbox {
+    if cli.sandboxes.stateful && isolation != Isolation::Sandbox {
         anyhow::bail!(
             "--stateful keeps a session's globals in the session's own interpreter: it needs --isolation session"
         );
@@ -254,7 +255,7 @@ fn spare_counts(cli: &Serve, isolation: Isolation, workers: usize) -> (usize, us
             (n, n)
         }
     };
-    match cli.spares {
+    match cli.tenancy.spares {
         Some(n) => (n, initial.max(n)),
         None => (spares, initial),
     }
@@ -263,9 +264,12 @@ fn spare_counts(cli: &Serve, isolation: Isolation, workers: usize) -> (usize, us
 /// The arguments every worker gets: its confinement and, under `--memory`, its WebAssembly
 /// budget.
 fn worker_args(cli: &Serve) -> Vec<String> {
-    let mut worker_args = vec![cli.confinement.worker_arg()];
-    if cli.memory > 0 {
-        worker_args.push(format!("{WASM_MAX_MIB_ARG}{}", wasm_budget_mib(cli.memory)));
+    let mut worker_args = vec![cli.confinement.confinement.worker_arg()];
+    if cli.limits.memory > 0 {
+        worker_args.push(format!(
+            "{WASM_MAX_MIB_ARG}{}",
+            wasm_budget_mib(cli.limits.memory)
+        ));
     }
     worker_args
 }
@@ -278,7 +282,7 @@ fn snapshot_path(cli: &Serve) -> Option<PathBuf> {
         .cache_dir
         .clone()
         .unwrap_or_else(Cache::default_dir);
-    (!cli.no_snapshot).then(|| {
+    (!cli.startup.no_snapshot).then(|| {
         cache_dir.join("snapshots").join(format!(
             "pyodide-{}.bin",
             crate::assets::runtime_fingerprint()
@@ -291,26 +295,26 @@ fn snapshot_path(cli: &Serve) -> Option<PathBuf> {
 /// Errors: `--timeout` or `--install-timeout` out of range ([`seconds`]).
 fn limits(cli: &Serve) -> Result<Limits> {
     Ok(Limits {
-        timeout: seconds(cli.timeout, "--timeout")?,
-        install_timeout: seconds(cli.install_timeout, "--install-timeout")?
+        timeout: seconds(cli.limits.timeout, "--timeout")?,
+        install_timeout: seconds(cli.limits.install_timeout, "--install-timeout")?
             .unwrap_or(NO_INSTALL_LIMIT),
-        output_cap: cli.output_cap,
-        result_cap: cli.result_cap,
-        memory_limit: (cli.memory > 0).then_some(cli.memory << 20),
-        max_queue: cli.max_queue,
-        max_image_bytes: cli.max_image_bytes,
-        max_session_file_bytes: cli.max_session_file_bytes,
+        output_cap: cli.limits.output_cap,
+        result_cap: cli.limits.result_cap,
+        memory_limit: (cli.limits.memory > 0).then_some(cli.limits.memory << 20),
+        max_queue: cli.tenancy.max_queue,
+        max_image_bytes: cli.sandboxes.max_image_bytes,
+        max_session_file_bytes: cli.sandboxes.max_session_file_bytes,
     })
 }
 
 /// The hosts user code may reach (`--allow-net`, none under `--disable-networking`).
 fn net_policy(cli: &Serve) -> NetPolicy {
-    let allowed_hosts = if cli.disable_networking {
+    let allowed_hosts = if cli.confinement.disable_networking {
         Vec::new()
     } else {
-        cli.allow_net.clone()
+        cli.confinement.allow_net.clone()
     };
-    NetPolicy::new(allowed_hosts, cli.max_fetch_bytes)
+    NetPolicy::new(allowed_hosts, cli.limits.max_fetch_bytes)
 }
 
 /// Code mode: the upstream MCP servers of `--tools-config` and the host functions of
@@ -318,22 +322,22 @@ fn net_policy(cli: &Serve) -> NetPolicy {
 ///
 /// Errors: the configuration cannot be read or the socket cannot be opened.
 async fn upstreams(cli: &Serve) -> Result<Option<Arc<crate::code_mode::Upstreams>>> {
-    if cli.tools_config.is_none() && cli.functions_socket.is_none() {
+    if cli.code_mode.tools_config.is_none() && cli.code_mode.functions_socket.is_none() {
         return Ok(None);
     }
-    let servers = match &cli.tools_config {
+    let servers = match &cli.code_mode.tools_config {
         Some(path) => crate::code_mode::config::load(path)?,
         None => Vec::new(),
     };
-    let functions = match &cli.functions_socket {
-        Some(path) => {
-            Some(crate::code_mode::functions::Channel::open(path, cli.max_tool_bytes).await?)
-        }
+    let functions = match &cli.code_mode.functions_socket {
+        Some(path) => Some(
+            crate::code_mode::functions::Channel::open(path, cli.code_mode.max_tool_bytes).await?,
+        ),
         None => None,
     };
     let limits = crate::code_mode::ToolLimits {
-        calls: cli.max_tool_calls,
-        bytes: cli.max_tool_bytes,
+        calls: cli.code_mode.max_tool_calls,
+        bytes: cli.code_mode.max_tool_bytes,
     };
     Ok(Some(
         crate::code_mode::Upstreams::start(servers, functions, limits).await,
@@ -350,12 +354,12 @@ fn registry(cli: &Serve, zygote: bool) -> Result<Arc<Registry>> {
     } else {
         INTERPRETER_MIB
     };
-    let state = match &cli.state_dir {
-        Some(_) if !cli.stateful => {
+    let state = match &cli.sandboxes.state_dir {
+        Some(_) if !cli.sandboxes.stateful => {
             anyhow::bail!("--state-dir keeps sandboxes' files across replicas: it needs --stateful")
         }
         Some(dir) => Some(
-            StateDir::open(dir, replica_name(), cli.max_session_file_bytes)
+            StateDir::open(dir, replica_name(), cli.sandboxes.max_session_file_bytes)
                 .context("--state-dir")?,
         ),
         None => None,
@@ -363,13 +367,14 @@ fn registry(cli: &Serve, zygote: bool) -> Result<Arc<Registry>> {
     Ok(Registry::with_hibernation(
         RegistryLimits {
             max: cli
+                .sandboxes
                 .max_sandboxes
                 .unwrap_or_else(|| default_max_live(sandbox_mib, MAX_DEFAULT_SANDBOXES)),
-            idle: seconds(cli.sandbox_idle_timeout, "--sandbox-idle-timeout")?,
-            lifetime: seconds(cli.sandbox_max_lifetime, "--sandbox-max-lifetime")?,
+            idle: seconds(cli.sandboxes.sandbox_idle_timeout, "--sandbox-idle-timeout")?,
+            lifetime: seconds(cli.sandboxes.sandbox_max_lifetime, "--sandbox-max-lifetime")?,
         },
         state,
-        cli.max_session_file_bytes,
+        cli.sandboxes.max_session_file_bytes,
         hibernation(cli)?,
     ))
 }
@@ -379,10 +384,10 @@ fn registry(cli: &Serve, zygote: bool) -> Result<Arc<Registry>> {
 ///
 /// Errors: the time is out of range, or the directory cannot be made.
 fn hibernation(cli: &Serve) -> Result<Option<Hibernation>> {
-    if !cli.stateful || cli.isolation != Isolation::Sandbox {
+    if !cli.sandboxes.stateful || cli.tenancy.isolation != Isolation::Sandbox {
         return Ok(None);
     }
-    let Some(after) = seconds(cli.hibernate_after, "--hibernate-after")? else {
+    let Some(after) = seconds(cli.sandboxes.hibernate_after, "--hibernate-after")? else {
         return Ok(None);
     };
     let root = cli
@@ -391,8 +396,13 @@ fn hibernation(cli: &Serve) -> Result<Option<Hibernation>> {
         .clone()
         .unwrap_or_else(Cache::default_dir)
         .join("hibernated");
-    let hibernation = Hibernation::open(&root, &replica_name(), after, cli.max_hibernated_bytes)
-        .context("--hibernate-after")?;
+    let hibernation = Hibernation::open(
+        &root,
+        &replica_name(),
+        after,
+        cli.sandboxes.max_hibernated_bytes,
+    )
+    .context("--hibernate-after")?;
     Ok(Some(hibernation))
 }
 
@@ -540,9 +550,9 @@ async fn serve_http(cli: &Serve, server: RunPythonServer) -> Result<()> {
         _ => HttpMode::Sse,
     };
     let shutdown = CancellationToken::new();
-    let drain_timeout = match cli.drain_timeout {
+    let drain_timeout = match cli.operations.drain_timeout {
         Some(t) => seconds(t, "--drain-timeout")?,
-        None => seconds(cli.timeout, "--timeout")?,
+        None => seconds(cli.limits.timeout, "--timeout")?,
     };
     tokio::spawn(drain_then_stop(
         server.drain.clone(),
@@ -550,15 +560,15 @@ async fn serve_http(cli: &Serve, server: RunPythonServer) -> Result<()> {
         shutdown.clone(),
     ));
     let verifier = crate::server::ops::auth::Verifier::load(
-        cli.auth_jwks.as_deref(),
-        cli.auth_audience.as_deref(),
-        cli.auth_token_file.as_deref(),
+        cli.operations.auth_jwks.as_deref(),
+        cli.operations.auth_audience.as_deref(),
+        cli.operations.auth_token_file.as_deref(),
     )
     .await?;
     let auth = verifier.map(|verifier| {
         Arc::new(crate::server::ops::auth::Auth {
             verifier,
-            authorization_servers: cli.auth_server.clone(),
+            authorization_servers: cli.operations.auth_server.clone(),
         })
     });
     let metrics = match crate::metrics::install() {
@@ -572,10 +582,10 @@ async fn serve_http(cli: &Serve, server: RunPythonServer) -> Result<()> {
         server,
         mode,
         crate::server::transport::http::Listen {
-            host: &cli.host,
-            port: cli.port,
-            allow_origins: &cli.allow_origin,
-            allow_hosts: &cli.allow_host,
+            host: &cli.transport.host,
+            port: cli.transport.port,
+            allow_origins: &cli.transport.allow_origin,
+            allow_hosts: &cli.transport.allow_host,
             auth,
         },
         shutdown,
@@ -588,7 +598,7 @@ async fn serve_http(cli: &Serve, server: RunPythonServer) -> Result<()> {
 /// (exit code 1) unless it confined itself fully; under `--confinement off`, says loudly that
 /// the workers are not confined. Returns the exit code when the server must not start.
 async fn check_confinement(cli: &Serve, server: &RunPythonServer) -> Option<i32> {
-    match cli.confinement {
+    match cli.confinement.confinement {
         ConfinementMode::Strict => match server.executor.spares.boot_now().await {
             Ok(()) => None,
             Err(e) => {

@@ -28,7 +28,7 @@ use std::time::Duration;
 ///   one session and boots it. `warmup` and `example` are one-shot checks and never start a
 ///   service that would outlive them.
 pub fn source(cli: &Serve, isolation: Isolation, mounts: &Mounts) -> Option<ZygoteSource> {
-    if cli.no_zygote {
+    if cli.startup.no_zygote {
         return None;
     }
     let one_shot = matches!(cli.mode, Mode::Warmup | Mode::Example);
@@ -37,7 +37,7 @@ pub fn source(cli: &Serve, isolation: Isolation, mounts: &Mounts) -> Option<Zygo
     if cli.mode == Mode::ZygoteService {
         return Some(ZygoteSource::Own);
     }
-    if cli.no_shared_zygote || one_shot {
+    if cli.startup.no_shared_zygote || one_shot {
         return own;
     }
     let spec = spec(cli, mounts);
@@ -58,22 +58,27 @@ pub fn source(cli: &Serve, isolation: Isolation, mounts: &Mounts) -> Option<Zygo
 /// named by their digests (the snapshot by the runtime's), which are the same in any cache.
 fn shaping_args(cli: &Serve) -> Vec<String> {
     let mut args = vec![
-        format!("--confinement={}", cli.confinement.name()),
-        format!("--memory={}", cli.memory),
-        format!("--max-mount-bytes={}", cli.max_mount_bytes),
+        format!("--confinement={}", cli.confinement.confinement.name()),
+        format!("--memory={}", cli.limits.memory),
+        format!("--max-mount-bytes={}", cli.files.max_mount_bytes),
         format!("--packages-url={}", cli.packages.packages_url),
         format!("--index-url={}", cli.packages.index_url),
     ];
     args.extend(super::deps(cli).iter().map(|d| format!("--deps={d}")));
-    args.extend(cli.mount.iter().map(|m| {
+    args.extend(cli.files.mount.iter().map(|m| {
         let host = std::fs::canonicalize(&m.host).unwrap_or_else(|_| m.host.clone());
         format!("--mount={}:{}", host.display(), m.sandbox)
     }));
-    args.extend(cli.allow_net.iter().map(|h| format!("--allow-net={h}")));
+    args.extend(
+        cli.confinement
+            .allow_net
+            .iter()
+            .map(|h| format!("--allow-net={h}")),
+    );
     for (on, flag) in [
         (cli.packages.offline, "--offline"),
-        (cli.no_snapshot, "--no-snapshot"),
-        (cli.disable_networking, "--disable-networking"),
+        (cli.startup.no_snapshot, "--no-snapshot"),
+        (cli.confinement.disable_networking, "--disable-networking"),
     ] {
         if on {
             args.push(flag.to_owned());
@@ -92,7 +97,7 @@ fn spec(cli: &Serve, mounts: &Mounts) -> ServiceSpec {
     let shaping = shaping_args(cli);
     let runtime = crate::assets::runtime_fingerprint();
     let key = ServiceKey::new(&runtime, &shaping, &mounts.bytes);
-    let place = match &cli.zygote_socket {
+    let place = match &cli.startup.zygote_socket {
         Some(socket) => ServicePlace::at(socket.clone()),
         None => ServicePlace::in_dir(
             &ServicePlace::default_dir(&cache_dir(&cli.packages.cache_dir)),
@@ -104,7 +109,10 @@ fn spec(cli: &Serve, mounts: &Mounts) -> ServiceSpec {
         args.push(format!("--cache-dir={}", dir.display()));
     }
     args.push(format!("--zygote-socket={}", place.socket.display()));
-    args.push(format!("--zygote-idle-exit={}", cli.zygote_idle_exit));
+    args.push(format!(
+        "--zygote-idle-exit={}",
+        cli.startup.zygote_idle_exit
+    ));
     if cli.verbose {
         args.push("--verbose".to_owned());
     }
@@ -123,7 +131,7 @@ fn spec(cli: &Serve, mounts: &Mounts) -> ServiceSpec {
 ///
 /// Errors: the options are unusable (packages, mounts), or the socket cannot be bound.
 pub async fn serve(cli: &Serve) -> Result<i32> {
-    let mounts = Mounts::load(&cli.mount, cli.max_mount_bytes).context("--mount")?;
+    let mounts = Mounts::load(&cli.files.mount, cli.files.max_mount_bytes).context("--mount")?;
     let spec = spec(cli, &mounts);
     spec.place.prepare()?;
     let Some(lock) = service::take_lock(&spec.place)? else {
@@ -147,7 +155,7 @@ pub async fn serve(cli: &Serve) -> Result<i32> {
     let options = ServiceOptions {
         place: spec.place,
         key: spec.key,
-        idle_exit: Duration::from_secs(cli.zygote_idle_exit),
+        idle_exit: Duration::from_secs(cli.startup.zygote_idle_exit),
     };
     service::serve(options, lock, launcher.own_zygote()).await?;
     Ok(0)
