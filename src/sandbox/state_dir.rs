@@ -901,6 +901,19 @@ impl StateDir {
     }
 }
 
+/// Runs file-system work off the async threads; a task that panicked counts as an I/O error.
+pub async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StateError> + Send + 'static,
+) -> Result<T, StateError> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(StateError::Io {
+            action: "finish work in",
+            path: std::path::PathBuf::from("--state-dir"),
+            source: std::io::Error::other(e.to_string()),
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

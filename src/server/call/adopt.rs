@@ -3,12 +3,11 @@
 //! the sandbox's files written into it, and the `state` note of its next call, which says what
 //! came back and what is gone.
 
-use crate::sandbox::files::name_list;
 use crate::sandbox::live::Sandbox;
 use crate::server::call::checkpoints::Resumed;
 use crate::server::call::execute::Executor;
 use crate::server::call::files::FILE_TIMEOUT;
-use crate::server::call::state_note::Restart;
+use crate::server::call::state_note::{append_files, Restart};
 use crate::worker::client::{Deadline, Phase, Worker};
 
 /// What a restored sandbox's note says when its interpreter state came back.
@@ -108,13 +107,11 @@ fn adoption_note(sandbox: &Sandbox, resumed: &Resumed, why: Restart, files: &Fil
             why.note()
         ),
     };
-    if !files.restored.is_empty() {
-        note.push_str("; the sandbox's files were restored: ");
-        note.push_str(&name_list(&files.restored));
-    }
-    if !files.lost.is_empty() {
-        note.push_str("; these files could not be restored: ");
-        note.push_str(&name_list(&files.lost));
-    }
+    append_files(
+        &mut note,
+        "the sandbox's files were restored",
+        &files.restored,
+    );
+    append_files(&mut note, "these files could not be restored", &files.lost);
     note
 }

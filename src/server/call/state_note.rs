@@ -52,13 +52,26 @@ pub fn lost_note(survivors: &Survivors, checkpointed: bool) -> String {
     } else {
         STATE_LOST.to_owned()
     };
-    if !survivors.kept.is_empty() {
-        note.push_str("; the sandbox's files as its last completed call left them are kept and will be in the new interpreter: ");
-        note.push_str(&name_list(&survivors.kept));
-    }
-    if !survivors.lost.is_empty() {
-        note.push_str("; these files are gone (over --max-session-file-bytes, or changed by this call before they could be copied): ");
-        note.push_str(&name_list(&survivors.lost));
-    }
+    append_files(
+        &mut note,
+        "the sandbox's files as its last completed call left them are kept and will be in the new interpreter",
+        &survivors.kept,
+    );
+    append_files(
+        &mut note,
+        "these files are gone (over --max-session-file-bytes, or changed by this call before they could be copied)",
+        &survivors.lost,
+    );
     note
+}
+
+/// Appends `; {words}: {files}` to `note`, nothing when `files` is empty: how every `state`
+/// note names files.
+pub fn append_files(note: &mut String, words: &str, files: &[String]) {
+    if !files.is_empty() {
+        note.push_str("; ");
+        note.push_str(words);
+        note.push_str(": ");
+        note.push_str(&name_list(files));
+    }
 }
