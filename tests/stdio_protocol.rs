@@ -151,7 +151,7 @@ fn next_message(server: &Server, timeout: Duration) -> Value {
     serde_json::from_str(&line).expect("the server writes JSON")
 }
 
-/// The drop-in (README "Differences from the Deno original", 8): like the Deno original, the server answers `tools/list` and `tools/call`
+/// The drop-in (README "Differences from the Deno original"): like the Deno original, the server answers `tools/list` and `tools/call`
 /// from a client that never sent `initialize`, in order, with their own ids, and the
 /// implicit handshake it performs for them is never shown to the client.
 #[test]

@@ -1,4 +1,4 @@
-"""The drop-in (README "Differences from the Deno original", 5, 6, 8 and 9, )through the real binary: HTTP status codes (DELETE ends a
+"""The drop-in (README "Differences from the Deno original") through the real binary: HTTP status codes (DELETE ends a
 session with 200), DNS-rebinding protection (Origin and Host), tools answered on stdio without
 `initialize`, and one wording per failure whatever the transport."""
 
