@@ -70,6 +70,11 @@ pub struct WorkerArgs {
     /// The cap of WebAssembly memory, in MiB ([`WASM_MAX_MIB_ARG`]).
     #[arg(long)]
     pub wasm_max_mib: Option<u64>,
+    /// Test builds only (cargo feature `escape-test`): the probes to run once sealed
+    /// (`PORT,FIRST[,without-seccomp]`), read by `src/interpreter/confine/escape.rs`.
+    #[cfg(feature = "escape-test")]
+    #[arg(long)]
+    pub escape_test: Option<String>,
 }
 
 impl WorkerArgs {
