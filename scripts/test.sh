@@ -36,6 +36,8 @@ venv_with .venv tests/sdk_v1/requirements.txt
 
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
+# Doc comments name items by link: a rename that leaves a stale name fails here.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
 cargo build
 # The deployment files (README "Running many replicas"): Kubernetes schemas, hadolint, checkov, consistency with the
 # binary's options (hence after the build: a clean clone has no binary before it) and

@@ -33,6 +33,10 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 
+    /// What to run.
+    #[arg(value_enum, required = true)]
+    pub mode: Option<Mode>,
+
     #[command(flatten)]
     pub server: Server,
 }
@@ -56,7 +60,7 @@ impl Cli {
     /// Errors: neither a mode nor a command was given (clap's usage error, which
     /// [`clap::Error::exit`] prints as for any other).
     pub fn resolve(self) -> Result<Run, clap::Error> {
-        match (self.command, self.server.mode) {
+        match (self.command, self.mode) {
             (Some(Command::Packages(c)), _) => Ok(Run::Packages(c)),
             (Some(Command::Zygote(c)), _) => Ok(Run::Zygote(c)),
             (Some(Command::Worker(args)), _) => Ok(Run::Worker(args)),
@@ -89,14 +93,11 @@ impl std::ops::Deref for Serve {
     }
 }
 
-/// A server's mode and options, as parsed: everything but [`Command`]'s. The mode is
-/// required unless a command is given; [`Cli::resolve`] makes it a [`Serve`].
+/// A server's options, as parsed: everything but the mode and [`Command`]'s.
+/// [`Cli::resolve`] makes them a [`Serve`] with the mode, which is required unless a command
+/// is given.
 #[derive(Debug, clap::Args)]
 pub struct Server {
-    /// What to run.
-    #[arg(value_enum, required = true)]
-    pub mode: Option<Mode>,
-
     /// Requirements installed once into every worker before its first call (comma-separated,
     /// PEP 508, e.g. `numpy,rich<13`).
     #[arg(long, visible_alias = "dependencies", value_delimiter = ',')]
@@ -461,8 +462,8 @@ pub struct StartupArgs {
     #[arg(long)]
     pub no_shared_zygote: bool,
 
-    /// The zygote service's socket [default: `$XDG_RUNTIME_DIR/mcp-run-python/`, else
-    /// `<cache dir>/zygote/`, `zygote-<digest>.sock`]. Its directory must belong to this user
+    /// The zygote service's socket \[default: `$XDG_RUNTIME_DIR/mcp-run-python/`, else
+    /// `<cache dir>/zygote/`, `zygote-<digest>.sock`\]. Its directory must belong to this user
     /// and be closed to others (mode 0700).
     #[arg(long, value_name = "PATH")]
     pub zygote_socket: Option<PathBuf>,

@@ -515,7 +515,7 @@ pub async fn run(cli: Serve) -> Result<i32> {
     }
     let code = match cli.mode {
         Mode::Stdio => {
-            executor.spares.prefill();
+            executor.settings.spares.prefill();
             let session = server.for_new_session()?;
             tokio::select! {
                 r = crate::server::transport::stdio::serve(session) => r?,
@@ -524,7 +524,7 @@ pub async fn run(cli: Serve) -> Result<i32> {
             0
         }
         Mode::StreamableHttp | Mode::StreamableHttpStateless | Mode::Sse => {
-            executor.spares.prefill();
+            executor.settings.spares.prefill();
             serve_http(&cli, server).await?;
             0
         }
@@ -599,7 +599,7 @@ async fn serve_http(cli: &Serve, server: RunPythonServer) -> Result<()> {
 /// the workers are not confined. Returns the exit code when the server must not start.
 async fn check_confinement(cli: &Serve, server: &RunPythonServer) -> Option<i32> {
     match cli.confinement.confinement {
-        ConfinementMode::Strict => match server.executor.spares.boot_now().await {
+        ConfinementMode::Strict => match server.executor.settings.spares.boot_now().await {
             Ok(()) => None,
             Err(e) => {
                 eprintln!("refusing to serve under --confinement strict: {e}");
@@ -637,7 +637,7 @@ async fn warmup(server: &RunPythonServer) -> i32 {
             None,
             "import sys\nsys.version",
             serde_json::Map::new(),
-            executor.limits.timeout,
+            executor.settings.limits.timeout,
             Box::new(|_, _| {}),
             &CancellationToken::new(),
         )
@@ -659,11 +659,11 @@ async fn warmup(server: &RunPythonServer) -> i32 {
         _ => String::new(),
     };
     println!("Pyodide booted: Python {version}");
-    if let Some(report) = executor.spares.confinement_report() {
+    if let Some(report) = executor.settings.spares.confinement_report() {
         println!("{}", report.line);
     }
-    if !executor.startup_deps.is_empty() {
-        println!("installed: {}", executor.startup_deps.join(", "));
+    if !executor.settings.startup_deps.is_empty() {
+        println!("installed: {}", executor.settings.startup_deps.join(", "));
     }
     println!("warmup done in {:.1} s", started.elapsed().as_secs_f64());
     0
@@ -681,7 +681,7 @@ async fn example(server: &RunPythonServer) -> i32 {
             None,
             EXAMPLE_CODE,
             serde_json::Map::new(),
-            server.executor.limits.timeout,
+            server.executor.settings.limits.timeout,
             Box::new(|_, _| {}),
             &CancellationToken::new(),
         )

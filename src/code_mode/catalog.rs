@@ -3,7 +3,7 @@
 //! signature built from the tool's `inputSchema`, and the docstring are made here, once per
 //! change of the upstream lists, and shown three ways: the `run_python_code` description
 //! ([`Catalog::summary`]), the `.pyi` stub resource ([`Catalog::stub`]), and the `mcp_tools`
-//! module the sandbox builds from [`Catalog::for_worker`] (runtime/python/mcp_tools.py), so that
+//! module the sandbox builds from the [`Catalog`] itself, serialized (runtime/python/mcp_tools.py), so that
 //! `help()` tells what the description and the stub tell.
 
 use rmcp::model::{JsonObject, Tool};

@@ -53,6 +53,8 @@ pub fn main(args: WorkerArgs) -> Result<()> {
 /// Errors: the boot frame is not one, a confinement layer fails (`--confinement strict`), Pyodide
 /// does not boot, or the front breaks the protocol.
 pub(super) fn live(args: WorkerArgs) -> Result<()> {
+    #[cfg(feature = "escape-test")]
+    super::confine::request_escape_test(args.escape_test.as_deref());
     let control = super::fork_server::control_socket(args.control_fd)?;
     // The zygote counts its threads before each fork; the file is opened before Landlock.
     let proc_status = match control {

@@ -33,7 +33,7 @@ pub(super) fn read_images(
 }
 
 /// Why the runner could not read a file; its text goes to the front as the worker's own words
-/// ([`Reply::File`]).
+/// ([`crate::protocol::messages::Reply::File`]).
 #[derive(Debug, thiserror::Error)]
 pub(super) enum ReadFileError {
     /// The runner said why (no such file, too large, a directory).

@@ -3,9 +3,10 @@
 //! code's fetches, code mode's tool and function calls), each bound to the run in progress.
 
 use super::output::{forward_output, Running};
-use super::reply::{chain, send_with, SendError};
+use super::reply::{send_with, SendError};
 use crate::assets::FETCH_JS;
 use crate::engine::{CallError, Engine};
+use crate::protocol::error_words;
 use crate::protocol::fetch::{FetchRequest, FetchResponse};
 use crate::protocol::{
     read_frame, CallId, Frame, FrameError, FrameLimits, FunctionCall, Reply, Request, ToolCall,
@@ -42,7 +43,7 @@ pub(super) enum HostCallError {
     Encode(#[source] serde_json::Error),
     /// The request could not be sent. The text is the whole chain, as the worker has always
     /// worded it (`writing to the front: the pipe failed: …`).
-    #[error("{}", chain(.0))]
+    #[error("{}", error_words(.0))]
     Send(#[source] SendError),
     /// The front closed the worker's input instead of answering.
     #[error("the front closed the worker's input")]

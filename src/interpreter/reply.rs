@@ -22,15 +22,3 @@ pub(super) fn send_with(reply: &Reply, attachments: &[&[u8]]) -> Result<(), Send
 pub(super) fn send(reply: &Reply) -> Result<(), SendError> {
     send_with(reply, &[])
 }
-
-/// `error` and each of its sources, joined by `: ` (as `anyhow` shows a chain with `{:#}`).
-pub(super) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}

@@ -9,18 +9,18 @@ use std::time::Instant;
 
 /// The runner's functions (`runtime/js/runner.js`), kept by the host.
 pub(super) struct Runner {
-    pub boot: JsFunction,
-    pub find_imports: JsFunction,
-    pub install: JsFunction,
-    pub run: JsFunction,
-    pub reseed: JsFunction,
-    pub read_file: JsFunction,
-    pub write_file: JsFunction,
-    pub mount: JsFunction,
-    pub memory: JsFunction,
-    pub baseline: JsFunction,
-    pub capturable: JsFunction,
-    pub grow: JsFunction,
+    pub(super) boot: JsFunction,
+    pub(super) find_imports: JsFunction,
+    pub(super) install: JsFunction,
+    pub(super) run: JsFunction,
+    pub(super) reseed: JsFunction,
+    pub(super) read_file: JsFunction,
+    pub(super) write_file: JsFunction,
+    pub(super) mount: JsFunction,
+    pub(super) memory: JsFunction,
+    pub(super) baseline: JsFunction,
+    pub(super) capturable: JsFunction,
+    pub(super) grow: JsFunction,
 }
 
 /// Every answer of the runner (`runtime/js/runner.js`, `ok` and `failed`): the operation's result, or

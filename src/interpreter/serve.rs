@@ -77,17 +77,17 @@ pub(super) enum Served {
 /// A booted worker serving the front's requests.
 pub(super) struct Serving {
     /// The engine, with Pyodide booted in it.
-    pub engine: Engine,
+    pub(super) engine: Engine,
     /// The runner's functions, kept by the host.
-    pub runner: Runner,
+    pub(super) runner: Runner,
     /// What the engine's host calls reach: the front's input and the run in progress.
-    pub host: Rc<Host>,
+    pub(super) host: Rc<Host>,
     /// Forked interpreters: what linear memory held at the last checkpoint (made at the
     /// first checkpoint or restore).
-    pub shadow: Option<Shadow>,
+    pub(super) shadow: Option<Shadow>,
     /// Forked interpreters where the kernel can say which pages were written since the last
     /// checkpoint; dropped (so that checkpoints compare every page) at its first error.
-    pub dirty: Option<DirtyPages>,
+    pub(super) dirty: Option<DirtyPages>,
 }
 
 impl Serving {

@@ -112,7 +112,7 @@ pub(super) fn zygote_run(engine: &mut Engine, runner: &Runner, code: &str) -> Re
     Ok(())
 }
 
-/// The code of [`Request::WarmUp`]: a value to format, as most calls return one.
+/// The code of [`crate::protocol::messages::Request::WarmUp`]: a value to format, as most calls return one.
 pub(super) const WARM_UP_AFTER_RESTORE: &str = "0";
 
 /// Output and result caps of a warm-up call (bytes).

@@ -32,7 +32,7 @@ pub const MAX_LISTED_FILES: usize = 1000;
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
     /// The first frame a worker reads: how to boot. With `snapshot` `load`, it restores the
-    /// memory snapshot whose descriptor it was given ([`SNAPSHOT_FD_ARG`]); with `make`, it
+    /// memory snapshot whose descriptor it was given ([`SNAPSHOT_FD_ARG`](super::launch::SNAPSHOT_FD_ARG)); with `make`, it
     /// boots normally and sends a snapshot with [`Reply::Ready`].
     /// Its attachments are laid out as [`BootAttachments`] says: the `--mount` files' bytes,
     /// then `install`'s files (`--deps`), which the worker installs and imports once booted,
@@ -473,7 +473,7 @@ pub enum SnapshotMode {
     None,
     /// Plain boot, then hand a memory snapshot to the front.
     Make,
-    /// Restore the memory snapshot named by [`SNAPSHOT_FD_ARG`] (much faster than a plain
+    /// Restore the memory snapshot named by [`SNAPSHOT_FD_ARG`](super::launch::SNAPSHOT_FD_ARG) (much faster than a plain
     /// boot).
     Load,
 }

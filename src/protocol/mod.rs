@@ -23,4 +23,18 @@ pub mod messages;
 pub mod pages;
 
 pub use frame::*;
+
+/// `error` and each of its sources, joined by `: ` (as `anyhow` shows a chain with `{:#}`):
+/// how either side words an error that crosses the protocol (a failed host call, a wall that
+/// could not be raised, a fetch that failed), so that user code and the front see its causes.
+pub fn error_words(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
 pub use messages::*;

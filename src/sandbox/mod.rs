@@ -16,12 +16,16 @@
 //! front (`src/server/`).
 
 pub mod activity;
+pub mod arrival;
 pub mod checkpoint;
 pub mod files;
 pub mod handle;
 pub mod hibernation;
+pub mod kept;
 pub mod live;
+pub mod notes;
 pub mod registry;
+pub mod saves;
 pub mod state_dir;
 
 /// Most requirements a sandbox is made with (`create_sandbox`'s `dependencies`), and so the most

@@ -149,13 +149,13 @@ impl RunPythonServer {
 
     /// Whether calls keep state and the sandbox tools are offered (`--stateful`).
     pub fn stateful(&self) -> bool {
-        self.executor.stateful
+        self.executor.settings.stateful
     }
 
     /// This server's tools: with code mode (`--tools-config`), `run_python_code`'s description
     /// lists the MCP tools the code can call now.
     fn tools(&self) -> std::borrow::Cow<'static, [Tool]> {
-        match &self.executor.upstreams {
+        match &self.executor.settings.upstreams {
             Some(upstreams) => std::borrow::Cow::Owned(tools::definitions_with_code_mode(
                 self.stateful(),
                 &upstreams.published().summary,
@@ -283,7 +283,7 @@ impl ServerHandler for RunPythonServer {
                 .enable_resources()
                 .enable_resources_list_changed()
                 .build()
-        } else if self.executor.upstreams.is_some() {
+        } else if self.executor.settings.upstreams.is_some() {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_logging()
@@ -296,7 +296,7 @@ impl ServerHandler for RunPythonServer {
                 .build()
         };
         let mut capabilities =
-            listen::with_list_changed(capabilities, self.executor.upstreams.is_some());
+            listen::with_list_changed(capabilities, self.executor.settings.upstreams.is_some());
         if self.tasks.is_some() {
             capabilities
                 .extensions
@@ -369,6 +369,7 @@ impl ServerHandler for RunPythonServer {
         let principal = self.principal_of(&context);
         let mut resources: Vec<rmcp::model::Resource> = self
             .executor
+            .settings
             .upstreams
             .iter()
             .map(|_| tools::resources::code_mode_stub())
@@ -415,7 +416,7 @@ impl ServerHandler for RunPythonServer {
             )
         };
         if let (Some(upstreams), crate::code_mode::catalog::STUB_URI) =
-            (&self.executor.upstreams, request.uri.as_str())
+            (&self.executor.settings.upstreams, request.uri.as_str())
         {
             let stub = upstreams.published().stub.clone();
             let contents = rmcp::model::ResourceContents::text(stub, request.uri.clone())
@@ -535,7 +536,7 @@ impl ServerHandler for RunPythonServer {
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        let code_mode = self.executor.upstreams.is_some();
+        let code_mode = self.executor.settings.upstreams.is_some();
         Some(listen::accepted_filter(
             requested,
             code_mode,
@@ -550,7 +551,12 @@ impl ServerHandler for RunPythonServer {
         let _in_flight = self.drain.begin_call();
         let sources = listen::Sources {
             changes: &self.changes,
-            tools: self.executor.upstreams.as_ref().map(|u| u.watch_tools()),
+            tools: self
+                .executor
+                .settings
+                .upstreams
+                .as_ref()
+                .map(|u| u.watch_tools()),
             stateful: self.stateful(),
             principal: self.principal_of(subscription.request_context()),
             draining: self.drain.draining_token(),
@@ -565,9 +571,11 @@ impl ServerHandler for RunPythonServer {
             Some(parts) => parts.headers.contains_key(SESSION_HEADER),
             None => true,
         };
-        if let (Some(upstreams), Some(session), true) =
-            (&self.executor.upstreams, &self.session, has_session)
-        {
+        if let (Some(upstreams), Some(session), true) = (
+            &self.executor.settings.upstreams,
+            &self.session,
+            has_session,
+        ) {
             listen::tell_session(context.peer, upstreams.watch_tools(), session.ended());
         }
     }

@@ -9,7 +9,6 @@
 
 use crate::protocol::fetch::{FetchRequest, FetchResponse};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, InvalidHeaderName, InvalidHeaderValue};
-use std::error::Error as _;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use thiserror::Error;
@@ -91,20 +90,6 @@ pub enum NetError {
     },
 }
 
-impl NetError {
-    /// The message with its sources (`a: b: c`), as user code sees it.
-    fn to_message(&self) -> String {
-        let mut message = self.to_string();
-        let mut source = self.source();
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        message
-    }
-}
-
 /// Which hosts user code may reach, the largest body a fetch may move, and the client that
 /// reaches them.
 #[derive(Clone)]
@@ -180,7 +165,7 @@ impl NetPolicy {
             Ok(answer) => answer,
             Err(e) => (
                 FetchResponse::Error {
-                    error: e.to_message(),
+                    error: crate::protocol::error_words(&e),
                 },
                 Vec::new(),
             ),

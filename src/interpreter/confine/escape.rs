@@ -11,20 +11,30 @@
 //! without its result; the test starts a new worker from the next probe.
 
 use std::ffi::CString;
+use std::sync::OnceLock;
 
-/// `--escape-test=<port>,<first probe>[,without-seccomp]`: the port of the test's listener on
-/// 127.0.0.1, the probe to start from (its index or its name), and whether to leave the
-/// seccomp filter out (to show what the other layers hold alone, as if the filter had a hole).
-const ARG: &str = "--escape-test=";
+/// The worker's `--escape-test=<port>,<first probe>[,without-seccomp]`
+/// ([`WorkerArgs::escape_test`](crate::protocol::launch::WorkerArgs::escape_test)): the port of
+/// the test's listener on 127.0.0.1, the probe to start from (its index or its name, or
+/// `stdin`), and whether to leave the seccomp filter out (to show what the other layers hold
+/// alone, as if the filter had a hole). Set once at the worker's start ([`request`]); a worker
+/// forked from a zygote inherits the zygote's.
+static SPEC: OnceLock<String> = OnceLock::new();
 
-/// The third field of [`ARG`] that leaves the seccomp filter out.
+/// The third field of the spec that leaves the seccomp filter out.
 const WITHOUT_SECCOMP: &str = "without-seccomp";
+
+/// Records the worker's escape-test spec, when it was given one.
+pub fn request(spec: Option<&str>) {
+    if let Some(spec) = spec {
+        let _ = SPEC.set(spec.to_owned());
+    }
+}
 
 /// Whether the test asked for a worker without its seccomp filter.
 pub fn without_seccomp() -> bool {
-    std::env::args()
-        .filter_map(|a| a.strip_prefix(ARG).map(str::to_owned))
-        .any(|spec| spec.split(',').nth(2) == Some(WITHOUT_SECCOMP))
+    SPEC.get()
+        .is_some_and(|spec| spec.split(',').nth(2) == Some(WITHOUT_SECCOMP))
 }
 
 /// One attempt: `Ok(what)` when it succeeded (an escape), or the errno it failed with.
@@ -201,9 +211,9 @@ fn first_from_stdin() -> usize {
     String::from_utf8_lossy(&line).trim().parse().unwrap_or(0)
 }
 
-/// Runs the probes when the worker was started with [`ARG`], then exits.
+/// Runs the probes when the worker was started with a spec ([`SPEC`]), then exits.
 pub fn run_if_requested() {
-    let Some(spec) = std::env::args().find_map(|a| a.strip_prefix(ARG).map(str::to_owned)) else {
+    let Some(spec) = SPEC.get() else {
         return;
     };
     let mut parts = spec.split(',');

@@ -4,7 +4,7 @@
 //!
 //! The layers, in the order they are applied:
 //!
-//! 1. at spawn, by the front, in the child between `fork` and `exec` ([`spawn::pre_exec`]):
+//! 1. at spawn, by the front, in the child between `fork` and `exec` ([`crate::worker::spawn::pre_exec`]):
 //!    every inherited descriptor but 0, 1, 2 is marked close-on-exec;
 //! 2. in the worker, after it read the `boot` request (and the snapshot that comes with it)
 //!    and **before** the engine starts its helper threads ([`enter`]): user, network, mount,
@@ -365,6 +365,13 @@ pub fn escape_test_if_requested() {
     escape::run_if_requested();
 }
 
+/// Test-only (cargo feature `escape-test`): records the worker's `--escape-test` spec, read
+/// when sealing and once ready ([`escape_test_if_requested`]).
+#[cfg(feature = "escape-test")]
+pub fn request_escape_test(spec: Option<&str>) {
+    escape::request(spec);
+}
+
 /// The outcome of applying `layer`: its state, or under [`ConfinementMode::Strict`] the refusal.
 fn settle(
     mode: ConfinementMode,
@@ -375,22 +382,10 @@ fn settle(
         Ok(state) => Ok(state),
         Err(e) if mode == ConfinementMode::Strict => Err(ConfineError::Strict {
             layer,
-            reason: error_chain(&e),
+            reason: crate::protocol::error_words(&e),
         }),
-        Err(e) => Ok(Layer::Off(error_chain(&e))),
+        Err(e) => Ok(Layer::Off(crate::protocol::error_words(&e))),
     }
-}
-
-/// `e` and its sources, `: `-separated.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //!   chain's previous file, or 32 zero bytes for its first)
 //! ```
 //!
-//! The first file holds every page that differs from the zygote's ([`write`]); each next one
+//! The first file holds every page that differs from the zygote's ([`write()`]); each next one
 //! the pages a call changed since the file before it ([`write_delta`]; a page equal to the
 //! zygote's again is sent as zeros). A chain is written under one generation, and its last
 //! file's package list is the state's. Read bounded, typed and checked whole
@@ -95,7 +95,7 @@ fn file_of(list: &[u8], sealed: &[u8]) -> Vec<u8> {
     file
 }
 
-/// The kept state in a chain of one `file` ([`write`]): see [`read_chain`].
+/// The kept state in a chain of one `file` ([`write()`]): see [`read_chain`].
 ///
 /// Errors: [`Refused`], naming the check, echoing nothing of the file.
 pub fn read(file: &[u8], handle: &str, max_memory_bytes: u64) -> Result<(u64, Kept), Refused> {

@@ -164,7 +164,7 @@ impl Registry {
         Registry::with_hibernation(limits, state, file_cap, None)
     }
 
-    /// [`with_state`](Self::with_state), with sandboxes idle past `hibernation.after`
+    /// `with_state` (in tests), with sandboxes idle past `hibernation.after`
     /// hibernating ([`crate::sandbox::hibernation`]).
     pub fn with_hibernation(
         limits: RegistryLimits,
@@ -192,7 +192,7 @@ impl Registry {
         Counts {
             sandboxes: live.len(),
             idle: live.values().filter(|s| s.has_idle_interpreter()).count(),
-            hibernated: live.values().filter(|s| s.is_hibernated()).count(),
+            hibernated: live.values().filter(|s| s.state.is_hibernated()).count(),
             hibernated_bytes: self.hibernation.as_ref().map_or(0, |h| h.used()),
         }
     }
@@ -200,7 +200,7 @@ impl Registry {
     /// How many sandboxes count against `--max-sandboxes`: all but the hibernated (which hold
     /// no worker; disk bounds them).
     fn awake(live: &HashMap<SandboxId, Arc<Sandbox>>) -> usize {
-        live.values().filter(|s| !s.is_hibernated()).count()
+        live.values().filter(|s| !s.state.is_hibernated()).count()
     }
 
     fn expiry(&self) -> Expiry {
@@ -258,7 +258,7 @@ impl Registry {
         self.create_as(SandboxId::mint()?, owner, dependencies, None)
     }
 
-    /// [`create`](Self::create) under a handle minted before (the HTTP front names a sandbox a
+    /// `create` (in tests) under a handle minted before (the HTTP front names a sandbox a
     /// call will make in its response headers, for the load balancer, before the call runs).
     ///
     /// Errors: [`RegistryError::Full`].
@@ -298,7 +298,7 @@ impl Registry {
         if Self::awake(live) >= self.limits.max {
             let victim = live
                 .values()
-                .filter(|s| s.owner == Owner::Handle && !s.is_hibernated())
+                .filter(|s| s.owner == Owner::Handle && !s.state.is_hibernated())
                 .filter_map(|s| s.activity().idle_since().map(|since| (since, s.id.clone())))
                 .min();
             let Some((since, victim)) = victim else {
@@ -328,7 +328,7 @@ impl Registry {
         };
         let mut idle: Vec<_> = live
             .values()
-            .filter(|s| s.has_current_state() && s.has_idle_interpreter())
+            .filter(|s| s.state.is_current() && s.has_idle_interpreter())
             .filter_map(|s| s.activity().idle_since().map(|since| (since, s.clone())))
             .collect();
         idle.sort_by_key(|(since, _)| *since);
@@ -367,7 +367,7 @@ impl Registry {
                     .idle_at(hibernation.after)
                     .is_some_and(|at| at <= Instant::now())
             })
-            .filter(|s| s.has_current_state() && s.has_idle_interpreter())
+            .filter(|s| s.state.is_current() && s.has_idle_interpreter())
             .cloned()
             .collect();
         for sandbox in due {
@@ -412,7 +412,7 @@ impl Registry {
         if !entered.sandbox.belongs_to(principal) {
             return Err(Missing::of(id.as_str()).into());
         }
-        if entered.sandbox.is_hibernated() {
+        if entered.sandbox.state.is_hibernated() {
             // It wakes for this request: another makes room, as for a new sandbox. When none
             // can, it wakes all the same (its state is not refused for the cap) and the cap
             // is passed until one ends.
@@ -439,7 +439,7 @@ impl Registry {
         };
         let (state, held) = (state.clone(), entered.sandbox.id.clone());
         let now = blocking(move || state.generation(&held)).await;
-        let ours = entered.sandbox.generation();
+        let ours = entered.sandbox.saves.generation();
         match now {
             Ok(Some(theirs)) if theirs > ours => {
                 tracing::info!(
@@ -514,7 +514,7 @@ impl Registry {
         let (Some(state), Owner::Handle) = (&self.state, sandbox.owner) else {
             return;
         };
-        let generation = sandbox.generation();
+        let generation = sandbox.saves.generation();
         if generation == 0 {
             return;
         }

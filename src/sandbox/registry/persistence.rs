@@ -59,7 +59,7 @@ impl Registry {
             note,
         );
         if let Some(kept) = kept {
-            sandbox.adopt_state(kept);
+            sandbox.state.adopt(kept);
         }
         crate::metrics::sandbox_restored();
         // No room: the restored sandbox is dropped again; its saved state stays for a retry.
@@ -123,16 +123,16 @@ impl Registry {
         });
         let (state, holder) = (state.clone(), sandbox.clone());
         // Saves of one sandbox write in turn: each delta follows the file the one before wrote.
-        let _turn = sandbox.save_turn.lock().await;
+        let _turn = sandbox.saves.turn.lock().await;
         let saved = blocking(move || write_save(&state, &holder, snapshot.as_ref())).await;
         match saved {
             Ok(generation) => {
                 crate::metrics::state_saved(SaveResult::Ok);
-                sandbox.saved(generation, version);
+                sandbox.saves.saved(generation, version);
                 Ok(())
             }
             Err(e) => {
-                sandbox.chain_unwritten();
+                sandbox.state.chain_unwritten();
                 crate::metrics::state_saved(match e {
                     StateError::Superseded { .. } => SaveResult::Superseded,
                     _ => SaveResult::Error,
@@ -158,7 +158,7 @@ fn write_save(
     snapshot: Option<&SavedFiles>,
 ) -> Result<u64, StateError> {
     let id = &sandbox.id;
-    let (generation, created) = (sandbox.generation(), sandbox.created_unix);
+    let (generation, created) = (sandbox.saves.generation(), sandbox.created_unix);
     let principal = sandbox.principal.as_ref().map(|p| p.0.as_str());
     let save = |checkpoint| {
         state.save(
@@ -170,7 +170,7 @@ fn write_save(
             Some(checkpoint),
         )
     };
-    let write = || match sandbox.state_write(generation.max(1)) {
+    let write = || match sandbox.state.next_file(&sandbox.id, generation.max(1)) {
         Some(Ok(write)) => write,
         Some(Err(e)) => {
             tracing::warn!("sandbox {}: checkpoint not sealed: {e}", id.short());
@@ -183,7 +183,7 @@ fn write_save(
     let sealed = started.elapsed();
     let saved = match save(checkpoint) {
         Err(StateError::ChainMoved) => {
-            sandbox.chain_unwritten();
+            sandbox.state.chain_unwritten();
             save(write())
         }
         saved => saved,

@@ -29,19 +29,21 @@ impl Executor {
     /// state is resumed and its kept files are written into it, and its next call gets a
     /// `state` note that says so (nothing when a hibernated or lending sandbox got all back).
     pub(super) async fn adopt(&self, sandbox: &Sandbox, worker: &mut Worker, why: Restart) {
-        if sandbox.first_interpreter() {
+        if sandbox.notes.first_interpreter() {
             return;
         }
-        let hibernated = sandbox.is_hibernated();
+        let hibernated = sandbox.state.is_hibernated();
         let resumed = self.resume_or_replace(sandbox, worker).await;
         // A sandbox that hibernated, or lent its interpreter to a fork, lost nothing: it says
         // nothing when all came back. (Taken after the resume, whose wake sets it.)
-        let quiet = sandbox.take_resume_quietly() || hibernated;
+        let quiet = sandbox.state.take_resume_quietly() || hibernated;
         let files = write_files_back(sandbox, worker).await;
         if quiet && matches!(resumed, Resumed::Restored) && files.lost.is_empty() {
             return;
         }
-        sandbox.set_note(adoption_note(sandbox, &resumed, why, &files));
+        sandbox
+            .notes
+            .set(adoption_note(sandbox, &resumed, why, &files));
     }
 
     /// Restores the sandbox's kept state into `worker` ([`Executor::resume`]); a worker whose
@@ -55,12 +57,12 @@ impl Executor {
         };
         if let Resumed::Failed(why) = &resumed {
             tracing::warn!("sandbox {}: restore failed: {why}", sandbox.id.short());
-            if let Ok(fresh) = self.spares.take().await {
+            if let Ok(fresh) = self.settings.spares.take().await {
                 std::mem::replace(worker, fresh).kill_soon();
             }
         }
         if !matches!(resumed, Resumed::Restored) {
-            sandbox.forget_checkpoint();
+            sandbox.state.forget();
         }
         resumed
     }
@@ -89,8 +91,8 @@ async fn write_files_back(sandbox: &Sandbox, worker: &mut Worker) -> FilesBack {
 /// The `state` note of the adopting worker's next call. A fork, or a sandbox restored from the
 /// state directory, says so rather than why a restart.
 fn adoption_note(sandbox: &Sandbox, resumed: &Resumed, why: Restart, files: &FilesBack) -> String {
-    let fork_note = sandbox.take_fork_note();
-    let mut note = match (fork_note, sandbox.take_restored_note(), resumed) {
+    let fork_note = sandbox.notes.take_fork();
+    let mut note = match (fork_note, sandbox.notes.take_restored(), resumed) {
         (Some(forked), _, Resumed::Failed(failed)) => format!(
             "{forked}; but the interpreter state it was given could not be restored ({failed}), so its variables, functions and imports are gone"
         ),

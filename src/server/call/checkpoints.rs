@@ -38,7 +38,11 @@ impl Executor {
         result: &mut CallResult,
     ) -> bool {
         let started = std::time::Instant::now();
-        let max = self.limits.memory_limit.unwrap_or(MAX_MEMORY_BYTES);
+        let max = self
+            .settings
+            .limits
+            .memory_limit
+            .unwrap_or(MAX_MEMORY_BYTES);
         let deadline = Deadline::after(CHECKPOINT_TIMEOUT, Phase::Checkpointing);
         let taken = worker.checkpoint(max, deadline).await;
         let answered = started.elapsed();
@@ -52,7 +56,7 @@ impl Executor {
         match taken {
             Checkpointed::Taken(zygote, pages) => {
                 let installed = worker.installed_pins();
-                let kept = match sandbox.keep_checkpoint(zygote, &pages, installed) {
+                let kept = match sandbox.state.keep(zygote, &pages, installed) {
                     Ok(kept) => kept,
                     Err(e) => {
                         tracing::warn!(
@@ -74,7 +78,7 @@ impl Executor {
             // An interpreter booted while the zygote warmed up: nothing the code did, and
             // nothing it can change; a loss later says the state is gone.
             Checkpointed::Uncapturable(reasons) if reasons == [Uncapturable::NotForked] => {
-                sandbox.checkpoint_stale(&Uncapturable::NotForked.to_string());
+                sandbox.state.stale(&Uncapturable::NotForked.to_string());
             }
             Checkpointed::Uncapturable(reasons) => {
                 let why = reasons
@@ -82,7 +86,7 @@ impl Executor {
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
                     .join("; ");
-                sandbox.checkpoint_stale(&why);
+                sandbox.state.stale(&why);
                 let note = format!(
                     "not saved: this call's interpreter state cannot be captured ({why}); if the interpreter is lost, only the sandbox's files come back"
                 );
@@ -100,7 +104,7 @@ impl Executor {
     pub(super) async fn resume(&self, sandbox: &Sandbox, worker: &mut Worker) -> Resumed {
         // A hibernated state is read back first: a few hundred KiB from local disk, read in
         // place (the read is shorter than a hop to a blocking thread would be worth).
-        if let Err(e) = sandbox.wake() {
+        if let Err(e) = sandbox.state.wake(&sandbox.id) {
             return Resumed::Failed(e.to_string());
         }
         let taken = std::time::Instant::now();
@@ -108,7 +112,7 @@ impl Executor {
             image,
             installed,
             reseed,
-        }) = sandbox.resumable()
+        }) = sandbox.state.resumable()
         else {
             tracing::debug!(
                 "sandbox {}: no current state to restore",
@@ -122,9 +126,9 @@ impl Executor {
             taken.elapsed().as_micros()
         );
         if !installed.is_empty() {
-            let deadline = Deadline::after(self.limits.install_timeout, Phase::Installing);
+            let deadline = Deadline::after(self.settings.limits.install_timeout, Phase::Installing);
             if let Err(e) = self.reinstall(worker, &installed, deadline).await {
-                sandbox.forget_checkpoint();
+                sandbox.state.forget();
                 return Resumed::Failed(format!("its packages did not install again: {e}"));
             }
         }
@@ -146,11 +150,11 @@ impl Executor {
                 Resumed::Restored
             }
             Ok(Some(why)) => {
-                sandbox.forget_checkpoint();
+                sandbox.state.forget();
                 Resumed::Failed(why)
             }
             Err(e) => {
-                sandbox.forget_checkpoint();
+                sandbox.state.forget();
                 Resumed::Failed(e.to_string())
             }
         }

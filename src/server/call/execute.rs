@@ -15,8 +15,9 @@ use crate::packages::install::{self, InstallPlan, Wanted};
 use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, ResolveError, Resolver};
 use crate::protocol::{RunOutcome, Stream};
+use crate::sandbox::arrival::Arrival;
 use crate::sandbox::files::{Listing, SandboxFiles};
-use crate::sandbox::live::{Arrival, Sandbox};
+use crate::sandbox::live::Sandbox;
 use crate::server::call::outcome::{failed, read_outcome, Verdict};
 use crate::server::call::queue::{Held, Isolation, Queue};
 use crate::server::call::result::{CallResult, Outcome};
@@ -82,22 +83,10 @@ const NO_LIMIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// Runs calls on workers.
 pub struct Executor {
-    pub spares: Arc<Spares>,
-    pub resolver: Arc<Resolver>,
-    pub limits: Limits,
-    pub isolation: Isolation,
-    /// `--deps`: installed into every worker before its first call.
-    pub startup_deps: Vec<String>,
-    /// Which hosts user code may reach (`--allow-net`).
-    pub net: NetPolicy,
-    /// Code mode (`--tools-config`): the upstream MCP servers whose tools code may call.
-    pub upstreams: Option<Arc<crate::code_mode::Upstreams>>,
-    /// `--stateful`: a sandbox's globals last from one call to the next (`Isolation::Sandbox`).
-    pub stateful: bool,
+    /// What it was made with.
+    pub settings: ExecutorSettings,
     /// Admission (`--max-queue`), the running slots (`--workers`) and the shared workers.
     queue: Queue,
-    /// `--deps`, resolved once (shared with the launcher, whose workers install it as they boot).
-    startup_plan: StartupPlan,
 }
 
 /// What an [`Executor`] is made of, resolved once from the command line (`src/modes.rs`).
@@ -135,15 +124,7 @@ impl Executor {
     pub fn new(settings: ExecutorSettings) -> Self {
         Executor {
             queue: Queue::new(settings.isolation, settings.workers),
-            spares: settings.spares,
-            resolver: settings.resolver,
-            limits: settings.limits,
-            isolation: settings.isolation,
-            startup_deps: settings.startup_deps,
-            net: settings.net,
-            upstreams: settings.upstreams,
-            stateful: settings.stateful,
-            startup_plan: settings.startup_plan,
+            settings,
         }
     }
 
@@ -160,12 +141,12 @@ impl Executor {
     /// Whether calls keep their sandbox's state (`--stateful`, which needs
     /// `Isolation::Sandbox`).
     fn keeps_state(&self) -> bool {
-        self.stateful && self.isolation == Isolation::Sandbox
+        self.settings.stateful && self.settings.isolation == Isolation::Sandbox
     }
 
     /// Resolves `--deps` once (downloads them into the cache); errors name the package.
     pub async fn startup_plan(&self) -> Result<Arc<Vec<Planned>>, Arc<ResolveError>> {
-        self.startup_plan.clone().await
+        self.settings.startup_plan.clone().await
     }
 
     /// `create_sandbox` (`--stateful`): gives `sandbox` its worker now and installs its
@@ -182,14 +163,14 @@ impl Executor {
             .await
             .map_err(|_| WorkerError::Closed)?;
         if slot.is_none() {
-            let mut worker = self.spares.take().await?;
+            let mut worker = self.settings.spares.take().await?;
             self.adopt(sandbox, &mut worker, Restart::Stopped).await;
             *slot = Some(worker);
         }
         let Some(worker) = slot.as_mut() else {
             return Err(WorkerError::Closed.into());
         };
-        let deadline = Deadline::after(self.limits.install_timeout, Phase::Installing);
+        let deadline = Deadline::after(self.settings.limits.install_timeout, Phase::Installing);
         let installed = deadline
             .bound(self.install(worker, &sandbox.dependencies, &[], deadline))
             .await
@@ -205,7 +186,7 @@ impl Executor {
 
     /// Kills every worker (at shutdown).
     pub async fn shutdown(&self) {
-        self.spares.shutdown().await;
+        self.settings.spares.shutdown().await;
         self.queue.shutdown().await;
     }
 
@@ -288,7 +269,7 @@ impl Executor {
             return Attempt::Done(early.into_result());
         }
         if stateful {
-            result.state = sandbox.take_note();
+            result.state = sandbox.notes.take();
         }
         let Some(worker) = held.slot().as_mut() else {
             return Attempt::Done(Some(run_error(WorkerError::Closed)));
@@ -323,7 +304,7 @@ impl Executor {
         arrival: Option<&Arrival>,
         mut stop: Pin<&mut impl Future<Output = ()>>,
     ) -> Result<(Held, OwnedSemaphorePermit), Early> {
-        let waiting = match self.queue.admit(self.limits.max_queue) {
+        let waiting = match self.queue.admit(self.settings.limits.max_queue) {
             Ok(waiting) => waiting,
             Err(full) => return Err(Early::Failed(run_error(full))),
         };
@@ -358,7 +339,7 @@ impl Executor {
         if let Held::Shared(lease) = held {
             // A shared worker restored before the zygote was ready gives way to a fork
             // once it is, a single time per slot, between calls.
-            if let Some(worker) = lease.slot().take_if(|w| self.spares.outdated(w)) {
+            if let Some(worker) = lease.slot().take_if(|w| self.settings.spares.outdated(w)) {
                 worker.kill_soon();
             }
         }
@@ -383,7 +364,7 @@ impl Executor {
             return Ok(());
         }
         let fresh = tokio::select! {
-            w = self.spares.take() => w,
+            w = self.settings.spares.take() => w,
             _ = &mut stop => return Err(Early::Stopped),
         };
         let mut w = fresh.map_err(|e| Early::Failed(run_error(e)))?;
@@ -443,8 +424,8 @@ impl Executor {
         verdict: Option<Verdict>,
         result: &mut CallResult,
     ) {
-        let keep =
-            verdict.is_some_and(|v| v == Verdict::Keep && self.isolation.reuses_interpreters());
+        let keep = verdict
+            .is_some_and(|v| v == Verdict::Keep && self.settings.isolation.reuses_interpreters());
         if keep {
             return;
         }
@@ -454,14 +435,14 @@ impl Executor {
             result.files_changed = !survivors.lost.is_empty();
             result.written.clear();
             if verdict.is_some() {
-                let kept = self.checkpoints(sandbox) && sandbox.has_current_state();
+                let kept = self.checkpoints(sandbox) && sandbox.state.is_current();
                 result.state = Some(lost_note(&survivors, kept));
             }
         }
         held.discard().await;
-        if self.isolation.reuses_interpreters() && !sandbox.has_ended() {
+        if self.settings.isolation.reuses_interpreters() && !sandbox.has_ended() {
             // The sandbox's (or the shared slot's) next call will want a clean worker.
-            self.spares.replenish();
+            self.settings.spares.replenish();
         }
     }
 
@@ -470,7 +451,7 @@ impl Executor {
     /// outlive their call.
     pub(super) fn checkpoints(&self, sandbox: &Sandbox) -> bool {
         self.keeps_state()
-            && self.isolation == Isolation::Sandbox
+            && self.settings.isolation == Isolation::Sandbox
             && sandbox.owner != crate::sandbox::live::Owner::Call
     }
 
@@ -534,7 +515,7 @@ impl Executor {
             }
             RunEnd::Ran(Err(e)) => failed(result, e),
             RunEnd::OverMemory { used } => {
-                let limit = self.limits.memory_limit.unwrap_or_default() >> 20;
+                let limit = self.settings.limits.memory_limit.unwrap_or_default() >> 20;
                 result.outcome = Outcome::RunError(format!(
                     "MemoryError: the worker exceeded its memory limit of {limit} MiB (it used {} MiB) and was stopped",
                     used >> 20
@@ -575,7 +556,7 @@ impl Executor {
     /// already satisfy are no requirement of this call's: the Deno original prints none for
     /// them.
     async fn not_given(&self, requirements: &[String], sandbox_deps: &[String]) -> Vec<String> {
-        let mut given = given_names(self.startup_deps.iter().chain(sandbox_deps));
+        let mut given = given_names(self.settings.startup_deps.iter().chain(sandbox_deps));
         if let Ok(startup) = self.startup_plan().await {
             given.extend(
                 startup
@@ -600,7 +581,8 @@ impl Executor {
         requirements: &[String],
         result: &mut CallResult,
     ) -> Option<Verdict> {
-        let install_deadline = Deadline::after(self.limits.install_timeout, Phase::Installing);
+        let install_deadline =
+            Deadline::after(self.settings.limits.install_timeout, Phase::Installing);
         let installed = install_deadline
             .bound(self.install(worker, sandbox_deps, requirements, install_deadline))
             .await;
@@ -630,20 +612,20 @@ impl Executor {
         let request = RunRequest {
             code,
             globals,
-            output_cap: self.limits.output_cap,
-            result_cap: self.limits.result_cap,
+            output_cap: self.settings.limits.output_cap,
+            result_cap: self.settings.limits.result_cap,
             keep_globals: self.keeps_state(),
             image_cap: if self.keeps_state() {
-                self.limits.max_image_bytes
+                self.settings.limits.max_image_bytes
             } else {
                 0
             },
             checkpoint_follows: self.checkpoints(sandbox),
         };
-        let upstreams = self.upstreams.as_deref();
-        let mut host = CallRunHost::new(&self.net, upstreams, sandbox.id.as_str());
+        let upstreams = self.settings.upstreams.as_deref();
+        let mut host = CallRunHost::new(&self.settings.net, upstreams, sandbox.id.as_str());
         let run = worker.run(request, run_deadline, &mut host, &mut collect);
-        let watch = watch_memory(pid, self.limits.memory_limit);
+        let watch = watch_memory(pid, self.settings.limits.memory_limit);
         tokio::select! {
             r = run => RunEnd::Ran(r),
             used = watch => RunEnd::OverMemory { used },
@@ -655,7 +637,7 @@ impl Executor {
     fn verdict(&self, worker: &Worker, fatal: bool) -> Verdict {
         // WebAssembly memory never shrinks: a worker that grew to within MEMORY_HEADROOM of the
         // limit, or one whose interpreter ended, is replaced before the next call.
-        let over = self.limits.memory_limit.is_some_and(|max| {
+        let over = self.settings.limits.memory_limit.is_some_and(|max| {
             worker
                 .resident_bytes()
                 .is_some_and(|rss| rss > max.saturating_sub(MEMORY_HEADROOM))
@@ -674,7 +656,7 @@ impl Executor {
 
     /// Package that provides `import_name`: the lock file's mapping, else the same name.
     fn package_for_import(&self, import_name: &str) -> String {
-        self.resolver.package_for_import(import_name)
+        self.settings.resolver.package_for_import(import_name)
     }
 
     /// Installs into `worker` what `--deps`, the sandbox's own dependencies (`sandbox_deps`)
@@ -691,16 +673,17 @@ impl Executor {
             .await
             .map_err(InstallError::StartupDeps)?;
         let wanted = Wanted {
-            startup: &self.startup_deps,
+            startup: &self.settings.startup_deps,
             sandbox: sandbox_deps,
             call: requirements,
         };
         // The call's requirements are resolved together with `--deps`, the sandbox's own and
         // what the interpreter already has, pinned: one consistent set, or a conflict in words.
-        let planned = match install::plan(&self.resolver, wanted, &worker.installed).await? {
-            None => startup,
-            Some(dists) => Arc::new(install::fetch(&self.resolver, &dists).await?),
-        };
+        let planned =
+            match install::plan(&self.settings.resolver, wanted, &worker.installed).await? {
+                None => startup,
+                Some(dists) => Arc::new(install::fetch(&self.settings.resolver, &dists).await?),
+            };
         let Some(plan) = install::to_install(&planned, &worker.installed) else {
             return Ok(());
         };

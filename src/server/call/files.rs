@@ -5,8 +5,9 @@
 //! queue like calls, so that a file operation sees the files of the calls that arrived before
 //! it.
 
+use crate::sandbox::arrival::Arrival;
 use crate::sandbox::files::{Listing, SandboxFiles};
-use crate::sandbox::live::{Arrival, Sandbox};
+use crate::sandbox::live::Sandbox;
 use crate::server::call::execute::Executor;
 use crate::server::call::result::CallResult;
 use crate::server::call::state_note::Restart;
@@ -63,10 +64,10 @@ impl Executor {
         let mut slot = sandbox.queue(arrival).await;
         if let Some(worker) = slot.take() {
             worker.kill_soon();
-            self.spares.replenish();
+            self.settings.spares.replenish();
         }
-        sandbox.forget_interpreters();
-        sandbox.forget_checkpoint();
+        sandbox.notes.forget_interpreters();
+        sandbox.state.forget();
         sandbox.with_files(SandboxFiles::clear)
     }
 
@@ -84,7 +85,7 @@ impl Executor {
         };
         let deadline = Deadline::after(FILE_TIMEOUT, Phase::Reading);
         match worker
-            .read_file(path, self.limits.result_cap, deadline)
+            .read_file(path, self.settings.limits.result_cap, deadline)
             .await
         {
             Ok(bytes) => Ok(bytes),
@@ -110,7 +111,12 @@ impl Executor {
             if bytes.is_none() && sandbox.with_files(|f| f.copy_of(path)).is_none() {
                 return Err(FileError::Missing(path.to_owned()));
             }
-            let mut worker = self.spares.take().await.map_err(FileError::NoInterpreter)?;
+            let mut worker = self
+                .settings
+                .spares
+                .take()
+                .await
+                .map_err(FileError::NoInterpreter)?;
             self.adopt(sandbox, &mut worker, Restart::Stopped).await;
             *slot = Some(worker);
         }
@@ -120,7 +126,11 @@ impl Executor {
         let deadline = Deadline::after(FILE_TIMEOUT, Phase::Writing);
         match worker.write_file(path, bytes, deadline).await {
             Ok(()) => Ok(sandbox.with_files(|f| match bytes {
-                Some(bytes) => f.keep(path, bytes.to_vec(), self.limits.max_session_file_bytes),
+                Some(bytes) => f.keep(
+                    path,
+                    bytes.to_vec(),
+                    self.settings.limits.max_session_file_bytes,
+                ),
                 None => f.remove(path),
             })),
             Err(e) => Err(file_failure(&mut slot, sandbox, e)),
@@ -137,7 +147,7 @@ impl Executor {
         listing: Listing,
         result: &mut CallResult,
     ) {
-        let cap = self.limits.max_session_file_bytes;
+        let cap = self.settings.limits.max_session_file_bytes;
         result.files_changed = sandbox.with_files(|f| f.observe(&listing.files));
         let listed: std::collections::HashMap<&str, u64> = listing
             .files

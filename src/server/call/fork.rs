@@ -83,7 +83,7 @@ const COPY_GOES_FIRST: Duration = Duration::from_secs(1);
 
 impl Executor {
     /// Makes `copy` (a sandbox just made) a fork of `source`, whose queue the caller holds in
-    /// `slot`: the source's files (those with a copy), `kept` (its [`Sandbox::fork_state`]) as
+    /// `slot`: the source's files (those with a copy), `kept` (its [`KeptState::for_fork`](crate::sandbox::kept::KeptState::for_fork)) as
     /// the copy's state, and its interpreter when it can be handed over. Nothing awaits before
     /// the copy is whole, so no call of it can queue first. Counted in the metrics.
     pub async fn fork(
@@ -93,7 +93,7 @@ impl Executor {
         copy: &Arc<Sandbox>,
         kept: Option<Kept>,
     ) -> ForkCopy {
-        let cap = self.limits.max_session_file_bytes;
+        let cap = self.settings.limits.max_session_file_bytes;
         let (copies, not_copied) = source.with_files(|f| (f.copies(), f.without_copy()));
         copy.with_files(|f| {
             for (path, bytes) in copies {
@@ -134,7 +134,7 @@ impl Executor {
         source: &Arc<Sandbox>,
         copy: &Arc<Sandbox>,
     ) -> bool {
-        if !self.checkpoints(source) || !source.has_current_state() {
+        if !self.checkpoints(source) || !source.state.is_current() {
             return false;
         }
         let Some(worker) = slot.as_mut() else {
@@ -165,7 +165,7 @@ impl Executor {
         if !copy.take_worker(slot, &files_words(&files)) {
             return false;
         }
-        source.lend_interpreter();
+        source.state.lend_interpreter();
         let executor = Arc::clone(self);
         let (source, copy) = (Arc::clone(source), Arc::clone(copy));
         tokio::spawn(async move {
@@ -182,7 +182,7 @@ impl Executor {
         if slot.is_some() || sandbox.has_ended() {
             return;
         }
-        let Ok(mut worker) = self.spares.take().await else {
+        let Ok(mut worker) = self.settings.spares.take().await else {
             return;
         };
         self.adopt(sandbox, &mut worker, Restart::Stopped).await;

@@ -5,7 +5,8 @@
 //! ([`super::execute`]) runs the call once it holds both. Kept apart from the pipeline so
 //! that the tenancy rules are read in one place.
 
-use crate::sandbox::live::{Arrival, Sandbox};
+use crate::sandbox::arrival::Arrival;
+use crate::sandbox::live::Sandbox;
 use crate::worker::client::Worker;
 use crate::worker::pool::{Lease, Pool};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -4,7 +4,7 @@
 use super::reach::RemovedSandbox;
 use super::schema::{object_schema, sandbox_id_property, sandbox_tool, Effect};
 use super::{text_answer, McpTool, PlainArguments};
-use crate::sandbox::live::Arrival;
+use crate::sandbox::arrival::Arrival;
 use crate::server::handler::RunPythonServer;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, Tool};
 use rmcp::service::RequestContext;

@@ -7,7 +7,7 @@
 use super::reach::{ExistingSandbox, InUse};
 use super::schema::{object_schema, sandbox_id_property, sandbox_tool, Effect, OPTIONAL_SANDBOX};
 use super::{parse, text_answer, tool_error, McpTool, Refusal, ToolArguments};
-use crate::sandbox::live::Arrival;
+use crate::sandbox::arrival::Arrival;
 use crate::server::handler::RunPythonServer;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, JsonObject, Tool};
 use rmcp::service::RequestContext;

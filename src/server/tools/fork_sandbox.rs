@@ -19,8 +19,8 @@ use super::list_sandbox_files::SandboxArguments;
 use super::reach::{InUse, Reached, SourceSandbox};
 use super::schema::{object_schema, open_ended, sandbox_id_property, sandbox_tool, Effect};
 use super::{structured_answer, tool_error, McpTool};
+use crate::sandbox::arrival::Arrival;
 use crate::sandbox::handle::SandboxId;
-use crate::sandbox::live::Arrival;
 use crate::sandbox::registry::Missing;
 use crate::server::call::fork::ForkCopy;
 use crate::server::handler::RunPythonServer;
@@ -76,7 +76,7 @@ impl McpTool for ForkSandbox {
             // Destroyed (or expired) by a request that arrived before this one.
             return Ok(tool_error(Missing::of(source.sandbox.id.as_str())));
         }
-        let kept = match source.sandbox.fork_state() {
+        let kept = match source.sandbox.state.for_fork(&source.sandbox.id) {
             Ok(kept) => kept,
             Err(why) => {
                 return Ok(tool_error(format!(

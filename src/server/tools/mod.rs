@@ -11,7 +11,7 @@
 //! checked (a malformed one is an MCP `invalid_params` error), then the sandbox is found
 //! (one that does not exist is a tool error the model reads), then the tool's handler runs.
 //!
-//! Also here: how a result is rendered ([`format`]) and a sandbox's files as resources
+//! Also here: how a result is rendered ([`format`](mod@format)) and a sandbox's files as resources
 //! ([`resources`]).
 
 pub mod create_sandbox;

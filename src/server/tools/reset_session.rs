@@ -8,7 +8,7 @@ use super::list_sandbox_files::SandboxArguments;
 use super::reach::ExistingSandbox;
 use super::schema::{object_schema, sandbox_id_property, sandbox_tool, Effect, OPTIONAL_SANDBOX};
 use super::{text_answer, tool_error, McpTool};
-use crate::sandbox::live::Arrival;
+use crate::sandbox::arrival::Arrival;
 use crate::server::handler::RunPythonServer;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, Tool};
 use rmcp::service::RequestContext;

@@ -15,8 +15,8 @@ use super::schema::{object_schema, open_ended, sandbox_id_property};
 use super::{parse, McpTool, Refusal, ToolArguments};
 use crate::packages::wheel::target;
 use crate::protocol::Stream;
+use crate::sandbox::arrival::Arrival;
 use crate::sandbox::handle::SandboxId;
-use crate::sandbox::live::Arrival;
 use crate::server::call::execute::OutputSink;
 use crate::server::call::result::CallResult;
 use crate::server::handler::RunPythonServer;
@@ -370,7 +370,7 @@ impl RunPythonServer {
         let arrival = context.extensions.get::<Arrival>().cloned();
         let timeout = match context.extensions.get::<CallTimeout>() {
             Some(CallTimeout(limit)) => *limit,
-            None => self.executor.limits.timeout,
+            None => self.executor.settings.limits.timeout,
         };
         let sandbox = in_use.sandbox.clone();
         let result = tokio::spawn(async move {

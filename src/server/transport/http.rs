@@ -734,16 +734,17 @@ pub async fn serve(
     };
     let guarded = guarded_routes(router, endpoints, auth.clone(), access, max_body);
     // `/healthz` and `/readyz` answer probes outside the guard (see [`health`]).
-    let router = health::router(server.executor.spares.clone(), server.drain.clone())
-        .merge(crate::server::ops::scrape::router(&server, metrics))
-        .merge(match &auth {
-            Some(auth) => {
-                crate::server::ops::auth::metadata_router(auth.authorization_servers.clone())
-            }
-            None => Router::new(),
-        })
-        .fallback_service(guarded)
-        .layer(axum::middleware::from_fn(unread_body::close_if_body_unread));
+    let router = health::router(
+        server.executor.settings.spares.clone(),
+        server.drain.clone(),
+    )
+    .merge(crate::server::ops::scrape::router(&server, metrics))
+    .merge(match &auth {
+        Some(auth) => crate::server::ops::auth::metadata_router(auth.authorization_servers.clone()),
+        None => Router::new(),
+    })
+    .fallback_service(guarded)
+    .layer(axum::middleware::from_fn(unread_body::close_if_body_unread));
     let listener = bind(host, port, mode).await?;
     serve_until(listener, router, shutdown).await
 }
@@ -791,7 +792,7 @@ fn streamable_router(
     let checks = Arc::new(McpChecks {
         max_body,
         drain: server.drain.clone(),
-        sandboxes: server.executor.stateful,
+        sandboxes: server.executor.settings.stateful,
         sessions: server.sessions.clone(),
         idle: server
             .session_idle

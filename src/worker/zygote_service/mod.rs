@@ -12,7 +12,7 @@
 //!   fork through it;
 //! - [`operator`]: `mcp-run-python zygote status` and `zygote stop`.
 //!
-//! The messages are [`super::protocol::Control`], the same the front and its own zygote speak,
+//! The messages are [`crate::protocol::control::Control`], the same the front and its own zygote speak,
 //! so that a fork through the service is the same request, relayed.
 
 pub mod front;
