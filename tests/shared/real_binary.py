@@ -55,13 +55,15 @@ def zygote_services(runtime_dir=RUNTIME_DIR):
 
 
 def wait_for_ready_zygote_service(timeout=240, runtime_dir=RUNTIME_DIR):
-    """Waits until a zygote service of `runtime_dir` is ready (one a front started): a front
-    started afterwards forks its first interpreter from it instead of booting one, which is
-    what a checkpoint needs (checkpoints, docs/architecture.md §3.4)."""
+    """Waits until the zygote services of `runtime_dir` are ready (one a front started, and any
+    an earlier test left): a front started afterwards forks its first interpreter from its own
+    service instead of booting one, which is what a checkpoint needs (checkpoints,
+    docs/architecture.md §3.4). Every service, not any one: a service of other options that an
+    earlier test left ready says nothing of the one this test's front just started."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         _, lines = zygote_services(runtime_dir)
-        if any(" ready" in line for line in lines):
+        if any(" ready" in line for line in lines) and not any(" warming up" in line for line in lines):
             return
         time.sleep(0.5)
     raise AssertionError(f"no zygote service became ready in {timeout} s: {zygote_services(runtime_dir)}")
