@@ -1,7 +1,8 @@
 //! The registry of live sandboxes, one for every transport (docs/architecture.md §3): it mints
 //! handles, finds a sandbox by the handle a client gives, bounds how many live at once
 //! (`--max-sandboxes`) and ends those idle or old past their limits. Saving to and restoring
-//! from the shared state directory is `persistence.rs`.
+//! from the shared state directory is `persistence.rs`; putting idle sandboxes to sleep (their
+//! state on disk, their worker killed) is `hibernation.rs`.
 //!
 //! At the cap, a new sandbox takes the place of the least recently used sandbox that is reached
 //! by its handle alone and has nothing in flight (no call running or waiting): that one is
@@ -12,11 +13,12 @@
 //! agents while an idle agent's sandbox, the cheapest to lose, goes first; the agent is told to
 //! create a new one.
 
+mod hibernation;
 mod persistence;
 
 use crate::sandbox::activity::InFlight;
 use crate::sandbox::handle::{MintError, SandboxId};
-use crate::sandbox::hibernation::{Hibernation, HibernationError};
+use crate::sandbox::hibernation::Hibernation;
 use crate::sandbox::live::{Owner, Principal, Sandbox};
 use crate::sandbox::state_dir::{blocking, Expiry, StateDir, StateError};
 use std::collections::HashMap;
@@ -317,77 +319,6 @@ impl Registry {
             }
         }
         Ok(())
-    }
-
-    /// At the cap: hibernates the least recently used idle sandbox that can (it holds a worker
-    /// and a current state), rather than end one; whether one did. Writes a few hundred KiB
-    /// while the registry is locked: rare (only at the cap), and shorter than a new worker.
-    fn hibernate_one(&self, live: &HashMap<SandboxId, Arc<Sandbox>>) -> bool {
-        let Some(hibernation) = &self.hibernation else {
-            return false;
-        };
-        let mut idle: Vec<_> = live
-            .values()
-            .filter(|s| s.state.is_current() && s.has_idle_interpreter())
-            .filter_map(|s| s.activity().idle_since().map(|since| (since, s.clone())))
-            .collect();
-        idle.sort_by_key(|(since, _)| *since);
-        for (_, sandbox) in idle {
-            match sandbox.hibernate(hibernation) {
-                Ok(true) => {
-                    tracing::info!(
-                        "sandbox {} hibernated to make room (--max-sandboxes {})",
-                        sandbox.id.short(),
-                        self.limits.max
-                    );
-                    crate::metrics::sandbox_hibernated();
-                    return true;
-                }
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!("sandbox {}: {e}", sandbox.id.short());
-                    return false;
-                }
-            }
-        }
-        false
-    }
-
-    /// Hibernates the sandboxes idle past `--hibernate-after` (their state goes to disk, their
-    /// worker is killed), outside the registry's lock.
-    async fn hibernate_idle(&self) {
-        let Some(hibernation) = &self.hibernation else {
-            return;
-        };
-        let due: Vec<Arc<Sandbox>> = self
-            .live()
-            .values()
-            .filter(|s| {
-                s.activity()
-                    .idle_at(hibernation.after)
-                    .is_some_and(|at| at <= Instant::now())
-            })
-            .filter(|s| s.state.is_current() && s.has_idle_interpreter())
-            .cloned()
-            .collect();
-        for sandbox in due {
-            let home = hibernation.clone();
-            let short = sandbox.id.short().to_string();
-            match tokio::task::spawn_blocking(move || sandbox.hibernate(&home)).await {
-                Ok(Ok(true)) => {
-                    tracing::debug!("sandbox {short} hibernated");
-                    crate::metrics::sandbox_hibernated();
-                }
-                Ok(Ok(false)) => {}
-                Ok(Err(HibernationError::Full)) => {
-                    tracing::info!(
-                        "sandbox {short} stays awake: --max-hibernated-bytes is reached"
-                    );
-                }
-                Ok(Err(e)) => tracing::warn!("sandbox {short}: {e}"),
-                Err(e) => tracing::warn!("sandbox {short}: hibernation stopped: {e}"),
-            }
-        }
     }
 
     /// Ends `sandbox` for good: also its saved state, unless another replica holds it now.
