@@ -23,6 +23,7 @@ pub mod messages;
 pub mod pages;
 
 pub use frame::*;
+pub use messages::*;
 
 /// `error` and each of its sources, joined by `: ` (as `anyhow` shows a chain with `{:#}`):
 /// how either side words an error that crosses the protocol (a failed host call, a wall that
@@ -37,4 +38,3 @@ pub fn error_words(error: &(dyn std::error::Error + 'static)) -> String {
     }
     text
 }
-pub use messages::*;

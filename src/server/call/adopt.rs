@@ -38,12 +38,13 @@ impl Executor {
         // nothing when all came back. (Taken after the resume, whose wake sets it.)
         let quiet = sandbox.state.take_resume_quietly() || hibernated;
         let files = write_files_back(sandbox, worker).await;
+        // Worded even when it is not said: the fork's and the restore's first words are taken
+        // by this adoption, never left for a later one.
+        let note = adoption_note(sandbox, &resumed, why, &files);
         if quiet && matches!(resumed, Resumed::Restored) && files.lost.is_empty() {
             return;
         }
-        sandbox
-            .notes
-            .set(adoption_note(sandbox, &resumed, why, &files));
+        sandbox.notes.set(note);
     }
 
     /// Restores the sandbox's kept state into `worker` ([`Executor::resume`]); a worker whose
