@@ -6,6 +6,9 @@
 # is quick when all is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A run builds each configuration once: incremental caches would only take disk (about 4 GB of
+# a clean run's target/, more than CI machines always have free).
+export CARGO_INCREMENTAL=0
 scripts/setup.sh
 
 # A venv at $1 with the pins of the requirements file $2, rebuilt only when they change.
