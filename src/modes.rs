@@ -8,7 +8,7 @@ use crate::packages::index::Fetcher;
 use crate::packages::lock::Lockfile;
 use crate::packages::resolver::Resolver;
 use crate::packages::sources::Sources;
-use crate::protocol::launch::{ConfinementMode, WASM_MAX_MIB_ARG};
+use crate::protocol::launch::{ConfinementMode, Runtime, WASM_MAX_MIB_ARG};
 use crate::sandbox::hibernation::Hibernation;
 use crate::sandbox::live::Sandbox;
 use crate::sandbox::registry::{Registry, RegistryLimits};
@@ -23,6 +23,7 @@ use crate::server::tasks::store::TaskStore;
 use crate::server::tasks::{TaskLimits, Tasks};
 use crate::server::tools::format::render;
 use crate::server::transport::http::HttpMode;
+use crate::worker;
 use crate::worker::launcher::Launcher;
 use crate::worker::mount::Mounts;
 use crate::worker::net::NetPolicy;
@@ -503,6 +504,9 @@ pub async fn run(cli: Serve) -> Result<i32> {
     if cli.mode == Mode::ZygoteService {
         return zygote::serve(&cli).await;
     }
+    if cli.runtime == Runtime::Scientific {
+        return Ok(scientific(&cli).await);
+    }
     let server = build(&cli).await?;
     let executor = server.executor.clone();
     let registry = server.registry.clone();
@@ -667,6 +671,61 @@ async fn warmup(server: &RunPythonServer) -> i32 {
     }
     println!("warmup done in {:.1} s", started.elapsed().as_secs_f64());
     0
+}
+
+/// `--runtime scientific`: `warmup` makes the runtime ready (its wheel fetched, checked and
+/// unpacked, its module compiled into the cache) and runs its health check; serving calls with
+/// it is not built yet, so every other mode refuses. The exit code.
+async fn scientific(cli: &Serve) -> i32 {
+    if cli.mode != Mode::Warmup {
+        eprintln!(
+            "error: --runtime scientific serves no calls yet; `mcp-run-python warmup --runtime scientific` prepares it"
+        );
+        return 2;
+    }
+    let started = Instant::now();
+    let sources = &cli.packages;
+    let cache_dir = sources.cache_dir.clone().unwrap_or_else(Cache::default_dir);
+    let fetcher = Fetcher::new(Cache::new(cache_dir), sources.offline);
+    let prepared =
+        match worker::scientific::prepare(&fetcher, fetcher.cache(), &sources.index_url).await {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                eprintln!("warmup failed: {}", crate::protocol::error_words(&e));
+                return 1;
+            }
+        };
+    if prepared.compiled_now {
+        println!("compiled: {}", prepared.compiled.display());
+    }
+    let memory_bytes = match cli.limits.memory {
+        0 => usize::MAX,
+        mib => usize::try_from(mib << 20).unwrap_or(usize::MAX),
+    };
+    let timeout = Duration::from_secs_f64(cli.limits.timeout.max(0.0));
+    let checked = tokio::task::spawn_blocking(move || {
+        worker::scientific::check(&prepared, &std::env::temp_dir(), memory_bytes, timeout)
+    })
+    .await;
+    match checked {
+        Ok(Ok(report)) => {
+            println!("scientific runtime ready: {}", report.versions);
+            println!(
+                "linear memory after the check: {} MiB",
+                report.memory_bytes >> 20
+            );
+            println!("warmup done in {:.1} s", started.elapsed().as_secs_f64());
+            0
+        }
+        Ok(Err(e)) => {
+            eprintln!("warmup failed: {}", crate::protocol::error_words(&e));
+            1
+        }
+        Err(e) => {
+            eprintln!("warmup failed: the check's thread ended: {e}");
+            1
+        }
+    }
 }
 
 async fn example(server: &RunPythonServer) -> i32 {

@@ -20,7 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["worker", "interpreter"],
     &["assets"],
     &["protocol"],
-    &["packages", "engine"],
+    &["packages", "engine", "wasi"],
     &["metrics", "atomic_file"],
 ];
 
@@ -32,7 +32,7 @@ const MUTUAL_ALLOWED: &[(&str, &str)] = &[("server/handler.rs", "server/tools/mo
 /// What the confined interpreter is made of: its own room and what it may import. A security
 /// review of the code that runs under seccomp reads these folders and nothing else
 /// (docs/architecture.md §3.2).
-const CONFINED: &[&str] = &["interpreter", "protocol", "assets", "engine"];
+const CONFINED: &[&str] = &["interpreter", "protocol", "assets", "engine", "wasi"];
 
 /// The only file outside [`CONFINED`] that names `interpreter`: the entry, which hands the
 /// hidden worker command to it.

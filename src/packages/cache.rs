@@ -40,7 +40,6 @@ impl Cache {
     }
 
     /// Its root directory (what [`Cache::new`] was given).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub fn root(&self) -> &std::path::Path {
         &self.root
     }

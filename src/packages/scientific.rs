@@ -15,7 +15,6 @@
 
 // Its caller, the scientific runtime's launcher (and `warmup --runtime scientific`), lands with
 // the runtime itself; until then only the tests reach it.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use super::cache::{sha256_hex, Cache};
 use super::index::{FetchError, Fetcher};
@@ -87,6 +86,16 @@ impl Artifacts {
     /// package built in.
     pub fn manifest(&self) -> PathBuf {
         self.dir.join(MANIFEST)
+    }
+
+    /// The standard library zip's name in [`Artifacts::lib`] (`python315.zip`), from the
+    /// manifest's `python X.Y.Z` line.
+    ///
+    /// Errors: [`ArtifactError::Manifest`] (also when the manifest cannot be read).
+    pub fn zip_name(&self) -> Result<String, ArtifactError> {
+        let manifest =
+            std::fs::read_to_string(self.manifest()).map_err(|_| ArtifactError::Manifest)?;
+        zip_name(&manifest)
     }
 }
 

