@@ -54,17 +54,19 @@ if [ -f "$inputs_stamp" ] && [ "$(cat "$inputs_stamp")" = "$key" ] && [ -f "${wh
 fi
 
 mkdir -p "$dest"
-rm -rf "$dest/raw" "$inputs_stamp" "${wheels[@]}" && mkdir -p "$dest/raw"
+# One raw folder per architecture: test.sh builds both dev wheels at once.
+raw="$dest/raw-$arch"
+rm -rf "$raw" "$inputs_stamp" "${wheels[@]}" && mkdir -p "$raw"
 # SOURCE_DATE_EPOCH is kept away from cargo: build scripts watch it (aws-lc-sys), and setting it
 # would rebuild what `cargo build` built. The repack below fixes the wheel's timestamps.
 env -u SOURCE_DATE_EPOCH PATH="$PWD/$venv/bin:$PATH" \
-  $venv/bin/maturin build --quiet --profile "$profile" "${target_args[@]}" --out "$dest/raw"
+  $venv/bin/maturin build --quiet --profile "$profile" "${target_args[@]}" --out "$raw"
 export SOURCE_DATE_EPOCH
 SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || echo 315532800)
-PATH="$PWD/$venv/bin:$PATH" $venv/bin/python scripts/repair_wheel.py "$dest"/raw/*.whl --dest-dir "$dest"
+PATH="$PWD/$venv/bin:$PATH" $venv/bin/python scripts/repair_wheel.py "$raw"/*.whl --dest-dir "$dest"
 if [ "$profile" = release ]; then
   $venv/bin/maturin sdist --out "$dest"
 fi
-rm -rf "$dest/raw"
+rm -rf "$raw"
 echo "$key" > "$inputs_stamp"
 ls "$dest"/*_"$arch".whl

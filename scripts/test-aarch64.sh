@@ -13,6 +13,9 @@ cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || { echo "test-aarch64: no .venv; run scripts/test.sh once" >&2; exit 1; }
 scripts/setup-emulation.sh
 
+# A target directory of its own: test.sh builds the x86_64 side at the same time, and a cross
+# build also locks the host's directory (its build scripts and proc macros run there).
+export CARGO_TARGET_DIR=target/aarch64-build
 wheel=$(scripts/build-wheel.sh --dev --target aarch64 | tail -n 1)
 . scripts/setup-cross.sh aarch64
 # Shares the wheel's build directory: only this crate is rebuilt with the feature. Stripped, as
@@ -20,6 +23,6 @@ wheel=$(scripts/build-wheel.sh --dev --target aarch64 | tail -n 1)
 cargo build --quiet --target "$CROSS_RUST_TARGET" --features escape-test
 escape=target/aarch64-escape-test/mcp-run-python
 mkdir -p "$(dirname "$escape")"
-aarch64-linux-gnu-strip -o "$escape" "target/$CROSS_RUST_TARGET/debug/mcp-run-python"
+aarch64-linux-gnu-strip -o "$escape" "$CARGO_TARGET_DIR/$CROSS_RUST_TARGET/debug/mcp-run-python"
 MCP_RUN_PYTHON_AARCH64_WHEEL="$PWD/$wheel" MCP_RUN_PYTHON_AARCH64_ESCAPE="$PWD/$escape" \
   .venv/bin/python -m pytest -q -p no:cacheprovider tests/aarch64 "$@"

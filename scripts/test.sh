@@ -37,16 +37,6 @@ if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
 fi
 venv_with .venv tests/sdk_v1/requirements.txt
 
-cargo fmt --check
-cargo clippy --all-targets --quiet -- -D warnings
-# Doc comments name items by link: a rename that leaves a stale name fails here.
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
-cargo build
-# The deployment files (README "Running many replicas"): Kubernetes schemas, hadolint, checkov, consistency with the
-# binary's options (hence after the build: a clean clone has no binary before it) and
-# deploy/haproxy.cfg.
-scripts/check-deploy.sh
-cargo test
 # What the suites below install with apt, all before the aarch64 suite starts beside them (so no
 # two apt-get run at once): HAProxy, Node, debootstrap, the cross toolchain and qemu.
 # The replica tests (README "Running many replicas") run three replicas behind a real HAProxy (Debian's package) with
@@ -66,16 +56,27 @@ scripts/setup-emulation.sh
 venv_with .venv-build scripts/build-requirements.txt
 
 # The aarch64 wheel on an emulated arm64 machine (aarch64, docs/platforms.md): cross-built, then booted under
-# qemu-system-aarch64 (tests/aarch64), in the background beside the suites below, since most of
-# its time is emulation, at a lower priority (nice 10), so that the timing-sensitive suites
-# here keep the cores when they need them. Its log is printed at the end; it is stopped if this
-# script ends first.
+# qemu-system-aarch64 (tests/aarch64), in the background beside everything below, from the
+# start: it is the run's longest chain (a cross build of its own, in a target directory of its
+# own so that no cargo lock is shared, then emulation). At a lower priority (nice 10), so that
+# the builds and the timing-sensitive suites here keep the cores when they need them. Its log
+# is printed at the end; it is stopped if this script ends first.
 aarch64_log=target/test-aarch64.log
 mkdir -p target
 setsid nice -n 10 scripts/test-aarch64.sh > "$aarch64_log" 2>&1 &
 aarch64_suite=$!
 trap 'kill -TERM -- "-$aarch64_suite" 2>/dev/null || true' EXIT
 
+cargo fmt --check
+cargo clippy --all-targets --quiet -- -D warnings
+# Doc comments name items by link: a rename that leaves a stale name fails here.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
+cargo build
+# The deployment files (README "Running many replicas"): Kubernetes schemas, hadolint, checkov, consistency with the
+# binary's options (hence after the build: a clean clone has no binary before it) and
+# deploy/haproxy.cfg.
+scripts/check-deploy.sh
+cargo test
 MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python" .venv/bin/python -m pytest -q -p no:cacheprovider tests/sdk_v1 "$@"
 
 # Today's clients (README "Protocol revisions and change notifications"): mcp 2.x, PydanticAI 2.x and fastmcp in a second venv, then the

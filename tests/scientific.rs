@@ -71,6 +71,36 @@ fn the_scientific_runtime_is_prepared_once_then_works_offline_within_its_limits(
     let text = said(&small);
     assert_eq!(small.status.code(), Some(1), "{text}");
     assert!(text.contains("MemoryError"), "{text}");
+
+    // A compiled module others could have written is machine code no one vouches for: refused.
+    let compiled = compiled_module();
+    set_mode(&compiled, 0o666);
+    let loose = warmup(&[], &[]);
+    set_mode(&compiled, 0o644);
+    let text = said(&loose);
+    assert_eq!(loose.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("the compiled module is not trusted: its mode 666"),
+        "{text}"
+    );
+}
+
+/// The one compiled module in the cache.
+fn compiled_module() -> PathBuf {
+    let runtimes = cache_dir().join("runtimes");
+    let found: Vec<PathBuf> = std::fs::read_dir(&runtimes)
+        .expect("the runtimes folder")
+        .flat_map(|dir| std::fs::read_dir(dir.expect("an entry").path()).expect("a folder"))
+        .map(|entry| entry.expect("an entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "cwasm"))
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    found[0].clone()
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
 #[test]

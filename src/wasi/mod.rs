@@ -37,6 +37,9 @@ pub enum WasiError {
     /// Cranelift could not compile the module.
     #[error("cannot compile the scientific runtime's module")]
     Compile(#[source] WasmtimeError),
+    /// The compiled module's file could have been written by another user.
+    #[error("the compiled module is not trusted: {why}")]
+    Untrusted { why: String },
     /// The compiled module is not one this engine can load.
     #[error("cannot load the compiled module")]
     Load(#[source] WasmtimeError),

@@ -55,15 +55,84 @@ pub fn compile(engine: &Engine, wasm: &Path) -> Result<Vec<u8>, WasiError> {
         .map_err(|e| WasiError::Compile(e.into()))
 }
 
-/// The compiled module in `file` (opened by the caller, who vouches for it), loaded into
-/// `engine` by mapping it.
+/// The compiled module in `file` (opened by the caller), loaded into `engine` by mapping it,
+/// after checking that only this user could have written it: the file is this user's and not
+/// writable by group or others (as ssh checks its keys). A compiled module is machine code, so
+/// a cache another user can write into must never give us one.
 ///
-/// Errors: [`WasiError::Load`], when the file is not a module compiled by this engine's
-/// release and configuration.
+/// Errors: [`WasiError::Untrusted`]; [`WasiError::Load`], when the file is not a module
+/// compiled by this engine's release and configuration.
 pub fn load(engine: &Engine, file: File) -> Result<Module, WasiError> {
-    // SAFETY: wasmtime trusts a serialized module's machine code. The file is the one
-    // `compile` wrote into this user's own cache (created with the user's umask, beside the
-    // artifacts whose digests were checked), opened by the caller; wasmtime checks its header
-    // (engine version and configuration) before using it.
+    trusted(&file)?;
+    // SAFETY: wasmtime runs a serialized module's machine code as it is. The file is this
+    // user's own and writable by no one else (`trusted`), written by `compile`'s caller into
+    // the cache beside artifacts whose digests were checked; wasmtime checks its header
+    // (engine release and configuration) before using it.
     unsafe { Module::deserialize_open_file(engine, file) }.map_err(|e| WasiError::Load(e.into()))
+}
+
+/// Permission bits that let group or others write a file.
+const WRITABLE_BY_OTHERS: u32 = 0o022;
+
+/// Whether `file` is this process's user's and writable by no one else.
+///
+/// Errors: [`WasiError::Untrusted`].
+fn trusted(file: &File) -> Result<(), WasiError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().map_err(|e| WasiError::Untrusted {
+        why: format!("its metadata cannot be read: {e}"),
+    })?;
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(WasiError::Untrusted {
+            why: format!("it belongs to user {}, not to this user ({me})", meta.uid()),
+        });
+    }
+    if meta.mode() & WRITABLE_BY_OTHERS != 0 {
+        return Err(WasiError::Untrusted {
+            why: format!(
+                "its mode {:o} lets group or others write it",
+                meta.mode() & 0o777
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_compiled_module_others_could_write_is_never_loaded() {
+        let engine = engine().expect("an engine");
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("module.cwasm");
+        std::fs::write(&path, b"not a module").expect("written");
+        let open = || File::open(&path).expect("opened");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        let refused = load(&engine, open()).expect_err("refused");
+        assert!(
+            matches!(refused, WasiError::Untrusted { .. }),
+            "{refused:?}"
+        );
+        assert!(refused.to_string().contains("mode 666"), "{refused}");
+        // Its own user's file, writable by no one else: wasmtime then reads it (and refuses
+        // these bytes, which are no module).
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let unloadable = load(&engine, open()).expect_err("not a module");
+        assert!(matches!(unloadable, WasiError::Load(_)), "{unloadable:?}");
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            // As root (CI), the same file given to another user is refused too.
+            std::os::unix::fs::chown(&path, Some(1), None).expect("chown");
+            let foreign = load(&engine, open()).expect_err("refused");
+            assert!(
+                foreign.to_string().contains("belongs to user 1"),
+                "{foreign}"
+            );
+        }
+    }
 }
