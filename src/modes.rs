@@ -684,6 +684,13 @@ async fn scientific(cli: &Serve) -> i32 {
         return 2;
     }
     let started = Instant::now();
+    let timeout = match seconds(cli.limits.timeout, "--timeout") {
+        Ok(timeout) => timeout,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
     let sources = &cli.packages;
     let cache_dir = sources.cache_dir.clone().unwrap_or_else(Cache::default_dir);
     let fetcher = Fetcher::new(Cache::new(cache_dir), sources.offline);
@@ -702,7 +709,6 @@ async fn scientific(cli: &Serve) -> i32 {
         0 => usize::MAX,
         mib => usize::try_from(mib << 20).unwrap_or(usize::MAX),
     };
-    let timeout = Duration::from_secs_f64(cli.limits.timeout.max(0.0));
     let checked = tokio::task::spawn_blocking(move || {
         worker::scientific::check(&prepared, &std::env::temp_dir(), memory_bytes, timeout)
     })

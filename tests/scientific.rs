@@ -55,8 +55,9 @@ fn the_scientific_runtime_is_prepared_once_then_works_offline_within_its_limits(
     }
 
     // No network at all (a network namespace of its own, loopback down): the artifacts and
-    // the compiled module come from the cache, and nothing is compiled again.
-    let offline = warmup(&["unshare", "-rn"], &["--offline"]);
+    // the compiled module come from the cache, and nothing is compiled again. `--timeout 0`
+    // is no limit, as for Pyodide.
+    let offline = warmup(&["unshare", "-rn"], &["--offline", "--timeout", "0"]);
     let text = said(&offline);
     assert!(offline.status.success(), "{text}");
     assert!(text.contains("scientific runtime ready"), "{text}");

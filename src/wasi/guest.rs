@@ -160,9 +160,8 @@ impl Guest {
             .alloc
             .call(&mut self.store, len)
             .map_err(|e| trap(e, &self.stderr))?;
-        let at = usize::try_from(ptr as u32).unwrap_or(usize::MAX);
         self.memory
-            .write(&mut self.store, at, source.as_bytes())
+            .write(&mut self.store, door::guest_usize(ptr), source.as_bytes())
             .map_err(|_| WasiError::Status { status: ptr })?;
         self.store
             .set_epoch_deadline(deadline.unwrap_or(NO_DEADLINE).min(NO_DEADLINE));

@@ -67,12 +67,19 @@ pub enum ScientificError {
     /// The compiled module could not be kept in the cache.
     #[error("cannot keep the compiled module")]
     Keep(#[source] crate::atomic_file::ReplaceError),
-    /// A scratch folder for the check could not be made, or its thread started.
+    /// A scratch folder for the check could not be made.
     #[error("cannot make {}", path.display())]
     Scratch {
         path: PathBuf,
         #[source]
         source: std::io::Error,
+    },
+    /// A thread the work needs (`what`) could not be started, or it panicked.
+    #[error("{what} could not run on a thread of its own")]
+    Thread {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The check ran but did not print what it should: the guest's own words.
     #[error("the check failed:\n{said}")]
@@ -83,7 +90,8 @@ pub enum ScientificError {
 /// and unpacked (when they are not there yet), then its module compiled (when it is not
 /// compiled yet). Blocking work runs on Tokio's blocking threads.
 ///
-/// Errors: [`ScientificError::Artifacts`], [`ScientificError::Wasi`], [`ScientificError::Keep`].
+/// Errors: [`ScientificError::Artifacts`], [`ScientificError::Wasi`], [`ScientificError::Keep`],
+/// [`ScientificError::Thread`].
 pub async fn prepare(
     fetcher: &Fetcher,
     cache: &Cache,
@@ -107,9 +115,9 @@ pub async fn prepare(
             .map_err(ScientificError::Keep)
     })
     .await
-    .map_err(|e| ScientificError::Scratch {
-        path: compiled.clone(),
-        source: std::io::Error::other(e),
+    .map_err(|e| ScientificError::Thread {
+        what: "the compile",
+        source: e.into(),
     })??;
     Ok(Prepared {
         artifacts,
@@ -127,20 +135,20 @@ pub struct CheckReport {
     pub memory_bytes: usize,
 }
 
-/// Runs the health check in a fresh guest of `prepared`, on a thread of its own, under
-/// `memory_bytes` of linear memory and within `timeout`. The guest's writable root is a
+/// Runs the health check in a fresh guest of `prepared`, under `memory_bytes` of linear memory
+/// and within `timeout` (none: no limit, as `--timeout 0` says). The guest's writable root is a
 /// scratch folder under `scratch_parent`, removed after.
 ///
 /// Until the scientific worker exists, this runs in the calling process: it runs only
 /// [`CHECK_CODE`], never user code.
 ///
 /// Errors: [`ScientificError::Wasi`] (load, start, deadline, trap),
-/// [`ScientificError::Check`], [`ScientificError::Scratch`].
+/// [`ScientificError::Check`], [`ScientificError::Scratch`], [`ScientificError::Thread`].
 pub fn check(
     prepared: &Prepared,
     scratch_parent: &Path,
     memory_bytes: usize,
-    timeout: Duration,
+    timeout: Option<Duration>,
 ) -> Result<CheckReport, ScientificError> {
     let root = scratch_parent.join(format!("scientific-check-{}", std::process::id()));
     let scratch = |source| ScientificError::Scratch {
@@ -165,7 +173,7 @@ fn run_check(
     compiled: &Path,
     files: &GuestFiles,
     memory_bytes: usize,
-    timeout: Duration,
+    timeout: Option<Duration>,
 ) -> Result<CheckReport, ScientificError> {
     let engine = wasi::module::engine()?;
     let file = std::fs::File::open(compiled).map_err(|source| WasiError::Read {
@@ -173,13 +181,13 @@ fn run_check(
         source,
     })?;
     let module = wasi::module::load(&engine, file)?;
-    wasi::start_ticker(&engine).map_err(|source| ScientificError::Scratch {
-        path: compiled.to_owned(),
-        source,
+    wasi::start_ticker(&engine).map_err(|e| ScientificError::Thread {
+        what: "the deadline's epoch ticker",
+        source: e.into(),
     })?;
     let mut guest = Guest::start(&engine, &module, files, GuestLimits { memory_bytes })?;
     guest.set_door(Some(Box::new(Echo)));
-    let status = guest.turn(CHECK_CODE, Some(wasi::ticks(timeout)))?;
+    let status = guest.turn(CHECK_CODE, timeout.map(wasi::ticks))?;
     let (stdout, stderr) = guest.console();
     let lines: Vec<&str> = stdout.lines().collect();
     match (status, lines.as_slice()) {
