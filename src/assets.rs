@@ -23,6 +23,10 @@ pub const RUNNER_PY: &str = include_str!("../runtime/python/runner.py");
 /// `runtime/python/mcp_tools.py`: code mode's `mcp_tools` module, built inside Pyodide.
 pub const MCP_TOOLS_PY: &str = include_str!("../runtime/python/mcp_tools.py");
 
+/// `runtime/python/scientific.py`: the scientific runtime's guest side of the runner, handed to
+/// the guest over its door (`src/interpreter/scientific/`).
+pub const SCIENTIFIC_PY: &str = include_str!("../runtime/python/scientific.py");
+
 /// The virtual file an upload's bytes wait in while the runner copies them (`runtime/js/runner.js`).
 pub const UPLOAD_PATH: &str = "/upload";
 

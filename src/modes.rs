@@ -8,7 +8,9 @@ use crate::packages::index::Fetcher;
 use crate::packages::lock::Lockfile;
 use crate::packages::resolver::Resolver;
 use crate::packages::sources::Sources;
-use crate::protocol::launch::{ConfinementMode, Runtime, WASM_MAX_MIB_ARG};
+use crate::protocol::launch::{
+    ConfinementMode, Runtime, ARTIFACTS_ARG, RUNTIME_ARG, STDLIB_ZIP_ARG, WASM_MAX_MIB_ARG,
+};
 use crate::sandbox::hibernation::Hibernation;
 use crate::sandbox::live::Sandbox;
 use crate::sandbox::registry::{Registry, RegistryLimits};
@@ -142,19 +144,38 @@ async fn build(cli: &Serve) -> Result<RunPythonServer> {
     let isolation = isolation(cli)?;
     let (spares, initial) = spare_counts(cli, isolation, workers);
     let mounts = Mounts::load(&cli.files.mount, cli.files.max_mount_bytes).context("--mount")?;
-    let zygote_source = zygote::source(cli, isolation, &mounts);
+    let scientific = match cli.runtime {
+        Runtime::Scientific => Some(scientific_args(cli).await?),
+        Runtime::Pyodide => None,
+    };
+    let zygote_source = match scientific {
+        Some(_) => None,
+        None => zygote::source(cli, isolation, &mounts),
+    };
     let zygote = zygote_source.is_some();
     let deps = deps(cli);
     let resolver = Arc::new(resolver);
     let startup_plan = startup_deps::startup_plan(resolver.clone(), deps.clone());
-    let launcher = Arc::new(Launcher::new(
+    let mut args = worker_args(cli);
+    let snapshot = match &scientific {
+        Some(scientific) => {
+            args.extend(scientific.iter().cloned());
+            None
+        }
+        None => snapshot_path(cli),
+    };
+    let mut launcher = Launcher::new(
         exe,
-        worker_args(cli),
-        snapshot_path(cli),
+        args,
+        snapshot,
         zygote_source,
         mounts,
         startup_deps::preinstall_source(&startup_plan, &deps),
-    ));
+    );
+    if scientific.is_some() {
+        launcher = launcher.with_scratch(std::env::temp_dir());
+    }
+    let launcher = Arc::new(launcher);
     launcher.prepare().await;
     let limits = limits(cli)?;
     let executor = Executor::new(ExecutorSettings {
@@ -222,6 +243,32 @@ fn deps(cli: &Serve) -> Vec<String> {
         .map(|d| d.trim().to_owned())
         .filter(|d| !d.is_empty())
         .collect()
+}
+
+/// `--runtime scientific`: makes the runtime ready in the cache (fetched, checked, unpacked and
+/// compiled once; a minute or more the first time), and returns what its workers are told of
+/// it ([`ARTIFACTS_ARG`], [`STDLIB_ZIP_ARG`], [`RUNTIME_ARG`]).
+///
+/// Errors: `--deps` or `--mount` (the Pyodide runtime's), or the runtime cannot be made ready.
+async fn scientific_args(cli: &Serve) -> Result<Vec<String>> {
+    if !deps(cli).is_empty() || !cli.files.mount.is_empty() {
+        anyhow::bail!(
+            "--runtime scientific has its packages built in and boots plainly: --deps and --mount are the Pyodide runtime's"
+        );
+    }
+    let sources = &cli.packages;
+    let cache_dir = sources.cache_dir.clone().unwrap_or_else(Cache::default_dir);
+    let fetcher = Fetcher::new(Cache::new(cache_dir), sources.offline);
+    tracing::info!("preparing the scientific runtime (its first start compiles it, a minute or more)");
+    let prepared = worker::scientific::prepare(&fetcher, fetcher.cache(), &sources.index_url)
+        .await
+        .context("--runtime scientific")?;
+    let zip = prepared.artifacts.zip_name().context("--runtime scientific")?;
+    Ok(vec![
+        format!("{RUNTIME_ARG}{}", Runtime::Scientific.name()),
+        format!("{ARTIFACTS_ARG}{}", prepared.artifacts.dir.display()),
+        format!("{STDLIB_ZIP_ARG}{zip}"),
+    ])
 }
 
 /// Who shares a worker: `--isolation`, or `call` with `--fresh-worker`.
@@ -504,7 +551,7 @@ pub async fn run(cli: Serve) -> Result<i32> {
     if cli.mode == Mode::ZygoteService {
         return zygote::serve(&cli).await;
     }
-    if cli.runtime == Runtime::Scientific {
+    if cli.runtime == Runtime::Scientific && matches!(cli.mode, Mode::Warmup | Mode::Example) {
         return Ok(scientific(&cli).await);
     }
     let server = build(&cli).await?;
@@ -674,12 +721,12 @@ async fn warmup(server: &RunPythonServer) -> i32 {
 }
 
 /// `--runtime scientific`: `warmup` makes the runtime ready (its wheel fetched, checked and
-/// unpacked, its module compiled into the cache) and runs its health check; serving calls with
-/// it is not built yet, so every other mode refuses. The exit code.
+/// unpacked, its module compiled into the cache) and runs its health check; `example` is the
+/// Pyodide runtime's (it installs from PyPI). The exit code.
 async fn scientific(cli: &Serve) -> i32 {
     if cli.mode != Mode::Warmup {
         eprintln!(
-            "error: --runtime scientific serves no calls yet; `mcp-run-python warmup --runtime scientific` prepares it"
+            "error: the example installs a package from PyPI, which --runtime scientific does not; run it without --runtime"
         );
         return 2;
     }

@@ -15,7 +15,7 @@ use super::install::preinstall;
 use super::reply::send;
 use super::serve::{serve_requests, Serving};
 use super::zygote::{Forked, Zygote};
-use crate::protocol::launch::WorkerArgs;
+use crate::protocol::launch::{Runtime, WorkerArgs};
 use crate::protocol::{Reply, SnapshotMode};
 use anyhow::{Context, Result};
 use std::cell::RefCell;
@@ -31,7 +31,10 @@ pub fn main(args: WorkerArgs) -> Result<()> {
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
     }
-    let result = live(args);
+    let result = match args.runtime {
+        Runtime::Pyodide => live(args),
+        Runtime::Scientific => super::scientific::live(args),
+    };
     if let Err(e) = &result {
         let reply = match e.downcast_ref::<super::confine::ConfineError>() {
             Some(strict @ super::confine::ConfineError::Strict { .. }) => Reply::Unconfined {
@@ -76,7 +79,7 @@ pub(super) fn live(args: WorkerArgs) -> Result<()> {
         Some(_) => super::confine::Domain::Zygote,
         None => super::confine::Domain::Worker,
     };
-    let confined = super::confine::enter(args.confinement, domain)?;
+    let confined = super::confine::enter(args.confinement, &domain)?;
     let started = Instant::now();
     let (mut engine, runner, version, made) =
         boot(plan.mode, plan.snapshot, args.wasm_max_bytes())?;
@@ -113,12 +116,12 @@ pub(super) fn live(args: WorkerArgs) -> Result<()> {
     };
     #[cfg(feature = "escape-test")]
     super::confine::escape_test_if_requested();
-    let worker = Serving {
+    let mut worker = Serving {
         engine,
         runner,
         host,
         shadow: None,
         dirty,
     };
-    serve_requests(worker, &input, forked)
+    serve_requests(&mut worker, &input, forked)
 }

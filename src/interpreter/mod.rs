@@ -30,5 +30,6 @@ mod output;
 mod reply;
 mod runner;
 mod scavenger;
+mod scientific;
 mod serve;
 mod zygote;

@@ -1,6 +1,8 @@
 //! Serving the front's requests once booted: one handler per [`Request`] variant, as
-//! Chromium's zygote has one per command; [`Serving::serve`] only dispatches. Checkpoint,
-//! restore and reseed are in `checkpoint.rs`.
+//! Chromium's zygote has one per command; [`serve`] only dispatches. The handlers are the
+//! runtime seam ([`Interpreter`], docs/architecture.md §5.4): Pyodide's are here ([`Serving`];
+//! checkpoint, restore and reseed in `checkpoint.rs`), the scientific runtime's in
+//! `scientific/`. The worker protocol, the loop and the scavenger are the same for both.
 
 use super::dirty_pages::DirtyPages;
 use super::files::{read_file, read_images};
@@ -15,6 +17,7 @@ use super::scavenger::{Scavenger, Step};
 use super::zygote::{zygote_run, WARM_UP_AFTER_RESTORE};
 use crate::assets::UPLOAD_PATH;
 use crate::engine::{Arg, Engine};
+use crate::protocol::pages::ZygoteId;
 use crate::protocol::{read_frame, CallId, Frame, FrameLimits, Reply, Request, RunOutcome};
 use anyhow::{bail, Result};
 use std::cell::RefCell;
@@ -26,7 +29,7 @@ use std::rc::Rc;
 ///
 /// Errors: the front breaks the protocol, or the pipes fail.
 pub(super) fn serve_requests(
-    mut worker: Serving,
+    worker: &mut impl Interpreter,
     input: &RefCell<FrontInput>,
     forked: bool,
 ) -> Result<()> {
@@ -49,7 +52,7 @@ pub(super) fn serve_requests(
             Request::Checkpoint { .. } => Step::Checkpointed,
             _ => Step::Other,
         };
-        match worker.serve(frame)? {
+        match serve(worker, frame)? {
             Served::Ended => return Ok(()),
             Served::Answered | Served::Ran => scavenger.after(step),
         }
@@ -59,7 +62,7 @@ pub(super) fn serve_requests(
 /// Sends `reply`, the whole answer to a request.
 ///
 /// Errors: the reply cannot be sent.
-fn answered(reply: &Reply) -> Result<Served> {
+pub(super) fn answered(reply: &Reply) -> Result<Served> {
     send(reply)?;
     Ok(Served::Answered)
 }
@@ -90,75 +93,183 @@ pub(super) struct Serving {
     pub(super) dirty: Option<DirtyPages>,
 }
 
-impl Serving {
-    /// Serves one request of the front, sending its answer: only dispatches, to the handler of
-    /// the request's variant. A request that only comes as the answer to a host call, or the
-    /// boot, is out of order here.
-    ///
-    /// Errors: a request out of order; the answer cannot be sent.
-    pub(super) fn serve(&mut self, frame: Frame<Request>) -> Result<Served> {
-        let Frame {
-            header,
-            attachments,
-        } = frame;
-        match header {
-            Request::FetchResult { .. } | Request::ToolResult { .. } | Request::Boot { .. } => {
-                bail!("the front sent a request out of order")
-            }
-            Request::Ping { id } => answered(&Reply::Pong { id }),
-            Request::FindImports { id, code } => self.on_find_imports(id, &code),
-            Request::ReadFile { id, path, cap } => self.on_read_file(id, &path, cap),
-            Request::WriteFile { id, path, delete } => {
-                self.on_write_file(id, &path, delete, attachments.into_iter().next())
-            }
-            Request::Install { id, files, items } => {
-                self.on_install(id, &files, attachments, &items)
-            }
-            Request::Checkpoint { id } => self.checkpoint(id),
-            Request::Reseed { id } => {
-                let error = self.reseed(id);
-                answered(&Reply::Reseeded { id, error })
-            }
-            Request::WarmUp { id } => self.on_warm_up(id),
-            Request::Restore {
-                id,
-                zygote,
-                memory_bytes,
-                reseed,
-            } => {
-                let error = self.restore(id, zygote, memory_bytes, reseed, attachments);
-                answered(&Reply::Restored { id, error })
-            }
-            Request::Run {
-                id,
-                code,
-                globals,
+/// What an interpreter does for each request of the front, whichever runtime it runs: the
+/// runtime seam (docs/architecture.md §5.4). A text error is the wire's own field (the reply's
+/// `error`), worded by the runtime.
+pub(super) trait Interpreter {
+    /// [`Request::FindImports`]: the code's top-level imports that are packages to install.
+    fn find_imports(&mut self, id: CallId, code: &str) -> Vec<String>;
+    /// [`Request::ReadFile`]: sends [`Reply::File`] with the bytes, or why not.
+    fn read_file(&mut self, id: CallId, path: &str, cap: usize) -> Result<Served>;
+    /// [`Request::WriteFile`]: why the file was not written or removed, if it was not.
+    fn write_file(
+        &mut self,
+        id: CallId,
+        path: &str,
+        delete: bool,
+        bytes: Option<Vec<u8>>,
+    ) -> Option<String>;
+    /// [`Request::Install`]: why the packages were not installed, if they were not.
+    fn install(
+        &mut self,
+        id: CallId,
+        files: &[String],
+        bytes: Vec<Vec<u8>>,
+        items: &[String],
+    ) -> Option<String>;
+    /// [`Request::Checkpoint`]: sends [`Reply::Checkpoint`].
+    fn checkpoint(&mut self, id: CallId) -> Result<Served>;
+    /// [`Request::Restore`]: why the state was not restored, if it was not.
+    fn restore(
+        &mut self,
+        id: CallId,
+        zygote: ZygoteId,
+        memory_bytes: u64,
+        reseed: bool,
+        attachments: Vec<Vec<u8>>,
+    ) -> Option<String>;
+    /// [`Request::Reseed`]: why not, if the next run will not reseed.
+    fn reseed(&mut self, id: CallId) -> Option<String>;
+    /// [`Request::WarmUp`]: why the warm-up call failed, if it did.
+    fn warm_up(&mut self, id: CallId) -> Option<String>;
+    /// [`Request::Run`]: runs the code and sends [`Reply::Ran`] with the images it made (at
+    /// most `image_cap` bytes each).
+    fn run(&mut self, id: CallId, run: RunArgs<'_>, image_cap: usize) -> Result<Served>;
+}
+
+/// Serves one request of the front on `interpreter`, sending its answer: only dispatches, to
+/// the handler of the request's variant. A request that only comes as the answer to a host
+/// call, or the boot, is out of order here.
+///
+/// Errors: a request out of order; the answer cannot be sent.
+pub(super) fn serve(interpreter: &mut impl Interpreter, frame: Frame<Request>) -> Result<Served> {
+    let Frame {
+        header,
+        attachments,
+    } = frame;
+    match header {
+        Request::FetchResult { .. } | Request::ToolResult { .. } | Request::Boot { .. } => {
+            bail!("the front sent a request out of order")
+        }
+        Request::Ping { id } => answered(&Reply::Pong { id }),
+        Request::FindImports { id, code } => {
+            let names = interpreter.find_imports(id, &code);
+            answered(&Reply::Imports { id, names })
+        }
+        Request::ReadFile { id, path, cap } => interpreter.read_file(id, &path, cap),
+        Request::WriteFile { id, path, delete } => {
+            let bytes = attachments.into_iter().next();
+            let error = interpreter.write_file(id, &path, delete, bytes);
+            answered(&Reply::File { id, error })
+        }
+        Request::Install { id, files, items } => {
+            let error = interpreter.install(id, &files, attachments, &items);
+            answered(&Reply::Installed { id, error })
+        }
+        Request::Checkpoint { id } => interpreter.checkpoint(id),
+        Request::Reseed { id } => {
+            let error = interpreter.reseed(id);
+            answered(&Reply::Reseeded { id, error })
+        }
+        Request::WarmUp { id } => {
+            let error = interpreter.warm_up(id);
+            answered(&Reply::WarmedUp { id, error })
+        }
+        Request::Restore {
+            id,
+            zygote,
+            memory_bytes,
+            reseed,
+        } => {
+            let error = interpreter.restore(id, zygote, memory_bytes, reseed, attachments);
+            answered(&Reply::Restored { id, error })
+        }
+        Request::Run {
+            id,
+            code,
+            globals,
+            output_cap,
+            result_cap,
+            keep_globals,
+            image_cap,
+            tools,
+            checkpoint_follows: _,
+        } => {
+            let run = RunArgs {
+                code: &code,
+                globals: &serde_json::to_string(&globals)?,
                 output_cap,
                 result_cap,
                 keep_globals,
-                image_cap,
-                tools,
-                checkpoint_follows: _,
-            } => {
-                let run = RunArgs {
-                    code: &code,
-                    globals: &serde_json::to_string(&globals)?,
-                    output_cap,
-                    result_cap,
-                    keep_globals,
-                    tools: tools.map(|t| t.to_string()),
-                };
-                self.run(id, run, image_cap)
-            }
+                tools: tools.map(|t| t.to_string()),
+            };
+            interpreter.run(id, run, image_cap)
         }
     }
+}
 
-    /// [`Request::FindImports`]: the code's top-level imports that are packages.
-    fn on_find_imports(&mut self, id: CallId, code: &str) -> Result<Served> {
-        let names = self.find_imports(id, code);
-        answered(&Reply::Imports { id, names })
+impl Interpreter for Serving {
+    fn find_imports(&mut self, id: CallId, code: &str) -> Vec<String> {
+        Serving::find_imports(self, id, code)
     }
 
+    fn read_file(&mut self, id: CallId, path: &str, cap: usize) -> Result<Served> {
+        self.on_read_file(id, path, cap)
+    }
+
+    fn write_file(
+        &mut self,
+        id: CallId,
+        path: &str,
+        delete: bool,
+        bytes: Option<Vec<u8>>,
+    ) -> Option<String> {
+        self.on_write_file(id, path, delete, bytes)
+    }
+
+    fn install(
+        &mut self,
+        id: CallId,
+        files: &[String],
+        bytes: Vec<Vec<u8>>,
+        items: &[String],
+    ) -> Option<String> {
+        let (engine, runner) = (&mut self.engine, &self.runner);
+        let installed = install_packages(engine, runner, id, files, bytes, items, &[], None);
+        installed.err().map(|e| e.to_string())
+    }
+
+    fn checkpoint(&mut self, id: CallId) -> Result<Served> {
+        Serving::checkpoint(self, id)
+    }
+
+    fn restore(
+        &mut self,
+        id: CallId,
+        zygote: ZygoteId,
+        memory_bytes: u64,
+        reseed: bool,
+        attachments: Vec<Vec<u8>>,
+    ) -> Option<String> {
+        Serving::restore(self, id, zygote, memory_bytes, reseed, attachments)
+    }
+
+    fn reseed(&mut self, id: CallId) -> Option<String> {
+        Serving::reseed(self, id)
+    }
+
+    fn warm_up(&mut self, _id: CallId) -> Option<String> {
+        zygote_run(&mut self.engine, &self.runner, WARM_UP_AFTER_RESTORE)
+            .err()
+            .map(|e| format!("{e:#}"))
+    }
+
+    fn run(&mut self, id: CallId, run: RunArgs<'_>, image_cap: usize) -> Result<Served> {
+        Serving::run(self, id, run, image_cap)
+    }
+}
+
+impl Serving {
     /// [`Request::ReadFile`]: the file's bytes as the answer's attachment, or why not.
     fn on_read_file(&mut self, id: CallId, path: &str, cap: usize) -> Result<Served> {
         let file_in = &self.host.file_in;
@@ -172,29 +283,6 @@ impl Serving {
                 error: Some(error.to_string()),
             }),
         }
-    }
-
-    /// [`Request::Install`]: the packages' files written and loaded; a call imports what it
-    /// needs itself.
-    fn on_install(
-        &mut self,
-        id: CallId,
-        files: &[String],
-        bytes: Vec<Vec<u8>>,
-        items: &[String],
-    ) -> Result<Served> {
-        let (engine, runner) = (&mut self.engine, &self.runner);
-        let installed = install_packages(engine, runner, id, files, bytes, items, &[], None);
-        let error = installed.err().map(|e| e.to_string());
-        answered(&Reply::Installed { id, error })
-    }
-
-    /// [`Request::WarmUp`]: one call of the zygote's warm-up code, after a restore.
-    fn on_warm_up(&mut self, id: CallId) -> Result<Served> {
-        let error = zygote_run(&mut self.engine, &self.runner, WARM_UP_AFTER_RESTORE)
-            .err()
-            .map(|e| format!("{e:#}"));
-        answered(&Reply::WarmedUp { id, error })
     }
 
     /// The code's top-level imports that are packages. A scanner that fails (user code may
@@ -221,18 +309,17 @@ impl Serving {
         path: &str,
         delete: bool,
         bytes: Option<Vec<u8>>,
-    ) -> Result<Served> {
+    ) -> Option<String> {
         if let Some(bytes) = bytes {
             self.engine.add_file(UPLOAD_PATH, bytes);
         }
         let args = [Arg::Str(path), Arg::Bool(delete)];
         let written = call(&mut self.engine, &self.runner.write_file, id, &args, None);
         self.engine.clear_files();
-        let error = match written {
+        match written {
             Ok(text) => parse_answer::<Empty>(&text).err().map(|e| e.to_string()),
             Err(e) => Some(e.to_string()),
-        };
-        answered(&Reply::File { id, error })
+        }
     }
 
     /// Runs code for call `id` and sends its result with the images it made (at most

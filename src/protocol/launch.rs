@@ -25,6 +25,23 @@ pub const WASM_MAX_MIB_ARG: &str = "--wasm-max-mib=";
 /// front passes its own `--confinement` on.
 pub const MODE_ARG: &str = "--confinement=";
 
+/// The worker argument that selects its [`Runtime`] (`--runtime=scientific`; Pyodide when
+/// absent).
+pub const RUNTIME_ARG: &str = "--runtime=";
+
+/// The scientific worker's argument that names the unpacked artifacts' folder
+/// (`--artifacts=DIR`: the standard library, matplotlib's data and the compiled module, read
+/// only).
+pub const ARTIFACTS_ARG: &str = "--artifacts=";
+
+/// The scientific worker's argument that names the standard library's zip in the artifacts'
+/// `lib/` (`--stdlib-zip=python315.zip`, a file name).
+pub const STDLIB_ZIP_ARG: &str = "--stdlib-zip=";
+
+/// The scientific worker's argument that names its scratch folder (`--scratch=DIR`, made for
+/// it by the front and removed after it): the guest's `/`, its only writable folder.
+pub const SCRATCH_ARG: &str = "--scratch=";
+
 /// How hard the worker insists on its confinement (`--confinement`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum ConfinementMode {
@@ -65,6 +82,16 @@ pub enum Runtime {
     Scientific,
 }
 
+impl Runtime {
+    /// The runtime's name on the command line (`--runtime NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Runtime::Pyodide => "pyodide",
+            Runtime::Scientific => "scientific",
+        }
+    }
+}
+
 /// An interpreter's arguments after [`WORKER_COMMAND`], parsed once by the command line
 /// (`src/cli.rs`) and handed to the interpreter typed. The front writes them with the `*_ARG`
 /// prefixes above; `tests` below checks that the two agree.
@@ -82,6 +109,18 @@ pub struct WorkerArgs {
     /// The cap of WebAssembly memory, in MiB ([`WASM_MAX_MIB_ARG`]).
     #[arg(long)]
     pub wasm_max_mib: Option<u64>,
+    /// The interpreter's runtime ([`RUNTIME_ARG`]).
+    #[arg(long, value_enum, default_value_t = Runtime::Pyodide)]
+    pub runtime: Runtime,
+    /// The scientific runtime's artifacts ([`ARTIFACTS_ARG`]).
+    #[arg(long)]
+    pub artifacts: Option<std::path::PathBuf>,
+    /// The standard library's zip in the artifacts ([`STDLIB_ZIP_ARG`]).
+    #[arg(long)]
+    pub stdlib_zip: Option<String>,
+    /// The scientific runtime's scratch folder ([`SCRATCH_ARG`]).
+    #[arg(long)]
+    pub scratch: Option<std::path::PathBuf>,
     /// Test builds only (cargo feature `escape-test`): the probes to run once sealed
     /// (`PORT,FIRST[,without-seccomp]`), read by `src/interpreter/confine/escape.rs`.
     #[cfg(feature = "escape-test")]
@@ -115,14 +154,21 @@ mod tests {
             format!("{SNAPSHOT_FD_ARG}7"),
             format!("{CONTROL_FD_ARG}9"),
             format!("{WASM_MAX_MIB_ARG}64"),
+            format!("{RUNTIME_ARG}{}", Runtime::Scientific.name()),
+            format!("{ARTIFACTS_ARG}/a"),
+            format!("{SCRATCH_ARG}/s"),
         ];
         let args = Worker::try_parse_from(argv).expect("parsed").args;
         assert_eq!(args.confinement, ConfinementMode::Strict);
         assert_eq!((args.snapshot_fd, args.control_fd), (Some(7), Some(9)));
         assert_eq!(args.wasm_max_bytes(), Some(64 << 20));
+        assert_eq!(args.runtime, Runtime::Scientific);
+        assert_eq!(args.artifacts.as_deref(), Some(std::path::Path::new("/a")));
+        assert_eq!(args.scratch.as_deref(), Some(std::path::Path::new("/s")));
         let none = Worker::try_parse_from(["worker"]).expect("parsed").args;
         assert_eq!(none.confinement, ConfinementMode::Default);
         assert!(none.snapshot_fd.is_none() && none.wasm_max_bytes().is_none());
+        assert_eq!(none.runtime, Runtime::Pyodide);
         assert!(Worker::try_parse_from(["worker", "--confinement=loose"]).is_err());
         assert!(Worker::try_parse_from(["worker", "--snapshot-fd=x"]).is_err());
     }

@@ -46,6 +46,20 @@ pub struct GuestFiles {
     pub root: PathBuf,
 }
 
+impl GuestFiles {
+    /// The files of the artifacts unpacked in `artifacts` (`src/packages/scientific.rs` lays
+    /// them out: `lib/` with the zip named `zip_name`, `mpl-data/`), with `root` as the guest's
+    /// `/`.
+    pub fn in_artifacts(artifacts: &std::path::Path, zip_name: &str, root: PathBuf) -> GuestFiles {
+        GuestFiles {
+            lib: artifacts.join("lib"),
+            mpl_data: artifacts.join("mpl-data"),
+            zip_name: zip_name.to_owned(),
+            root,
+        }
+    }
+}
+
 /// What a guest may use.
 #[derive(Debug, Clone, Copy)]
 pub struct GuestLimits {
@@ -150,8 +164,9 @@ impl Guest {
     /// printed on its stdout, an exception's traceback on its stderr), stopped after `deadline`
     /// ticks of [`TICK`] if given (the engine's epoch must be ticking: [`super::start_ticker`]).
     ///
-    /// Errors: [`WasiError::DeadlineExceeded`], [`WasiError::Trap`] (the guest trapped or its
-    /// runtime ended it: the guest cannot be used again), [`WasiError::Status`].
+    /// Errors: [`WasiError::DeadlineExceeded`], [`WasiError::Exited`] and [`WasiError::Trap`]
+    /// (the guest ended itself, trapped or its runtime ended it: it cannot be used again),
+    /// [`WasiError::Status`].
     pub fn turn(&mut self, source: &str, deadline: Option<u64>) -> Result<TurnStatus, WasiError> {
         let len = i32::try_from(source.len()).map_err(|_| WasiError::TooLong {
             bytes: source.len(),
@@ -226,6 +241,9 @@ fn wasi_context(
 fn trap(error: wasmtime::Error, stderr: &MemoryOutputPipe) -> WasiError {
     if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
         return WasiError::DeadlineExceeded;
+    }
+    if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return WasiError::Exited { code: exit.0 };
     }
     let said = String::from_utf8_lossy(&stderr.contents())
         .lines()

@@ -65,6 +65,10 @@ pub enum WasiError {
     /// The turn's deadline passed: the guest was interrupted and cannot be used again.
     #[error("the turn's deadline passed")]
     DeadlineExceeded,
+    /// The guest ended itself with WASI's `proc_exit` (Python's `os._exit(code)`): it cannot
+    /// be used again.
+    #[error("the interpreter exited with status {code}")]
+    Exited { code: i32 },
     /// The guest trapped, or its runtime ended it (`said`: its last line on stderr): it cannot be
     /// used again.
     #[error("the interpreter failed: {said}")]

@@ -285,6 +285,9 @@ pub struct Worker {
     replies_read: u64,
     /// How its pipes last showed it gone, if they did.
     gone: Option<Gone>,
+    /// A scientific worker's scratch folder (its guest's `/`), removed when the worker is
+    /// dropped, after its process (fields drop in order).
+    scratch: Option<tempfile::TempDir>,
 }
 
 /// How a worker's pipes showed that it had ended.
@@ -462,7 +465,13 @@ impl Worker {
             tools_version: 0,
             replies_read: 0,
             gone: None,
+            scratch: None,
         }
+    }
+
+    /// Keeps `scratch`, the worker's scratch folder, until the worker is dropped.
+    pub fn keep_scratch(&mut self, scratch: tempfile::TempDir) {
+        self.scratch = Some(scratch);
     }
 
     /// Sends `boot` (the snapshot mode, the snapshot and the mounts), if given, and waits for

@@ -6,6 +6,7 @@ use super::mount::Mounts;
 use super::zygote_client::{Zygote, ZygoteError};
 use super::zygote_service::front::{self as service, Reached, ServiceSpec};
 use crate::atomic_file::{self, Durability};
+use crate::protocol::launch::SCRATCH_ARG;
 use futures::future::{BoxFuture, Shared};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -59,6 +60,8 @@ pub struct Launcher {
     mounts: Arc<Mounts>,
     /// `--deps`: installed by every worker (and the zygote) as it boots.
     preinstall: Option<PreinstallSource>,
+    /// Scientific workers: where each one's scratch folder is made ([`SCRATCH_ARG`]).
+    scratch: Option<PathBuf>,
 }
 
 /// The packages every worker installs as it boots (`--deps`), resolved once, on the first
@@ -209,7 +212,15 @@ impl Launcher {
             zygote: zygote.map(|source| (source, Mutex::new(ZygoteState::Idle))),
             mounts: Arc::new(mounts),
             preinstall,
+            scratch: None,
         }
+    }
+
+    /// Workers of the scientific runtime: each gets a scratch folder of its own, made under
+    /// `parent` and removed with the worker.
+    pub fn with_scratch(mut self, parent: PathBuf) -> Self {
+        self.scratch = Some(parent);
+        self
     }
 
     /// The packages to install as a worker boots, once resolved (`None` without `--deps`, or
@@ -481,6 +492,17 @@ impl Launcher {
         let preinstall = self.preinstall().await;
         let preinstall = preinstall.as_deref();
         let (exe, args, mounts) = (&self.exe, &self.args, &self.mounts);
+        if let Some(parent) = &self.scratch {
+            let scratch = tempfile::Builder::new()
+                .prefix("scientific-")
+                .tempdir_in(parent)
+                .map_err(WorkerError::Spawn)?;
+            let mut args = args.clone();
+            args.push(format!("{SCRATCH_ARG}{}", scratch.path().display()));
+            let (mut worker, _) = Worker::spawn(exe, &args, None, false, mounts, preinstall).await?;
+            worker.keep_scratch(scratch);
+            return Ok(worker);
+        }
         let Some(store) = &self.store else {
             return Ok(Worker::spawn(exe, args, None, false, mounts, preinstall)
                 .await?

@@ -157,12 +157,11 @@ pub fn check(
     };
     std::fs::create_dir_all(root.join("home")).map_err(scratch)?;
     std::fs::create_dir_all(root.join("tmp")).map_err(scratch)?;
-    let files = GuestFiles {
-        lib: prepared.artifacts.lib(),
-        mpl_data: prepared.artifacts.mpl_data(),
-        zip_name: prepared.artifacts.zip_name()?,
-        root: root.clone(),
-    };
+    let files = GuestFiles::in_artifacts(
+        &prepared.artifacts.dir,
+        &prepared.artifacts.zip_name()?,
+        root.clone(),
+    );
     let result = run_check(&prepared.compiled, &files, memory_bytes, timeout);
     let _ = std::fs::remove_dir_all(&root);
     result

@@ -118,6 +118,59 @@ pub const ALLOWED: &[(&str, &[libc::c_long])] = &[
     ),
 ];
 
+/// What a scientific worker adds to [`ALLOWED`] (docs/architecture.md §5.4): its guest's
+/// WASI file calls, which wasmtime-wasi makes through cap-std beneath the folders the guest
+/// was given (Landlock bounds them to its artifacts, read-only, and its scratch folder), and
+/// the alternate signal stack wasmtime's trap handler runs on. `openat` leaves [`FATAL`] for
+/// it; `openat2` fails with `ENOSYS`, on which cap-std resolves paths itself with `openat`.
+pub const GUEST_FILES: &[(&str, &[libc::c_long])] = &[
+    (
+        "the guest's files: open, read, write, list, rename, remove beneath its folders",
+        &[
+            libc::SYS_openat,
+            libc::SYS_close,
+            libc::SYS_fstat,
+            libc::SYS_newfstatat,
+            libc::SYS_statx,
+            libc::SYS_getdents64,
+            libc::SYS_lseek,
+            libc::SYS_fcntl,
+            libc::SYS_pwrite64,
+            libc::SYS_readv,
+            libc::SYS_writev,
+            libc::SYS_preadv,
+            libc::SYS_pwritev,
+            libc::SYS_mkdirat,
+            libc::SYS_unlinkat,
+            libc::SYS_renameat,
+            libc::SYS_renameat2,
+            libc::SYS_readlinkat,
+            libc::SYS_symlinkat,
+            libc::SYS_linkat,
+            libc::SYS_faccessat,
+            libc::SYS_faccessat2,
+            libc::SYS_utimensat,
+            libc::SYS_ftruncate,
+            libc::SYS_fsync,
+            libc::SYS_fdatasync,
+            libc::SYS_fadvise64,
+        ],
+    ),
+    (
+        "wasmtime's trap handler: the alternate signal stack of each thread that runs the guest",
+        &[libc::SYS_sigaltstack],
+    ),
+];
+
+/// Which filter a worker gets: its runtime's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// A Pyodide worker: no files at all.
+    Pyodide,
+    /// A scientific worker: [`GUEST_FILES`] as well.
+    Scientific,
+}
+
 /// The architecture the filters are built for: the target's.
 #[cfg(target_arch = "x86_64")]
 const ARCH: TargetArch = TargetArch::x86_64;
@@ -326,6 +379,45 @@ fn tracking_rules(
     ])
 }
 
+/// [`FATAL`] for `profile`: a scientific worker's guest opens files (`openat`, bounded by
+/// Landlock) and tries `openat2` first (answered `ENOSYS`).
+fn fatal_calls(profile: Profile) -> Vec<(&'static str, Vec<libc::c_long>)> {
+    let opens = [libc::SYS_openat, libc::SYS_openat2];
+    FATAL
+        .iter()
+        .map(|(why, calls)| {
+            let kept = calls
+                .iter()
+                .copied()
+                .filter(|call| profile == Profile::Pyodide || !opens.contains(call));
+            (*why, kept.collect())
+        })
+        .collect()
+}
+
+/// The calls that fail with `ENOSYS` so that the caller falls back: `clone3` (to `clone`),
+/// and for a scientific worker `openat2` (to cap-std's own resolution with `openat`).
+fn fallback_calls(profile: Profile) -> Vec<(&'static str, Vec<libc::c_long>)> {
+    let mut calls = vec![("clone3: fall back to clone", vec![libc::SYS_clone3])];
+    if profile == Profile::Scientific {
+        calls.push(("openat2: fall back to openat", vec![libc::SYS_openat2]));
+    }
+    calls
+}
+
+/// The unconditional allowlist of `profile`.
+fn allowed_calls(profile: Profile) -> Vec<(&'static str, Vec<libc::c_long>)> {
+    let extra: &[(&str, &[libc::c_long])] = match profile {
+        Profile::Pyodide => &[],
+        Profile::Scientific => GUEST_FILES,
+    };
+    ALLOWED
+        .iter()
+        .chain(extra)
+        .map(|(why, calls)| (*why, calls.to_vec()))
+        .collect()
+}
+
 /// Killed when the arguments say escape: a new process, a signal to another process.
 fn fatal_rules(
     pid: u64,
@@ -334,14 +426,14 @@ fn fatal_rules(
 }
 
 fn program(
-    unconditional: &[(&str, &[libc::c_long])],
+    unconditional: &[(&str, Vec<libc::c_long>)],
     conditional: Vec<(libc::c_long, Vec<SeccompRule>)>,
     mismatch: SeccompAction,
     matched: SeccompAction,
 ) -> Result<BpfProgram, seccompiler::BackendError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for (_, calls) in unconditional {
-        for &call in *calls {
+        for &call in calls {
             rules.insert(call, Vec::new());
         }
     }
@@ -359,22 +451,23 @@ fn program(
 fn programs(
     pid: u64,
     tracked: Option<Descriptors>,
+    profile: Profile,
 ) -> Result<[BpfProgram; 3], seccompiler::BackendError> {
     Ok([
         program(
-            FATAL,
+            &fatal_calls(profile),
             fatal_rules(pid)?,
             SeccompAction::Allow,
             SeccompAction::KillProcess,
         )?,
         program(
-            &[("clone3: fall back to clone", &[libc::SYS_clone3])],
+            &fallback_calls(profile),
             Vec::new(),
             SeccompAction::Allow,
             SeccompAction::Errno(libc::ENOSYS as u32),
         )?,
         program(
-            ALLOWED,
+            &allowed_calls(profile),
             allow_rules(pid, tracked)?,
             SeccompAction::Errno(libc::EPERM as u32),
             SeccompAction::Allow,
@@ -385,34 +478,43 @@ fn programs(
 /// Number of system calls the allowlist names (unconditional and argument-checked).
 ///
 /// Errors: the rules cannot be built (as [`install`] would fail).
-fn allowed_count(tracked: Option<Descriptors>) -> Result<usize, seccompiler::BackendError> {
+fn allowed_count(
+    tracked: Option<Descriptors>,
+    profile: Profile,
+) -> Result<usize, seccompiler::BackendError> {
     let conditional = allow_rules(0, tracked)?;
-    let calls: std::collections::BTreeSet<libc::c_long> = ALLOWED
-        .iter()
-        .flat_map(|(_, calls)| calls.iter().copied())
+    let calls: std::collections::BTreeSet<libc::c_long> = allowed_calls(profile)
+        .into_iter()
+        .flat_map(|(_, calls)| calls)
         .chain(conditional.iter().map(|(call, _)| *call))
         .collect();
     Ok(calls.len())
 }
 
 /// Builds and installs the filters on every thread. `threads` is the thread count now;
-/// `tracked`, the descriptors of the worker's dirty-page tracking, if it has them.
+/// `tracked`, the descriptors of the worker's dirty-page tracking, if it has them; `profile`,
+/// the worker's runtime's.
 pub fn install(
     threads: Option<usize>,
     tracked: Option<Descriptors>,
+    profile: Profile,
 ) -> Result<Layer, ConfineError> {
     let pid = u64::from(std::process::id());
-    for program in programs(pid, tracked).map_err(ConfineError::SeccompBuild)? {
+    for program in programs(pid, tracked, profile).map_err(ConfineError::SeccompBuild)? {
         seccompiler::apply_filter_all_threads(&program).map_err(ConfineError::SeccompInstall)?;
     }
     let threads = threads.map_or("?".to_owned(), |n| n.to_string());
-    let count = allowed_count(tracked).map_err(ConfineError::SeccompBuild)?;
+    let count = allowed_count(tracked, profile).map_err(ConfineError::SeccompBuild)?;
     let ioctl = match tracked {
         Some(_) => ", ioctl on 2 page-tracking descriptors only",
         None => "",
     };
+    let files = match profile {
+        Profile::Pyodide => "",
+        Profile::Scientific => ", the guest's file calls beneath its folders",
+    };
     Ok(Layer::On(format!(
-        "{count} calls allowed{ioctl}, tsync over {threads} thread(s)"
+        "{count} calls allowed{ioctl}{files}, tsync over {threads} thread(s)"
     )))
 }
 
@@ -420,32 +522,58 @@ pub fn install(
 mod tests {
     use super::*;
 
+    const PROFILES: [Profile; 2] = [Profile::Pyodide, Profile::Scientific];
+
     #[test]
     fn the_filters_compile() {
         let tracked = Descriptors {
             userfaultfd: 5,
             page_map: 6,
         };
-        for fds in [None, Some(tracked)] {
-            let [a, b, c] = programs(1, fds).unwrap();
+        for (fds, profile) in [None, Some(tracked)].into_iter().zip(PROFILES) {
+            let [a, b, c] = programs(1, fds, profile).unwrap();
             assert!(!a.is_empty() && !b.is_empty() && !c.is_empty());
         }
         // Tracking adds ioctl and nothing else (read and pread64 are narrowed, not added).
         assert_eq!(
-            allowed_count(Some(tracked)).unwrap(),
-            allowed_count(None).unwrap() + 1
+            allowed_count(Some(tracked), Profile::Pyodide).unwrap(),
+            allowed_count(None, Profile::Pyodide).unwrap() + 1
         );
     }
 
     #[test]
     fn nothing_is_both_allowed_and_fatal() {
-        for (_, fatal) in FATAL {
-            for call in *fatal {
-                assert!(
-                    ALLOWED.iter().all(|(_, a)| !a.contains(call)),
-                    "syscall {call}"
-                );
+        for profile in PROFILES {
+            let allowed = allowed_calls(profile);
+            for (_, fatal) in fatal_calls(profile) {
+                for call in fatal {
+                    assert!(
+                        allowed.iter().all(|(_, a)| !a.contains(&call)),
+                        "syscall {call} in {profile:?}"
+                    );
+                }
             }
         }
+    }
+
+    #[test]
+    fn only_a_scientific_worker_opens_files() {
+        let allows = |profile: Profile, call| {
+            allowed_calls(profile)
+                .iter()
+                .any(|(_, calls)| calls.contains(&call))
+        };
+        assert!(!allows(Profile::Pyodide, libc::SYS_openat));
+        assert!(allows(Profile::Scientific, libc::SYS_openat));
+        let fatal = |profile: Profile, call| {
+            fatal_calls(profile)
+                .iter()
+                .any(|(_, calls)| calls.contains(&call))
+        };
+        assert!(fatal(Profile::Pyodide, libc::SYS_openat2));
+        assert!(!fatal(Profile::Scientific, libc::SYS_openat2));
+        // Every other fatal call stays fatal for both.
+        assert!(fatal(Profile::Scientific, libc::SYS_execve));
+        assert!(fatal(Profile::Scientific, libc::SYS_socket));
     }
 }

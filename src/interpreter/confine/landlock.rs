@@ -29,7 +29,7 @@ const BOOT_READS: [&str; 4] = [
 ];
 
 /// Whose domain [`restrict`] makes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Domain {
     /// A worker's: it runs user code.
     Worker,
@@ -38,6 +38,59 @@ pub enum Domain {
     /// `/proc`, so that the child can open its own page map in that moment
     /// (`src/interpreter/dirty_pages.rs`; a rule on `/proc/self` would name the zygote's entry).
     Zygote,
+    /// A scientific worker's (docs/architecture.md §5.4): its guest's file system calls reach
+    /// the host's, beneath these folders only.
+    Scientific(GuestFolders),
+}
+
+/// The host folders a scientific worker's guest reaches through WASI: its artifacts (the
+/// standard library, matplotlib's data and the compiled module), read-only, and its scratch
+/// folder (the guest's `/`), read and written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestFolders {
+    /// Read beneath (`AccessFs::from_read`).
+    pub read: std::path::PathBuf,
+    /// Read and written beneath (every file right but executing).
+    pub write: std::path::PathBuf,
+}
+
+/// The rules of `domain`'s folders beyond the engine's boot reads.
+///
+/// Errors: a folder cannot be opened ([`ConfineError::Landlock`]).
+fn folder_rules(domain: &Domain) -> Result<Vec<PathBeneath<PathFd>>, ConfineError> {
+    let rule = |path: &std::path::Path, access| -> Result<_, ConfineError> {
+        let fd = PathFd::new(path).map_err(|source| ConfineError::GuestFolder {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(PathBeneath::new(fd, access))
+    };
+    match domain {
+        Domain::Worker => Ok(Vec::new()),
+        // A file that does not exist here needs no rule.
+        Domain::Zygote => Ok(PathFd::new(PROC)
+            .ok()
+            .map(|fd| PathBeneath::new(fd, BitFlags::from(AccessFs::ReadFile)))
+            .into_iter()
+            .collect()),
+        Domain::Scientific(folders) => {
+            // Files and folders made, written, renamed and removed: no devices, sockets or
+            // pipes, nothing executed.
+            let written = AccessFs::from_read(TARGET_ABI)
+                | AccessFs::WriteFile
+                | AccessFs::RemoveDir
+                | AccessFs::RemoveFile
+                | AccessFs::MakeDir
+                | AccessFs::MakeReg
+                | AccessFs::MakeSym
+                | AccessFs::Truncate
+                | AccessFs::Refer;
+            Ok(vec![
+                rule(&folders.read, AccessFs::from_read(TARGET_ABI))?,
+                rule(&folders.write, written)?,
+            ])
+        }
+    }
 }
 
 /// Where a forked child opens its page map ([`Domain::Zygote`]).
@@ -46,7 +99,7 @@ const PROC: &str = "/proc";
 /// Restricts the calling thread and every thread it creates later (landlock(7): a domain is
 /// inherited by threads and children created after `landlock_restrict_self(2)`; threads that
 /// exist already keep theirs). `threads` is the thread count now, for the report.
-pub fn restrict(threads: Option<usize>, domain: Domain) -> Result<Layer, ConfineError> {
+pub fn restrict(threads: Option<usize>, domain: &Domain) -> Result<Layer, ConfineError> {
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(TARGET_ABI))
@@ -57,17 +110,16 @@ pub fn restrict(threads: Option<usize>, domain: Domain) -> Result<Layer, Confine
         .map_err(ConfineError::Landlock)?
         .create()
         .map_err(ConfineError::Landlock)?;
-    let children_reads: &[&str] = match domain {
-        Domain::Worker => &[],
-        Domain::Zygote => &[PROC],
-    };
-    for path in BOOT_READS.iter().chain(children_reads) {
+    for path in BOOT_READS {
         // A file that does not exist here needs no rule (the engine copes without it).
         if let Ok(fd) = PathFd::new(path) {
             ruleset = ruleset
                 .add_rule(PathBeneath::new(fd, AccessFs::ReadFile))
                 .map_err(ConfineError::Landlock)?;
         }
+    }
+    for rule in folder_rules(domain)? {
+        ruleset = ruleset.add_rule(rule).map_err(ConfineError::Landlock)?;
     }
     let status = ruleset.restrict_self().map_err(ConfineError::Landlock)?;
     let abi = match status.landlock {
@@ -99,6 +151,7 @@ pub fn restrict(threads: Option<usize>, domain: Domain) -> Result<Layer, Confine
     let files = match domain {
         Domain::Worker => "no files",
         Domain::Zygote => "no files but /proc read",
+        Domain::Scientific(_) => "no files but the guest's folders",
     };
     Ok(Layer::On(format!(
         "abi {}, {how}, {files}, {net}, {scope}, before engine threads: {threads} thread(s)",

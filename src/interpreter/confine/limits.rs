@@ -15,6 +15,15 @@ pub const CORE_MAX_BYTES: libc::rlim_t = 0;
 /// Pipes are not files here: `RLIMIT_FSIZE` applies to regular files only (setrlimit(2)).
 pub const FSIZE_MAX_BYTES: libc::rlim_t = 0;
 
+/// Most descriptors a sealed scientific worker may hold: its guest's preopened folders and the
+/// files its code keeps open (WASI's descriptors are the host's, one for one), beside the
+/// protocol's.
+pub const GUEST_NOFILE_MAX: libc::rlim_t = 256;
+
+/// Largest file a scientific worker's guest may write in its scratch folder (bytes, 256 MiB):
+/// past it the write fails with `EFBIG` (an `OSError` in Python), as `SIGXFSZ` is ignored.
+pub const GUEST_FSIZE_MAX_BYTES: libc::rlim_t = 256 << 20;
+
 /// `PR_SET_NO_NEW_PRIVS` (prctl(2)): `execve` can never grant privileges again (set-user-ID
 /// bits, file capabilities), and unprivileged seccomp becomes possible (seccomp(2)).
 pub fn no_new_privs() -> Result<Layer, ConfineError> {
@@ -89,11 +98,23 @@ fn limit(
 /// - `RLIMIT_AS`: JavaScriptCore reserves tens of GiB of address space for WebAssembly
 ///   memories (guard regions); memory is capped by the WebAssembly maximum and the front's
 ///   resident-memory watch instead.
-pub fn apply() -> Result<Layer, ConfineError> {
+///
+/// A scientific worker (`guest_files`) writes its guest's files: [`GUEST_FSIZE_MAX_BYTES`] and
+/// [`GUEST_NOFILE_MAX`] instead, with `SIGXFSZ` ignored so that a file past the limit is an
+/// error of the write, not the worker's end.
+pub fn apply(guest_files: bool) -> Result<Layer, ConfineError> {
+    let (fsize, nofile) = match guest_files {
+        false => (FSIZE_MAX_BYTES, NOFILE_MAX),
+        true => {
+            // SAFETY: sets the disposition of one signal to "ignore"; no handler runs.
+            unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+            (GUEST_FSIZE_MAX_BYTES, GUEST_NOFILE_MAX)
+        }
+    };
     limit(libc::RLIMIT_CORE, CORE_MAX_BYTES, "RLIMIT_CORE")?;
-    limit(libc::RLIMIT_FSIZE, FSIZE_MAX_BYTES, "RLIMIT_FSIZE")?;
-    limit(libc::RLIMIT_NOFILE, NOFILE_MAX, "RLIMIT_NOFILE")?;
+    limit(libc::RLIMIT_FSIZE, fsize, "RLIMIT_FSIZE")?;
+    limit(libc::RLIMIT_NOFILE, nofile, "RLIMIT_NOFILE")?;
     Ok(Layer::On(format!(
-        "core {CORE_MAX_BYTES}, fsize {FSIZE_MAX_BYTES}, nofile {NOFILE_MAX}; no nproc: seccomp forbids new processes"
+        "core {CORE_MAX_BYTES}, fsize {fsize}, nofile {nofile}; no nproc: seccomp forbids new processes"
     )))
 }

@@ -32,7 +32,7 @@ mod landlock;
 mod limits;
 mod namespaces;
 
-pub use landlock::Domain;
+pub use landlock::{Domain, GuestFolders};
 
 #[cfg(feature = "escape-test")]
 mod escape;
@@ -62,6 +62,12 @@ pub enum ConfineError {
     },
     #[error("Landlock could not be applied")]
     Landlock(#[source] ::landlock::RulesetError),
+    #[error("Landlock cannot open the guest's folder {}", path.display())]
+    GuestFolder {
+        path: std::path::PathBuf,
+        #[source]
+        source: ::landlock::PathFdError,
+    },
     #[error("Landlock is not enforced by this kernel ({0})")]
     LandlockUnavailable(String),
     #[error("the seccomp filter could not be built")]
@@ -120,6 +126,9 @@ pub struct Status {
     pub not_dumpable: Layer,
     /// `/proc/self/status`, opened before Landlock, to count threads when sealing.
     proc_status: Option<Arc<File>>,
+    /// The seccomp filter's profile: a scientific worker's guest opens files beneath the
+    /// folders its Landlock domain grants ([`Domain::Scientific`]).
+    profile: filter::Profile,
     /// The descriptors of the worker's dirty-page tracking, which the seccomp filter lets it
     /// `ioctl` (`src/interpreter/dirty_pages.rs`); set by [`Status::allow_tracking`].
     tracked: Option<Descriptors>,
@@ -142,6 +151,7 @@ impl Status {
             no_new_privs: off(),
             not_dumpable: off(),
             proc_status: None,
+            profile: filter::Profile::Pyodide,
             tracked: None,
         }
     }
@@ -270,7 +280,7 @@ fn fix_time_zone() {
 /// [`crate::engine::Engine::new`].
 ///
 /// Errors: under [`ConfinementMode::Strict`], the first of these layers that cannot be applied.
-pub fn enter(mode: ConfinementMode, domain: Domain) -> Result<Status, ConfineError> {
+pub fn enter(mode: ConfinementMode, domain: &Domain) -> Result<Status, ConfineError> {
     if mode == ConfinementMode::Off {
         return Ok(Status::all_off("--confinement=off"));
     }
@@ -280,6 +290,10 @@ pub fn enter(mode: ConfinementMode, domain: Domain) -> Result<Status, ConfineErr
     fix_time_zone();
     let capabilities = settle(mode, "capabilities", capabilities::drop_all())?;
     let landlock = settle(mode, "landlock", landlock::restrict(threads, domain))?;
+    let profile = match domain {
+        Domain::Scientific(_) => filter::Profile::Scientific,
+        Domain::Worker | Domain::Zygote => filter::Profile::Pyodide,
+    };
     let pending = || Layer::Off("not applied yet".to_owned());
     let status = Status {
         mode,
@@ -295,6 +309,7 @@ pub fn enter(mode: ConfinementMode, domain: Domain) -> Result<Status, ConfineErr
         no_new_privs: pending(),
         not_dumpable: pending(),
         proc_status,
+        profile,
         tracked: None,
     };
     // Capabilities and Landlock were settled above; the rest are still pending.
@@ -312,14 +327,18 @@ pub fn seal(mut status: Status) -> Result<Status, ConfineError> {
     let mode = status.mode;
     status.no_new_privs = settle(mode, "no_new_privs", limits::no_new_privs())?;
     status.not_dumpable = settle(mode, "not_dumpable", limits::not_dumpable())?;
-    status.rlimits = settle(mode, "rlimits", limits::apply())?;
+    status.rlimits = settle(
+        mode,
+        "rlimits",
+        limits::apply(status.profile == filter::Profile::Scientific),
+    )?;
     let threads = status.proc_status.take().as_deref().and_then(thread_count);
     #[cfg(feature = "escape-test")]
     if escape::without_seccomp() {
         status.seccomp = Layer::Off("left out by the escape test".to_owned());
         return Ok(status);
     }
-    status.seccomp = settle(mode, "seccomp", filter::install(threads, status.tracked))?;
+    status.seccomp = settle(mode, "seccomp", filter::install(threads, status.tracked, status.profile))?;
     status.check_strict(status.layers())?;
     tracing::debug!("{}", describe(&status));
     Ok(status)
@@ -342,7 +361,7 @@ pub fn enter_forked(mut status: Status) -> Result<Status, ConfineError> {
     status.landlock = settle(
         status.mode,
         "landlock",
-        landlock::restrict(Some(1), Domain::Worker),
+        landlock::restrict(Some(1), &Domain::Worker),
     )?;
     for layer in [
         &mut status.userns,

