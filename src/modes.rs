@@ -259,11 +259,16 @@ async fn scientific_args(cli: &Serve) -> Result<Vec<String>> {
     let sources = &cli.packages;
     let cache_dir = sources.cache_dir.clone().unwrap_or_else(Cache::default_dir);
     let fetcher = Fetcher::new(Cache::new(cache_dir), sources.offline);
-    tracing::info!("preparing the scientific runtime (its first start compiles it, a minute or more)");
+    tracing::info!(
+        "preparing the scientific runtime (its first start compiles it, a minute or more)"
+    );
     let prepared = worker::scientific::prepare(&fetcher, fetcher.cache(), &sources.index_url)
         .await
         .context("--runtime scientific")?;
-    let zip = prepared.artifacts.zip_name().context("--runtime scientific")?;
+    let zip = prepared
+        .artifacts
+        .zip_name()
+        .context("--runtime scientific")?;
     Ok(vec![
         format!("{RUNTIME_ARG}{}", Runtime::Scientific.name()),
         format!("{ARTIFACTS_ARG}{}", prepared.artifacts.dir.display()),

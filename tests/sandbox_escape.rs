@@ -85,6 +85,47 @@ fn run_worker(
     snapshot: Option<&[u8]>,
     without_seccomp: bool,
 ) -> (Run, Option<Vec<u8>>) {
+    run_worker_with(port, first, snapshot, without_seccomp, &[])
+}
+
+/// The arguments of a scientific worker (docs/architecture.md §5.4): the artifacts the
+/// scientific tests made ready in `CARGO_TARGET_TMPDIR` (`tests/scientific.rs`, run first by
+/// scripts/test.sh) and a scratch folder of its own.
+fn scientific_args(scratch: &std::path::Path) -> Vec<String> {
+    let runtimes =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("scientific-cache/runtimes");
+    let artifacts = std::fs::read_dir(&runtimes)
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (tests/scientific.rs prepares it)",
+                runtimes.display()
+            )
+        })
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .find(|path| path.join("lib").is_dir())
+        .expect("unpacked scientific artifacts");
+    let zip = std::fs::read_dir(artifacts.join("lib"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .find(|name| name.ends_with(".zip"))
+        .expect("the standard library's zip");
+    vec![
+        "--runtime=scientific".to_owned(),
+        format!("--artifacts={}", artifacts.display()),
+        format!("--stdlib-zip={zip}"),
+        format!("--scratch={}", scratch.display()),
+    ]
+}
+
+fn run_worker_with(
+    port: u16,
+    first: usize,
+    snapshot: Option<&[u8]>,
+    without_seccomp: bool,
+    extra: &[String],
+) -> (Run, Option<Vec<u8>>) {
     let hole = if without_seccomp {
         ",without-seccomp"
     } else {
@@ -95,6 +136,7 @@ fn run_worker(
         .arg("__worker")
         .arg(format!("--escape-test={port},{first}{hole}"))
         .args(snapshot.as_ref().map(|(_, arg)| arg))
+        .args(extra)
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -104,7 +146,12 @@ fn run_worker(
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = child.stdout.take().unwrap();
     let stderr = child.stderr.take().unwrap();
-    let mode = if snapshot.is_some() { "load" } else { "make" };
+    let mode = match (&snapshot, extra.is_empty()) {
+        (Some(_), _) => "load",
+        (None, true) => "make",
+        // A scientific worker boots plainly.
+        (None, false) => "none",
+    };
     // The worker has its own copy of the descriptor.
     drop(snapshot);
     write_frame(
@@ -362,9 +409,25 @@ impl Outcomes {
     }
 }
 
-/// Runs every probe, in as many workers as the probes that kill one take: booted workers, or
-/// with `forked`, interpreters forked from one zygote.
-fn probe_all(without_seccomp: bool, forked: bool) -> Outcomes {
+/// Which workers run the probes.
+#[derive(Clone, Copy, PartialEq)]
+enum Workers {
+    /// Booted Pyodide workers.
+    Booted,
+    /// Pyodide interpreters forked from one zygote.
+    Forked,
+    /// Scientific workers (wasmtime), whose guest may open files beneath its own folders.
+    Scientific,
+}
+
+/// Runs every probe, in as many workers as the probes that kill one take.
+fn probe_all(without_seccomp: bool, workers: Workers) -> Outcomes {
+    let forked = workers == Workers::Forked;
+    let scratch = tempfile::tempdir().unwrap();
+    let extra = match workers {
+        Workers::Scientific => scientific_args(scratch.path()),
+        Workers::Booted | Workers::Forked => Vec::new(),
+    };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let connected = Arc::new(AtomicBool::new(false));
@@ -397,8 +460,9 @@ fn probe_all(without_seccomp: bool, forked: bool) -> Outcomes {
         let run = if let Some(fork_server) = &fork_server {
             fork_server.run(first, without_seccomp)
         } else {
-            let (run, made) = run_worker(port, first, snapshot.as_deref(), without_seccomp);
-            if snapshot.is_none() {
+            let (run, made) =
+                run_worker_with(port, first, snapshot.as_deref(), without_seccomp, &extra);
+            if snapshot.is_none() && workers == Workers::Booted {
                 snapshot = Some(made.expect("the first worker makes a snapshot"));
             }
             run
@@ -435,7 +499,7 @@ fn probe_all(without_seccomp: bool, forked: bool) -> Outcomes {
 
 #[test]
 fn a_sealed_worker_cannot_escape() {
-    let outcomes = probe_all(false, false);
+    let outcomes = probe_all(false, Workers::Booted);
     eprintln!("{}", outcomes.report());
     assert!(
         outcomes.allowed().is_empty(),
@@ -451,18 +515,40 @@ fn a_sealed_worker_cannot_escape() {
 /// What only seccomp stops (new processes, new namespaces, io_uring) is listed, not hidden.
 #[test]
 fn without_seccomp_the_other_layers_still_hold() {
-    layers_without_seccomp_hold(false);
+    layers_without_seccomp_hold(Workers::Booted);
 }
 
 /// The same for an interpreter forked from the zygote: its own Landlock domain, and the
 /// zygote's namespaces and empty capability sets, keep the host and its siblings out of reach.
 #[test]
 fn without_seccomp_a_forked_interpreter_still_holds() {
-    layers_without_seccomp_hold(true);
+    layers_without_seccomp_hold(Workers::Forked);
 }
 
-fn layers_without_seccomp_hold(forked: bool) {
-    let outcomes = probe_all(true, forked);
+/// A scientific worker is sealed like a Pyodide one: its filter lets it open files, but only
+/// Landlock's folders are reachable, and every probe fails.
+#[test]
+fn a_sealed_scientific_worker_cannot_escape() {
+    let outcomes = probe_all(false, Workers::Scientific);
+    eprintln!("{}", outcomes.report());
+    assert!(
+        outcomes.allowed().is_empty(),
+        "escapes:\n{}",
+        outcomes.report()
+    );
+    assert!(!outcomes.connected, "the worker reached the listener");
+    assert!(!outcomes.wrote, "the worker wrote a file");
+}
+
+/// The same without its seccomp filter: Landlock, the namespaces and the dropped
+/// capabilities hold.
+#[test]
+fn without_seccomp_a_scientific_worker_still_holds() {
+    layers_without_seccomp_hold(Workers::Scientific);
+}
+
+fn layers_without_seccomp_hold(workers: Workers) {
+    let outcomes = probe_all(true, workers);
     eprintln!("{}", outcomes.report());
     /// Stopped by seccomp alone: each is harmless under the other layers (a child or a
     /// namespace inherits every one of them; an ioctl or a read reaches only the worker's own
@@ -496,7 +582,7 @@ fn layers_without_seccomp_hold(forked: bool) {
 /// An interpreter forked from the zygote is sealed like a booted worker: every probe fails.
 #[test]
 fn a_forked_interpreter_cannot_escape() {
-    let outcomes = probe_all(false, true);
+    let outcomes = probe_all(false, Workers::Forked);
     eprintln!("{}", outcomes.report());
     assert!(
         outcomes.allowed().is_empty(),

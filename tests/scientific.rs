@@ -105,15 +105,26 @@ fn set_mode(path: &Path, mode: u32) {
 }
 
 #[test]
-fn serving_calls_with_the_scientific_runtime_is_refused_until_it_is_built() {
-    let refused = Command::new(BIN)
-        .args(["stdio", "--runtime", "scientific"])
+fn what_only_the_pyodide_runtime_does_is_refused_with_the_reason() {
+    let example = Command::new(BIN)
+        .args(["example", "--runtime", "scientific"])
         .output()
         .expect("the binary starts");
-    let text = said(&refused);
-    assert_eq!(refused.status.code(), Some(2), "{text}");
+    let text = said(&example);
+    assert_eq!(example.status.code(), Some(2), "{text}");
+    assert!(text.contains("installs a package from PyPI"), "{text}");
+    let cache = cache_dir();
+    let deps = Command::new(BIN)
+        .args(["stdio", "--runtime", "scientific", "--deps", "humanize"])
+        .arg("--cache-dir")
+        .arg(&cache)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("the binary starts");
+    let text = said(&deps);
+    assert!(!deps.status.success(), "{text}");
     assert!(
-        text.contains("warmup --runtime scientific` prepares it"),
+        text.contains("--deps and --mount are the Pyodide runtime's"),
         "{text}"
     );
 }

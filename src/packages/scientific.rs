@@ -69,23 +69,13 @@ impl Artifacts {
         self.dir.join(MODULE)
     }
 
-    /// The folder the guest sees as `/usr/local/lib`, holding `python<XY>.zip`.
-    pub fn lib(&self) -> PathBuf {
-        self.dir.join("lib")
-    }
-
-    /// matplotlib's data, unpacked.
-    pub fn mpl_data(&self) -> PathBuf {
-        self.dir.join("mpl-data")
-    }
-
     /// The build's manifest: `python X.Y.Z`, then one `package <name> <version>` line per
     /// package built in.
     pub fn manifest(&self) -> PathBuf {
         self.dir.join(MANIFEST)
     }
 
-    /// The standard library zip's name in [`Artifacts::lib`] (`python315.zip`), from the
+    /// The standard library zip's name in the artifacts' `lib/` (`python315.zip`), from the
     /// manifest's `python X.Y.Z` line.
     ///
     /// Errors: [`ArtifactError::Read`], [`ArtifactError::Manifest`].
@@ -525,8 +515,8 @@ mod tests {
         let artifacts = ensure(&online, &cache, index).await.expect("unpacked");
         let wasm = std::fs::read(artifacts.module()).expect("module");
         assert_eq!(&wasm[..4], b"\0asm");
-        assert!(artifacts.lib().join("python315.zip").is_file());
-        assert!(artifacts.mpl_data().join("matplotlibrc").is_file());
+        assert!(artifacts.dir.join("lib/python315.zip").is_file());
+        assert!(artifacts.dir.join("mpl-data/matplotlibrc").is_file());
         let manifest = std::fs::read_to_string(artifacts.manifest()).expect("manifest");
         assert!(manifest.lines().any(|l| l.starts_with("package numpy ")));
         let offline = Fetcher::new(cache.clone(), true);

@@ -499,7 +499,8 @@ impl Launcher {
                 .map_err(WorkerError::Spawn)?;
             let mut args = args.clone();
             args.push(format!("{SCRATCH_ARG}{}", scratch.path().display()));
-            let (mut worker, _) = Worker::spawn(exe, &args, None, false, mounts, preinstall).await?;
+            let (mut worker, _) =
+                Worker::spawn(exe, &args, None, false, mounts, preinstall).await?;
             worker.keep_scratch(scratch);
             return Ok(worker);
         }

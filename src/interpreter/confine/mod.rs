@@ -338,7 +338,11 @@ pub fn seal(mut status: Status) -> Result<Status, ConfineError> {
         status.seccomp = Layer::Off("left out by the escape test".to_owned());
         return Ok(status);
     }
-    status.seccomp = settle(mode, "seccomp", filter::install(threads, status.tracked, status.profile))?;
+    status.seccomp = settle(
+        mode,
+        "seccomp",
+        filter::install(threads, status.tracked, status.profile),
+    )?;
     status.check_strict(status.layers())?;
     tracing::debug!("{}", describe(&status));
     Ok(status)

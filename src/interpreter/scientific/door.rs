@@ -119,7 +119,10 @@ mod tests {
         assert_eq!(door.call(b"q"), None);
         door.call(b"a{\"x\":1}");
         door.call(b"a{\"x\":2}");
-        assert_eq!(shared.lock().answer.as_deref(), Some(b"{\"x\":1}".as_slice()));
+        assert_eq!(
+            shared.lock().answer.as_deref(),
+            Some(b"{\"x\":1}".as_slice())
+        );
         // No tag, an unknown one, output that is not text: the guest's call raises.
         assert_eq!(door.call(b""), None);
         assert_eq!(door.call(b"z"), None);

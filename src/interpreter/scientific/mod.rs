@@ -58,6 +58,27 @@ enum TurnError {
     Unanswered,
 }
 
+/// Why a file of the working directory could not be read for the front; its text is the
+/// reply's `error`.
+#[derive(Debug, thiserror::Error)]
+enum FileError {
+    /// The guest said why (no such file, too large, a folder).
+    #[error("{0}")]
+    Refused(String),
+    /// The turn failed.
+    #[error(transparent)]
+    Turn(#[from] TurnError),
+    /// The guest's answer is not one.
+    #[error("the runner's answer is not one")]
+    Answer(#[source] serde_json::Error),
+    /// The guest handed over more than the cap (its word is not trusted).
+    #[error("it has more than {cap} bytes")]
+    TooLarge { cap: usize },
+    /// The guest answered without handing over the bytes.
+    #[error("the runner read no bytes")]
+    NoBytes,
+}
+
 /// The guest's answer to a file request: `{}` or why not.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -78,6 +99,8 @@ struct Scientific {
 /// an argument is missing, a confinement layer fails under `--confinement strict`, the module
 /// does not load, the guest does not boot, or the front breaks the protocol.
 pub(super) fn live(args: WorkerArgs) -> Result<()> {
+    #[cfg(feature = "escape-test")]
+    super::confine::request_escape_test(args.escape_test.as_deref());
     let input = RefCell::new(BufReader::new(io::stdin().lock()));
     let Some(plan) = read_boot(&mut *input.borrow_mut(), None)? else {
         return Ok(());
@@ -88,7 +111,10 @@ pub(super) fn live(args: WorkerArgs) -> Result<()> {
     let missing = |what| anyhow!("a scientific worker needs --{what}");
     let artifacts = args.artifacts.clone().ok_or_else(|| missing("artifacts"))?;
     let scratch = args.scratch.clone().ok_or_else(|| missing("scratch"))?;
-    let zip = args.stdlib_zip.clone().ok_or_else(|| missing("stdlib-zip"))?;
+    let zip = args
+        .stdlib_zip
+        .clone()
+        .ok_or_else(|| missing("stdlib-zip"))?;
     if zip.contains('/') {
         bail!("--stdlib-zip names a file, not a path: {zip}");
     }
@@ -116,6 +142,8 @@ pub(super) fn live(args: WorkerArgs) -> Result<()> {
         install_error: None,
     };
     super::boot::send_ready(report, confined)?;
+    #[cfg(feature = "escape-test")]
+    super::confine::escape_test_if_requested();
     serve_requests(&mut worker, &input, false)
 }
 
@@ -202,16 +230,16 @@ impl Scientific {
 
     /// The bytes of `path` under the working directory, read by the guest, if it has at most
     /// `cap` bytes (checked again here: the guest's word is not trusted).
-    fn read_guest_file(&mut self, path: &str, cap: usize) -> Result<Vec<u8>, String> {
+    fn read_guest_file(&mut self, path: &str, cap: usize) -> Result<Vec<u8>, FileError> {
         let request = json!({"op": "read_file", "path": path, "cap": cap});
-        let answer = self.turn(&request, None).map_err(|e| e.to_string())?;
+        let answer = self.turn(&request, None)?;
         let file = self.exchange.lock().file.take();
-        match (serde_json::from_slice::<FileAnswer>(&answer), file) {
-            (Ok(FileAnswer { error: Some(why) }), _) => Err(why),
-            (Ok(FileAnswer { error: None }), Some(bytes)) if bytes.len() <= cap => Ok(bytes),
-            (Ok(FileAnswer { error: None }), Some(_)) => Err(format!("it has more than {cap} bytes")),
-            (Ok(FileAnswer { error: None }), None) => Err("the runner read no bytes".to_owned()),
-            (Err(e), _) => Err(format!("the runner's answer is not one: {e}")),
+        let answer: FileAnswer = serde_json::from_slice(&answer).map_err(FileError::Answer)?;
+        match (answer.error, file) {
+            (Some(why), _) => Err(FileError::Refused(why)),
+            (None, Some(bytes)) if bytes.len() <= cap => Ok(bytes),
+            (None, Some(_)) => Err(FileError::TooLarge { cap }),
+            (None, None) => Err(FileError::NoBytes),
         }
     }
 
@@ -247,7 +275,7 @@ impl Interpreter for Scientific {
             }
             Err(error) => answered(&Reply::File {
                 id,
-                error: Some(error),
+                error: Some(crate::protocol::error_words(&error)),
             }),
         }
     }
@@ -269,7 +297,13 @@ impl Interpreter for Scientific {
         }
     }
 
-    fn install(&mut self, _: CallId, _: &[String], _: Vec<Vec<u8>>, _: &[String]) -> Option<String> {
+    fn install(
+        &mut self,
+        _: CallId,
+        _: &[String],
+        _: Vec<Vec<u8>>,
+        _: &[String],
+    ) -> Option<String> {
         Some("the scientific runtime installs no packages: its packages are built in".to_owned())
     }
 
@@ -282,7 +316,14 @@ impl Interpreter for Scientific {
         })
     }
 
-    fn restore(&mut self, _: CallId, _: ZygoteId, _: u64, _: bool, _: Vec<Vec<u8>>) -> Option<String> {
+    fn restore(
+        &mut self,
+        _: CallId,
+        _: ZygoteId,
+        _: u64,
+        _: bool,
+        _: Vec<Vec<u8>>,
+    ) -> Option<String> {
         Some("the scientific runtime restores no checkpoints yet".to_owned())
     }
 
@@ -311,7 +352,10 @@ impl Interpreter for Scientific {
         self.exchange.lock().running = Running::default();
         let mut outcome = match answer {
             Ok(text) => serde_json::from_slice::<RunOutcome>(&text).unwrap_or_else(|e| {
-                error_outcome(format!("RuntimeError: the runner's result is not one: {e}"), false)
+                error_outcome(
+                    format!("RuntimeError: the runner's result is not one: {e}"),
+                    false,
+                )
             }),
             Err(e) => Scientific::failed_run(e),
         };

