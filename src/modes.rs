@@ -7,6 +7,7 @@ use crate::packages::download;
 use crate::packages::index::Fetcher;
 use crate::packages::lock::Lockfile;
 use crate::packages::resolver::Resolver;
+use crate::packages::scientific::BuiltIn;
 use crate::packages::sources::Sources;
 use crate::protocol::launch::{
     ConfinementMode, Runtime, ARTIFACTS_ARG, RUNTIME_ARG, STDLIB_ZIP_ARG, WASM_MAX_MIB_ARG,
@@ -148,6 +149,7 @@ async fn build(cli: &Serve) -> Result<RunPythonServer> {
         Runtime::Scientific => Some(scientific_args(cli).await?),
         Runtime::Pyodide => None,
     };
+    let built_in = scientific.as_ref().map(|(_, built_in)| built_in.clone());
     let zygote_source = match scientific {
         Some(_) => None,
         None => zygote::source(cli, isolation, &mounts),
@@ -158,7 +160,7 @@ async fn build(cli: &Serve) -> Result<RunPythonServer> {
     let startup_plan = startup_deps::startup_plan(resolver.clone(), deps.clone());
     let mut args = worker_args(cli);
     let snapshot = match &scientific {
-        Some(scientific) => {
+        Some((scientific, _)) => {
             args.extend(scientific.iter().cloned());
             None
         }
@@ -189,6 +191,7 @@ async fn build(cli: &Serve) -> Result<RunPythonServer> {
         net: net_policy(cli),
         upstreams: upstreams(cli).await?,
         stateful: cli.sandboxes.stateful,
+        built_in,
     });
     let interpreter_mib = if zygote {
         FORKED_INTERPRETER_MIB
@@ -247,13 +250,18 @@ fn deps(cli: &Serve) -> Vec<String> {
 
 /// `--runtime scientific`: makes the runtime ready in the cache (fetched, checked, unpacked and
 /// compiled once; a minute or more the first time), and returns what its workers are told of
-/// it ([`ARTIFACTS_ARG`], [`STDLIB_ZIP_ARG`], [`RUNTIME_ARG`]).
+/// it ([`ARTIFACTS_ARG`], [`STDLIB_ZIP_ARG`], [`RUNTIME_ARG`]), with the packages it has built in.
 ///
 /// Errors: `--deps` or `--mount` (the Pyodide runtime's), or the runtime cannot be made ready.
-async fn scientific_args(cli: &Serve) -> Result<Vec<String>> {
+async fn scientific_args(cli: &Serve) -> Result<(Vec<String>, Arc<BuiltIn>)> {
     if !deps(cli).is_empty() || !cli.files.mount.is_empty() {
         anyhow::bail!(
             "--runtime scientific has its packages built in and boots plainly: --deps and --mount are the Pyodide runtime's"
+        );
+    }
+    if !cli.confinement.allow_net.is_empty() || cli.code_mode.tools_config.is_some() {
+        anyhow::bail!(
+            "--runtime scientific has no network and calls no MCP tools yet: --allow-net and --tools-config are the Pyodide runtime's"
         );
     }
     let sources = &cli.packages;
@@ -269,11 +277,16 @@ async fn scientific_args(cli: &Serve) -> Result<Vec<String>> {
         .artifacts
         .zip_name()
         .context("--runtime scientific")?;
-    Ok(vec![
+    let built_in = prepared
+        .artifacts
+        .built_in()
+        .context("--runtime scientific")?;
+    let args = vec![
         format!("{RUNTIME_ARG}{}", Runtime::Scientific.name()),
         format!("{ARTIFACTS_ARG}{}", prepared.artifacts.dir.display()),
         format!("{STDLIB_ZIP_ARG}{zip}"),
-    ])
+    ];
+    Ok((args, Arc::new(built_in)))
 }
 
 /// Who shares a worker: `--isolation`, or `call` with `--fresh-worker`.

@@ -85,6 +85,79 @@ impl Artifacts {
             .map_err(|source| ArtifactError::Read { path, source })?;
         zip_name(&manifest)
     }
+
+    /// The packages built in: the distributions whose `<name>-<version>.dist-info/` folders the
+    /// standard library zip holds (not the MANIFEST's `package` lines, which also name the C
+    /// libraries built in), sorted by name, and the Python version.
+    ///
+    /// Errors: [`ArtifactError::Read`], [`ArtifactError::Manifest`], [`ArtifactError::Member`]
+    /// (the zip cannot be read).
+    pub fn built_in(&self) -> Result<BuiltIn, ArtifactError> {
+        let path = self.manifest();
+        let manifest = std::fs::read_to_string(&path)
+            .map_err(|source| ArtifactError::Read { path, source })?;
+        let zip = self.dir.join("lib").join(zip_name(&manifest)?);
+        let file = std::fs::File::open(&zip).map_err(|source| ArtifactError::Read {
+            path: zip.clone(),
+            source,
+        })?;
+        let archive = zip::ZipArchive::new(file).map_err(|source| ArtifactError::Member {
+            member: STDLIB_ZIP.to_owned(),
+            source,
+        })?;
+        let python = manifest
+            .lines()
+            .find_map(|l| l.strip_prefix("python "))
+            .ok_or(ArtifactError::Manifest)?
+            .trim()
+            .to_owned();
+        Ok(BuiltIn {
+            python,
+            distributions: distributions(archive.file_names()),
+        })
+    }
+}
+
+/// What the scientific runtime offers a call: its Python, and the packages built in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltIn {
+    /// Python's version (`3.15.0`).
+    pub python: String,
+    /// Each package built in, by name (as PEP 503 normalizes it) and version, sorted by name.
+    pub distributions: Vec<(String, String)>,
+}
+
+impl BuiltIn {
+    /// Whether a package of `name` (any spelling PEP 503 folds together) is built in.
+    pub fn has(&self, name: &str) -> bool {
+        let wanted = super::lock::normalize(name);
+        self.distributions.iter().any(|(n, _)| *n == wanted)
+    }
+
+    /// The packages as a list for people: `numpy 2.5.2, pandas 3.0.6, …`.
+    pub fn listed(&self) -> String {
+        let each: Vec<String> = self
+            .distributions
+            .iter()
+            .map(|(name, version)| format!("{name} {version}"))
+            .collect();
+        each.join(", ")
+    }
+}
+
+/// The distributions whose `<name>-<version>.dist-info/` folder is among `names` (a zip's
+/// members), normalized and sorted by name, each once.
+fn distributions<'a>(names: impl Iterator<Item = &'a str>) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = names
+        .filter_map(|member| member.split('/').next()?.strip_suffix(".dist-info"))
+        .filter_map(|folder| {
+            let (name, version) = folder.split_once('-')?;
+            Some((super::lock::normalize(name), version.to_owned()))
+        })
+        .collect();
+    found.sort();
+    found.dedup();
+    found
 }
 
 /// Why the scientific runtime's artifacts are not there. Every variant names the wheel.
@@ -474,6 +547,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn built_in_packages_are_the_zips_dist_info_folders() {
+        let members = [
+            "numpy-2.5.2.dist-info/METADATA",
+            "numpy-2.5.2.dist-info/RECORD",
+            "scikit_learn-1.9.1.dist-info/METADATA",
+            "numpy/__init__.py",
+            "odd.dist-info/METADATA",
+        ];
+        let found = distributions(members.into_iter());
+        assert_eq!(
+            found,
+            [
+                ("numpy".to_owned(), "2.5.2".to_owned()),
+                ("scikit-learn".to_owned(), "1.9.1".to_owned())
+            ]
+        );
+        let built_in = BuiltIn {
+            python: "3.15.0".to_owned(),
+            distributions: found,
+        };
+        assert!(built_in.has("Scikit_Learn") && !built_in.has("requests"));
+        assert_eq!(built_in.listed(), "numpy 2.5.2, scikit-learn 1.9.1");
+    }
+
+    #[test]
     fn the_zip_is_named_by_the_manifests_python_line() {
         assert_eq!(
             zip_name("python 3.15.0\npackage numpy 2.5.2\n").expect("named"),
@@ -517,6 +615,19 @@ mod tests {
         assert_eq!(&wasm[..4], b"\0asm");
         assert!(artifacts.dir.join("lib/python315.zip").is_file());
         assert!(artifacts.dir.join("mpl-data/matplotlibrc").is_file());
+        let built_in = artifacts.built_in().expect("the packages built in");
+        assert_eq!(built_in.python, "3.15.0");
+        for name in [
+            "numpy",
+            "pandas",
+            "scipy",
+            "scikit-learn",
+            "matplotlib",
+            "seaborn",
+        ] {
+            assert!(built_in.has(name), "{name}: {}", built_in.listed());
+        }
+        assert!(!built_in.has("zlib"), "a C library is no package");
         let manifest = std::fs::read_to_string(artifacts.manifest()).expect("manifest");
         assert!(manifest.lines().any(|l| l.starts_with("package numpy ")));
         let offline = Fetcher::new(cache.clone(), true);

@@ -153,15 +153,16 @@ impl RunPythonServer {
     }
 
     /// This server's tools: with code mode (`--tools-config`), `run_python_code`'s description
-    /// lists the MCP tools the code can call now.
+    /// lists the MCP tools the code can call now; with `--runtime scientific`, it names that
+    /// runtime and its packages.
     fn tools(&self) -> std::borrow::Cow<'static, [Tool]> {
-        match &self.executor.settings.upstreams {
-            Some(upstreams) => std::borrow::Cow::Owned(tools::definitions_with_code_mode(
-                self.stateful(),
-                &upstreams.published().summary,
-            )),
-            None => std::borrow::Cow::Borrowed(tools::definitions(self.stateful())),
-        }
+        let settings = &self.executor.settings;
+        let code_mode = settings.upstreams.as_ref().map(|u| u.published());
+        tools::definitions_for(
+            self.stateful(),
+            settings.built_in.as_deref(),
+            code_mode.as_ref().map(|p| p.summary.as_str()),
+        )
     }
 
     /// The session a request belongs to. Over streamable HTTP a request belongs to a session

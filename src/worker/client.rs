@@ -77,7 +77,7 @@ impl fmt::Display for Phase {
 pub enum WorkerError {
     #[error("could not start the sandbox worker: {0}")]
     Spawn(#[source] std::io::Error),
-    #[error("the sandbox worker failed to boot Pyodide: {0}")]
+    #[error("the sandbox worker failed to boot its interpreter: {0}")]
     Boot(#[source] BootFailure),
     #[error("the sandbox worker did not boot within {0} s")]
     BootTimeout(u64),
@@ -567,7 +567,7 @@ impl Worker {
                     (false, false) => "booted",
                 };
                 tracing::info!(
-                    "sandbox worker ready: Pyodide {pyodide_version:?} {how} in {boot_ms} ms"
+                    "sandbox worker ready: interpreter {pyodide_version:?} {how} in {boot_ms} ms"
                 );
                 self.confinement = ConfinementReport {
                     line: confinement,

@@ -130,3 +130,26 @@ async def test_limits_stop_a_loop_a_memory_bomb_and_a_flood_and_the_next_call_wo
         flood = text_of(await call(session, "for i in range(10 ** 6): print('x' * 100)"))
         assert "output truncated" in flood, flood[-400:]
         assert "<return_value>\n4\n</return_value>" in text_of(await call(session, "2 + 2"))
+
+
+async def test_the_tool_names_its_packages_and_script_metadata_is_met_by_them_alone():
+    async with scientific_session() as session:
+        (tool,) = (await session.list_tools()).tools
+        assert "Python 3.15.0" in tool.description, tool.description
+        assert "Nothing can be installed" in tool.description
+        for package in ("numpy 2.5.2", "pandas 3.0.6", "scikit-learn 1.9.1", "matplotlib 3.11.2"):
+            assert package in tool.description, tool.description
+        met = text_of(await call(session, (
+            "# /// script\n# dependencies = [\"numpy\", \"Pandas>=2\"]\n# ///\n"
+            "import numpy\nint(numpy.arange(5).sum())"
+        )))
+        assert "<return_value>\n10\n</return_value>" in met, met
+        refused = text_of(await call(session, (
+            "# /// script\n# dependencies = [\"numpy\", \"requests\"]\n# ///\n"
+            "import requests"
+        )))
+        assert "<status>install-error</status>" in refused, refused
+        assert "has no requests;" in refused and "numpy 2.5.2" in refused, refused
+        # An import of a package that is not built in fails as Python says.
+        missing = text_of(await call(session, "import requests"))
+        assert "ModuleNotFoundError: No module named 'requests'" in missing, missing

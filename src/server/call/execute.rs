@@ -14,6 +14,7 @@ use crate::metrics::KillReason;
 use crate::packages::install::{self, InstallPlan, Wanted};
 use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, ResolveError, Resolver};
+use crate::packages::scientific::BuiltIn;
 use crate::protocol::{RunOutcome, Stream};
 use crate::sandbox::arrival::Arrival;
 use crate::sandbox::files::{Listing, SandboxFiles};
@@ -112,6 +113,9 @@ pub struct ExecutorSettings {
     pub upstreams: Option<Arc<crate::code_mode::Upstreams>>,
     /// `--stateful`: a sandbox's globals last from one call to the next (`Isolation::Sandbox`).
     pub stateful: bool,
+    /// `--runtime scientific`: the packages built in, which are all a call can have (nothing
+    /// is installed); `None` for Pyodide.
+    pub built_in: Option<Arc<BuiltIn>>,
 }
 
 /// Receives each output line while the code runs (for streaming to the client).
@@ -668,6 +672,9 @@ impl Executor {
         requirements: &[String],
         deadline: Deadline,
     ) -> Result<(), InstallError> {
+        if let Some(built_in) = &self.settings.built_in {
+            return built_in_only(built_in, requirements);
+        }
         let startup = self
             .startup_plan()
             .await
@@ -782,6 +789,37 @@ pub enum InstallError {
     /// The worker failed while installing (it is stopped).
     #[error(transparent)]
     Worker(#[from] WorkerError),
+    /// The scientific runtime installs nothing, and these requirements name packages it does
+    /// not have built in (`built_in`: the list of those it has).
+    #[error("the scientific runtime installs nothing, and has no {}; its packages are built in: {built_in}", missing.join(", "))]
+    NotBuiltIn {
+        missing: Vec<String>,
+        built_in: String,
+    },
+}
+
+/// A call's `requirements` in the scientific runtime: satisfied when each names a package
+/// built in (its version specifier is not checked: there is one version of each).
+///
+/// Errors: [`InstallError::NotBuiltIn`], naming each requirement that is not built in (or is
+/// not a PEP 508 requirement) and every package that is.
+fn built_in_only(built_in: &BuiltIn, requirements: &[String]) -> Result<(), InstallError> {
+    let missing: Vec<String> = requirements
+        .iter()
+        .filter(|r| {
+            let name = crate::packages::requirement::parse_requirement(r)
+                .map(|parsed| parsed.name.to_string());
+            !name.is_ok_and(|name| built_in.has(&name))
+        })
+        .cloned()
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(InstallError::NotBuiltIn {
+        missing,
+        built_in: built_in.listed(),
+    })
 }
 
 /// A call that ended before its code ran, for `why` (no worker, a full queue).

@@ -235,17 +235,31 @@ pub fn definitions(stateful: bool) -> &'static [Tool] {
     }
 }
 
-/// Every tool, as [`definitions`] gives them, with code mode's section
-/// (`upstream::Catalog::summary`: the MCP tools the code can call) after `run_python_code`'s
-/// description.
-pub fn definitions_with_code_mode(stateful: bool, code_mode: &str) -> Vec<Tool> {
+/// Every tool of a server: as [`definitions`] gives them, with `run_python_code`'s description
+/// naming the scientific runtime and its packages (`built_in`, `--runtime scientific`), or
+/// ending with code mode's section (`code_mode`: `upstream::Catalog::summary`, the MCP tools
+/// the code can call now).
+pub fn definitions_for(
+    stateful: bool,
+    built_in: Option<&crate::packages::scientific::BuiltIn>,
+    code_mode: Option<&str>,
+) -> std::borrow::Cow<'static, [Tool]> {
+    let description = match (built_in, code_mode) {
+        (Some(built_in), _) => run_python_code::scientific_description(stateful, built_in),
+        (None, Some(code_mode)) => format!("{}{code_mode}", run_python_code::description(stateful)),
+        (None, None) => return std::borrow::Cow::Borrowed(definitions(stateful)),
+    };
+    std::borrow::Cow::Owned(definitions_with(stateful, description))
+}
+
+/// Every tool, as [`definitions`] gives them, with `description` as `run_python_code`'s.
+fn definitions_with(stateful: bool, description: String) -> Vec<Tool> {
     let mut all = definitions(stateful).to_vec();
     if let Some(run) = all
         .iter_mut()
         .find(|t| t.name == run_python_code::RunPythonCode::NAME)
     {
-        let description = run_python_code::description(stateful);
-        run.description = Some(format!("{description}{code_mode}").into());
+        run.description = Some(description.into());
     }
     all
 }

