@@ -151,7 +151,7 @@ async fn build(cli: &Serve) -> Result<RunPythonServer> {
     };
     let built_in = scientific.as_ref().map(|(_, built_in)| built_in.clone());
     let zygote_source = match scientific {
-        Some(_) => None,
+        Some(_) => zygote::scientific_source(cli, isolation),
         None => zygote::source(cli, isolation, &mounts),
     };
     let zygote = zygote_source.is_some();
@@ -175,7 +175,9 @@ async fn build(cli: &Serve) -> Result<RunPythonServer> {
         startup_deps::preinstall_source(&startup_plan, &deps),
     );
     if scientific.is_some() {
-        launcher = launcher.with_scratch(std::env::temp_dir());
+        launcher = launcher
+            .with_scratch(&std::env::temp_dir())
+            .context("making the scientific workers' scratch folder")?;
     }
     let launcher = Arc::new(launcher);
     launcher.prepare().await;

@@ -171,7 +171,47 @@ def _loop():
     return _LOOP
 
 
-_SERVES = {"run": _run, "read_file": _read_file, "write_file": _write_file}
+def _make_root(request=None):
+    """The folders and files a guest's ``/`` holds (the working directory, ``TMPDIR``, the
+    writable folder on the path with runner.py's matplotlib backend), made in an empty root:
+    the boot's, or a forked child's own, which the worker put in place of the zygote's."""
+    os.makedirs(_SITE, exist_ok=True)
+    with open(os.path.join(_SITE, _RUNNER._MPL_BACKEND + ".py"), "w") as f:
+        f.write(_RUNNER._MPL_BACKEND_SOURCE)
+    os.makedirs(os.environ.get("TMPDIR", "/tmp"), exist_ok=True)
+    os.makedirs(_RUNNER.WORKDIR, exist_ok=True)
+    os.chdir(_RUNNER.WORKDIR)
+    return "{}"
+
+
+# What the zygote imports before it forks: every child starts with them loaded.
+_WARM_MODULES = ("numpy", "pandas", "matplotlib.pyplot")
+
+
+def _warm_up(request):
+    """The zygote's warm-up: the stack imported, one call run through the runner, every
+    object moved to the collector's permanent generation (``gc.freeze``: a child's
+    collections then leave the zygote's pages shared), and the reseed of each child's first
+    run prepared."""
+    import gc
+    import importlib
+
+    for name in _WARM_MODULES:
+        importlib.import_module(name)
+    _RUNNER.run("1 + 1", "{}", 1024, 1024, False, None)
+    gc.collect()
+    gc.freeze()
+    _RUNNER.reseed_before_next_run()
+    return "{}"
+
+
+_SERVES = {
+    "run": _run,
+    "read_file": _read_file,
+    "write_file": _write_file,
+    "make_root": _make_root,
+    "warm_up": _warm_up,
+}
 
 
 def _turn():
@@ -198,12 +238,10 @@ def _boot():
     runner._CONSTANTS = request["constants"]
     exec(compile(request["runner"], "/lib/_mcp_runner.py", "exec"), runner.__dict__)
     runner.setup(_emit, _ask)
-    os.makedirs(runner.WORKDIR, exist_ok=True)
-    os.makedirs(os.environ.get("TMPDIR", "/tmp"), exist_ok=True)
-    os.chdir(runner.WORKDIR)
     return runner
 
 
 _RUNNER = _boot()
+_make_root()
 sys.modules["__main__"].__mcp_turn__ = _turn
 _host.call(_ANSWER + json.dumps({"version": sys.version.split()[0]}).encode("utf-8"))

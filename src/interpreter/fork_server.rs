@@ -24,6 +24,9 @@ use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
+/// A fork request's descriptors that become the child's stdin, stdout and stderr.
+const STDIO_FDS: usize = 3;
+
 /// Longest reason of a [`Control::ForkFailed`] (bytes), so that the message fits.
 const REASON_MAX: usize = 512;
 
@@ -52,6 +55,19 @@ fn release_free_memory() {
 pub struct Forked {
     /// When the fork request arrived.
     pub requested: Instant,
+    /// A scientific child's scratch folder ([`Control::ForkInto`]): its guest's `/`.
+    pub scratch: Option<OwnedFd>,
+}
+
+/// Which engine the zygote holds: what it must quiet before it forks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZygoteEngine {
+    /// JavaScriptCore (Pyodide): its allocator's scavenger is suspended and its helper threads
+    /// waited for.
+    JavaScriptCore,
+    /// wasmtime (the scientific runtime): it starts no thread of its own here (no compile, no
+    /// epoch ticker), so there is nothing to quiet.
+    Wasmtime,
 }
 
 /// Lets the allocator's scavenger run again in a forked child (the zygote's suspension is
@@ -63,13 +79,18 @@ pub fn resume_scavenger() {
     crate::engine::allocator::resume_scavenger();
 }
 
-/// Waits until the process has one thread, with the scavenger suspended.
-fn wait_single_threaded(proc_status: &File) -> Result<()> {
-    release_free_memory();
-    crate::engine::allocator::suspend_scavenger();
+/// Waits until the process has one thread, with JavaScriptCore's scavenger suspended.
+fn wait_single_threaded(proc_status: &File, engine: ZygoteEngine) -> Result<()> {
+    if engine == ZygoteEngine::JavaScriptCore {
+        release_free_memory();
+        crate::engine::allocator::suspend_scavenger();
+    } else {
+        // SAFETY: takes an integer; only returns glibc's free memory to the system.
+        unsafe { libc::malloc_trim(0) };
+    }
     let started = Instant::now();
     let until = started + SINGLE_THREAD_WAIT;
-    if crate::engine::helper_threads::shortened() == 0 {
+    if engine == ZygoteEngine::JavaScriptCore && crate::engine::helper_threads::shortened() == 0 {
         tracing::info!(
             "the engine's helper threads keep their 10 s idle timeout: the zygote waits for them"
         );
@@ -194,11 +215,12 @@ fn refuse(control: BorrowedFd<'_>, why: &str) -> Result<(), ControlError> {
 
 /// Serves fork requests on `control` until the front closes it. Returns `Ok(None)` in the
 /// zygote when done, and `Ok(Some(_))` in each forked child, whose stdin, stdout and stderr are
-/// then the descriptors the front sent.
+/// then the descriptors the front sent. A zygote of `engine` [`ZygoteEngine::Wasmtime`] takes
+/// [`Control::ForkInto`] (a scratch folder too), one of JavaScriptCore [`Control::Fork`].
 ///
 /// Errors: the zygote cannot become single-threaded, or its control socket fails.
-pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
-    wait_single_threaded(proc_status)?;
+pub fn serve(control: OwnedFd, proc_status: &File, engine: ZygoteEngine) -> Result<Option<Forked>> {
+    wait_single_threaded(proc_status, engine)?;
     prepare_memory();
     let shared = event_fds();
     send(control.as_fd(), &Control::Forkable, &[])?;
@@ -216,7 +238,11 @@ pub fn serve(control: OwnedFd, proc_status: &File) -> Result<Option<Forked>> {
             return Ok(None);
         };
         let requested = Instant::now();
-        if message != Control::Fork {
+        let expected = match engine {
+            ZygoteEngine::JavaScriptCore => Control::Fork,
+            ZygoteEngine::Wasmtime => Control::ForkInto,
+        };
+        if message != expected {
             bail!("the front sent {message:?} on the control socket");
         }
         let threads = super::confine::thread_count(proc_status);
@@ -261,11 +287,13 @@ fn prepare_memory() {
 }
 
 /// In a forked child: makes `fds` (the descriptors the front sent) its stdin, stdout and
-/// stderr, gives it event descriptors of its own in place of the zygote's (`shared`), and
-/// makes it die with the zygote. `requested`: when the fork request arrived.
+/// stderr (a fourth is its scratch folder), gives it event descriptors of its own in place of
+/// the zygote's (`shared`), and makes it die with the zygote. `requested`: when the fork
+/// request arrived.
 ///
 /// Errors: a descriptor cannot be installed or replaced.
-fn become_child(fds: Vec<OwnedFd>, shared: &[EventFd], requested: Instant) -> Result<Forked> {
+fn become_child(mut fds: Vec<OwnedFd>, shared: &[EventFd], requested: Instant) -> Result<Forked> {
+    let scratch = (fds.len() > STDIO_FDS).then(|| fds.remove(STDIO_FDS));
     for (fd, target) in fds.iter().zip(0..) {
         // SAFETY: both are descriptors of this process; dup2 replaces `target`
         // (stdin, stdout, stderr) atomically and leaves it without close-on-exec.
@@ -279,7 +307,7 @@ fn become_child(fds: Vec<OwnedFd>, shared: &[EventFd], requested: Instant) -> Re
     // Die with the zygote, which dies with the front.
     // SAFETY: prctl with PR_SET_PDEATHSIG only sets a flag on this process.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    Ok(Forked { requested })
+    Ok(Forked { requested, scratch })
 }
 
 /// In the zygote, after a fork: hands the front `child`'s pidfd ([`Control::Forked`]), by

@@ -157,13 +157,14 @@ impl Zygote<'_> {
         let version = report.version.clone();
         report.send(&confined, false)?;
         super::fork_server::check_drained(self.input.borrow().buffer().len())?;
-        let Some(forked) = super::fork_server::serve(self.control, &self.proc_status)? else {
+        let kind = super::fork_server::ZygoteEngine::JavaScriptCore;
+        let Some(forked) = super::fork_server::serve(self.control, &self.proc_status, kind)? else {
             return Ok(Forked::ZygoteDone);
         };
         drop(self.proc_status);
         // The page map is a file: opened before this child's own Landlock domain.
         let opened = DirtyPages::open();
-        let mut confined = super::confine::enter_forked(confined)?;
+        let mut confined = super::confine::enter_forked(confined, &super::confine::Domain::Worker)?;
         let dirty = track_writes(engine, runner, opened);
         if let Some(dirty) = &dirty {
             confined.allow_tracking(dirty.descriptors());

@@ -50,6 +50,15 @@ pub fn source(cli: &Serve, isolation: Isolation, mounts: &Mounts) -> Option<Zygo
     }
 }
 
+/// Where forked scientific workers come from (`--runtime scientific`): a zygote of this
+/// process's own where [`source`] would fork (the per-host service forks only Pyodide), so
+/// not for one session over stdio or a one-shot mode; none with `--no-zygote`.
+pub fn scientific_source(cli: &Serve, isolation: Isolation) -> Option<ZygoteSource> {
+    let one_shot = matches!(cli.mode, Mode::Warmup | Mode::Example);
+    let forks = isolation == Isolation::Call || !matches!(cli.mode, Mode::Stdio) && !one_shot;
+    (forks && !cli.startup.no_zygote).then_some(ZygoteSource::Own)
+}
+
 /// The options that shape an interpreter, as arguments in a fixed order: their digest keys a
 /// service. Options that only the front applies (time limits, caps, transports, the tool set)
 /// are left out, so that fronts differing in them share a service; the network policy is kept

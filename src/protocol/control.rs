@@ -3,7 +3,8 @@
 //! (message boundaries are kept), its descriptors attached as `SCM_RIGHTS`.
 //!
 //! - zygote → front, once: [`Control::Forkable`], when the zygote has one thread and may fork;
-//! - front → zygote: [`Control::Fork`] with the new worker's stdin, stdout and stderr;
+//! - front → zygote: [`Control::Fork`] with the new worker's stdin, stdout and stderr, or
+//!   [`Control::ForkInto`] with its scratch folder as well (a scientific zygote's);
 //! - zygote → front: [`Control::Forked`] with the child's pidfd, by which the front kills it and
 //!   sees it end (the zygote reaps it), or [`Control::ForkFailed`];
 //! - the service's own messages: [`Control::Hello`], [`Control::Serving`], and an operator's
@@ -29,6 +30,9 @@ pub enum Control {
     Forkable,
     /// Front → zygote (or service): fork one worker, whose stdin, stdout and stderr are attached.
     Fork,
+    /// Front → a scientific zygote: fork one worker, whose stdin, stdout, stderr and scratch
+    /// folder (an open directory, its guest's `/` in place of the zygote's) are attached.
+    ForkInto,
     /// Zygote → front: the child's process id, its pidfd attached (the front kills it and
     /// sees it end by it; the zygote reaps it).
     Forked { pid: u32 },
@@ -73,6 +77,7 @@ impl Control {
     pub fn descriptors(&self) -> usize {
         match self {
             Control::Fork => 3,
+            Control::ForkInto => 4,
             Control::Forked { .. } => 1,
             Control::Forkable
             | Control::ForkFailed { .. }
@@ -86,8 +91,9 @@ impl Control {
     }
 }
 
-/// Most descriptors one control message carries (a fork request's stdin, stdout, stderr).
-const MAX_CONTROL_FDS: usize = 3;
+/// Most descriptors one control message carries (a fork request's stdin, stdout, stderr and
+/// scratch folder).
+const MAX_CONTROL_FDS: usize = 4;
 
 /// Longest control message (bytes): a [`Control::Serving`] lists the `--deps` installed, so
 /// this leaves room for a few hundred packages.
@@ -110,7 +116,7 @@ pub enum ControlError {
 }
 
 /// One message read from the control socket, with the descriptors it declares (at most
-/// three); `None` at end of file (the other side closed the socket).
+/// four); `None` at end of file (the other side closed the socket).
 ///
 /// Errors: [`ControlError`].
 pub fn receive(control: BorrowedFd<'_>) -> Result<Option<Message>, ControlError> {
@@ -188,6 +194,7 @@ mod tests {
         for (message, fds) in [
             (Control::Forkable, 0),
             (Control::Fork, 3),
+            (Control::ForkInto, 4),
             (Control::Forked { pid: 7 }, 1),
             (Control::ForkFailed { reason: "x".into() }, 0),
         ] {

@@ -202,6 +202,38 @@ impl Guest {
     }
 }
 
+/// The guest's secure randomness (WASI's `random_get`, Python's `os.urandom`): read from the
+/// kernel at every call. wasmtime-wasi's default is a generator seeded once per context, whose
+/// state a forked child would share with its zygote and every sibling: each would then draw
+/// the same bytes.
+struct OsRandom;
+
+impl rand_core::TryRng for OsRandom {
+    type Error = std::convert::Infallible;
+
+    fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
+        let mut bytes = [0; 4];
+        self.try_fill_bytes(&mut bytes)?;
+        Ok(u32::from_le_bytes(bytes))
+    }
+
+    fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
+        let mut bytes = [0; 8];
+        self.try_fill_bytes(&mut bytes)?;
+        Ok(u64::from_le_bytes(bytes))
+    }
+
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
+        if let Err(e) = getrandom::fill(dst) {
+            // No randomness is no state to go on in: a guest must never get predictable
+            // bytes where it asked for secure ones.
+            tracing::error!("the kernel gave no random bytes: {e}");
+            std::process::abort();
+        }
+        Ok(())
+    }
+}
+
 /// The WASI context: the standard library read-only at `/usr/local/lib`, matplotlib's data
 /// inside the zip's path, and a writable `/`; no arguments, and only the environment the guest
 /// needs (`HOME`, `TMPDIR`, no time-zone database).
@@ -222,6 +254,7 @@ fn wasi_context(
     builder
         // Guest file calls run on this thread: a zygote must stay single-threaded to fork.
         .allow_blocking_current_thread(true)
+        .secure_random(OsRandom)
         .stdout(stdout)
         .stderr(stderr)
         .env("HOME", "/home")

@@ -60,8 +60,9 @@ pub struct Launcher {
     mounts: Arc<Mounts>,
     /// `--deps`: installed by every worker (and the zygote) as it boots.
     preinstall: Option<PreinstallSource>,
-    /// Scientific workers: where each one's scratch folder is made ([`SCRATCH_ARG`]).
-    scratch: Option<PathBuf>,
+    /// Scientific workers: the folder where each one's scratch folder is made
+    /// ([`SCRATCH_ARG`]), the zygote's included; removed at [`Launcher::shutdown`].
+    scratch: Mutex<Option<tempfile::TempDir>>,
 }
 
 /// The packages every worker installs as it boots (`--deps`), resolved once, on the first
@@ -212,15 +213,27 @@ impl Launcher {
             zygote: zygote.map(|source| (source, Mutex::new(ZygoteState::Idle))),
             mounts: Arc::new(mounts),
             preinstall,
-            scratch: None,
+            scratch: Mutex::new(None),
         }
     }
 
-    /// Workers of the scientific runtime: each gets a scratch folder of its own, made under
-    /// `parent` and removed with the worker.
-    pub fn with_scratch(mut self, parent: PathBuf) -> Self {
-        self.scratch = Some(parent);
-        self
+    /// Workers of the scientific runtime: each gets a scratch folder of its own, made in a
+    /// folder of this launcher's under `parent` and removed with the worker.
+    ///
+    /// Errors: the folder cannot be made.
+    pub fn with_scratch(self, parent: &Path) -> std::io::Result<Self> {
+        let root = tempfile::Builder::new()
+            .prefix("mcp-run-python-scientific-")
+            .tempdir_in(parent)?;
+        *self.scratch.lock().unwrap_or_else(|p| p.into_inner()) = Some(root);
+        Ok(self)
+    }
+
+    /// The folder where scientific workers' scratch folders are made, if this launcher
+    /// starts scientific workers and has not shut down.
+    fn scratch_root(&self) -> Option<PathBuf> {
+        let root = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        root.as_ref().map(|root| root.path().to_owned())
     }
 
     /// The packages to install as a worker boots, once resolved (`None` without `--deps`, or
@@ -277,6 +290,7 @@ impl Launcher {
             snapshot,
             &self.mounts,
             preinstall.as_deref(),
+            self.scratch_root(),
         )
         .await
     }
@@ -421,6 +435,13 @@ impl Launcher {
 
     /// Kills the zygote and starts none again (at shutdown).
     pub async fn shutdown(&self) {
+        let root = self
+            .scratch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        // Every worker's folder goes with it (a worker still running keeps its open ones).
+        drop(root);
         let Some((_, slot)) = &self.zygote else {
             return;
         };
@@ -492,10 +513,10 @@ impl Launcher {
         let preinstall = self.preinstall().await;
         let preinstall = preinstall.as_deref();
         let (exe, args, mounts) = (&self.exe, &self.args, &self.mounts);
-        if let Some(parent) = &self.scratch {
+        if let Some(root) = self.scratch_root() {
             let scratch = tempfile::Builder::new()
-                .prefix("scientific-")
-                .tempdir_in(parent)
+                .prefix("worker-")
+                .tempdir_in(root)
                 .map_err(WorkerError::Spawn)?;
             let mut args = args.clone();
             args.push(format!("{SCRATCH_ARG}{}", scratch.path().display()));

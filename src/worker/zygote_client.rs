@@ -11,14 +11,14 @@ use super::client::{BootRequest, Preinstall, Worker, WorkerError};
 use super::mount::Mounts;
 use super::process::Process;
 use crate::protocol::control::{self, Control, ControlError, Message};
-use crate::protocol::launch::CONTROL_FD_ARG;
+use crate::protocol::launch::{CONTROL_FD_ARG, SCRATCH_ARG};
 use crate::protocol::SnapshotMode;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::Path;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use thiserror::Error;
@@ -85,6 +85,9 @@ pub struct Zygote {
     /// The packages the zygote installed as it booted (`--deps`), which every worker it
     /// forks has: normalized name → version.
     installed: HashMap<String, String>,
+    /// A scientific zygote's: where each child's scratch folder is made (the zygote's own is
+    /// beside them), sent with [`Control::ForkInto`]; `None` for Pyodide's.
+    scratch_root: Option<PathBuf>,
 }
 
 /// Whose zygote a [`Zygote`] is.
@@ -127,12 +130,16 @@ impl Zygote {
     ///
     /// Errors: [`ZygoteError::Io`], [`ZygoteError::Boot`], then anything its first message
     /// can fail with ([`ZygoteError::Timeout`] past [`FORKABLE_TIMEOUT`]).
+    ///
+    /// With `scratch_root` (a scientific zygote), its own scratch folder is made there and each
+    /// child's too.
     pub async fn start(
         exe: &Path,
         args: &[String],
         snapshot: Option<File>,
         mounts: &Mounts,
         preinstall: Option<&Preinstall>,
+        scratch_root: Option<PathBuf>,
     ) -> Result<Zygote, ZygoteError> {
         let (ours, theirs) = socketpair(
             AddressFamily::Unix,
@@ -143,6 +150,11 @@ impl Zygote {
         .map_err(ZygoteError::Io)?;
         let mut args = args.to_vec();
         args.push(format!("{CONTROL_FD_ARG}{}", theirs.as_raw_fd()));
+        if let Some(root) = &scratch_root {
+            let own = root.join(ZYGOTE_SCRATCH);
+            std::fs::create_dir_all(&own).map_err(ZygoteError::Setup)?;
+            args.push(format!("{SCRATCH_ARG}{}", own.display()));
+        }
         let worker = Worker::start(exe, &args, Some(&theirs), snapshot.as_ref())
             .map_err(ZygoteError::Boot)?;
         let mode = match snapshot {
@@ -173,6 +185,7 @@ impl Zygote {
                 installed: worker.installed.clone(),
                 owner: Owner::Own(Box::new(Mutex::new(Some(worker)))),
                 control,
+                scratch_root,
             }),
             (other, _) => Err(ZygoteError::Unexpected(other)),
         }
@@ -191,6 +204,7 @@ impl Zygote {
             owner: Owner::Service { pid, socket },
             control: Arc::new(Mutex::new(control)),
             installed,
+            scratch_root: None,
         }
     }
 
@@ -209,11 +223,17 @@ impl Zygote {
     /// Errors: [`ZygoteError::Control`], [`ZygoteError::Timeout`], [`ZygoteError::Closed`],
     /// [`ZygoteError::Refused`], [`ZygoteError::Unexpected`].
     pub fn request_fork(&self, stdio: [OwnedFd; 3]) -> Result<(u32, OwnedFd), ZygoteError> {
+        self.request(Control::Fork, stdio.into())
+    }
+
+    /// Sends `request` with `fds` and waits (blocking, at most [`FORK_TIMEOUT`]) for the
+    /// child's pid and pidfd.
+    fn request(&self, request: Control, fds: Vec<OwnedFd>) -> Result<(u32, OwnedFd), ZygoteError> {
         let control = self.control.lock().unwrap_or_else(|p| p.into_inner());
-        let raw = stdio.each_ref().map(|fd| fd.as_raw_fd());
-        control::send(control.as_fd(), &Control::Fork, &raw).map_err(ZygoteError::Control)?;
+        let raw: Vec<RawFd> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+        control::send(control.as_fd(), &request, &raw).map_err(ZygoteError::Control)?;
         // The zygote has them now; this process keeps none.
-        drop(stdio);
+        drop(fds);
         match receive_within(&control, FORK_TIMEOUT)? {
             (Control::ForkFailed { reason }, _) => Err(ZygoteError::Refused(reason)),
             (Control::Forked { pid }, fds) => match fds.into_iter().next() {
@@ -230,7 +250,7 @@ impl Zygote {
     /// Errors: [`ZygoteError`]; after any, this zygote should be replaced.
     pub async fn fork(self: &Arc<Self>) -> Result<Worker, ZygoteError> {
         let zygote = self.clone();
-        let (pid, pidfd, stdin, stdout, stderr) = tokio::task::spawn_blocking(move || {
+        let (pid, pidfd, stdin, stdout, stderr, scratch) = tokio::task::spawn_blocking(move || {
             let (in_r, in_w) =
                 nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(ZygoteError::Io)?;
             let (out_r, out_w) =
@@ -239,8 +259,17 @@ impl Zygote {
                 nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(ZygoteError::Io)?;
             widen_pipe(&in_w);
             widen_pipe(&out_r);
-            let (pid, pidfd) = zygote.request_fork([in_r, out_w, err_w])?;
-            Ok::<_, ZygoteError>((pid, pidfd, in_w, out_r, err_r))
+            let mut fds: Vec<OwnedFd> = vec![in_r, out_w, err_w];
+            let (request, scratch) = match &zygote.scratch_root {
+                Some(root) => {
+                    let (scratch, folder) = child_scratch(root)?;
+                    fds.push(folder);
+                    (Control::ForkInto, Some(scratch))
+                }
+                None => (Control::Fork, None),
+            };
+            let (pid, pidfd) = zygote.request(request, fds)?;
+            Ok::<_, ZygoteError>((pid, pidfd, in_w, out_r, err_r, scratch))
         })
         .await
         .map_err(|e| ZygoteError::Setup(std::io::Error::other(e)))??;
@@ -254,6 +283,9 @@ impl Zygote {
         let worker = Worker::forked(process, Box::new(stdin), Box::new(stdout), Box::new(stderr));
         let (mut worker, _) = worker.boot(None).await.map_err(ZygoteError::Ready)?;
         worker.installed = self.installed.clone();
+        if let Some(scratch) = scratch {
+            worker.keep_scratch(scratch);
+        }
         Ok(worker)
     }
 
@@ -293,6 +325,22 @@ impl Zygote {
             worker.kill().await;
         }
     }
+}
+
+/// The folder a scientific zygote's own scratch folder is, in its scratch root.
+const ZYGOTE_SCRATCH: &str = "zygote";
+
+/// A forked scientific child's scratch folder, made in `root` (removed when the returned
+/// directory is dropped), and a descriptor of it to send.
+///
+/// Errors: [`ZygoteError::Setup`]: the folder cannot be made or opened.
+fn child_scratch(root: &Path) -> Result<(tempfile::TempDir, OwnedFd), ZygoteError> {
+    let scratch = tempfile::Builder::new()
+        .prefix("worker-")
+        .tempdir_in(root)
+        .map_err(ZygoteError::Setup)?;
+    let folder = File::open(scratch.path()).map_err(ZygoteError::Setup)?;
+    Ok((scratch, OwnedFd::from(folder)))
 }
 
 /// Bytes a forked worker's request and reply pipes hold (`F_SETPIPE_SZ`, pipe(7)): a

@@ -5,14 +5,21 @@ offline, with plots returned as images and the server's limits in force."""
 import base64
 import contextlib
 import datetime
+import json
+import re
 import subprocess
 import sys
+import time
+
+import anyio
 
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from conftest import BINARY, CALL_TIMEOUT, ROOT, server_env
+from mcp.client.streamable_http import streamablehttp_client
+
+from conftest import BINARY, CALL_TIMEOUT, ROOT, children_of, http_server, is_zygote, server_env
 
 pytestmark = pytest.mark.anyio
 
@@ -153,3 +160,57 @@ async def test_the_tool_names_its_packages_and_script_metadata_is_met_by_them_al
         # An import of a package that is not built in fails as Python says.
         missing = text_of(await call(session, "import requests"))
         assert "ModuleNotFoundError: No module named 'requests'" in missing, missing
+
+
+# How long a scientific zygote may take to boot, import the stack and fork its first spare.
+ZYGOTE_READY_TIMEOUT = 120
+
+
+# What the server logs once its zygote forks (src/worker/launcher.rs).
+ZYGOTE_READY_LINE = "the zygote is ready: new interpreters are forked from it"
+
+
+def forked_children(server_pid):
+    """The live workers the server's own zygote forked."""
+    for zygote, _ in children_of(server_pid):
+        if is_zygote(zygote):
+            return [pid for pid, state in children_of(zygote) if state != "Z"]
+    return []
+
+
+async def sandbox_report(url, token):
+    """In a new session's sandbox (over streamable HTTP, with `--stateful`): whether the stack
+    was imported before its first call, the files it sees after writing `token`'s, and its
+    random draws."""
+    async with streamablehttp_client(url + "/mcp") as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            loaded = text_of(await call(session, "import sys\njson_ok = [m in sys.modules for m in ('numpy', 'pandas', 'matplotlib.pyplot')]\njson_ok"))
+            listed = text_of(await call(session, (
+                f"import os, json, numpy\nopen('{token}.txt', 'w').write('x')\n"
+                "json.dumps([sorted(os.listdir('.')), os.urandom(8).hex(), float(numpy.random.rand())])"
+            )))
+    files, urandom, draw = json.loads(re.search(r"<return_value>\n(.*)\n</return_value>", listed, re.S).group(1))
+    return loaded, files, urandom, draw
+
+
+async def test_fresh_sandboxes_are_forked_with_the_stack_loaded_each_with_its_own_files_and_randomness(tmp_path):
+    log = tmp_path / "server.log"
+    with open(log, "w") as errlog, http_server(
+        "streamable-http", "--runtime", "scientific", "--stateful", cache_dir=SCIENTIFIC_CACHE, errlog=errlog,
+    ) as url:
+        deadline = time.monotonic() + ZYGOTE_READY_TIMEOUT
+        while ZYGOTE_READY_LINE not in log.read_text():
+            assert time.monotonic() < deadline, "the scientific zygote did not become ready"
+            await anyio.sleep(0.2)
+        first = await sandbox_report(str(url), "first")
+        second = await sandbox_report(str(url), "second")
+        # Both sandboxes' workers were forked by the zygote (the spares made at start-up were
+        # booted, and are used first: these are the forks that replaced them, or later ones).
+        assert len(forked_children(url.pid)) >= 2, log.read_text()[-2000:]
+    for loaded, _, _, _ in (first, second):
+        assert "[\n  true,\n  true,\n  true\n]" in loaded, loaded
+    # Each sandbox has a root of its own: the other's file is not there.
+    assert first[1] == ["first.txt"] and second[1] == ["second.txt"], (first, second)
+    # The zygote's random state is not shared: os.urandom and NumPy's draws differ.
+    assert first[2] != second[2] and first[3] != second[3], (first, second)

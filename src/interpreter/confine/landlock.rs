@@ -6,6 +6,7 @@ use ::landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, PathBeneath,
     PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 /// The newest ABI this crate knows: every access right of it is handled (denied), and on an
 /// older kernel the crate drops what the kernel does not know (best effort, reported).
@@ -51,18 +52,58 @@ pub struct GuestFolders {
     /// Read beneath (`AccessFs::from_read`).
     pub read: std::path::PathBuf,
     /// Read and written beneath (every file right but executing).
-    pub write: std::path::PathBuf,
+    pub write: Folder,
+}
+
+/// A folder a rule names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Folder {
+    /// By its path (opened here).
+    Path(std::path::PathBuf),
+    /// By a descriptor of it that stays open while the rule is made (a forked scientific
+    /// child's scratch folder, which the front sent; its path may not be reachable).
+    Open(std::os::fd::RawFd),
+}
+
+/// The folder a rule names, opened.
+enum RuleFd {
+    /// Opened here by its path (`O_PATH`).
+    Path(PathFd),
+    /// A duplicate of a descriptor the caller holds.
+    Open(OwnedFd),
+}
+
+impl AsFd for RuleFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            RuleFd::Path(fd) => fd.as_fd(),
+            RuleFd::Open(fd) => fd.as_fd(),
+        }
+    }
 }
 
 /// The rules of `domain`'s folders beyond the engine's boot reads.
 ///
 /// Errors: a folder cannot be opened ([`ConfineError::Landlock`]).
-fn folder_rules(domain: &Domain) -> Result<Vec<PathBeneath<PathFd>>, ConfineError> {
-    let rule = |path: &std::path::Path, access| -> Result<_, ConfineError> {
-        let fd = PathFd::new(path).map_err(|source| ConfineError::GuestFolder {
-            path: path.to_owned(),
-            source,
-        })?;
+fn folder_rules(domain: &Domain) -> Result<Vec<PathBeneath<RuleFd>>, ConfineError> {
+    let rule = |folder: &Folder, access| -> Result<_, ConfineError> {
+        let fd = match folder {
+            Folder::Path(path) => {
+                RuleFd::Path(
+                    PathFd::new(path).map_err(|source| ConfineError::GuestFolder {
+                        path: path.to_owned(),
+                        source,
+                    })?,
+                )
+            }
+            // SAFETY: the caller keeps the descriptor open while the rule is made; the
+            // borrow only lives for the duplication.
+            Folder::Open(fd) => RuleFd::Open(
+                unsafe { BorrowedFd::borrow_raw(*fd) }
+                    .try_clone_to_owned()
+                    .map_err(ConfineError::FolderDescriptor)?,
+            ),
+        };
         Ok(PathBeneath::new(fd, access))
     };
     match domain {
@@ -70,7 +111,7 @@ fn folder_rules(domain: &Domain) -> Result<Vec<PathBeneath<PathFd>>, ConfineErro
         // A file that does not exist here needs no rule.
         Domain::Zygote => Ok(PathFd::new(PROC)
             .ok()
-            .map(|fd| PathBeneath::new(fd, BitFlags::from(AccessFs::ReadFile)))
+            .map(|fd| PathBeneath::new(RuleFd::Path(fd), BitFlags::from(AccessFs::ReadFile)))
             .into_iter()
             .collect()),
         Domain::Scientific(folders) => {
@@ -85,8 +126,9 @@ fn folder_rules(domain: &Domain) -> Result<Vec<PathBeneath<PathFd>>, ConfineErro
                 | AccessFs::MakeSym
                 | AccessFs::Truncate
                 | AccessFs::Refer;
+            let read = Folder::Path(folders.read.clone());
             Ok(vec![
-                rule(&folders.read, AccessFs::from_read(TARGET_ABI))?,
+                rule(&read, AccessFs::from_read(TARGET_ABI))?,
                 rule(&folders.write, written)?,
             ])
         }

@@ -32,7 +32,7 @@ mod landlock;
 mod limits;
 mod namespaces;
 
-pub use landlock::{Domain, GuestFolders};
+pub use landlock::{Domain, Folder, GuestFolders};
 
 #[cfg(feature = "escape-test")]
 mod escape;
@@ -68,6 +68,8 @@ pub enum ConfineError {
         #[source]
         source: ::landlock::PathFdError,
     },
+    #[error("Landlock cannot use the scratch folder's descriptor")]
+    FolderDescriptor(#[source] std::io::Error),
     #[error("Landlock is not enforced by this kernel ({0})")]
     LandlockUnavailable(String),
     #[error("the seccomp filter could not be built")]
@@ -356,17 +358,13 @@ pub fn seal(mut status: Status) -> Result<Status, ConfineError> {
 /// reach a sibling through them (sockets, System V IPC, `ptrace`, other processes' signals).
 ///
 /// Errors: under [`ConfinementMode::Strict`], Landlock cannot be applied.
-pub fn enter_forked(mut status: Status) -> Result<Status, ConfineError> {
+pub fn enter_forked(mut status: Status, domain: &Domain) -> Result<Status, ConfineError> {
     // The open file names the zygote's /proc entry, not this process's.
     status.proc_status = None;
     if status.mode == ConfinementMode::Off {
         return Ok(status);
     }
-    status.landlock = settle(
-        status.mode,
-        "landlock",
-        landlock::restrict(Some(1), &Domain::Worker),
-    )?;
+    status.landlock = settle(status.mode, "landlock", landlock::restrict(Some(1), domain))?;
     for layer in [
         &mut status.userns,
         &mut status.netns,

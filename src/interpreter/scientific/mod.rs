@@ -10,13 +10,16 @@
 //! [`Reply::Ready`], and serves until stdin closes. Each request is one turn of the guest,
 //! exchanged through its door (`door.rs`).
 //!
-//! Not yet: a zygote (each worker imports what its code imports), checkpoints, installs, the
-//! `--mount` files, code mode's tools and the network.
+//! A zygote (`zygote.rs`) imports numpy, pandas and matplotlib once and forks workers that
+//! start with them loaded, each with a scratch folder of its own.
+//!
+//! Not yet: checkpoints, installs, the `--mount` files, code mode's tools and the network.
 
 mod door;
+mod zygote;
 
 use super::boot::{read_boot, BootReport};
-use super::confine::{self, Domain, GuestFolders};
+use super::confine::{self, Domain, Folder, GuestFolders};
 use super::outcome::{ended_outcome, error_outcome};
 use super::output::Running;
 use super::reply::send_with;
@@ -31,7 +34,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use door::Shared;
 use serde_json::json;
 use std::cell::RefCell;
+use std::fs::File;
 use std::io::{self, BufReader};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// The boot's turn: loads the guest side (`runtime/python/scientific.py`, handed over the
@@ -101,6 +106,12 @@ struct Scientific {
 pub(super) fn live(args: WorkerArgs) -> Result<()> {
     #[cfg(feature = "escape-test")]
     super::confine::request_escape_test(args.escape_test.as_deref());
+    let control = super::fork_server::control_socket(args.control_fd)?;
+    // The zygote counts its threads before each fork; the file is opened before Landlock.
+    let proc_status = match control {
+        Some(_) => Some(File::open("/proc/self/status").context("opening /proc/self/status")?),
+        None => None,
+    };
     let input = RefCell::new(BufReader::new(io::stdin().lock()));
     let Some(plan) = read_boot(&mut *input.borrow_mut(), None)? else {
         return Ok(());
@@ -108,32 +119,28 @@ pub(super) fn live(args: WorkerArgs) -> Result<()> {
     if plan.mode != SnapshotMode::None || !plan.mount.0.is_empty() || plan.install.is_some() {
         bail!("the scientific runtime boots plainly: no memory snapshot, --mount or --deps");
     }
-    let missing = |what| anyhow!("a scientific worker needs --{what}");
-    let artifacts = args.artifacts.clone().ok_or_else(|| missing("artifacts"))?;
-    let scratch = args.scratch.clone().ok_or_else(|| missing("scratch"))?;
-    let zip = args
-        .stdlib_zip
-        .clone()
-        .ok_or_else(|| missing("stdlib-zip"))?;
-    if zip.contains('/') {
-        bail!("--stdlib-zip names a file, not a path: {zip}");
-    }
+    let paths = Paths::of(&args)?;
     // No thread of wasmtime-wasi's own: its file calls run on this one (`GuestFiles`).
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .context("making the guest's current-thread runtime")?;
     let _entered = runtime.enter();
+    // A zygote's domain grants its scratch folder's parent, where the front makes each
+    // child's; each child then nests a domain of its own folder only.
+    let write = match control {
+        Some(_) => paths.scratch.parent().unwrap_or(&paths.scratch),
+        None => &paths.scratch,
+    };
     let domain = Domain::Scientific(GuestFolders {
-        read: artifacts.clone(),
-        write: scratch.clone(),
+        read: paths.artifacts.clone(),
+        write: Folder::Path(write.to_owned()),
     });
     let confined = confine::enter(args.confinement, &domain)?;
     let started = Instant::now();
-    let files = GuestFiles::in_artifacts(&artifacts, &zip, scratch);
     let memory_bytes = args
         .wasm_max_bytes()
         .map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX));
-    let (mut worker, version) = Scientific::boot(&artifacts, &files, memory_bytes)?;
+    let (mut worker, version) = Scientific::boot(&paths, memory_bytes)?;
     let report = BootReport {
         version,
         boot_ms: started.elapsed().as_millis() as u64,
@@ -141,30 +148,77 @@ pub(super) fn live(args: WorkerArgs) -> Result<()> {
         made: None,
         install_error: None,
     };
-    super::boot::send_ready(report, confined)?;
+    match (control, proc_status) {
+        (Some(control), Some(proc_status)) => {
+            let zygote = zygote::Zygote {
+                control,
+                proc_status,
+                input: &input,
+                paths: &paths,
+            };
+            match zygote.fork_workers(&mut worker, report, confined)? {
+                zygote::Forked::ZygoteDone => return Ok(()),
+                zygote::Forked::Child => {}
+            }
+        }
+        _ => super::boot::send_ready(report, confined)?,
+    }
     #[cfg(feature = "escape-test")]
     super::confine::escape_test_if_requested();
+    // No allocator scavenger to resume (that is JavaScriptCore's): served as a booted worker.
     serve_requests(&mut worker, &input, false)
 }
 
+/// Where a scientific worker's guest finds its files, from its arguments.
+struct Paths {
+    /// The unpacked artifacts ([`crate::protocol::launch::ARTIFACTS_ARG`]).
+    artifacts: PathBuf,
+    /// The scratch folder: the guest's `/` ([`crate::protocol::launch::SCRATCH_ARG`]).
+    scratch: PathBuf,
+    /// The standard library zip's file name ([`crate::protocol::launch::STDLIB_ZIP_ARG`]).
+    zip: String,
+}
+
+impl Paths {
+    /// Errors: an argument is missing, or the zip's name is a path.
+    fn of(args: &WorkerArgs) -> Result<Paths> {
+        let missing = |what| anyhow!("a scientific worker needs --{what}");
+        let zip = args
+            .stdlib_zip
+            .clone()
+            .ok_or_else(|| missing("stdlib-zip"))?;
+        if zip.contains('/') {
+            bail!("--stdlib-zip names a file, not a path: {zip}");
+        }
+        Ok(Paths {
+            artifacts: args.artifacts.clone().ok_or_else(|| missing("artifacts"))?,
+            scratch: args.scratch.clone().ok_or_else(|| missing("scratch"))?,
+            zip,
+        })
+    }
+
+    /// The guest's files.
+    fn guest_files(&self) -> GuestFiles {
+        GuestFiles::in_artifacts(&self.artifacts, &self.zip, self.scratch.clone())
+    }
+}
+
 impl Scientific {
-    /// Loads the compiled module beside `artifacts`, starts a guest with `files` under a cap of
-    /// `memory_bytes`, and loads the runner in it: the worker and the guest's version line.
+    /// Loads the compiled module beside the artifacts, starts a guest with their files under a
+    /// cap of `memory_bytes`, and loads the runner in it: the worker and the guest's version
+    /// line.
     ///
     /// Errors: the module cannot be loaded, the guest does not start or its runner fails.
-    fn boot(
-        artifacts: &std::path::Path,
-        files: &GuestFiles,
-        memory_bytes: usize,
-    ) -> Result<(Scientific, String)> {
+    fn boot(paths: &Paths, memory_bytes: usize) -> Result<(Scientific, String)> {
         let engine = wasi::module::engine()?;
-        let compiled = wasi::module::compiled_path(artifacts);
+        let compiled = wasi::module::compiled_path(&paths.artifacts);
         let file = std::fs::File::open(&compiled).map_err(|source| WasiError::Read {
             path: compiled.clone(),
             source,
         })?;
         let module = wasi::module::load(&engine, file)?;
-        let mut guest = Guest::start(&engine, &module, files, GuestLimits { memory_bytes })?;
+        let files = paths.guest_files();
+        let mut guest = Guest::start(&engine, &module, &files, GuestLimits { memory_bytes })?;
         let exchange = Shared::default();
         guest.set_door(Some(exchange.door()));
         let mut worker = Scientific { guest, exchange };
@@ -216,6 +270,21 @@ impl Scientific {
             (TurnStatus::Raised, _) => Err(TurnError::Raised { said: self.said() }),
             (TurnStatus::Ran, None) => Err(TurnError::Unanswered),
         }
+    }
+
+    /// Serves `op`, a request of the worker's own whose answer is `{}` (the zygote's warm-up, a
+    /// forked child's new root).
+    ///
+    /// Errors: the turn failed, or the guest answered anything else.
+    fn request(&mut self, op: &str) -> Result<()> {
+        let answer = self.turn(&json!({ "op": op }), None)?;
+        if answer != b"{}" {
+            bail!(
+                "the guest answered {op} with {}",
+                String::from_utf8_lossy(&answer)
+            );
+        }
+        Ok(())
     }
 
     /// The end of what the guest wrote on its own stderr.
