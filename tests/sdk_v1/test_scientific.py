@@ -214,3 +214,37 @@ async def test_fresh_sandboxes_are_forked_with_the_stack_loaded_each_with_its_ow
     assert first[1] == ["first.txt"] and second[1] == ["second.txt"], (first, second)
     # The zygote's random state is not shared: os.urandom and NumPy's draws differ.
     assert first[2] != second[2] and first[3] != second[3], (first, second)
+
+
+async def test_a_pydantic_ai_agent_gets_the_chart_as_an_image():
+    from pydantic_ai import Agent, BinaryContent
+    from pydantic_ai.mcp import MCPServerStdio
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    chart = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 4, 8])\nplt.title('growth')\nplt.show()"
+    seen = []
+
+    def images_in(value):
+        if isinstance(value, BinaryContent):
+            return [value]
+        if isinstance(value, (list, tuple)):
+            return [image for item in value for image in images_in(item)]
+        return []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        images = [image for m in messages for p in m.parts for image in images_in(getattr(p, "content", None))]
+        if not seen and not images:
+            seen.append("asked")
+            return ModelResponse(parts=[ToolCallPart("run_python_code", {"python_code": chart})])
+        return ModelResponse(parts=[TextPart(" ".join(f"{i.media_type}:{i.data[:8]!r}" for i in images))])
+
+    server = MCPServerStdio(
+        BINARY, args=["stdio", "--runtime", "scientific", "--stateful", "--cache-dir", SCIENTIFIC_CACHE],
+        env=server_env(), timeout=30, read_timeout=CALL_TIMEOUT,
+    )
+    agent = Agent(FunctionModel(respond), toolsets=[server])
+    async with agent:
+        result = await agent.run("Plot the growth.")
+    # PydanticAI hands the model the image (in the tool's return and the next user part).
+    assert set(result.output.split(" ")) == {f"image/png:{PNG_MAGIC!r}"}, result.output
