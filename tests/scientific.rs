@@ -114,17 +114,25 @@ fn what_only_the_pyodide_runtime_does_is_refused_with_the_reason() {
     assert_eq!(example.status.code(), Some(2), "{text}");
     assert!(text.contains("installs a package from PyPI"), "{text}");
     let cache = cache_dir();
-    let deps = Command::new(BIN)
-        .args(["stdio", "--runtime", "scientific", "--deps", "humanize"])
-        .arg("--cache-dir")
-        .arg(&cache)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("the binary starts");
-    let text = said(&deps);
-    assert!(!deps.status.success(), "{text}");
-    assert!(
-        text.contains("--deps and --mount are the Pyodide runtime's"),
-        "{text}"
+    let refused = |extra: &[&str], words: &str| {
+        let output = Command::new(BIN)
+            .args(["stdio", "--runtime", "scientific"])
+            .args(extra)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("the binary starts");
+        let text = said(&output);
+        assert!(!output.status.success(), "{text}");
+        assert!(text.contains(words), "{text}");
+    };
+    refused(
+        &["--deps", "humanize"],
+        "--deps and --mount are the Pyodide runtime's",
     );
+    let pyodide_only =
+        "--allow-net, --tools-config and --functions-socket are the Pyodide runtime's";
+    refused(&["--allow-net", "127.0.0.1:1"], pyodide_only);
+    refused(&["--functions-socket", "/nonexistent"], pyodide_only);
 }

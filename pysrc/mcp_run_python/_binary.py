@@ -70,8 +70,10 @@ def server_args(
     allow_networking: bool | Sequence[str] = False,
     verbose: bool = False,
     extra_args: Sequence[str] = (),
+    runtime: str = 'pyodide',
 ) -> list[str]:
-    """The binary's arguments for these options (see `run_mcp_server` for their meaning).
+    """The binary's arguments for these options (see `run_mcp_server` for their meaning;
+    `runtime`: `'pyodide'`, or `'scientific'`, see `code_sandbox`).
 
     Raises:
         ValueError: `allow_networking=True` (hosts must be named), or a port for a mode
@@ -95,5 +97,7 @@ def server_args(
         args.append(f'--allow-net={",".join(hosts)}')
     if verbose:
         args.append('--verbose')
+    if runtime != 'pyodide':
+        args.append(f'--runtime={runtime}')
     args.extend(extra_args)
     return args

