@@ -224,10 +224,21 @@ struct ForkServer {
     control: OwnedFd,
     /// The zygote's stderr: it logs how each interpreter it reaped ended.
     log: Arc<Mutex<String>>,
+    /// A scientific zygote's scratch root: each child gets a folder of its own there, sent
+    /// with its fork request (`fork_into`).
+    scratch_root: Option<std::path::PathBuf>,
+}
+
+/// What a [`ForkServer`] boots.
+enum ZygoteOf<'a> {
+    /// Pyodide, restored from this memory snapshot.
+    Pyodide(&'a [u8]),
+    /// The scientific runtime, its own scratch folder in this root (made here).
+    Scientific(&'a std::path::Path),
 }
 
 impl ForkServer {
-    fn start(port: u16, snapshot: &[u8], without_seccomp: bool) -> ForkServer {
+    fn start(port: u16, of: ZygoteOf<'_>, without_seccomp: bool) -> ForkServer {
         let hole = if without_seccomp {
             ",without-seccomp"
         } else {
@@ -246,12 +257,33 @@ impl ForkServer {
             nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
         )
         .unwrap();
-        let (snapshot, snapshot_arg) = snapshot_file(snapshot);
+        let (snapshot, args, boot, scratch_root) = match of {
+            ZygoteOf::Pyodide(bytes) => {
+                let (file, arg) = snapshot_file(bytes);
+                (
+                    Some(file),
+                    vec![arg],
+                    r#"{"op":"boot","snapshot":"load"}"#,
+                    None,
+                )
+            }
+            ZygoteOf::Scientific(root) => {
+                let own = root.join("zygote");
+                std::fs::create_dir_all(&own).unwrap();
+                let args = scientific_args(&own);
+                (
+                    None,
+                    args,
+                    r#"{"op":"boot","snapshot":"none"}"#,
+                    Some(root.to_owned()),
+                )
+            }
+        };
         let mut zygote = Command::new(WORKER)
             .arg("__worker")
             .arg(format!("--escape-test={port},stdin{hole}"))
             .arg(format!("--control-fd={}", theirs.as_raw_fd()))
-            .arg(snapshot_arg)
+            .args(args)
             .env_clear()
             .env("RUST_LOG", "mcp_run_python=debug")
             .stdin(Stdio::piped())
@@ -262,7 +294,7 @@ impl ForkServer {
         drop((theirs, snapshot));
         let mut stdin = zygote.stdin.take().unwrap();
         let mut stdout = zygote.stdout.take().unwrap();
-        write_frame(&mut stdin, r#"{"op":"boot","snapshot":"load"}"#, &[]);
+        write_frame(&mut stdin, boot, &[]);
         let (ready, _) = read_frame(&mut stdout);
         assert_eq!(ready["kind"], "ready", "{ready}");
         let log = Arc::new(Mutex::new(String::new()));
@@ -285,6 +317,7 @@ impl ForkServer {
             zygote,
             control: ours,
             log,
+            scratch_root,
         }
     }
 
@@ -293,16 +326,28 @@ impl ForkServer {
         let (in_r, in_w) = nix::unistd::pipe().unwrap();
         let (out_r, out_w) = nix::unistd::pipe().unwrap();
         let (err_r, err_w) = nix::unistd::pipe().unwrap();
-        let fds = [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+        let mut fds = vec![in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+        let scratch = self
+            .scratch_root
+            .as_ref()
+            .map(|root| tempfile::tempdir_in(root).unwrap());
+        let folder = scratch
+            .as_ref()
+            .map(|dir| std::fs::File::open(dir.path()).unwrap());
+        fds.extend(folder.as_ref().map(|f| f.as_raw_fd()));
+        let request: &[u8] = match folder {
+            Some(_) => br#"{"kind":"fork_into"}"#,
+            None => br#"{"kind":"fork"}"#,
+        };
         sendmsg::<()>(
             self.control.as_raw_fd(),
-            &[IoSlice::new(br#"{"kind":"fork"}"#)],
+            &[IoSlice::new(request)],
             &[ControlMessage::ScmRights(&fds)],
             MsgFlags::empty(),
             None,
         )
         .unwrap();
-        drop((in_r, out_w, err_w));
+        drop((in_r, out_w, err_w, folder));
         let (bytes, _pidfd) = receive(&self.control, Duration::from_secs(30));
         let forked: serde_json::Value = serde_json::from_slice(&bytes).expect("a control message");
         let pid = forked["pid"].as_u64().expect("a pid") as u32;
@@ -310,7 +355,7 @@ impl ForkServer {
         writeln!(stdin, "{first}").unwrap();
         let mut stdout = std::fs::File::from(out_r);
         let (ready, _) = read_frame(&mut stdout);
-        if !without_seccomp {
+        if !without_seccomp && self.scratch_root.is_none() {
             // The kernel tracks the pages it writes (src/interpreter/dirty_pages.rs), through the
             // only ioctl calls the filter allows.
             let line = ready["sandbox"].as_str().unwrap_or_default();
@@ -418,15 +463,16 @@ enum Workers {
     Forked,
     /// Scientific workers (wasmtime), whose guest may open files beneath its own folders.
     Scientific,
+    /// Scientific workers forked from one scientific zygote, each with its own folder.
+    ForkedScientific,
 }
 
 /// Runs every probe, in as many workers as the probes that kill one take.
 fn probe_all(without_seccomp: bool, workers: Workers) -> Outcomes {
-    let forked = workers == Workers::Forked;
     let scratch = tempfile::tempdir().unwrap();
     let extra = match workers {
         Workers::Scientific => scientific_args(scratch.path()),
-        Workers::Booted | Workers::Forked => Vec::new(),
+        Workers::Booted | Workers::Forked | Workers::ForkedScientific => Vec::new(),
     };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -447,13 +493,20 @@ fn probe_all(without_seccomp: bool, workers: Workers) -> Outcomes {
     let _ = std::fs::remove_file(written);
 
     let mut snapshot: Option<Vec<u8>> = None;
-    let mut fork_server = None;
-    if forked {
-        // A snapshot for the zygote, from a worker that runs no probe past the last.
-        let (_, made) = run_worker(port, usize::MAX, None, without_seccomp);
-        let snapshot = made.expect("a worker makes a snapshot");
-        fork_server = Some(ForkServer::start(port, &snapshot, without_seccomp));
-    }
+    let fork_server = match workers {
+        Workers::Forked => {
+            // A snapshot for the zygote, from a worker that runs no probe past the last.
+            let (_, made) = run_worker(port, usize::MAX, None, without_seccomp);
+            let snapshot = made.expect("a worker makes a snapshot");
+            let of = ZygoteOf::Pyodide(&snapshot);
+            Some(ForkServer::start(port, of, without_seccomp))
+        }
+        Workers::ForkedScientific => {
+            let of = ZygoteOf::Scientific(scratch.path());
+            Some(ForkServer::start(port, of, without_seccomp))
+        }
+        Workers::Booted | Workers::Scientific => None,
+    };
     let mut first = 0;
     let mut results = Vec::new();
     loop {
@@ -542,6 +595,19 @@ fn a_sealed_scientific_worker_cannot_escape() {
 #[test]
 fn without_seccomp_a_scientific_worker_still_holds() {
     layers_without_seccomp_hold(Workers::Scientific);
+}
+
+/// A scientific worker forked from its zygote, in its own folder, is sealed like a booted one.
+#[test]
+fn a_forked_scientific_worker_cannot_escape() {
+    no_probe_escapes(Workers::ForkedScientific);
+}
+
+/// The same without its seccomp filter: its own Landlock domain (its folder and the
+/// artifacts), and the zygote's namespaces and empty capability sets hold.
+#[test]
+fn without_seccomp_a_forked_scientific_worker_still_holds() {
+    layers_without_seccomp_hold(Workers::ForkedScientific);
 }
 
 fn layers_without_seccomp_hold(workers: Workers) {
