@@ -158,28 +158,18 @@ async fn build(cli: &Serve) -> Result<RunPythonServer> {
     let deps = deps(cli);
     let resolver = Arc::new(resolver);
     let startup_plan = startup_deps::startup_plan(resolver.clone(), deps.clone());
-    let mut args = worker_args(cli);
-    let snapshot = match &scientific {
-        Some((scientific, _)) => {
-            args.extend(scientific.iter().cloned());
-            None
-        }
-        None => snapshot_path(cli),
-    };
-    let mut launcher = Launcher::new(
+    let launcher = Launcher::new(
         exe,
-        args,
-        snapshot,
+        worker_args(cli),
+        snapshot_path(cli),
         zygote_source,
         mounts,
         startup_deps::preinstall_source(&startup_plan, &deps),
     );
-    if scientific.is_some() {
-        launcher = launcher
-            .with_scratch(&std::env::temp_dir())
-            .context("making the scientific workers' scratch folder")?;
-    }
-    let launcher = Arc::new(launcher);
+    let launcher = Arc::new(match &scientific {
+        Some((args, _)) => scientific_launcher(launcher, args)?,
+        None => launcher,
+    });
     launcher.prepare().await;
     let limits = limits(cli)?;
     let executor = Executor::new(ExecutorSettings {
@@ -300,6 +290,18 @@ fn artifact_source(sources: &PackageSources) -> worker::scientific::ArtifactSour
         Some(dir) => worker::scientific::ArtifactSource::Installed(dir),
         None => worker::scientific::ArtifactSource::Index(&sources.index_url),
     }
+}
+
+/// `launcher` made to start scientific workers: with their arguments (`args`), no memory
+/// snapshot (Pyodide's), and a scratch folder each.
+///
+/// Errors: the folder of the scratch folders cannot be made.
+fn scientific_launcher(launcher: Launcher, args: &[String]) -> Result<Launcher> {
+    launcher
+        .with_args(args)
+        .without_snapshot()
+        .with_scratch(&std::env::temp_dir())
+        .context("making the scientific workers' scratch folder")
 }
 
 /// Who shares a worker: `--isolation`, or `call` with `--fresh-worker`.

@@ -264,6 +264,18 @@ pub(super) struct BootReport {
 }
 
 impl BootReport {
+    /// The report of a child forked from a zygote that booted `version`, whose fork was
+    /// `requested` then: nothing made, nothing installed.
+    pub(super) fn forked(version: String, requested: Instant) -> BootReport {
+        BootReport {
+            version,
+            boot_ms: requested.elapsed().as_millis() as u64,
+            restored: true,
+            made: None,
+            install_error: None,
+        }
+    }
+
     /// Sends [`Reply::Ready`] with this report and the confinement as `confined` has it
     /// (`all_on`: whether every layer is on, as far as the front is told).
     ///

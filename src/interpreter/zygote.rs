@@ -169,14 +169,7 @@ impl Zygote<'_> {
         if let Some(dirty) = &dirty {
             confined.allow_tracking(dirty.descriptors());
         }
-        let child = BootReport {
-            version,
-            boot_ms: forked.requested.elapsed().as_millis() as u64,
-            restored: true,
-            made: None,
-            install_error: None,
-        };
-        send_ready(child, confined)?;
+        send_ready(BootReport::forked(version, forked.requested), confined)?;
         Ok(Forked::Child(dirty))
     }
 }

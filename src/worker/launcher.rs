@@ -217,6 +217,18 @@ impl Launcher {
         }
     }
 
+    /// Workers get `args` too.
+    pub fn with_args(mut self, args: &[String]) -> Self {
+        self.args.extend(args.iter().cloned());
+        self
+    }
+
+    /// Workers never boot from nor make a memory snapshot (Pyodide's).
+    pub fn without_snapshot(mut self) -> Self {
+        self.store = None;
+        self
+    }
+
     /// Workers of the scientific runtime: each gets a scratch folder of its own, made in a
     /// folder of this launcher's under `parent` and removed with the worker.
     ///

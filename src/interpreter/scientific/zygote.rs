@@ -86,14 +86,7 @@ impl Zygote<'_> {
         worker
             .request("make_root")
             .context("making the child's root folder")?;
-        let child = BootReport {
-            version,
-            boot_ms: forked.requested.elapsed().as_millis() as u64,
-            restored: true,
-            made: None,
-            install_error: None,
-        };
-        send_ready(child, confined)?;
+        send_ready(BootReport::forked(version, forked.requested), confined)?;
         Ok(Forked::Child)
     }
 }
