@@ -61,8 +61,7 @@ fn resolver(sources: &PackageSources) -> Result<(Resolver, &'static str)> {
         .and_then(|f| f.contents_utf8())
         .ok_or_else(|| anyhow!("the embedded pyodide-lock.json is missing"))?;
     let lock = Lockfile::parse(lock_text).context("parsing the embedded pyodide-lock.json")?;
-    let cache_dir = sources.cache_dir.clone().unwrap_or_else(Cache::default_dir);
-    let fetcher = Fetcher::new(Cache::new(cache_dir), sources.offline);
+    let fetcher = fetcher(sources);
     let mirror = mirror_lock(&sources.packages_url)?;
     let resolver = Resolver::new(Sources::new(
         Arc::new(lock),
@@ -258,13 +257,10 @@ async fn scientific_args(cli: &Serve) -> Result<(Vec<String>, Arc<BuiltIn>)> {
             "--runtime scientific has no network and calls no MCP tools or host functions yet: --allow-net, --tools-config and --functions-socket are the Pyodide runtime's"
         );
     }
-    let sources = &cli.packages;
-    let cache_dir = sources.cache_dir.clone().unwrap_or_else(Cache::default_dir);
-    let fetcher = Fetcher::new(Cache::new(cache_dir), sources.offline);
     tracing::info!(
         "preparing the scientific runtime (its first start compiles it, a minute or more)"
     );
-    let prepared = worker::scientific::prepare(&fetcher, fetcher.cache(), artifact_source(sources))
+    let prepared = prepare_scientific(&cli.packages)
         .await
         .context("--runtime scientific")?;
     let zip = prepared
@@ -283,13 +279,26 @@ async fn scientific_args(cli: &Serve) -> Result<(Vec<String>, Arc<BuiltIn>)> {
     Ok((args, Arc::new(built_in)))
 }
 
-/// Where the scientific runtime's artifacts come from: an installed package's
-/// (`--scientific-artifacts`), else the index.
-fn artifact_source(sources: &PackageSources) -> worker::scientific::ArtifactSource<'_> {
-    match &sources.scientific_artifacts {
+/// The fetcher of `sources`: their cache directory (the user's cache by default), offline or
+/// not.
+fn fetcher(sources: &PackageSources) -> Fetcher {
+    let cache_dir = sources.cache_dir.clone().unwrap_or_else(Cache::default_dir);
+    Fetcher::new(Cache::new(cache_dir), sources.offline)
+}
+
+/// The scientific runtime made ready in `sources`' cache, its artifacts from an installed
+/// package's (`--scientific-artifacts`), else from the index.
+///
+/// Errors: [`worker::scientific::prepare`]'s.
+async fn prepare_scientific(
+    sources: &PackageSources,
+) -> Result<worker::scientific::Prepared, worker::scientific::ScientificError> {
+    let from = match &sources.scientific_artifacts {
         Some(dir) => worker::scientific::ArtifactSource::Installed(dir),
         None => worker::scientific::ArtifactSource::Index(&sources.index_url),
-    }
+    };
+    let fetcher = fetcher(sources);
+    worker::scientific::prepare(&fetcher, fetcher.cache(), from).await
 }
 
 /// `launcher` made to start scientific workers: with their arguments (`args`), no memory
@@ -771,16 +780,7 @@ async fn scientific(cli: &Serve) -> i32 {
             return 2;
         }
     };
-    let sources = &cli.packages;
-    let cache_dir = sources.cache_dir.clone().unwrap_or_else(Cache::default_dir);
-    let fetcher = Fetcher::new(Cache::new(cache_dir), sources.offline);
-    let prepared = match worker::scientific::prepare(
-        &fetcher,
-        fetcher.cache(),
-        artifact_source(sources),
-    )
-    .await
-    {
+    let prepared = match prepare_scientific(&cli.packages).await {
         Ok(prepared) => prepared,
         Err(e) => {
             eprintln!("warmup failed: {}", crate::protocol::error_words(&e));

@@ -8,28 +8,26 @@ use anyhow::Result;
 use std::cell::RefCell;
 
 /// Reads the images `outcome` names (files the run made in its working directory), each of at
-/// most `cap` bytes, through the runner's `readFile`; keeps in `outcome.images` only those read,
-/// in the order of the returned bytes. None when `cap` is 0 (no `--stateful`).
+/// most `cap` bytes, with `read` (the runtime's file read: the bytes, or `None` when it could
+/// not); keeps in `outcome.images` only those read, in the order of the returned bytes. None
+/// when `cap` is 0 (no `--stateful`).
 pub(super) fn read_images(
-    engine: &mut Engine,
-    runner: &Runner,
-    file_in: &RefCell<Option<Vec<u8>>>,
-    id: CallId,
     outcome: &mut RunOutcome,
     cap: usize,
+    mut read: impl FnMut(&str, usize) -> Option<Vec<u8>>,
 ) -> Vec<Vec<u8>> {
-    let mut read = Vec::new();
+    let mut read_bytes = Vec::new();
     let mut kept = Vec::new();
     if cap > 0 {
         for path in outcome.images.iter().take(crate::protocol::MAX_IMAGES) {
-            if let Ok(bytes) = read_file(engine, runner, file_in, id, path, cap) {
+            if let Some(bytes) = read(path, cap) {
                 kept.push(path.clone());
-                read.push(bytes);
+                read_bytes.push(bytes);
             }
         }
     }
     outcome.images = kept;
-    read
+    read_bytes
 }
 
 /// Why the runner could not read a file; its text goes to the front as the worker's own words

@@ -114,8 +114,9 @@ fn wait_single_threaded(proc_status: &File, engine: ZygoteEngine) -> Result<()> 
     }
 }
 
-/// Highest descriptor number looked at for event descriptors (the engine opens a handful).
-const FD_SCAN_MAX: RawFd = 256;
+/// Highest descriptor number a zygote looks at when it scans its own descriptors (the
+/// engine's event descriptors, a scientific guest's root folder): a worker opens a handful.
+pub const FD_SCAN_MAX: RawFd = 256;
 
 /// An event descriptor of the zygote (`eventfd(2)`; GLib's main-context wake-up, opened by the
 /// engine): its number, file status flags and descriptor flags.

@@ -208,15 +208,74 @@ pub(super) fn serve(interpreter: &mut impl Interpreter, frame: Frame<Request>) -
     }
 }
 
+/// Sends `outcome`, the run of call `id`, with the images it made, each read by `read` (at
+/// most `image_cap` bytes): [`Served::Ran`]. An outcome that ended the interpreter (os._exit,
+/// os.abort, a fatal runtime error) is sent alone, as the call's result, and the worker stops
+/// ([`Served::Ended`]); the front starts a new one.
+///
+/// Errors: the reply cannot be sent.
+pub(super) fn send_ran(
+    id: CallId,
+    mut outcome: RunOutcome,
+    image_cap: usize,
+    read: impl FnMut(&str, usize) -> Option<Vec<u8>>,
+) -> Result<Served> {
+    if outcome.fatal {
+        send(&Reply::Ran { id, outcome })?;
+        return Ok(Served::Ended);
+    }
+    let images = read_images(&mut outcome, image_cap, read);
+    let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
+    send_with(&Reply::Ran { id, outcome }, &attachments)?;
+    Ok(Served::Ran)
+}
+
+/// Sends [`Reply::File`] for call `id`: the file's bytes as its attachment, or why not.
+///
+/// Errors: the reply cannot be sent.
+pub(super) fn send_file(
+    id: CallId,
+    read: Result<Vec<u8>, impl std::fmt::Display>,
+) -> Result<Served> {
+    match read {
+        Ok(bytes) => {
+            send_with(&Reply::File { id, error: None }, &[&bytes])?;
+            Ok(Served::Answered)
+        }
+        Err(error) => answered(&Reply::File {
+            id,
+            error: Some(error.to_string()),
+        }),
+    }
+}
+
 impl Interpreter for Serving {
+    /// The code's top-level imports that are packages. A scanner that fails (user code may
+    /// have broken its own interpreter's modules) finds nothing; the code then runs without
+    /// installs.
     fn find_imports(&mut self, id: CallId, code: &str) -> Vec<String> {
-        Serving::find_imports(self, id, code)
+        call(
+            &mut self.engine,
+            &self.runner.find_imports,
+            id,
+            &[Arg::Str(code)],
+            None,
+        )
+        .ok()
+        .and_then(|text| parse_answer::<Vec<String>>(&text).ok())
+        .unwrap_or_default()
     }
 
     fn read_file(&mut self, id: CallId, path: &str, cap: usize) -> Result<Served> {
-        self.on_read_file(id, path, cap)
+        let file_in = &self.host.file_in;
+        send_file(
+            id,
+            read_file(&mut self.engine, &self.runner, file_in, id, path, cap),
+        )
     }
 
+    /// `bytes` written to `path` under the working directory through the upload file, or the
+    /// file removed with `delete`.
     fn write_file(
         &mut self,
         id: CallId,
@@ -224,7 +283,16 @@ impl Interpreter for Serving {
         delete: bool,
         bytes: Option<Vec<u8>>,
     ) -> Option<String> {
-        self.on_write_file(id, path, delete, bytes)
+        if let Some(bytes) = bytes {
+            self.engine.add_file(UPLOAD_PATH, bytes);
+        }
+        let args = [Arg::Str(path), Arg::Bool(delete)];
+        let written = call(&mut self.engine, &self.runner.write_file, id, &args, None);
+        self.engine.clear_files();
+        match written {
+            Ok(text) => parse_answer::<Empty>(&text).err().map(|e| e.to_string()),
+            Err(e) => Some(e.to_string()),
+        }
     }
 
     fn install(
@@ -265,92 +333,19 @@ impl Interpreter for Serving {
     }
 
     fn run(&mut self, id: CallId, run: RunArgs<'_>, image_cap: usize) -> Result<Served> {
-        Serving::run(self, id, run, image_cap)
-    }
-}
-
-impl Serving {
-    /// [`Request::ReadFile`]: the file's bytes as the answer's attachment, or why not.
-    fn on_read_file(&mut self, id: CallId, path: &str, cap: usize) -> Result<Served> {
-        let file_in = &self.host.file_in;
-        match read_file(&mut self.engine, &self.runner, file_in, id, path, cap) {
-            Ok(bytes) => {
-                send_with(&Reply::File { id, error: None }, &[&bytes])?;
-                Ok(Served::Answered)
-            }
-            Err(error) => answered(&Reply::File {
-                id,
-                error: Some(error.to_string()),
-            }),
-        }
-    }
-
-    /// The code's top-level imports that are packages. A scanner that fails (user code may
-    /// have broken its own interpreter's modules) finds nothing; the code then runs without
-    /// installs.
-    fn find_imports(&mut self, id: CallId, code: &str) -> Vec<String> {
-        call(
-            &mut self.engine,
-            &self.runner.find_imports,
-            id,
-            &[Arg::Str(code)],
-            None,
-        )
-        .ok()
-        .and_then(|text| parse_answer::<Vec<String>>(&text).ok())
-        .unwrap_or_default()
-    }
-
-    /// [`Request::WriteFile`]: `bytes` written to `path` under the working directory, or the
-    /// file removed with `delete`; the answer says why not when it could not.
-    fn on_write_file(
-        &mut self,
-        id: CallId,
-        path: &str,
-        delete: bool,
-        bytes: Option<Vec<u8>>,
-    ) -> Option<String> {
-        if let Some(bytes) = bytes {
-            self.engine.add_file(UPLOAD_PATH, bytes);
-        }
-        let args = [Arg::Str(path), Arg::Bool(delete)];
-        let written = call(&mut self.engine, &self.runner.write_file, id, &args, None);
-        self.engine.clear_files();
-        match written {
-            Ok(text) => parse_answer::<Empty>(&text).err().map(|e| e.to_string()),
-            Err(e) => Some(e.to_string()),
-        }
-    }
-
-    /// Runs code for call `id` and sends its result with the images it made (at most
-    /// `image_cap` bytes each).
-    fn run(&mut self, id: CallId, run: RunArgs<'_>, image_cap: usize) -> Result<Served> {
         *self.host.running.borrow_mut() = Running {
             id: Some(id),
             output_cap: run.output_cap,
         };
         let answer = call(&mut self.engine, &self.runner.run, id, &run.args(), None);
         self.host.running.borrow_mut().id = None;
-        let mut outcome = match answer {
+        let outcome = match answer {
             Ok(text) => parse_answer::<RunOutcome>(&text).unwrap_or_else(failed_outcome),
             Err(e) => engine_outcome(&e),
         };
-        if outcome.fatal {
-            // The code ended the runtime (os._exit, os.abort, a fatal runtime error): report
-            // it as the call's result, then stop; the front starts a new worker.
-            send(&Reply::Ran { id, outcome })?;
-            return Ok(Served::Ended);
-        }
-        let images = read_images(
-            &mut self.engine,
-            &self.runner,
-            &self.host.file_in,
-            id,
-            &mut outcome,
-            image_cap,
-        );
-        let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
-        send_with(&Reply::Ran { id, outcome }, &attachments)?;
-        Ok(Served::Ran)
+        let (engine, runner, file_in) = (&mut self.engine, &self.runner, &self.host.file_in);
+        send_ran(id, outcome, image_cap, |path, cap| {
+            read_file(engine, runner, file_in, id, path, cap).ok()
+        })
     }
 }

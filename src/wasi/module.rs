@@ -55,14 +55,20 @@ pub fn compile(engine: &Engine, wasm: &Path) -> Result<Vec<u8>, WasiError> {
         .map_err(|e| WasiError::Compile(e.into()))
 }
 
-/// The compiled module in `file` (opened by the caller), loaded into `engine` by mapping it,
-/// after checking that only this user could have written it: the file is this user's and not
-/// writable by group or others (as ssh checks its keys). A compiled module is machine code, so
-/// a cache another user can write into must never give us one.
+/// The compiled module at `path`, loaded into `engine` by mapping it, after checking that
+/// only this user could have written it: the file (as opened, so it cannot change between
+/// the check and the load) is this user's and not writable by group or others (as ssh checks
+/// its keys). A compiled module is machine code, so a cache another user can write into must
+/// never give us one.
 ///
-/// Errors: [`WasiError::Untrusted`]; [`WasiError::Load`], when the file is not a module
-/// compiled by this engine's release and configuration.
-pub fn load(engine: &Engine, file: File) -> Result<Module, WasiError> {
+/// Errors: [`WasiError::Read`] (it cannot be opened); [`WasiError::Untrusted`];
+/// [`WasiError::Load`], when the file is not a module compiled by this engine's release and
+/// configuration.
+pub fn load(engine: &Engine, path: &Path) -> Result<Module, WasiError> {
+    let file = File::open(path).map_err(|source| WasiError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
     trusted(&file)?;
     // SAFETY: wasmtime runs a serialized module's machine code as it is. The file is this
     // user's own and writable by no one else (`trusted`), written by `compile`'s caller into
@@ -111,9 +117,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temp dir");
         let path = dir.path().join("module.cwasm");
         std::fs::write(&path, b"not a module").expect("written");
-        let open = || File::open(&path).expect("opened");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).expect("chmod");
-        let refused = load(&engine, open()).expect_err("refused");
+        let refused = load(&engine, &path).expect_err("refused");
         assert!(
             matches!(refused, WasiError::Untrusted { .. }),
             "{refused:?}"
@@ -122,13 +127,13 @@ mod tests {
         // Its own user's file, writable by no one else: wasmtime then reads it (and refuses
         // these bytes, which are no module).
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-        let unloadable = load(&engine, open()).expect_err("not a module");
+        let unloadable = load(&engine, &path).expect_err("not a module");
         assert!(matches!(unloadable, WasiError::Load(_)), "{unloadable:?}");
         // SAFETY: geteuid cannot fail.
         if unsafe { libc::geteuid() } == 0 {
             // As root (CI), the same file given to another user is refused too.
             std::os::unix::fs::chown(&path, Some(1), None).expect("chown");
-            let foreign = load(&engine, open()).expect_err("refused");
+            let foreign = load(&engine, &path).expect_err("refused");
             assert!(
                 foreign.to_string().contains("belongs to user 1"),
                 "{foreign}"

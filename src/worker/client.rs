@@ -469,6 +469,14 @@ impl Worker {
         }
     }
 
+    /// A new scientific worker's scratch folder (its guest's `/`), made empty in `root`, the
+    /// launcher's folder of them; removed when the returned directory is dropped.
+    ///
+    /// Errors: the folder cannot be made.
+    pub fn new_scratch(root: &Path) -> std::io::Result<tempfile::TempDir> {
+        tempfile::Builder::new().prefix("worker-").tempdir_in(root)
+    }
+
     /// Keeps `scratch`, the worker's scratch folder, until the worker is dropped.
     pub fn keep_scratch(&mut self, scratch: tempfile::TempDir) {
         self.scratch = Some(scratch);

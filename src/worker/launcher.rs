@@ -526,10 +526,7 @@ impl Launcher {
         let preinstall = preinstall.as_deref();
         let (exe, args, mounts) = (&self.exe, &self.args, &self.mounts);
         if let Some(root) = self.scratch_root() {
-            let scratch = tempfile::Builder::new()
-                .prefix("worker-")
-                .tempdir_in(root)
-                .map_err(WorkerError::Spawn)?;
+            let scratch = Worker::new_scratch(&root).map_err(WorkerError::Spawn)?;
             let mut args = args.clone();
             args.push(format!("{SCRATCH_ARG}{}", scratch.path().display()));
             let (mut worker, _) =

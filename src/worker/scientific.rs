@@ -195,11 +195,7 @@ fn run_check(
     timeout: Option<Duration>,
 ) -> Result<CheckReport, ScientificError> {
     let engine = wasi::module::engine()?;
-    let file = std::fs::File::open(compiled).map_err(|source| WasiError::Read {
-        path: compiled.to_owned(),
-        source,
-    })?;
-    let module = wasi::module::load(&engine, file)?;
+    let module = wasi::module::load(&engine, compiled)?;
     wasi::start_ticker(&engine).map_err(|e| ScientificError::Thread {
         what: "the deadline's epoch ticker",
         source: e.into(),

@@ -335,10 +335,7 @@ const ZYGOTE_SCRATCH: &str = "zygote";
 ///
 /// Errors: [`ZygoteError::Setup`]: the folder cannot be made or opened.
 fn child_scratch(root: &Path) -> Result<(tempfile::TempDir, OwnedFd), ZygoteError> {
-    let scratch = tempfile::Builder::new()
-        .prefix("worker-")
-        .tempdir_in(root)
-        .map_err(ZygoteError::Setup)?;
+    let scratch = Worker::new_scratch(root).map_err(ZygoteError::Setup)?;
     let folder = File::open(scratch.path()).map_err(ZygoteError::Setup)?;
     Ok((scratch, OwnedFd::from(folder)))
 }

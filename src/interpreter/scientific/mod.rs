@@ -22,13 +22,12 @@ use super::boot::{read_boot, BootReport};
 use super::confine::{self, Domain, Folder, GuestFolders};
 use super::outcome::{ended_outcome, error_outcome};
 use super::output::Running;
-use super::reply::send_with;
 use super::runner::{Ended, RunArgs};
-use super::serve::{answered, serve_requests, Interpreter, Served};
+use super::serve::{answered, send_file, send_ran, serve_requests, Interpreter, Served};
 use crate::assets::{runner_constants, RUNNER_PY};
 use crate::protocol::launch::WorkerArgs;
 use crate::protocol::pages::ZygoteId;
-use crate::protocol::{CallId, Reply, RunOutcome, SnapshotMode, MAX_IMAGES};
+use crate::protocol::{CallId, Reply, RunOutcome, SnapshotMode};
 use crate::wasi::{self, Guest, GuestFiles, GuestLimits, TurnStatus, WasiError};
 use anyhow::{anyhow, bail, Context, Result};
 use door::Shared;
@@ -212,11 +211,7 @@ impl Scientific {
     fn boot(paths: &Paths, memory_bytes: usize) -> Result<(Scientific, String)> {
         let engine = wasi::module::engine()?;
         let compiled = wasi::module::compiled_path(&paths.artifacts);
-        let file = std::fs::File::open(&compiled).map_err(|source| WasiError::Read {
-            path: compiled.clone(),
-            source,
-        })?;
-        let module = wasi::module::load(&engine, file)?;
+        let module = wasi::module::load(&engine, &compiled)?;
         let files = paths.guest_files();
         let mut guest = Guest::start(&engine, &module, &files, GuestLimits { memory_bytes })?;
         let exchange = Shared::default();
@@ -337,16 +332,8 @@ impl Interpreter for Scientific {
     }
 
     fn read_file(&mut self, id: CallId, path: &str, cap: usize) -> Result<Served> {
-        match self.read_guest_file(path, cap) {
-            Ok(bytes) => {
-                send_with(&Reply::File { id, error: None }, &[&bytes])?;
-                Ok(Served::Answered)
-            }
-            Err(error) => answered(&Reply::File {
-                id,
-                error: Some(crate::protocol::error_words(&error)),
-            }),
-        }
+        let read = self.read_guest_file(path, cap);
+        send_file(id, read.map_err(|e| crate::protocol::error_words(&e)))
     }
 
     fn write_file(
@@ -419,7 +406,7 @@ impl Interpreter for Scientific {
         };
         let answer = self.turn(&request, None);
         self.exchange.lock().running = Running::default();
-        let mut outcome = match answer {
+        let outcome = match answer {
             Ok(text) => serde_json::from_slice::<RunOutcome>(&text).unwrap_or_else(|e| {
                 error_outcome(
                     format!("RuntimeError: the runner's result is not one: {e}"),
@@ -428,32 +415,8 @@ impl Interpreter for Scientific {
             }),
             Err(e) => Scientific::failed_run(e),
         };
-        if outcome.fatal {
-            send_with(&Reply::Ran { id, outcome }, &[])?;
-            return Ok(Served::Ended);
-        }
-        let images = self.read_images(&mut outcome, image_cap);
-        let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
-        send_with(&Reply::Ran { id, outcome }, &attachments)?;
-        Ok(Served::Ran)
-    }
-}
-
-impl Scientific {
-    /// Reads the images `outcome` names, each of at most `cap` bytes (none when `cap` is 0);
-    /// keeps in `outcome.images` only those read.
-    fn read_images(&mut self, outcome: &mut RunOutcome, cap: usize) -> Vec<Vec<u8>> {
-        let mut read = Vec::new();
-        let mut kept = Vec::new();
-        if cap > 0 {
-            for path in outcome.images.iter().take(MAX_IMAGES) {
-                if let Ok(bytes) = self.read_guest_file(path, cap) {
-                    kept.push(path.clone());
-                    read.push(bytes);
-                }
-            }
-        }
-        outcome.images = kept;
-        read
+        send_ran(id, outcome, image_cap, |path, cap| {
+            self.read_guest_file(path, cap).ok()
+        })
     }
 }

@@ -13,7 +13,7 @@
 
 use super::super::boot::{send_ready, BootReport};
 use super::super::confine::{self, Domain, Folder, GuestFolders};
-use super::super::fork_server::{self, ZygoteEngine};
+use super::super::fork_server::{self, ZygoteEngine, FD_SCAN_MAX};
 use super::super::host_calls::FrontInput;
 use super::{Paths, Scientific};
 use anyhow::{anyhow, bail, Context, Result};
@@ -21,10 +21,6 @@ use std::cell::RefCell;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
-
-/// Highest descriptor number looked at for the root folder's (the guest's preopened folders
-/// are among the first a worker opens).
-const FD_SCAN_MAX: RawFd = 256;
 
 /// Where [`Zygote::fork_workers`] returns.
 pub(super) enum Forked {
