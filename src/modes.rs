@@ -250,11 +250,9 @@ async fn scientific_args(cli: &Serve) -> Result<(Vec<String>, Arc<BuiltIn>)> {
             "--runtime scientific has its packages built in and boots plainly: --deps and --mount are the Pyodide runtime's"
         );
     }
-    let code_mode =
-        cli.code_mode.tools_config.is_some() || cli.code_mode.functions_socket.is_some();
-    if !cli.confinement.allow_net.is_empty() || code_mode {
+    if !cli.confinement.allow_net.is_empty() {
         anyhow::bail!(
-            "--runtime scientific has no network and calls no MCP tools or host functions yet: --allow-net, --tools-config and --functions-socket are the Pyodide runtime's"
+            "--runtime scientific has no network yet: --allow-net is the Pyodide runtime's"
         );
     }
     tracing::info!(

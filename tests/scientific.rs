@@ -131,8 +131,8 @@ fn what_only_the_pyodide_runtime_does_is_refused_with_the_reason() {
         &["--deps", "humanize"],
         "--deps and --mount are the Pyodide runtime's",
     );
-    let pyodide_only =
-        "--allow-net, --tools-config and --functions-socket are the Pyodide runtime's";
-    refused(&["--allow-net", "127.0.0.1:1"], pyodide_only);
-    refused(&["--functions-socket", "/nonexistent"], pyodide_only);
+    refused(
+        &["--allow-net", "127.0.0.1:1"],
+        "--allow-net is the Pyodide runtime's",
+    );
 }

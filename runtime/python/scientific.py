@@ -10,7 +10,8 @@ bytes``; each message starts with one tag byte (``src/interpreter/scientific/doo
 - ``b``: the request's attachment (bytes: an upload);
 - ``o`` + JSON: output lines of the run in progress (``runner.py``'s ``_emit``);
 - ``f`` + bytes: a file's bytes read for the host;
-- ``a`` + JSON: the request's answer.
+- ``a`` + JSON: the request's answer;
+- ``c`` + JSON: code mode's call of a tool or host function, which the front makes.
 
 ``runner.py`` runs unchanged: it gets a stand-in ``pyodide.code`` (``find_imports`` and
 ``should_quiet``) and its constants, as Pyodide's runner gives it.
@@ -32,6 +33,9 @@ _ATTACHMENT = b"b"
 _OUTPUT = b"o"
 _FILE = b"f"
 _ANSWER = b"a"
+_CALL = b"c"
+# The first byte of the door's answer to a call that was made (else: why not, as text).
+_CALL_ANSWERED = b"+"
 
 # The guest's writable folder on ``sys.path``, in its scratch root.
 _SITE = "/lib/site-packages"
@@ -77,10 +81,24 @@ def _emit(lines_json):
     _host.call(_OUTPUT + lines_json.encode("utf-8"))
 
 
-def _ask(kind, request):
-    raise RuntimeError(
-        f"the scientific runtime does not offer {kind} calls: code mode's tools and host functions run in the Pyodide runtime"
-    )
+class _Body(bytes):
+    """An answer's images' bytes, as ``mcp_tools`` reads them (Pyodide's runner hands it a
+    buffer with ``to_bytes``)."""
+
+    def to_bytes(self):
+        return bytes(self)
+
+
+def _ask(kind, call_json):
+    """Code mode's call (``kind`` ``"tool"`` or ``"function"``, ``call_json`` its JSON), made by
+    the front while the run waits, as Pyodide's runner makes it: the answer's JSON and its
+    images' bytes. Raises ``RuntimeError`` when the call could not be made."""
+    message = json.dumps({"op": kind, "call": json.loads(call_json)}).encode("utf-8")
+    answer = _host.call(_CALL + message)
+    if answer[:1] != _CALL_ANSWERED:
+        raise RuntimeError(answer[1:].decode("utf-8", "replace"))
+    size = int.from_bytes(answer[1:5], "little")
+    return answer[5 : 5 + size].decode("utf-8"), _Body(answer[5 + size :])
 
 
 class _Refusal(Exception):
@@ -137,7 +155,7 @@ def _run(request):
         request["output_cap"],
         request["result_cap"],
         request["keep_globals"],
-        None,
+        request.get("tools"),
     )
     if asyncio.iscoroutine(result):
         result = _loop().run_until_complete(result)
@@ -188,21 +206,71 @@ def _make_root(request=None):
 _WARM_MODULES = ("numpy", "pandas", "matplotlib.pyplot")
 
 
-def _warm_up(request):
+# Output and result caps of the runs the worker makes for itself (bytes).
+_OWN_RUN_CAP = 1024
+
+# A scan for open descriptors ends after this many unused numbers in a row: wasmtime's WASI
+# numbers a new descriptor with the highest freed one, or past the highest in use, so the ones
+# in use are packed from 0.
+_FD_GAP = 64
+
+# The descriptors the zygote held open as it forked (the standard streams, the preopened
+# folders): every child has them, so a checkpoint does not count them.
+_BASELINE_FDS = frozenset()
+
+
+def _open_fds():
+    """The guest's open descriptors."""
+    found, unused, fd = set(), 0, 0
+    while unused < _FD_GAP:
+        try:
+            os.fstat(fd)
+        except OSError:
+            unused += 1
+        else:
+            found.add(fd)
+            unused = 0
+        fd += 1
+    return found
+
+
+def _prepare_zygote(request):
     """The zygote's warm-up: the stack imported, one call run through the runner, every
     object moved to the collector's permanent generation (``gc.freeze``: a child's
-    collections then leave the zygote's pages shared), and the reseed of each child's first
-    run prepared."""
+    collections then leave the zygote's pages shared), the reseed of each child's first run
+    prepared, and the open descriptors recorded as every child's baseline."""
     import gc
     import importlib
 
+    global _BASELINE_FDS
     for name in _WARM_MODULES:
         importlib.import_module(name)
-    _RUNNER.run("1 + 1", "{}", 1024, 1024, False, None)
+    _RUNNER.run("1 + 1", "{}", _OWN_RUN_CAP, _OWN_RUN_CAP, False, None)
     gc.collect()
     gc.freeze()
     _RUNNER.reseed_before_next_run()
+    _BASELINE_FDS = frozenset(_open_fds())
     return "{}"
+
+
+def _warm_up(request):
+    """A throwaway run in an interpreter just restored (fresh globals, nothing kept): the
+    pages a call writes are then copied from the zygote before the next call comes."""
+    _RUNNER.run("0", "{}", _OWN_RUN_CAP, _OWN_RUN_CAP, False, None)
+    return "{}"
+
+
+def _reseed(request):
+    """Makes the next run reseed ``random`` and NumPy's global generator, as ``os.fork`` does
+    in a child: a forked sandbox must not draw its source's numbers."""
+    _RUNNER.reseed_before_next_run()
+    return "{}"
+
+
+def _capturable(request):
+    """What a checkpoint of linear memory would miss: the files the code left open beyond the
+    zygote's (a restored interpreter would not have them)."""
+    return json.dumps({"open_files": len(_open_fds() - _BASELINE_FDS)})
 
 
 _SERVES = {
@@ -210,7 +278,10 @@ _SERVES = {
     "read_file": _read_file,
     "write_file": _write_file,
     "make_root": _make_root,
+    "prepare_zygote": _prepare_zygote,
     "warm_up": _warm_up,
+    "reseed": _reseed,
+    "capturable": _capturable,
 }
 
 
@@ -237,6 +308,7 @@ def _boot():
     runner = types.ModuleType("_mcp_runner")
     runner._CONSTANTS = request["constants"]
     exec(compile(request["runner"], "/lib/_mcp_runner.py", "exec"), runner.__dict__)
+    runner._tools_source = request["tools"]
     runner.setup(_emit, _ask)
     return runner
 

@@ -11,7 +11,7 @@ use super::reply::{send, send_with};
 use super::runner::{call, parse_answer, Empty};
 use super::serve::{Served, Serving};
 use crate::engine::Arg;
-use crate::interpreter::dirty_pages::TrackingError;
+use crate::interpreter::dirty_pages::{DirtyPages, TrackingError};
 use crate::protocol::pages::{Pages, ZygoteId};
 use crate::protocol::{CallId, CheckpointOutcome, Reply, Uncapturable};
 use anyhow::Result;
@@ -46,17 +46,12 @@ impl Serving {
             dirty,
             ..
         } = self;
-        let dirty = dirty.as_mut()?;
+        let tracked = dirty.as_mut()?;
         let found = engine
-            .with_bytes(&runner.memory, |m| dirty.written(m))
+            .with_bytes(&runner.memory, |m| tracked.written(m))
             .map_err(TrackingError::Memory)
             .and_then(|written| written);
-        found
-            .map_err(|e| {
-                tracing::warn!("checkpoints compare the whole memory from now on: {e}");
-                self.dirty = None;
-            })
-            .ok()
+        kept_tracking(dirty, found)
     }
 
     /// Why the interpreter's state cannot be captured now (empty: it can).
@@ -108,9 +103,7 @@ impl Serving {
         let reasons = self.uncapturable();
         let checked = started.elapsed();
         if !reasons.is_empty() {
-            let outcome = CheckpointOutcome::Uncapturable { reasons };
-            send(&Reply::Checkpoint { id, outcome })?;
-            return Ok(Served::Answered);
+            return send_uncapturable(id, reasons);
         }
         self.shadow();
         let written = self.written_pages();
@@ -122,11 +115,7 @@ impl Serving {
         } = self;
         let Some(shadow) = shadow.as_mut() else {
             // Not forked (uncapturable() says so first): answered all the same.
-            let outcome = CheckpointOutcome::Uncapturable {
-                reasons: vec![Uncapturable::NotForked],
-            };
-            send(&Reply::Checkpoint { id, outcome })?;
-            return Ok(Served::Answered);
+            return send_uncapturable(id, vec![Uncapturable::NotForked]);
         };
         let zygote = shadow.zygote();
         let pages = engine.with_bytes(&runner.memory, |m| match written {
@@ -145,16 +134,7 @@ impl Serving {
             },
             (started.elapsed() - checked).as_micros()
         );
-        let outcome = CheckpointOutcome::Taken {
-            zygote,
-            memory_bytes: pages.memory_bytes,
-            pages: u32::try_from(pages.indexes.len())?,
-        };
-        send_with(
-            &Reply::Checkpoint { id, outcome },
-            &[&pages.index_bytes(), &pages.bytes],
-        )?;
-        Ok(Served::Answered)
+        send_taken(id, zygote, &pages)
     }
 
     /// Answers [`crate::protocol::Request::Restore`]: `Some(why)` when the state was
@@ -168,19 +148,10 @@ impl Serving {
         attachments: Vec<Vec<u8>>,
     ) -> Option<String> {
         let started = std::time::Instant::now();
-        let mut parts = attachments.into_iter();
-        let (Some(indexes), Some(bytes), None) = (parts.next(), parts.next(), parts.next()) else {
-            return Some(RestoreError::Shape.to_string());
-        };
-        let image = match Pages::from_parts(memory_bytes, &indexes, bytes) {
+        let image = match restore_image(self.shadow(), zygote, memory_bytes, attachments) {
             Ok(image) => image,
-            Err(e) => return Some(e.to_string()),
+            Err(why) => return Some(why),
         };
-        match self.shadow().map(|s| s.zygote()) {
-            None => return Some(RestoreError::NotForked.to_string()),
-            Some(ours) if ours != zygote => return Some(RestoreError::OtherZygote.to_string()),
-            Some(_) => {}
-        }
         let grown = call(
             &mut self.engine,
             &self.runner.grow,
@@ -227,4 +198,66 @@ impl Serving {
         let reseeded = call(&mut self.engine, &self.runner.reseed, id, &[], None);
         reseeded.err().map(|e| e.to_string())
     }
+}
+
+/// Answers a checkpoint request with why the state cannot be captured (`reasons`, at least
+/// one).
+///
+/// Errors: the reply cannot be sent.
+pub(super) fn send_uncapturable(id: CallId, reasons: Vec<Uncapturable>) -> Result<Served> {
+    let outcome = CheckpointOutcome::Uncapturable { reasons };
+    send(&Reply::Checkpoint { id, outcome })?;
+    Ok(Served::Answered)
+}
+
+/// Answers a checkpoint request with `pages`, measured against zygote `zygote`, as the two
+/// attachments [`CheckpointOutcome::Taken`] names.
+///
+/// Errors: more pages than a `u32` counts, or the reply cannot be sent.
+pub(super) fn send_taken(id: CallId, zygote: ZygoteId, pages: &Pages) -> Result<Served> {
+    let outcome = CheckpointOutcome::Taken {
+        zygote,
+        memory_bytes: pages.memory_bytes,
+        pages: u32::try_from(pages.indexes.len())?,
+    };
+    send_with(
+        &Reply::Checkpoint { id, outcome },
+        &[&pages.index_bytes(), &pages.bytes],
+    )?;
+    Ok(Served::Answered)
+}
+
+/// A restore's pages from its two attachments, if they fit and were taken against the zygote
+/// this interpreter was forked from (`shadow`: `None` when it was not); otherwise why not, as
+/// the reply's `error` words it.
+pub(super) fn restore_image(
+    shadow: Option<&mut Shadow>,
+    zygote: ZygoteId,
+    memory_bytes: u64,
+    attachments: Vec<Vec<u8>>,
+) -> Result<Pages, String> {
+    let mut parts = attachments.into_iter();
+    let (Some(indexes), Some(bytes), None) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(RestoreError::Shape.to_string());
+    };
+    let image = Pages::from_parts(memory_bytes, &indexes, bytes).map_err(|e| e.to_string())?;
+    match shadow.map(|s| s.zygote()) {
+        None => Err(RestoreError::NotForked.to_string()),
+        Some(ours) if ours != zygote => Err(RestoreError::OtherZygote.to_string()),
+        Some(_) => Ok(image),
+    }
+}
+
+/// The pages the kernel found written (`found`), or `None` when it could not say: the
+/// tracking (`dirty`) is then dropped, and every later checkpoint compares every page.
+pub(super) fn kept_tracking(
+    dirty: &mut Option<DirtyPages>,
+    found: Result<Vec<u32>, TrackingError>,
+) -> Option<Vec<u32>> {
+    found
+        .map_err(|e| {
+            tracing::warn!("checkpoints compare the whole memory from now on: {e}");
+            *dirty = None;
+        })
+        .ok()
 }

@@ -95,12 +95,12 @@ impl Host {
             HostRequest::Snapshot => Err(HostCallError::SnapshotAfterBoot),
             HostRequest::Fetch { request } => self.fetch(request, &bytes),
             HostRequest::Tool { call } => {
-                let id = self.running_call("MCP tool calls")?;
-                self.ask_tool(Reply::ToolCall { id, call }, id)
+                let id = running_call(self.running.borrow().id, "MCP tool calls")?;
+                ask_tool(&self.input, Reply::ToolCall { id, call }, id)
             }
             HostRequest::Function { call } => {
-                let id = self.running_call("host functions")?;
-                self.ask_tool(Reply::FunctionCall { id, call }, id)
+                let id = running_call(self.running.borrow().id, "host functions")?;
+                ask_tool(&self.input, Reply::FunctionCall { id, call }, id)
             }
         }
     }
@@ -112,9 +112,9 @@ impl Host {
         request: FetchRequest,
         bytes: &[u8],
     ) -> Result<(String, Vec<u8>), HostCallError> {
-        let id = self.running_call("network requests")?;
+        let id = running_call(self.running.borrow().id, "network requests")?;
         let reply = Reply::Fetch { id, request };
-        match self.ask_front(&reply, &[bytes])? {
+        match ask_front(&self.input, &reply, &[bytes])? {
             Frame {
                 header: Request::FetchResult { id: got, response },
                 attachments,
@@ -129,42 +129,52 @@ impl Host {
             _ => Err(HostCallError::Unanswered { kind: reply.kind() }),
         }
     }
+}
 
-    /// Sends a tool or function call of run `id` to the front: the answer's JSON and its
-    /// images' bytes, one after another.
-    fn ask_tool(&self, reply: Reply, id: CallId) -> Result<(String, Vec<u8>), HostCallError> {
-        match self.ask_front(&reply, &[])? {
-            Frame {
-                header: Request::ToolResult { id: got, answer },
-                attachments,
-            } if got == id => {
-                let json = serde_json::to_string(&answer).map_err(HostCallError::Encode)?;
-                Ok((json, attachments.concat()))
-            }
-            _ => Err(HostCallError::Unanswered { kind: reply.kind() }),
+/// Sends a tool or function call of run `id` to the front and reads its answer from `input`:
+/// the answer's JSON and its images' bytes, one after another (both runtimes' code mode).
+///
+/// Errors: [`HostCallError`]: the call cannot be sent, or the front's next frame is not its
+/// answer.
+pub(super) fn ask_tool(
+    input: &RefCell<FrontInput>,
+    reply: Reply,
+    id: CallId,
+) -> Result<(String, Vec<u8>), HostCallError> {
+    match ask_front(input, &reply, &[])? {
+        Frame {
+            header: Request::ToolResult { id: got, answer },
+            attachments,
+        } if got == id => {
+            let json = serde_json::to_string(&answer).map_err(HostCallError::Encode)?;
+            Ok((json, attachments.concat()))
         }
+        _ => Err(HostCallError::Unanswered { kind: reply.kind() }),
     }
+}
 
-    /// The call id of the run in progress; `what` (plural) is only available while code runs.
-    fn running_call(&self, what: &'static str) -> Result<CallId, HostCallError> {
-        self.running
-            .borrow()
-            .id
-            .ok_or(HostCallError::NotRunning { what })
-    }
+/// The call id of the run in progress (`running`, none between runs); `what` (plural) is only
+/// available while code runs.
+///
+/// Errors: [`HostCallError::NotRunning`].
+pub(super) fn running_call(
+    running: Option<CallId>,
+    what: &'static str,
+) -> Result<CallId, HostCallError> {
+    running.ok_or(HostCallError::NotRunning { what })
+}
 
-    /// Sends `reply` to the front and reads its answer (the run waits meanwhile).
-    fn ask_front(
-        &self,
-        reply: &Reply,
-        attachments: &[&[u8]],
-    ) -> Result<Frame<Request>, HostCallError> {
-        send_with(reply, attachments).map_err(HostCallError::Send)?;
-        match read_frame::<Request>(&mut *self.input.borrow_mut(), FrameLimits::REQUEST) {
-            Ok(Some(frame)) => Ok(frame),
-            Ok(None) => Err(HostCallError::InputClosed),
-            Err(e) => Err(HostCallError::Read(e)),
-        }
+/// Sends `reply` to the front and reads its answer from `input` (the run waits meanwhile).
+fn ask_front(
+    input: &RefCell<FrontInput>,
+    reply: &Reply,
+    attachments: &[&[u8]],
+) -> Result<Frame<Request>, HostCallError> {
+    send_with(reply, attachments).map_err(HostCallError::Send)?;
+    match read_frame::<Request>(&mut *input.borrow_mut(), FrameLimits::REQUEST) {
+        Ok(Some(frame)) => Ok(frame),
+        Ok(None) => Err(HostCallError::InputClosed),
+        Err(e) => Err(HostCallError::Read(e)),
     }
 }
 

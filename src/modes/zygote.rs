@@ -51,11 +51,16 @@ pub fn source(cli: &Serve, isolation: Isolation, mounts: &Mounts) -> Option<Zygo
 }
 
 /// Where forked scientific workers come from (`--runtime scientific`): a zygote of this
-/// process's own where [`source`] would fork (the per-host service forks only Pyodide), so
-/// not for one session over stdio or a one-shot mode; none with `--no-zygote`.
+/// process's own (the per-host service forks only Pyodide) for the HTTP modes and
+/// `--isolation call`, and over stdio with `--stateful`, whose sandboxes are checkpointed,
+/// forked and hibernated only from forked workers (docs/architecture.md §3.4); not for one
+/// plain session over stdio or a one-shot mode; none with `--no-zygote`.
 pub fn scientific_source(cli: &Serve, isolation: Isolation) -> Option<ZygoteSource> {
     let one_shot = matches!(cli.mode, Mode::Warmup | Mode::Example);
-    let forks = isolation == Isolation::Call || !matches!(cli.mode, Mode::Stdio) && !one_shot;
+    let stdio_state = matches!(cli.mode, Mode::Stdio) && cli.options.sandboxes.stateful;
+    let forks = isolation == Isolation::Call
+        || stdio_state
+        || !matches!(cli.mode, Mode::Stdio) && !one_shot;
     (forks && !cli.startup.no_zygote).then_some(ZygoteSource::Own)
 }
 

@@ -420,7 +420,8 @@ pub enum Uncapturable {
     /// Python holds `count` JavaScript objects (Pyodide's hiwire table is outside linear
     /// memory).
     JsObjects { count: u32 },
-    /// `count` files are open (Emscripten's streams are JavaScript objects).
+    /// `count` files are open (Emscripten's streams are JavaScript objects; WASI's descriptors
+    /// are the scientific worker's own, outside the guest's memory).
     OpenFiles { count: u32 },
     /// `count` shared libraries were loaded since the fork (their functions are in the
     /// WebAssembly table).

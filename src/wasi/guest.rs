@@ -200,7 +200,40 @@ impl Guest {
     pub fn memory_bytes(&self) -> usize {
         self.memory.data_size(&self.store)
     }
+
+    /// The guest's linear memory, to read between turns (a checkpoint's pages).
+    pub fn memory(&self) -> &[u8] {
+        self.memory.data(&self.store)
+    }
+
+    /// The guest's linear memory, to write between turns (a restore's pages): what it holds
+    /// is the interpreter's whole state, so only a checkpoint's image may be written here.
+    pub fn memory_mut(&mut self) -> &mut [u8] {
+        self.memory.data_mut(&mut self.store)
+    }
+
+    /// Grows the guest's linear memory to at least `bytes` (rounded up to WebAssembly pages of
+    /// 64 KiB), as a restore needs; a memory already that large is left as it is.
+    ///
+    /// Errors: [`WasiError::Grow`] (past the guest's memory cap, or the engine's bound).
+    pub fn grow_memory_to(&mut self, bytes: u64) -> Result<(), WasiError> {
+        let now = self.memory.data_size(&self.store) as u64;
+        if bytes <= now {
+            return Ok(());
+        }
+        let pages = (bytes - now).div_ceil(WASM_PAGE_BYTES);
+        self.memory
+            .grow(&mut self.store, pages)
+            .map(|_| ())
+            .map_err(|e| WasiError::Grow {
+                bytes,
+                source: e.into(),
+            })
+    }
 }
+
+/// A WebAssembly page: linear memory grows by these (bytes).
+const WASM_PAGE_BYTES: u64 = 64 << 10;
 
 /// The guest's secure randomness (WASI's `random_get`, Python's `os.urandom`): read from the
 /// kernel at every call. wasmtime-wasi's default is a generator seeded once per context, whose

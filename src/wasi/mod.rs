@@ -69,6 +69,13 @@ pub enum WasiError {
     /// be used again.
     #[error("the interpreter exited with status {code}")]
     Exited { code: i32 },
+    /// The guest's linear memory could not grow to `bytes` (a restore's size).
+    #[error("the interpreter's memory cannot grow to {bytes} bytes")]
+    Grow {
+        bytes: u64,
+        #[source]
+        source: WasmtimeError,
+    },
     /// The guest trapped, or its runtime ended it (`said`: its last line on stderr): it cannot be
     /// used again.
     #[error("the interpreter failed: {said}")]

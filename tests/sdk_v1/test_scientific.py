@@ -19,7 +19,10 @@ from mcp.client.stdio import stdio_client
 
 from mcp.client.streamable_http import streamablehttp_client
 
+from adversary import return_value
 from conftest import BINARY, CALL_TIMEOUT, ROOT, children_of, http_server, is_zygote, server_env
+from test_fork import fork
+from test_sandboxes import create, in_sandbox, state_of
 
 pytestmark = pytest.mark.anyio
 
@@ -72,13 +75,14 @@ def scientific_ready():
 
 
 @contextlib.asynccontextmanager
-async def scientific_session(*args, command=None):
+async def scientific_session(*args, command=None, errlog=None):
     """An initialized MCP session with `mcp-run-python stdio --runtime scientific <args>`
-    (under `command`'s prefix, such as `unshare -rn`, when given)."""
+    (under `command`'s prefix, such as `unshare -rn`, when given; its log to `errlog`, or
+    this process's stderr)."""
     argv = [BINARY, "stdio", "--runtime", "scientific", "--cache-dir", SCIENTIFIC_CACHE, *args]
     argv = [*(command or []), *argv]
     params = StdioServerParameters(command=argv[0], args=argv[1:], env=server_env())
-    async with stdio_client(params, errlog=sys.stderr) as (read, write):
+    async with stdio_client(params, errlog=errlog or sys.stderr) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
             yield session
@@ -166,6 +170,10 @@ async def test_the_tool_names_its_packages_and_script_metadata_is_met_by_them_al
 ZYGOTE_READY_TIMEOUT = 120
 
 
+# How long an idle sandbox (`--hibernate-after 1`) may take to hibernate (seconds).
+HIBERNATION_TIMEOUT = 30
+
+
 # What the server logs once its zygote forks (src/worker/launcher.rs).
 ZYGOTE_READY_LINE = "the zygote is ready: new interpreters are forked from it"
 
@@ -199,10 +207,7 @@ async def test_fresh_sandboxes_are_forked_with_the_stack_loaded_each_with_its_ow
     with open(log, "w") as errlog, http_server(
         "streamable-http", "--runtime", "scientific", "--stateful", cache_dir=SCIENTIFIC_CACHE, errlog=errlog,
     ) as url:
-        deadline = time.monotonic() + ZYGOTE_READY_TIMEOUT
-        while ZYGOTE_READY_LINE not in log.read_text():
-            assert time.monotonic() < deadline, "the scientific zygote did not become ready"
-            await anyio.sleep(0.2)
+        await zygote_ready(log)
         first = await sandbox_report(str(url), "first")
         second = await sandbox_report(str(url), "second")
         # Both sandboxes' workers were forked by the zygote (the spares made at start-up were
@@ -214,6 +219,71 @@ async def test_fresh_sandboxes_are_forked_with_the_stack_loaded_each_with_its_ow
     assert first[1] == ["first.txt"] and second[1] == ["second.txt"], (first, second)
     # The zygote's random state is not shared: os.urandom and NumPy's draws differ.
     assert first[2] != second[2] and first[3] != second[3], (first, second)
+
+
+async def zygote_ready(log):
+    """Waits until the server logging to `log` has its zygote forking."""
+    deadline = time.monotonic() + ZYGOTE_READY_TIMEOUT
+    while ZYGOTE_READY_LINE not in log.read_text():
+        assert time.monotonic() < deadline, "the scientific zygote did not become ready"
+        await anyio.sleep(0.2)
+
+
+async def test_a_fork_copies_a_dataframe_and_a_stopped_interpreter_gets_its_state_back(tmp_path):
+    """Checkpoints (docs/architecture.md §3.4) in the scientific runtime: over stdio with
+    `--stateful` its sandboxes' workers are forked from its zygote, so a fork starts as a copy of
+    its source's DataFrame, and a sandbox whose interpreter was stopped gets its state back."""
+    log = tmp_path / "server.log"
+    with open(log, "w") as errlog:
+        async with scientific_session("--stateful", "--timeout", "5", errlog=errlog) as session:
+            await zygote_ready(log)
+            a = await create(session)
+            text = await in_sandbox(session, "import numpy as np, pandas as pd\n"
+                                             "df = pd.DataFrame({'x': [1, 2, 3]})\nint(df['x'].sum())", a)
+            assert return_value(text) == "6" and state_of(text) is None, text
+            b = await fork(session, a)
+            text = await in_sandbox(session, "df['x'] *= 10\nint(df['x'].sum())", b)
+            assert return_value(text) == "60", text
+            assert state_of(text).startswith("forked: this sandbox started as a copy of another sandbox as its "
+                                             "last completed call left it"), text
+            # The source is as it was; the copy's NumPy draws are its own, as after os.fork.
+            assert return_value(await in_sandbox(session, "int(df['x'].sum())", a)) == "6"
+            draws = [return_value(await in_sandbox(session, "float(np.random.rand())", s)) for s in (a, b)]
+            assert draws[0] != draws[1], draws
+
+            # A timeout stops the interpreter; the next call runs in a new one holding the state
+            # of the last completed call.
+            text = await in_sandbox(session, "df = None\nwhile True:\n    pass", a)
+            assert "timed out" in text and state_of(text).startswith("lost:"), text
+            text = await in_sandbox(session, "int(df['x'].sum())", a)
+            assert return_value(text) == "6" and state_of(text).startswith("restored:"), text
+
+            # A file left open is outside the guest's memory: that state is not saved, and the
+            # result says so.
+            text = await in_sandbox(session, "held = open('held.txt', 'w')", a)
+            assert state_of(text).startswith("not saved:") and "1 file(s) are open" in state_of(text), text
+            text = await in_sandbox(session, "held.close()", a)
+            assert state_of(text) is None, text
+
+
+async def test_an_idle_sandbox_hibernates_and_wakes_with_its_dataframe(tmp_path):
+    """`--hibernate-after` in the scientific runtime: an idle sandbox's worker is freed and its
+    checkpoint kept on disk; the next call resumes it, saying nothing (nothing was lost)."""
+    log = tmp_path / "server.log"
+    with open(log, "w") as errlog:
+        async with scientific_session("--stateful", "--hibernate-after", "1", "--verbose", errlog=errlog) as session:
+            await zygote_ready(log)
+            a = await create(session)
+            text = await in_sandbox(session, "import pandas as pd\ndf = pd.DataFrame({'x': [1, 2, 3]})", a)
+            assert state_of(text) is None, text
+            # What src/sandbox/registry/hibernation.rs logs, with the handle's first characters.
+            hibernated = f"sandbox {a[:10]}… hibernated"
+            deadline = time.monotonic() + HIBERNATION_TIMEOUT
+            while hibernated not in log.read_text():
+                assert time.monotonic() < deadline, "the idle sandbox did not hibernate"
+                await anyio.sleep(0.2)
+            text = await in_sandbox(session, "int(df['x'].sum())", a)
+            assert return_value(text) == "6" and state_of(text) is None, text
 
 
 async def test_a_pydantic_ai_agent_gets_the_chart_as_an_image():
@@ -256,7 +326,17 @@ async def test_code_sandbox_runs_the_scientific_runtime(monkeypatch):
     monkeypatch.setenv("MCP_RUN_PYTHON_BIN", BINARY)
     from mcp_run_python import code_sandbox
 
+    def refuse(reason):
+        raise PermissionError(reason)
+
     args = ["--cache-dir", SCIENTIFIC_CACHE]
-    async with code_sandbox(runtime="scientific", stateful=True, extra_args=args) as sandbox:
+    functions = {"scale": lambda values, by: [v * by for v in values], "refuse": refuse}
+    async with code_sandbox(runtime="scientific", stateful=True, functions=functions, extra_args=args) as sandbox:
         assert (await sandbox.eval("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})"))["status"] == "success"
         assert (await sandbox.eval("int(df['a'].sum())"))["return_value"] == 3
+        # Host functions run in this process: the guest's call crosses its door to the front.
+        scaled = await sandbox.eval("df['b'] = await scale(df['a'].tolist(), by=10)\nint(df['b'].sum())")
+        assert scaled["return_value"] == 30, scaled
+        refused = await sandbox.eval(
+            "import mcp_run_python\ntry:\n    await refuse('no')\nexcept mcp_run_python.FunctionError as e:\n    seen = str(e)\nseen")
+        assert refused["return_value"] == "PermissionError: no", refused

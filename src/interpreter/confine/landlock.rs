@@ -42,6 +42,10 @@ pub enum Domain {
     /// A scientific worker's (docs/architecture.md §5.4): its guest's file system calls reach
     /// the host's, beneath these folders only.
     Scientific(GuestFolders),
+    /// The scientific zygote's: its folders (`write` is the parent of its children's scratch
+    /// folders), and files beneath `/proc` read, as [`Domain::Zygote`], for the same reason;
+    /// each child nests its own [`Domain::Scientific`].
+    ScientificZygote(GuestFolders),
 }
 
 /// The host folders a scientific worker's guest reaches through WASI: its artifacts (the
@@ -108,12 +112,12 @@ fn folder_rules(domain: &Domain) -> Result<Vec<PathBeneath<RuleFd>>, ConfineErro
     };
     match domain {
         Domain::Worker => Ok(Vec::new()),
-        // A file that does not exist here needs no rule.
-        Domain::Zygote => Ok(PathFd::new(PROC)
-            .ok()
-            .map(|fd| PathBeneath::new(RuleFd::Path(fd), BitFlags::from(AccessFs::ReadFile)))
-            .into_iter()
-            .collect()),
+        Domain::Zygote => Ok(proc_rule().into_iter().collect()),
+        Domain::ScientificZygote(folders) => {
+            let mut rules = folder_rules(&Domain::Scientific(folders.clone()))?;
+            rules.extend(proc_rule());
+            Ok(rules)
+        }
         Domain::Scientific(folders) => {
             // Files and folders made, written, renamed and removed: no devices, sockets or
             // pipes, nothing executed.
@@ -137,6 +141,13 @@ fn folder_rules(domain: &Domain) -> Result<Vec<PathBeneath<RuleFd>>, ConfineErro
 
 /// Where a forked child opens its page map ([`Domain::Zygote`]).
 const PROC: &str = "/proc";
+
+/// The zygotes' rule: files beneath [`PROC`] read (none where it does not exist here).
+fn proc_rule() -> Option<PathBeneath<RuleFd>> {
+    PathFd::new(PROC)
+        .ok()
+        .map(|fd| PathBeneath::new(RuleFd::Path(fd), BitFlags::from(AccessFs::ReadFile)))
+}
 
 /// Restricts the calling thread and every thread it creates later (landlock(7): a domain is
 /// inherited by threads and children created after `landlock_restrict_self(2)`; threads that
@@ -194,6 +205,7 @@ pub fn restrict(threads: Option<usize>, domain: &Domain) -> Result<Layer, Confin
         Domain::Worker => "no files",
         Domain::Zygote => "no files but /proc read",
         Domain::Scientific(_) => "no files but the guest's folders",
+        Domain::ScientificZygote(_) => "no files but the guest's folders and /proc read",
     };
     Ok(Layer::On(format!(
         "abi {}, {how}, {files}, {net}, {scope}, before engine threads: {threads} thread(s)",

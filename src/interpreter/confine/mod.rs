@@ -293,7 +293,7 @@ pub fn enter(mode: ConfinementMode, domain: &Domain) -> Result<Status, ConfineEr
     let capabilities = settle(mode, "capabilities", capabilities::drop_all())?;
     let landlock = settle(mode, "landlock", landlock::restrict(threads, domain))?;
     let profile = match domain {
-        Domain::Scientific(_) => filter::Profile::Scientific,
+        Domain::Scientific(_) | Domain::ScientificZygote(_) => filter::Profile::Scientific,
         Domain::Worker | Domain::Zygote => filter::Profile::Pyodide,
     };
     let pending = || Layer::Off("not applied yet".to_owned());

@@ -4,10 +4,13 @@
 //! runs, so it is hostile: parsed typed, bound to the request in progress, and each answer taken
 //! once.
 
+use super::super::host_calls::{ask_tool, running_call, FrontInput, HostCallError};
 use super::super::output::{forward_output, Running};
 use crate::assets::SCIENTIFIC_PY;
+use crate::protocol::{CallId, FunctionCall, Reply, ToolCall};
 use crate::wasi::door::Door;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::cell::{RefCell, RefMut};
+use std::rc::Rc;
 
 /// A door message's first byte, as `runtime/python/scientific.py` writes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +27,30 @@ enum Tag {
     File,
     /// `a` + JSON: the request's answer; only the first counts.
     Answer,
+    /// `c` + JSON ([`GuestCall`]): code mode's call of a tool or host function, made by the
+    /// front while the run waits.
+    Call,
 }
+
+/// A call of code mode the guest asks the front to make (`runtime/python/scientific.py`
+/// `_ask`), as Pyodide's runner asks it (`src/interpreter/host_calls.rs` `HostRequest`).
+#[derive(Debug, serde::Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+enum GuestCall {
+    /// An upstream MCP tool's (`--tools-config`).
+    Tool { call: ToolCall },
+    /// A host function's (`--functions-socket`).
+    Function { call: FunctionCall },
+}
+
+/// The first byte of the door's answer to a [`Tag::Call`]: what follows is the answer (a
+/// `u32` little-endian length, the [`crate::protocol::ToolAnswer`]'s JSON of that length, then
+/// its images' bytes one after another).
+const CALL_ANSWERED: u8 = b'+';
+
+/// The first byte of the door's answer to a [`Tag::Call`] that could not be made: the rest is
+/// why, as text (the guest raises it).
+const CALL_FAILED: u8 = b'!';
 
 impl Tag {
     fn of(byte: u8) -> Option<Tag> {
@@ -35,6 +61,7 @@ impl Tag {
             b'o' => Tag::Output,
             b'f' => Tag::File,
             b'a' => Tag::Answer,
+            b'c' => Tag::Call,
             _ => return None,
         })
     }
@@ -59,33 +86,106 @@ pub(super) struct Exchange {
 }
 
 /// The exchange, shared by the worker and its guest's door (wasmtime keeps the door in the
-/// store, which must be `Send`).
+/// store; both live on the worker's one thread).
 #[derive(Clone, Default)]
-pub(super) struct Shared(Arc<Mutex<Exchange>>);
+pub(super) struct Shared(Rc<RefCell<Exchange>>);
 
 impl Shared {
-    /// The exchange; a poisoned lock still holds a usable one (a panic cannot leave it half
-    /// written: every field is replaced whole).
-    pub(super) fn lock(&self) -> MutexGuard<'_, Exchange> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    /// The exchange (borrowed by one side at a time: the worker between turns, the door
+    /// during one of the guest's calls).
+    pub(super) fn lock(&self) -> RefMut<'_, Exchange> {
+        self.0.borrow_mut()
     }
 
-    /// The door the guest calls, over this exchange.
-    pub(super) fn door(&self) -> Box<dyn Door> {
-        Box::new(WorkerDoor(self.clone()))
+    /// The door the guest calls, over this exchange; code mode's calls go to the front over
+    /// `front` (`None`: a worker that serves no code mode, such as a zygote's warm-up).
+    pub(super) fn door(&self, front: Option<Rc<RefCell<FrontInput>>>) -> Box<dyn Door> {
+        Box::new(WorkerDoor {
+            exchange: self.clone(),
+            front,
+        })
     }
 }
 
 /// The guest's door into this worker.
-struct WorkerDoor(Shared);
+struct WorkerDoor {
+    exchange: Shared,
+    /// The front's requests, where a code mode call's answer is read.
+    front: Option<Rc<RefCell<FrontInput>>>,
+}
+
+// SAFETY: wasmtime asks a store's data to be `Send` (a store may move between threads). The
+// worker's store, and with it this door and the `Rc`s it holds, is made, used and dropped on the
+// worker's one thread and never sent to another (the epoch ticker's thread holds only the
+// engine; a zygote forks with that one thread), so no `Rc` count is ever touched from two
+// threads.
+unsafe impl Send for WorkerDoor {}
+
+impl WorkerDoor {
+    /// Makes code mode's call `body` ([`GuestCall`]'s JSON) through the front, bound to the
+    /// run in progress: the door's answer ([`CALL_ANSWERED`] or [`CALL_FAILED`]).
+    fn host_call(&self, body: &[u8], running: Option<CallId>) -> Vec<u8> {
+        let answered = self.ask(body, running);
+        match answered {
+            Ok((json, images)) => {
+                let Ok(len) = u32::try_from(json.len()) else {
+                    return failed("the answer is longer than the guest can take");
+                };
+                let mut out = Vec::with_capacity(5 + json.len() + images.len());
+                out.push(CALL_ANSWERED);
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(json.as_bytes());
+                out.extend_from_slice(&images);
+                out
+            }
+            Err(e) => failed(&e.to_string()),
+        }
+    }
+
+    fn ask(
+        &self,
+        body: &[u8],
+        running: Option<CallId>,
+    ) -> Result<(String, Vec<u8>), HostCallError> {
+        let call: GuestCall = serde_json::from_slice(body).map_err(HostCallError::Malformed)?;
+        let what = match call {
+            GuestCall::Tool { .. } => "MCP tool calls",
+            GuestCall::Function { .. } => "host functions",
+        };
+        let id = running_call(running, what)?;
+        let front = self
+            .front
+            .as_ref()
+            .ok_or(HostCallError::NotRunning { what })?;
+        let reply = match call {
+            GuestCall::Tool { call } => Reply::ToolCall { id, call },
+            GuestCall::Function { call } => Reply::FunctionCall { id, call },
+        };
+        ask_tool(front, reply, id)
+    }
+}
+
+/// A [`CALL_FAILED`] answer saying `why`.
+fn failed(why: &str) -> Vec<u8> {
+    let mut out = vec![CALL_FAILED];
+    out.extend_from_slice(why.as_bytes());
+    out
+}
 
 impl Door for WorkerDoor {
     /// `None` (the guest's call raises) for an unknown tag, output that is not text, or a
     /// request or source asked for when there is none.
     fn call(&mut self, message: &[u8]) -> Option<Vec<u8>> {
         let (&tag, body) = message.split_first()?;
-        let mut exchange = self.0.lock();
-        match Tag::of(tag)? {
+        let tag = Tag::of(tag)?;
+        if tag == Tag::Call {
+            // The exchange is not held while the front makes the call.
+            let running = self.exchange.lock().running.id;
+            return Some(self.host_call(body, running));
+        }
+        let mut exchange = self.exchange.lock();
+        match tag {
+            Tag::Call => None,
             Tag::Source if !exchange.booted => Some(SCIENTIFIC_PY.as_bytes().to_vec()),
             Tag::Source => None,
             Tag::Request => exchange.request.take(),
@@ -113,7 +213,7 @@ mod tests {
     #[test]
     fn each_answer_is_taken_once_and_the_first_counts() {
         let shared = Shared::default();
-        let mut door = shared.door();
+        let mut door = shared.door(None);
         shared.lock().request = Some(b"{}".to_vec());
         assert_eq!(door.call(b"q").as_deref(), Some(b"{}".as_slice()));
         assert_eq!(door.call(b"q"), None);

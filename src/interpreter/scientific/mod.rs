@@ -13,21 +13,30 @@
 //! A zygote (`zygote.rs`) imports numpy, pandas and matplotlib once and forks workers that
 //! start with them loaded, each with a scratch folder of its own.
 //!
-//! Not yet: checkpoints, installs, the `--mount` files, code mode's tools and the network.
+//! A forked child's state is checkpointed and restored as a Pyodide worker's is
+//! (`checkpoint.rs`).
+//!
+//! Code mode's tool and host function calls cross the door to the front (`door.rs`).
+//!
+//! Not yet: installs, the `--mount` files and the network.
 
+mod checkpoint;
 mod door;
 mod zygote;
 
 use super::boot::{read_boot, BootReport};
 use super::confine::{self, Domain, Folder, GuestFolders};
+use super::dirty_pages::DirtyPages;
+use super::host_calls::FrontInput;
+use super::linear_memory::Shadow;
 use super::outcome::{ended_outcome, error_outcome};
 use super::output::Running;
 use super::runner::{Ended, RunArgs};
-use super::serve::{answered, send_file, send_ran, serve_requests, Interpreter, Served};
-use crate::assets::{runner_constants, RUNNER_PY};
+use super::serve::{send_file, send_ran, serve_requests, Interpreter, Served};
+use crate::assets::{runner_constants, MCP_TOOLS_PY, RUNNER_PY};
 use crate::protocol::launch::WorkerArgs;
 use crate::protocol::pages::ZygoteId;
-use crate::protocol::{CallId, Reply, RunOutcome, SnapshotMode};
+use crate::protocol::{CallId, RunOutcome, SnapshotMode};
 use crate::wasi::{self, Guest, GuestFiles, GuestLimits, TurnStatus, WasiError};
 use anyhow::{anyhow, bail, Context, Result};
 use door::Shared;
@@ -36,6 +45,7 @@ use std::cell::RefCell;
 use std::fs::File;
 use std::io::{self, BufReader};
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::Instant;
 
 /// The boot's turn: loads the guest side (`runtime/python/scientific.py`, handed over the
@@ -95,6 +105,12 @@ struct FileAnswer {
 struct Scientific {
     guest: Guest,
     exchange: Shared,
+    /// Forked workers: what linear memory held at the last checkpoint (made at the first
+    /// checkpoint or restore).
+    shadow: Option<Shadow>,
+    /// Forked workers where the kernel can say which pages were written since the last
+    /// checkpoint; dropped (so that checkpoints compare every page) at its first error.
+    dirty: Option<DirtyPages>,
 }
 
 /// Runs the scientific worker until stdin closes (`main` in `entry.rs` reports its errors).
@@ -111,7 +127,7 @@ pub(super) fn live(args: WorkerArgs) -> Result<()> {
         Some(_) => Some(File::open("/proc/self/status").context("opening /proc/self/status")?),
         None => None,
     };
-    let input = RefCell::new(BufReader::new(io::stdin().lock()));
+    let input = Rc::new(RefCell::new(BufReader::new(io::stdin().lock())));
     let Some(plan) = read_boot(&mut *input.borrow_mut(), None)? else {
         return Ok(());
     };
@@ -126,20 +142,22 @@ pub(super) fn live(args: WorkerArgs) -> Result<()> {
     let _entered = runtime.enter();
     // A zygote's domain grants its scratch folder's parent, where the front makes each
     // child's; each child then nests a domain of its own folder only.
-    let write = match control {
-        Some(_) => paths.scratch.parent().unwrap_or(&paths.scratch),
-        None => &paths.scratch,
+    let domain = match control {
+        Some(_) => Domain::ScientificZygote(GuestFolders {
+            read: paths.artifacts.clone(),
+            write: Folder::Path(paths.scratch.parent().unwrap_or(&paths.scratch).to_owned()),
+        }),
+        None => Domain::Scientific(GuestFolders {
+            read: paths.artifacts.clone(),
+            write: Folder::Path(paths.scratch.clone()),
+        }),
     };
-    let domain = Domain::Scientific(GuestFolders {
-        read: paths.artifacts.clone(),
-        write: Folder::Path(write.to_owned()),
-    });
     let confined = confine::enter(args.confinement, &domain)?;
     let started = Instant::now();
     let memory_bytes = args
         .wasm_max_bytes()
         .map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX));
-    let (mut worker, version) = Scientific::boot(&paths, memory_bytes)?;
+    let (mut worker, version) = Scientific::boot(&paths, memory_bytes, input.clone())?;
     let report = BootReport {
         version,
         boot_ms: started.elapsed().as_millis() as u64,
@@ -157,7 +175,7 @@ pub(super) fn live(args: WorkerArgs) -> Result<()> {
             };
             match zygote.fork_workers(&mut worker, report, confined)? {
                 zygote::Forked::ZygoteDone => return Ok(()),
-                zygote::Forked::Child => {}
+                zygote::Forked::Child(dirty) => worker.dirty = dirty,
             }
         }
         _ => super::boot::send_ready(report, confined)?,
@@ -208,17 +226,26 @@ impl Scientific {
     /// line.
     ///
     /// Errors: the module cannot be loaded, the guest does not start or its runner fails.
-    fn boot(paths: &Paths, memory_bytes: usize) -> Result<(Scientific, String)> {
+    fn boot(
+        paths: &Paths,
+        memory_bytes: usize,
+        front: Rc<RefCell<FrontInput>>,
+    ) -> Result<(Scientific, String)> {
         let engine = wasi::module::engine()?;
         let compiled = wasi::module::compiled_path(&paths.artifacts);
         let module = wasi::module::load(&engine, &compiled)?;
         let files = paths.guest_files();
         let mut guest = Guest::start(&engine, &module, &files, GuestLimits { memory_bytes })?;
         let exchange = Shared::default();
-        guest.set_door(Some(exchange.door()));
-        let mut worker = Scientific { guest, exchange };
+        guest.set_door(Some(exchange.door(Some(front))));
+        let mut worker = Scientific {
+            guest,
+            exchange,
+            shadow: None,
+            dirty: None,
+        };
         let constants: serde_json::Value = serde_json::from_str(&runner_constants())?;
-        let boot = json!({"runner": RUNNER_PY, "constants": constants});
+        let boot = json!({"runner": RUNNER_PY, "constants": constants, "tools": MCP_TOOLS_PY});
         let answer = worker
             .turn_with(BOOT_TURN, &boot, None)
             .context("booting the scientific runtime")?;
@@ -364,31 +391,28 @@ impl Interpreter for Scientific {
     }
 
     fn checkpoint(&mut self, id: CallId) -> Result<Served> {
-        answered(&Reply::Checkpoint {
-            id,
-            outcome: crate::protocol::CheckpointOutcome::Uncapturable {
-                reasons: vec![crate::protocol::Uncapturable::NotForked],
-            },
-        })
+        self.take_checkpoint(id)
     }
 
     fn restore(
         &mut self,
-        _: CallId,
-        _: ZygoteId,
-        _: u64,
-        _: bool,
-        _: Vec<Vec<u8>>,
+        id: CallId,
+        zygote: ZygoteId,
+        memory_bytes: u64,
+        reseed: bool,
+        attachments: Vec<Vec<u8>>,
     ) -> Option<String> {
-        Some("the scientific runtime restores no checkpoints yet".to_owned())
+        self.restore_checkpoint(id, zygote, memory_bytes, reseed, attachments)
     }
 
-    fn reseed(&mut self, _: CallId) -> Option<String> {
-        Some("the scientific runtime is not forked yet".to_owned())
+    fn reseed(&mut self, id: CallId) -> Option<String> {
+        self.reseed_guest(id)
     }
 
+    /// A throwaway run of the runner in the restored interpreter, off any caller's path:
+    /// the pages a call writes are then already copied from the zygote.
     fn warm_up(&mut self, _: CallId) -> Option<String> {
-        Some("the scientific runtime is not restored yet".to_owned())
+        self.request("warm_up").err().map(|e| format!("{e:#}"))
     }
 
     fn run(&mut self, id: CallId, run: RunArgs<'_>, image_cap: usize) -> Result<Served> {
@@ -399,6 +423,7 @@ impl Interpreter for Scientific {
             "output_cap": run.output_cap,
             "result_cap": run.result_cap,
             "keep_globals": run.keep_globals,
+            "tools": run.tools,
         });
         self.exchange.lock().running = Running {
             id: Some(id),

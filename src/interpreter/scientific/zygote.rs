@@ -13,8 +13,10 @@
 
 use super::super::boot::{send_ready, BootReport};
 use super::super::confine::{self, Domain, Folder, GuestFolders};
+use super::super::dirty_pages::DirtyPages;
 use super::super::fork_server::{self, ZygoteEngine, FD_SCAN_MAX};
 use super::super::host_calls::FrontInput;
+use super::super::linear_memory::Pristine;
 use super::{Paths, Scientific};
 use anyhow::{anyhow, bail, Context, Result};
 use std::cell::RefCell;
@@ -26,8 +28,9 @@ use std::os::unix::fs::MetadataExt;
 pub(super) enum Forked {
     /// In the zygote, done forking: it ends.
     ZygoteDone,
-    /// In a forked child, confined and ready.
-    Child,
+    /// In a forked child, confined and ready, with the kernel's record of the pages its
+    /// guest writes where the kernel keeps one (`dirty_pages.rs`).
+    Child(Option<DirtyPages>),
 }
 
 /// A scientific worker started as the zygote, once booted.
@@ -58,8 +61,9 @@ impl Zygote<'_> {
     ) -> Result<Forked> {
         let root = descriptor_of(&self.paths.scratch)?;
         worker
-            .request("warm_up")
+            .request("prepare_zygote")
             .context("warming up the scientific zygote")?;
+        keep_pristine(worker)?;
         let version = report.version.clone();
         report.send(&confined, false)?;
         fork_server::check_drained(self.input.borrow().buffer().len())?;
@@ -74,17 +78,40 @@ impl Zygote<'_> {
             .ok_or_else(|| anyhow!("the front sent no scratch folder"))?;
         take_place(&scratch, root)?;
         drop(scratch);
+        // The page map is a file: opened before this child's own Landlock domain.
+        let opened = DirtyPages::open();
         let domain = Domain::Scientific(GuestFolders {
             read: self.paths.artifacts.clone(),
             write: Folder::Open(root),
         });
-        let confined = confine::enter_forked(confined, &domain)?;
+        let mut confined = confine::enter_forked(confined, &domain)?;
+        let dirty = opened
+            .and_then(|opened| DirtyPages::arm(opened, worker.guest.memory()))
+            .map_err(|e| tracing::debug!("checkpoints compare the whole memory: {e}"))
+            .ok();
+        if let Some(dirty) = &dirty {
+            confined.allow_tracking(dirty.descriptors());
+        }
         worker
             .request("make_root")
             .context("making the child's root folder")?;
         send_ready(BootReport::forked(version, forked.requested), confined)?;
-        Ok(Forked::Child)
+        Ok(Forked::Child(dirty))
     }
+}
+
+/// Keeps a copy of the zygote's linear memory as its last step before it forks
+/// ([`Pristine`]): every child's checkpoints are measured against it.
+///
+/// Errors: the copy cannot be mapped.
+fn keep_pristine(worker: &Scientific) -> Result<()> {
+    let started = std::time::Instant::now();
+    let id = Pristine::keep(worker.guest.memory())?;
+    tracing::debug!(
+        "scientific zygote {id}: pristine memory kept in {} ms",
+        started.elapsed().as_millis()
+    );
+    Ok(())
 }
 
 /// The one descriptor of this process open on `folder` (the guest's root, which its WASI

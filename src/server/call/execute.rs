@@ -454,11 +454,9 @@ impl Executor {
     /// `--stateful`, an interpreter per sandbox (`--isolation session`), for sandboxes that
     /// outlive their call.
     pub(super) fn checkpoints(&self, sandbox: &Sandbox) -> bool {
-        // The scientific runtime keeps no checkpoints yet: no round trip to be told so.
         self.keeps_state()
             && self.settings.isolation == Isolation::Sandbox
             && sandbox.owner != crate::sandbox::live::Owner::Call
-            && self.settings.built_in.is_none()
     }
 
     /// Scans, installs and runs on `worker`, filling `result`, and `listing` with what the

@@ -24,7 +24,7 @@ use std::time::Duration;
 pub const FORKED: &str = "forked: this sandbox started as a copy of another sandbox as its last completed call left it (variables, functions, imports and installed packages)";
 
 /// The first words of that note when the source had no interpreter state to copy.
-pub const FORKED_WITHOUT_STATE: &str = "forked: this sandbox started as a copy of another sandbox, which held no interpreter state to copy (no completed call in its current interpreter, or the scientific runtime, which copies none yet): only its files and dependencies were copied";
+pub const FORKED_WITHOUT_STATE: &str = "forked: this sandbox started as a copy of another sandbox, which held no interpreter state to copy (no completed call in its current interpreter, or an interpreter not forked from a zygote, as with `--no-zygote`): only its files and dependencies were copied";
 
 /// What a fork copied of its source ([`Executor::fork`]).
 pub struct ForkCopy {

@@ -110,7 +110,7 @@ fn answer_text(id: &SandboxId, forked: &ForkCopy, idle: Option<Duration>) -> Str
     let mut text = if forked.had_state {
         format!("Forked the sandbox into a new one, {id}: it starts as a copy of the sandbox as its last completed call left it (variables, functions, imports, installed packages and files), and from now on the two are independent.")
     } else {
-        format!("Forked the sandbox into a new one, {id}: the sandbox held no interpreter state to copy (no completed call in its current interpreter, or the scientific runtime, which copies none yet), so the new one starts with its files and dependencies only, and from now on the two are independent.")
+        format!("Forked the sandbox into a new one, {id}: the sandbox held no interpreter state to copy (no completed call in its current interpreter, or an interpreter not forked from a zygote, as with `--no-zygote`), so the new one starts with its files and dependencies only, and from now on the two are independent.")
     };
     if let Some(words) = forked.not_copied_words() {
         text.push_str(&format!(" Note: {words}."));

@@ -245,7 +245,11 @@ pub fn definitions_for(
     code_mode: Option<&str>,
 ) -> std::borrow::Cow<'static, [Tool]> {
     let description = match (built_in, code_mode) {
-        (Some(built_in), _) => run_python_code::scientific_description(stateful, built_in),
+        (Some(built_in), code_mode) => format!(
+            "{}{}",
+            run_python_code::scientific_description(stateful, built_in),
+            code_mode.unwrap_or_default()
+        ),
         (None, Some(code_mode)) => format!("{}{code_mode}", run_python_code::description(stateful)),
         (None, None) => return std::borrow::Cow::Borrowed(definitions(stateful)),
     };
