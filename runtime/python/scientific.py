@@ -209,47 +209,21 @@ _WARM_MODULES = ("numpy", "pandas", "matplotlib.pyplot")
 # Output and result caps of the runs the worker makes for itself (bytes).
 _OWN_RUN_CAP = 1024
 
-# A scan for open descriptors ends after this many unused numbers in a row: wasmtime's WASI
-# numbers a new descriptor with the highest freed one, or past the highest in use, so the ones
-# in use are packed from 0.
-_FD_GAP = 64
-
-# The descriptors the zygote held open as it forked (the standard streams, the preopened
-# folders): every child has them, so a checkpoint does not count them.
-_BASELINE_FDS = frozenset()
-
-
-def _open_fds():
-    """The guest's open descriptors."""
-    found, unused, fd = set(), 0, 0
-    while unused < _FD_GAP:
-        try:
-            os.fstat(fd)
-        except OSError:
-            unused += 1
-        else:
-            found.add(fd)
-            unused = 0
-        fd += 1
-    return found
-
 
 def _prepare_zygote(request):
     """The zygote's warm-up: the stack imported, one call run through the runner, every
     object moved to the collector's permanent generation (``gc.freeze``: a child's
-    collections then leave the zygote's pages shared), the reseed of each child's first run
-    prepared, and the open descriptors recorded as every child's baseline."""
+    collections then leave the zygote's pages shared), and the reseed of each child's first
+    run prepared."""
     import gc
     import importlib
 
-    global _BASELINE_FDS
     for name in _WARM_MODULES:
         importlib.import_module(name)
     _RUNNER.run("1 + 1", "{}", _OWN_RUN_CAP, _OWN_RUN_CAP, False, None)
     gc.collect()
     gc.freeze()
     _RUNNER.reseed_before_next_run()
-    _BASELINE_FDS = frozenset(_open_fds())
     return "{}"
 
 
@@ -267,12 +241,6 @@ def _reseed(request):
     return "{}"
 
 
-def _capturable(request):
-    """What a checkpoint of linear memory would miss: the files the code left open beyond the
-    zygote's (a restored interpreter would not have them)."""
-    return json.dumps({"open_files": len(_open_fds() - _BASELINE_FDS)})
-
-
 _SERVES = {
     "run": _run,
     "read_file": _read_file,
@@ -281,7 +249,6 @@ _SERVES = {
     "prepare_zygote": _prepare_zygote,
     "warm_up": _warm_up,
     "reseed": _reseed,
-    "capturable": _capturable,
 }
 
 

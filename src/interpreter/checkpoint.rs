@@ -30,10 +30,7 @@ impl Serving {
     /// The interpreter's shadow, made at the first checkpoint or restore; `None` in an
     /// interpreter not forked from a zygote.
     fn shadow(&mut self) -> Option<&mut Shadow> {
-        if self.shadow.is_none() {
-            self.shadow = Pristine::inherited().map(Shadow::new);
-        }
-        self.shadow.as_mut()
+        Shadow::in_slot(&mut self.shadow)
     }
 
     /// The pages written since the last checkpoint or restore, as the kernel recorded them

@@ -143,6 +143,16 @@ pub struct Shadow {
 }
 
 impl Shadow {
+    /// The shadow `slot` holds, made equal to the pristine memory at its first use (a forked
+    /// interpreter's first checkpoint or restore); `None` in an interpreter that was not forked
+    /// from a zygote.
+    pub fn in_slot(slot: &mut Option<Shadow>) -> Option<&mut Shadow> {
+        if slot.is_none() {
+            *slot = Pristine::inherited().map(Shadow::new);
+        }
+        slot.as_mut()
+    }
+
     /// A shadow equal to the pristine memory: what a fresh child holds.
     pub fn new(pristine: &'static Pristine) -> Shadow {
         Shadow {

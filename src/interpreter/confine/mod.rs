@@ -33,6 +33,7 @@ mod limits;
 mod namespaces;
 
 pub use landlock::{Domain, Folder, GuestFolders};
+pub use limits::GUEST_NOFILE_MAX;
 
 #[cfg(feature = "escape-test")]
 mod escape;

@@ -227,6 +227,13 @@ mod tests {
         assert_eq!(door.call(b""), None);
         assert_eq!(door.call(b"z"), None);
         assert_eq!(door.call(b"o\xff"), None);
+        // A code mode call outside a run, or that is not one, is refused with why.
+        let call = br#"c{"op":"function","call":{"function":"f"}}"#;
+        let refused = door.call(call).expect("answered");
+        assert_eq!(refused[0], CALL_FAILED);
+        assert!(String::from_utf8_lossy(&refused).contains("only available while code runs"));
+        let malformed = door.call(b"c{\"op\":\"fetch\"}").expect("answered");
+        assert_eq!(malformed[0], CALL_FAILED);
         // The guest side's source only until it booted.
         assert!(door.call(b"s").is_some());
         shared.lock().booted = true;

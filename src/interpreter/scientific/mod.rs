@@ -7,7 +7,7 @@
 //! the artifacts read-only, the scratch folder the front made for it read-write; its seccomp
 //! profile adds the guest's file calls), loads the compiled module, starts one guest, loads
 //! `runtime/python/scientific.py` and `runner.py` in it, seals itself, says
-//! [`Reply::Ready`], and serves until stdin closes. Each request is one turn of the guest,
+//! [`Reply::Ready`](crate::protocol::Reply::Ready), and serves until stdin closes. Each request is one turn of the guest,
 //! exchanged through its door (`door.rs`).
 //!
 //! A zygote (`zygote.rs`) imports numpy, pandas and matplotlib once and forks workers that
@@ -111,6 +111,9 @@ struct Scientific {
     /// Forked workers where the kernel can say which pages were written since the last
     /// checkpoint; dropped (so that checkpoints compare every page) at its first error.
     dirty: Option<DirtyPages>,
+    /// Forked workers: the descriptors open once forked and ready; any other one open at a
+    /// checkpoint is a file the guest holds (`checkpoint.rs`).
+    forked_descriptors: Vec<std::os::fd::RawFd>,
 }
 
 /// Runs the scientific worker until stdin closes (`main` in `entry.rs` reports its errors).
@@ -175,7 +178,10 @@ pub(super) fn live(args: WorkerArgs) -> Result<()> {
             };
             match zygote.fork_workers(&mut worker, report, confined)? {
                 zygote::Forked::ZygoteDone => return Ok(()),
-                zygote::Forked::Child(dirty) => worker.dirty = dirty,
+                zygote::Forked::Child(dirty) => {
+                    worker.dirty = dirty;
+                    worker.forked_descriptors = checkpoint::open_descriptors();
+                }
             }
         }
         _ => super::boot::send_ready(report, confined)?,
@@ -243,6 +249,7 @@ impl Scientific {
             exchange,
             shadow: None,
             dirty: None,
+            forked_descriptors: Vec::new(),
         };
         let constants: serde_json::Value = serde_json::from_str(&runner_constants())?;
         let boot = json!({"runner": RUNNER_PY, "constants": constants, "tools": MCP_TOOLS_PY});
