@@ -98,7 +98,7 @@ impl Shared {
     }
 
     /// The door the guest calls, over this exchange; code mode's calls go to the front over
-    /// `front` (`None`: a worker that serves no code mode, such as a zygote's warm-up).
+    /// `front` (`None`: they are refused, as in a test without a front).
     pub(super) fn door(&self, front: Option<Rc<RefCell<FrontInput>>>) -> Box<dyn Door> {
         Box::new(WorkerDoor {
             exchange: self.clone(),
@@ -131,7 +131,8 @@ impl WorkerDoor {
                 let Ok(len) = u32::try_from(json.len()) else {
                     return failed("the answer is longer than the guest can take");
                 };
-                let mut out = Vec::with_capacity(5 + json.len() + images.len());
+                let head = 1 + std::mem::size_of::<u32>();
+                let mut out = Vec::with_capacity(head + json.len() + images.len());
                 out.push(CALL_ANSWERED);
                 out.extend_from_slice(&len.to_le_bytes());
                 out.extend_from_slice(json.as_bytes());
