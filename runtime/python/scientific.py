@@ -93,7 +93,9 @@ def _ask(kind, call_json):
     """Code mode's call (``kind`` ``"tool"`` or ``"function"``, ``call_json`` its JSON), made by
     the front while the run waits, as Pyodide's runner makes it: the answer's JSON and its
     images' bytes. Raises ``RuntimeError`` when the call could not be made."""
-    message = json.dumps({"op": kind, "call": json.loads(call_json)}).encode("utf-8")
+    # The call's JSON goes as it came (the host parses the message strictly), as in
+    # runtime/js/runner.js.
+    message = f'{{"op":{json.dumps(kind)},"call":{call_json}}}'.encode("utf-8")
     answer = _host.call(_CALL + message)
     if answer[:1] != _CALL_ANSWERED:
         raise RuntimeError(answer[1:].decode("utf-8", "replace"))

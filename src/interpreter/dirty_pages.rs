@@ -188,6 +188,15 @@ fn ioctl<T>(fd: &OwnedFd, request: u32, arg: &mut T) -> std::io::Result<libc::c_
     Ok(r)
 }
 
+/// The tracking `armed` (a forked child's, [`DirtyPages::arm`] of [`DirtyPages::open`]'s), or
+/// `None` when the kernel cannot track its memory: checkpoints then compare every page (said
+/// in the debug log). Both runtimes' children take it so.
+pub fn armed_or_none(armed: Result<DirtyPages, TrackingError>) -> Option<DirtyPages> {
+    armed
+        .map_err(|e| tracing::debug!("checkpoints compare the whole memory: {e}"))
+        .ok()
+}
+
 impl DirtyPages {
     /// Opens this process's page map and a userfaultfd with the features the tracking needs.
     /// Call in a forked child before its own Landlock domain (the page map is a file) and

@@ -182,12 +182,9 @@ pub(super) fn track_writes(
     runner: &Runner,
     opened: Result<dirty_pages::Opened, dirty_pages::TrackingError>,
 ) -> Option<DirtyPages> {
-    let armed = opened.and_then(|opened| {
+    dirty_pages::armed_or_none(opened.and_then(|opened| {
         engine
             .with_bytes(&runner.memory, |memory| DirtyPages::arm(opened, memory))
             .map_err(dirty_pages::TrackingError::Memory)?
-    });
-    armed
-        .map_err(|e| tracing::debug!("checkpoints compare the whole memory: {e}"))
-        .ok()
+    }))
 }

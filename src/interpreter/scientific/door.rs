@@ -98,8 +98,8 @@ impl Shared {
     }
 
     /// The door the guest calls, over this exchange; code mode's calls go to the front over
-    /// `front` (`None`: they are refused, as in a test without a front).
-    pub(super) fn door(&self, front: Option<Rc<RefCell<FrontInput>>>) -> Box<dyn Door> {
+    /// `front`.
+    pub(super) fn door(&self, front: Rc<RefCell<FrontInput>>) -> Box<dyn Door> {
         Box::new(WorkerDoor {
             exchange: self.clone(),
             front,
@@ -111,7 +111,7 @@ impl Shared {
 struct WorkerDoor {
     exchange: Shared,
     /// The front's requests, where a code mode call's answer is read.
-    front: Option<Rc<RefCell<FrontInput>>>,
+    front: Rc<RefCell<FrontInput>>,
 }
 
 // SAFETY: wasmtime asks a store's data to be `Send` (a store may move between threads). The
@@ -149,20 +149,17 @@ impl WorkerDoor {
         running: Option<CallId>,
     ) -> Result<(String, Vec<u8>), HostCallError> {
         let call: GuestCall = serde_json::from_slice(body).map_err(HostCallError::Malformed)?;
-        let what = match call {
-            GuestCall::Tool { .. } => "MCP tool calls",
-            GuestCall::Function { .. } => "host functions",
+        let (id, reply) = match call {
+            GuestCall::Tool { call } => {
+                let id = running_call(running, "MCP tool calls")?;
+                (id, Reply::ToolCall { id, call })
+            }
+            GuestCall::Function { call } => {
+                let id = running_call(running, "host functions")?;
+                (id, Reply::FunctionCall { id, call })
+            }
         };
-        let id = running_call(running, what)?;
-        let front = self
-            .front
-            .as_ref()
-            .ok_or(HostCallError::NotRunning { what })?;
-        let reply = match call {
-            GuestCall::Tool { call } => Reply::ToolCall { id, call },
-            GuestCall::Function { call } => Reply::FunctionCall { id, call },
-        };
-        ask_tool(front, reply, id)
+        ask_tool(&self.front, reply, id)
     }
 }
 
@@ -214,7 +211,10 @@ mod tests {
     #[test]
     fn each_answer_is_taken_once_and_the_first_counts() {
         let shared = Shared::default();
-        let mut door = shared.door(None);
+        let front = Rc::new(RefCell::new(std::io::BufReader::new(
+            std::io::stdin().lock(),
+        )));
+        let mut door = shared.door(front);
         shared.lock().request = Some(b"{}".to_vec());
         assert_eq!(door.call(b"q").as_deref(), Some(b"{}".as_slice()));
         assert_eq!(door.call(b"q"), None);

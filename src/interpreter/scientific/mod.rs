@@ -243,7 +243,7 @@ impl Scientific {
         let files = paths.guest_files();
         let mut guest = Guest::start(&engine, &module, &files, GuestLimits { memory_bytes })?;
         let exchange = Shared::default();
-        guest.set_door(Some(exchange.door(Some(front))));
+        guest.set_door(Some(exchange.door(front)));
         let mut worker = Scientific {
             guest,
             exchange,

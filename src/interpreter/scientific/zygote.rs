@@ -13,7 +13,7 @@
 
 use super::super::boot::{send_ready, BootReport};
 use super::super::confine::{self, Domain, Folder, GuestFolders};
-use super::super::dirty_pages::DirtyPages;
+use super::super::dirty_pages::{self, DirtyPages};
 use super::super::fork_server::{self, ZygoteEngine, FD_SCAN_MAX};
 use super::super::host_calls::FrontInput;
 use super::super::linear_memory::Pristine;
@@ -85,10 +85,9 @@ impl Zygote<'_> {
             write: Folder::Open(root),
         });
         let mut confined = confine::enter_forked(confined, &domain)?;
-        let dirty = opened
-            .and_then(|opened| DirtyPages::arm(opened, worker.guest.memory()))
-            .map_err(|e| tracing::debug!("checkpoints compare the whole memory: {e}"))
-            .ok();
+        let dirty = dirty_pages::armed_or_none(
+            opened.and_then(|opened| DirtyPages::arm(opened, worker.guest.memory())),
+        );
         if let Some(dirty) = &dirty {
             confined.allow_tracking(dirty.descriptors());
         }

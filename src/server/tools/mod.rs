@@ -244,15 +244,12 @@ pub fn definitions_for(
     built_in: Option<&crate::packages::scientific::BuiltIn>,
     code_mode: Option<&str>,
 ) -> std::borrow::Cow<'static, [Tool]> {
-    let description = match (built_in, code_mode) {
-        (Some(built_in), code_mode) => format!(
-            "{}{}",
-            run_python_code::scientific_description(stateful, built_in),
-            code_mode.unwrap_or_default()
-        ),
-        (None, Some(code_mode)) => format!("{}{code_mode}", run_python_code::description(stateful)),
+    let base = match (built_in, code_mode) {
         (None, None) => return std::borrow::Cow::Borrowed(definitions(stateful)),
+        (Some(built_in), _) => run_python_code::scientific_description(stateful, built_in),
+        (None, Some(_)) => run_python_code::description(stateful),
     };
+    let description = base + code_mode.unwrap_or_default();
     std::borrow::Cow::Owned(definitions_with(stateful, description))
 }
 
