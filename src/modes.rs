@@ -19,6 +19,7 @@ use crate::sandbox::state_dir::StateDir;
 use crate::server::call::execute::{Executor, ExecutorSettings, Limits};
 use crate::server::call::queue::Isolation;
 use crate::server::call::result::{Outcome, Status};
+use crate::server::call::runtimes::{MakeKit, RuntimeKit, Runtimes};
 use crate::server::call::startup_deps;
 use crate::server::handler::RunPythonServer;
 use crate::server::sessions::Sessions;
@@ -126,53 +127,43 @@ fn mirror_lock(packages_url: &str) -> Result<Option<Lockfile>> {
     }
 }
 
-/// The server the options describe: its workers' launcher and spares, the executor (with
-/// code mode's upstreams when asked), the session bound and the sandbox registry.
+/// The server the options describe: each runtime's workers (its launcher and spares; the
+/// other runtime's made when a sandbox first asks for it), the executor (with code mode's
+/// upstreams when asked), the session bound and the sandbox registry.
 ///
-/// Errors, in the order checked: the lock file or a mirror's ([`resolver`]), our own
-/// executable cannot be found, `--stateful` without `--isolation session`, a `--mount`
-/// directory cannot be read or is too large, a time limit out of range, code mode's
-/// configuration or socket, `--state-dir` without `--stateful` or unusable.
+/// Errors, in the order checked: the lock file or a mirror's ([`resolver`]), `--stateful`
+/// without `--isolation session`, the server's own runtime ([`RuntimePlan::kit`]), a time limit
+/// out of range, code mode's configuration or socket, `--state-dir` without `--stateful` or
+/// unusable.
 async fn build(cli: &Serve) -> Result<RunPythonServer> {
     let (resolver, _) = resolver(&cli.packages)?;
-    let exe = std::env::current_exe().context("locating our own executable")?;
     let workers = cli.tenancy.workers.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
     });
     let isolation = isolation(cli)?;
-    let (spares, initial) = spare_counts(cli, isolation, workers);
-    let mounts = Mounts::load(&cli.files.mount, cli.files.max_mount_bytes).context("--mount")?;
-    let scientific = match cli.runtime {
-        Runtime::Scientific => Some(scientific_args(cli).await?),
-        Runtime::Pyodide => None,
-    };
-    let built_in = scientific.as_ref().map(|(_, built_in)| built_in.clone());
-    let zygote_source = match scientific {
-        Some(_) => zygote::scientific_source(cli, isolation),
-        None => zygote::source(cli, isolation, &mounts),
-    };
-    let zygote = zygote_source.is_some();
     let deps = deps(cli);
     let resolver = Arc::new(resolver);
     let startup_plan = startup_deps::startup_plan(resolver.clone(), deps.clone());
-    let launcher = Launcher::new(
-        exe,
-        worker_args(cli),
-        snapshot_path(cli),
-        zygote_source,
-        mounts,
-        startup_deps::preinstall_source(&startup_plan, &deps),
-    );
-    let launcher = Arc::new(match &scientific {
-        Some((args, _)) => scientific_launcher(launcher, args)?,
-        None => launcher,
+    let plan = RuntimePlan {
+        cli: Arc::new(cli.clone()),
+        isolation,
+        workers,
+        startup_plan: startup_plan.clone(),
+    };
+    let (own_kit, zygote) = plan.kit(cli.runtime).await?;
+    let other = match cli.runtime {
+        Runtime::Pyodide => Runtime::Scientific,
+        Runtime::Scientific => Runtime::Pyodide,
+    };
+    let make_other: MakeKit = Box::new(move || {
+        let plan = plan.clone();
+        Box::pin(async move { plan.kit(other).await.map(|(kit, _)| kit) })
     });
-    launcher.prepare().await;
     let limits = limits(cli)?;
     let executor = Executor::new(ExecutorSettings {
-        spares: Spares::new(launcher, spares, initial),
+        runtimes: Runtimes::new(cli.runtime, own_kit, make_other),
         resolver,
         limits,
         isolation,
@@ -182,7 +173,6 @@ async fn build(cli: &Serve) -> Result<RunPythonServer> {
         net: net_policy(cli),
         upstreams: upstreams(cli).await?,
         stateful: cli.sandboxes.stateful,
-        built_in,
     });
     let interpreter_mib = if zygote {
         FORKED_INTERPRETER_MIB
@@ -205,6 +195,69 @@ async fn build(cli: &Serve) -> Result<RunPythonServer> {
     server.session_idle = seconds(cli.tenancy.session_idle_timeout, "--session-idle-timeout")?;
     server.tasks = Some(Arc::new(tasks(cli)?));
     Ok(server)
+}
+
+/// What making a runtime's workers needs: the options, and what the server resolved of them
+/// once (shared by both runtimes; the second is made later, from a copy).
+#[derive(Clone)]
+struct RuntimePlan {
+    cli: Arc<Serve>,
+    isolation: Isolation,
+    workers: usize,
+    startup_plan: startup_deps::StartupPlan,
+}
+
+impl RuntimePlan {
+    /// `runtime`'s workers: their launcher, prepared (Pyodide's snapshot made, the scientific
+    /// runtime's artifacts fetched, checked and compiled), and its spares; with whether they
+    /// are forked from a zygote. For the runtime that is not the server's own (made while the
+    /// first sandbox of it waits), the zygote is started at once and waited for, up to
+    /// [`FIRST_FORK_WAIT`], so that the sandbox is forked (checkpoints and `fork_sandbox` need
+    /// that) rather than booted.
+    ///
+    /// Errors: our own executable cannot be found, a `--mount` directory cannot be read or is
+    /// too large, the scientific runtime cannot be had ([`scientific_args`]), or its workers'
+    /// scratch folder cannot be made.
+    async fn kit(&self, runtime: Runtime) -> Result<(RuntimeKit, bool)> {
+        let cli = &*self.cli;
+        let exe = std::env::current_exe().context("locating our own executable")?;
+        let mounts =
+            Mounts::load(&cli.files.mount, cli.files.max_mount_bytes).context("--mount")?;
+        let (zygote_source, scientific) = match runtime {
+            Runtime::Scientific => (
+                zygote::scientific_source(cli, self.isolation),
+                Some(scientific_args(cli).await?),
+            ),
+            Runtime::Pyodide => (zygote::source(cli, self.isolation, &mounts), None),
+        };
+        let zygote = zygote_source.is_some();
+        let launcher = Launcher::new(
+            exe,
+            worker_args(cli),
+            snapshot_path(cli),
+            zygote_source,
+            mounts,
+            startup_deps::preinstall_source(&self.startup_plan, &deps(cli)),
+        );
+        let launcher = Arc::new(match &scientific {
+            Some((args, _)) => scientific_launcher(launcher, args)?,
+            None => launcher,
+        });
+        launcher.prepare().await;
+        let own = runtime == cli.runtime;
+        if !own && zygote && !launcher.zygote_now(FIRST_FORK_WAIT).await {
+            tracing::warn!(
+                "the {runtime} runtime's zygote was not ready within {} s: its first sandboxes are booted, and cannot be forked",
+                FIRST_FORK_WAIT.as_secs()
+            );
+        }
+        let (spares, initial) = spare_counts(cli, self.isolation, self.workers);
+        let kit = RuntimeKit {
+            spares: Spares::new(launcher, spares, initial),
+            built_in: scientific.map(|(_, built_in)| built_in),
+        };
+        Ok((kit, zygote))
+    }
 }
 
 /// The tasks (the MCP tasks extension): `--task-timeout`, `--task-ttl`, saved in `--state-dir`.
@@ -239,36 +292,31 @@ fn deps(cli: &Serve) -> Vec<String> {
         .collect()
 }
 
-/// `--runtime scientific`: makes the runtime ready in the cache (fetched, checked, unpacked and
-/// compiled once; a minute or more the first time), and returns what its workers are told of
-/// it ([`ARTIFACTS_ARG`], [`STDLIB_ZIP_ARG`], [`RUNTIME_ARG`]), with the packages it has built in.
+/// The scientific runtime (`--runtime scientific`, or a sandbox's `runtime`): makes it ready in
+/// the cache (fetched, checked, unpacked and compiled once; a minute or more the first time),
+/// and returns what its workers are told of it ([`ARTIFACTS_ARG`], [`STDLIB_ZIP_ARG`],
+/// [`RUNTIME_ARG`]), with the packages it has built in.
 ///
-/// Errors: `--deps` or `--mount` (the Pyodide runtime's), or the runtime cannot be made ready.
+/// Errors: `--deps`, `--mount` or `--allow-net` (the Pyodide runtime's), or the runtime cannot
+/// be made ready.
 async fn scientific_args(cli: &Serve) -> Result<(Vec<String>, Arc<BuiltIn>)> {
     if !deps(cli).is_empty() || !cli.files.mount.is_empty() {
         anyhow::bail!(
-            "--runtime scientific has its packages built in and boots plainly: --deps and --mount are the Pyodide runtime's"
+            "the scientific runtime has its packages built in and boots plainly: --deps and --mount are the Pyodide runtime's"
         );
     }
     if !cli.confinement.allow_net.is_empty() {
         anyhow::bail!(
-            "--runtime scientific has no network yet: --allow-net is the Pyodide runtime's"
+            "the scientific runtime has no network yet: --allow-net is the Pyodide runtime's"
         );
     }
     tracing::info!(
         "preparing the scientific runtime (its first start compiles it, a minute or more)"
     );
-    let prepared = prepare_scientific(&cli.packages)
-        .await
-        .context("--runtime scientific")?;
-    let zip = prepared
-        .artifacts
-        .zip_name()
-        .context("--runtime scientific")?;
-    let built_in = prepared
-        .artifacts
-        .built_in()
-        .context("--runtime scientific")?;
+    const WHAT: &str = "the scientific runtime";
+    let prepared = prepare_scientific(&cli.packages).await.context(WHAT)?;
+    let zip = prepared.artifacts.zip_name().context(WHAT)?;
+    let built_in = prepared.artifacts.built_in().context(WHAT)?;
     let args = vec![
         format!("{RUNTIME_ARG}{}", Runtime::Scientific.name()),
         format!("{ARTIFACTS_ARG}{}", prepared.artifacts.dir.display()),
@@ -514,6 +562,11 @@ const MAX_HOST_NAME_CHARS: usize = 253;
 /// Spares kept ready in the HTTP modes with `--isolation session`.
 const DEFAULT_HTTP_SPARES: usize = 2;
 
+/// How long the first sandbox of the runtime that is not the server's own waits for that
+/// runtime's zygote (a scientific zygote is ready in about 2 s: a boot, then numpy, pandas and
+/// matplotlib imported).
+const FIRST_FORK_WAIT: Duration = Duration::from_secs(30);
+
 /// Install limit when `--install-timeout 0` asks for none (seconds): ten years.
 const NO_INSTALL_LIMIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
@@ -606,7 +659,7 @@ pub async fn run(cli: Serve) -> Result<i32> {
     }
     let code = match cli.mode {
         Mode::Stdio => {
-            executor.settings.spares.prefill();
+            executor.settings.runtimes.own_kit().spares.prefill();
             let session = server.for_new_session()?;
             tokio::select! {
                 r = crate::server::transport::stdio::serve(session) => r?,
@@ -615,7 +668,7 @@ pub async fn run(cli: Serve) -> Result<i32> {
             0
         }
         Mode::StreamableHttp | Mode::StreamableHttpStateless | Mode::Sse => {
-            executor.settings.spares.prefill();
+            executor.settings.runtimes.own_kit().spares.prefill();
             serve_http(&cli, server).await?;
             0
         }
@@ -690,7 +743,15 @@ async fn serve_http(cli: &Serve, server: RunPythonServer) -> Result<()> {
 /// the workers are not confined. Returns the exit code when the server must not start.
 async fn check_confinement(cli: &Serve, server: &RunPythonServer) -> Option<i32> {
     match cli.confinement.confinement {
-        ConfinementMode::Strict => match server.executor.settings.spares.boot_now().await {
+        ConfinementMode::Strict => match server
+            .executor
+            .settings
+            .runtimes
+            .own_kit()
+            .spares
+            .boot_now()
+            .await
+        {
             Ok(()) => None,
             Err(e) => {
                 eprintln!("refusing to serve under --confinement strict: {e}");
@@ -750,7 +811,13 @@ async fn warmup(server: &RunPythonServer) -> i32 {
         _ => String::new(),
     };
     println!("Pyodide booted: Python {version}");
-    if let Some(report) = executor.settings.spares.confinement_report() {
+    if let Some(report) = executor
+        .settings
+        .runtimes
+        .own_kit()
+        .spares
+        .confinement_report()
+    {
         println!("{}", report.line);
     }
     if !executor.settings.startup_deps.is_empty() {

@@ -71,7 +71,21 @@ impl ConfinementMode {
 }
 
 /// Which interpreter a worker runs (`--runtime`; docs/architecture.md §5.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+///
+/// Its serde form is the same lower-case name: `create_sandbox`'s `runtime` argument and the
+/// state directory's record of a sandbox.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Runtime {
     /// Pyodide (CPython 3.14) on JavaScriptCore: PyPI's pure-Python wheels and Pyodide's
     /// builds, installed per call. The drop-in's runtime.
@@ -89,6 +103,15 @@ impl Runtime {
             Runtime::Pyodide => "pyodide",
             Runtime::Scientific => "scientific",
         }
+    }
+
+    /// Both runtimes, the default first.
+    pub const ALL: [Runtime; 2] = [Runtime::Pyodide, Runtime::Scientific];
+}
+
+impl std::fmt::Display for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -17,6 +17,7 @@ use super::hibernation::{Hibernation, HibernationError};
 use super::kept::KeptState;
 use super::notes::StateNotes;
 use super::saves::SaveRecord;
+use crate::protocol::launch::Runtime;
 use crate::worker::client::Worker;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,6 +48,26 @@ pub enum Owner {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Principal(pub String);
 
+/// What a sandbox is made of, as `create_sandbox` asked (and a fork copies): each of its
+/// workers is of `runtime` and has `dependencies` installed.
+#[derive(Debug, Clone, Default)]
+pub struct Makeup {
+    /// PEP 508 requirements.
+    pub dependencies: Vec<String>,
+    /// `None`: the server's own runtime (`--runtime`).
+    pub runtime: Option<Runtime>,
+}
+
+impl Makeup {
+    /// `dependencies` in the server's own runtime.
+    pub fn plain(dependencies: Vec<String>) -> Makeup {
+        Makeup {
+            dependencies,
+            runtime: None,
+        }
+    }
+}
+
 /// One sandbox (see the module's documentation).
 pub struct Sandbox {
     /// Its handle, as clients name it.
@@ -64,6 +85,9 @@ pub struct Sandbox {
     /// Requirements given to `create_sandbox` (PEP 508): installed before it answered, and
     /// again into every later worker of the sandbox.
     pub dependencies: Vec<String>,
+    /// The runtime `create_sandbox` asked for (`runtime`); `None`: the server's own
+    /// (`--runtime`). Every worker of the sandbox is of it.
+    pub runtime: Option<Runtime>,
     /// `--stateful`: the interpreter's state as its last completed call left it.
     pub state: KeptState,
     /// `--stateful`: the `state` notes its next call is owed.
@@ -89,33 +113,29 @@ impl Sandbox {
     /// A sandbox named `id`, held by `owner`, with no worker yet (it gets one at its first call)
     /// and `dependencies` to install into each of its workers.
     pub fn new(id: SandboxId, owner: Owner, dependencies: Vec<String>) -> Arc<Sandbox> {
-        Sandbox::owned(id, owner, dependencies, None)
+        Sandbox::owned(id, owner, Makeup::plain(dependencies), None)
     }
 
-    /// [`new`](Self::new), belonging to `principal`.
+    /// [`new`](Self::new), of `makeup` and belonging to `principal`.
     pub fn owned(
         id: SandboxId,
         owner: Owner,
-        dependencies: Vec<String>,
+        makeup: Makeup,
         principal: Option<Principal>,
     ) -> Arc<Sandbox> {
-        Arc::new(Sandbox::fresh(id, owner, dependencies, principal))
+        Arc::new(Sandbox::fresh(id, owner, makeup, principal))
     }
 
     /// A sandbox made now, not yet shared.
-    fn fresh(
-        id: SandboxId,
-        owner: Owner,
-        dependencies: Vec<String>,
-        principal: Option<Principal>,
-    ) -> Sandbox {
+    fn fresh(id: SandboxId, owner: Owner, makeup: Makeup, principal: Option<Principal>) -> Sandbox {
         Sandbox {
             id,
             owner,
             principal,
             created: Instant::now(),
             created_unix: crate::sandbox::state_dir::unix_now(),
-            dependencies,
+            dependencies: makeup.dependencies,
+            runtime: makeup.runtime,
             state: KeptState::default(),
             notes: StateNotes::default(),
             saves: SaveRecord::default(),
@@ -141,7 +161,11 @@ impl Sandbox {
     ) -> Arc<Sandbox> {
         let now_unix = crate::sandbox::state_dir::unix_now();
         let age = Duration::from_secs(now_unix.saturating_sub(restored.created_unix));
-        let mut sandbox = Sandbox::fresh(id, Owner::Handle, restored.dependencies, principal);
+        let makeup = Makeup {
+            dependencies: restored.dependencies,
+            runtime: restored.runtime,
+        };
+        let mut sandbox = Sandbox::fresh(id, Owner::Handle, makeup, principal);
         sandbox.created = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
         sandbox.created_unix = restored.created_unix;
         let files = sandbox.files.get_mut().unwrap_or_else(|p| p.into_inner());
@@ -154,6 +178,14 @@ impl Sandbox {
         sandbox.notes.had_interpreter();
         sandbox.notes.set_restored(note);
         Arc::new(sandbox)
+    }
+
+    /// What it is made of, for a copy of it (`fork_sandbox`).
+    pub fn makeup(&self) -> Makeup {
+        Makeup {
+            dependencies: self.dependencies.clone(),
+            runtime: self.runtime,
+        }
     }
 
     /// The files' version if they changed since the last save (`None`: nothing to write).

@@ -44,6 +44,7 @@
 
 use super::handle::SandboxId;
 use crate::atomic_file::{self, Durability};
+use crate::protocol::launch::Runtime;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fs::File;
@@ -161,6 +162,10 @@ struct Manifest {
     format: u32,
     /// The sandbox's requirements (PEP 508), installed again into a restored sandbox's worker.
     dependencies: Vec<String>,
+    /// The runtime `create_sandbox` asked for; left out for the server's own (and by servers
+    /// before there were two).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    runtime: Option<Runtime>,
     /// Files the sandbox had but the front held no copy of (over `--max-session-file-bytes`):
     /// a restore says they are gone.
     not_kept: Vec<String>,
@@ -170,6 +175,8 @@ struct Manifest {
 #[derive(Debug, Clone)]
 pub struct SavedFiles {
     pub dependencies: Vec<String>,
+    /// [`Sandbox::runtime`](crate::sandbox::live::Sandbox::runtime).
+    pub runtime: Option<Runtime>,
     /// The files the front holds copies of (path relative to the working directory, bytes).
     pub files: Vec<(String, Arc<Vec<u8>>)>,
     /// Files without a copy.
@@ -206,6 +213,8 @@ pub struct Restored {
     /// When it was made (seconds since the Unix epoch).
     pub created_unix: u64,
     pub dependencies: Vec<String>,
+    /// The runtime it was made with (`None`: the server's own).
+    pub runtime: Option<Runtime>,
     pub files: Files,
     pub not_kept: Vec<String>,
     /// The replica that held it before (checked: letters, digits, `-` and `.`).
@@ -523,6 +532,7 @@ impl StateDir {
         let manifest = Manifest {
             format: FORMAT,
             dependencies: snapshot.dependencies.clone(),
+            runtime: snapshot.runtime,
             not_kept: snapshot.not_kept.clone(),
         };
         Self::write_new(dir, name, true, |file| {
@@ -745,6 +755,7 @@ impl StateDir {
                 let clean = Manifest {
                     format: FORMAT,
                     dependencies: Vec::new(),
+                    runtime: None,
                     not_kept: Vec::new(),
                 };
                 (clean, Vec::new(), Some(refused))
@@ -767,6 +778,7 @@ impl StateDir {
             generation,
             created_unix: owner.created_unix,
             dependencies: manifest.dependencies,
+            runtime: manifest.runtime,
             files,
             not_kept: manifest.not_kept,
             previous_replica: if refused.is_some() {
@@ -926,6 +938,7 @@ mod tests {
     fn snapshot() -> SavedFiles {
         SavedFiles {
             dependencies: vec!["humanize".into()],
+            runtime: Some(Runtime::Scientific),
             files: vec![
                 ("a.txt".into(), Arc::new(b"one".to_vec())),
                 ("d/b.bin".into(), Arc::new(vec![0, 1, 2])),
@@ -1060,6 +1073,7 @@ mod tests {
         assert_eq!(r.previous_replica, "a");
         assert_eq!(r.created_unix, created);
         assert_eq!(r.dependencies, ["humanize"]);
+        assert_eq!(r.runtime, Some(Runtime::Scientific));
         assert_eq!(r.not_kept, ["big.dat"]);
         assert_eq!(
             r.files,

@@ -160,7 +160,7 @@ impl RunPythonServer {
         let code_mode = settings.upstreams.as_ref().map(|u| u.published());
         tools::definitions_for(
             self.stateful(),
-            settings.built_in.as_deref(),
+            settings.runtimes.own_kit().built_in.as_deref(),
             code_mode.as_ref().map(|p| p.summary.as_str()),
         )
     }

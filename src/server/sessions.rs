@@ -4,7 +4,7 @@
 //! session (docs/architecture.md §3).
 
 use crate::sandbox::handle::SandboxId;
-use crate::sandbox::live::{Owner, Principal, Sandbox};
+use crate::sandbox::live::{Makeup, Owner, Principal, Sandbox};
 use crate::sandbox::registry::{Registry, RegistryError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -96,9 +96,12 @@ impl SessionGuard {
         if let Some(live) = slot.as_ref().filter(|s| !s.has_ended()) {
             return Ok(live.clone());
         }
-        let made =
-            self.registry
-                .create_as(SandboxId::mint()?, Owner::Session, Vec::new(), principal)?;
+        let made = self.registry.create_as(
+            SandboxId::mint()?,
+            Owner::Session,
+            Makeup::default(),
+            principal,
+        )?;
         *slot = Some(made.clone());
         Ok(made)
     }

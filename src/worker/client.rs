@@ -96,6 +96,10 @@ pub enum WorkerError {
     /// `--confinement strict` and a layer is off; the text names it and says why.
     #[error("the sandbox worker refused to serve: {0}")]
     Unconfined(String),
+    /// No worker of the sandbox's runtime can be had on this server (the executor's
+    /// `RuntimeUnavailable`, whose words say which runtime and why).
+    #[error("{0}")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Why a file under an interpreter's working directory could not be read, written or removed

@@ -33,6 +33,9 @@ const ZYGOTE_RETRY: Duration = Duration::from_secs(30);
 /// two; one that is warming up takes seconds, which the first call should not wait for.
 const FIRST_CONTACT_WAIT: Duration = Duration::from_millis(250);
 
+/// How often [`Launcher::zygote_now`] looks whether the zygote forks yet.
+const ZYGOTE_POLL: Duration = Duration::from_millis(20);
+
 /// How long a front waits in the background for a warming zygote service (seconds): its boot
 /// and warm-up, as for a zygote of its own.
 const SERVICE_WARM_TIMEOUT: Duration = Duration::from_secs(120);
@@ -330,6 +333,31 @@ impl Launcher {
                 });
             }
             Err(e) => self.service_reached(Err(e)).await,
+        }
+    }
+
+    /// Starts the zygote now, unless it runs or starts, and waits up to `wait` for it to fork:
+    /// for a runtime made ready while a caller waits (the first sandbox of a runtime that is
+    /// not the server's own), whose sandboxes should be forked (checkpoints and `fork_sandbox`
+    /// need that) rather than booted. Whether new workers are forked now.
+    pub async fn zygote_now(self: &Arc<Self>, wait: Duration) -> bool {
+        let Some((_, slot)) = &self.zygote else {
+            return false;
+        };
+        self.start_zygote();
+        let deadline = Instant::now() + wait;
+        loop {
+            if self.forks() {
+                return true;
+            }
+            let failed = matches!(
+                *slot.lock().unwrap_or_else(|p| p.into_inner()),
+                ZygoteState::Failed(_) | ZygoteState::Closed
+            );
+            if failed || Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(ZYGOTE_POLL).await;
         }
     }
 

@@ -19,7 +19,7 @@ mod persistence;
 use crate::sandbox::activity::InFlight;
 use crate::sandbox::handle::{MintError, SandboxId};
 use crate::sandbox::hibernation::Hibernation;
-use crate::sandbox::live::{Owner, Principal, Sandbox};
+use crate::sandbox::live::{Makeup, Owner, Principal, Sandbox};
 use crate::sandbox::state_dir::{blocking, Expiry, StateDir, StateError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -246,7 +246,8 @@ impl Registry {
     }
 
     /// A new sandbox held by `owner` (tests: the server makes its own through
-    /// [`create_as`](Self::create_as)), with `dependencies` for each of its workers,
+    /// [`create_as`](Self::create_as)), with `dependencies` for each of its workers (of the
+    /// server's own runtime),
     /// registered under a fresh handle; at the cap it takes an idle sandbox's place.
     ///
     /// Errors: [`RegistryError::Full`] when `--max-sandboxes` are live and none may give way;
@@ -257,7 +258,7 @@ impl Registry {
         owner: Owner,
         dependencies: Vec<String>,
     ) -> Result<Arc<Sandbox>, RegistryError> {
-        self.create_as(SandboxId::mint()?, owner, dependencies, None)
+        self.create_as(SandboxId::mint()?, owner, Makeup::plain(dependencies), None)
     }
 
     /// `create` (in tests) under a handle minted before (the HTTP front names a sandbox a
@@ -268,10 +269,10 @@ impl Registry {
         &self,
         id: SandboxId,
         owner: Owner,
-        dependencies: Vec<String>,
+        makeup: Makeup,
         principal: Option<Principal>,
     ) -> Result<Arc<Sandbox>, RegistryError> {
-        let sandbox = Sandbox::owned(id, owner, dependencies, principal);
+        let sandbox = Sandbox::owned(id, owner, makeup, principal);
         self.insert(sandbox.clone())?;
         tracing::debug!("sandbox {} created ({:?})", sandbox.id.short(), owner);
         Ok(sandbox)

@@ -117,6 +117,7 @@ impl Registry {
             let (files, not_kept) = sandbox.with_files(|f| (f.copies(), f.without_copy()));
             SavedFiles {
                 dependencies: sandbox.dependencies.clone(),
+                runtime: sandbox.runtime,
                 files,
                 not_kept,
             }

@@ -58,7 +58,7 @@ impl Executor {
         };
         if let Resumed::Failed(why) = &resumed {
             tracing::warn!("sandbox {}: restore failed: {why}", sandbox.id.short());
-            if let Ok(fresh) = self.settings.spares.take().await {
+            if let Ok(fresh) = self.take_worker(sandbox).await {
                 std::mem::replace(worker, fresh).kill_soon();
             }
         }

@@ -161,7 +161,8 @@ impl Executor {
     }
 
     /// Installs `installed` (name, version) pinned into `worker`, as the interpreter whose
-    /// state is being restored had them.
+    /// state is being restored had them (Pyodide's: a scientific interpreter installs nothing,
+    /// so its state names nothing installed).
     async fn reinstall(
         &self,
         worker: &mut Worker,
@@ -173,7 +174,7 @@ impl Executor {
             .map(|(name, version)| format!("{name}=={version}"))
             .collect();
         deadline
-            .bound(self.install(worker, &[], &pins, deadline))
+            .bound(self.install(worker, None, &[], &pins, deadline))
             .await
             .map_err(super::execute::InstallError::Worker)?
     }

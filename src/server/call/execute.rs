@@ -15,6 +15,7 @@ use crate::packages::install::{self, InstallPlan, Wanted};
 use crate::packages::pep723::script_dependencies;
 use crate::packages::resolver::{Planned, ResolveError, Resolver};
 use crate::packages::scientific::BuiltIn;
+use crate::protocol::launch::Runtime;
 use crate::protocol::{RunOutcome, Stream};
 use crate::sandbox::arrival::Arrival;
 use crate::sandbox::files::{Listing, SandboxFiles};
@@ -23,11 +24,11 @@ use crate::server::call::outcome::{failed, read_outcome, Verdict};
 use crate::server::call::queue::{Held, Isolation, Queue};
 use crate::server::call::result::{CallResult, Outcome};
 use crate::server::call::run_host::CallRunHost;
+use crate::server::call::runtimes::{RuntimeUnavailable, Runtimes};
 use crate::server::call::startup_deps::StartupPlan;
 use crate::server::call::state_note::{lost_note, Restart};
 use crate::worker::client::{Deadline, Phase, RunRequest, Worker, WorkerError};
 use crate::worker::net::NetPolicy;
-use crate::worker::spares::Spares;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -92,8 +93,8 @@ pub struct Executor {
 
 /// What an [`Executor`] is made of, resolved once from the command line (`src/modes.rs`).
 pub struct ExecutorSettings {
-    /// Where workers come from.
-    pub spares: Arc<Spares>,
+    /// Where each runtime's workers come from, and what the scientific one has built in.
+    pub runtimes: Runtimes,
     /// Plans, fetches and installs a call's dependencies.
     pub resolver: Arc<Resolver>,
     /// Each call's deadlines and caps.
@@ -113,9 +114,6 @@ pub struct ExecutorSettings {
     pub upstreams: Option<Arc<crate::code_mode::Upstreams>>,
     /// `--stateful`: a sandbox's globals last from one call to the next (`Isolation::Sandbox`).
     pub stateful: bool,
-    /// `--runtime scientific`: the packages built in, which are all a call can have (nothing
-    /// is installed); `None` for Pyodide.
-    pub built_in: Option<Arc<BuiltIn>>,
 }
 
 /// Receives each output line while the code runs (for streaming to the client).
@@ -167,7 +165,7 @@ impl Executor {
             .await
             .map_err(|_| WorkerError::Closed)?;
         if slot.is_none() {
-            let mut worker = self.settings.spares.take().await?;
+            let mut worker = self.take_worker(sandbox).await?;
             self.adopt(sandbox, &mut worker, Restart::Stopped).await;
             *slot = Some(worker);
         }
@@ -176,7 +174,13 @@ impl Executor {
         };
         let deadline = Deadline::after(self.settings.limits.install_timeout, Phase::Installing);
         let installed = deadline
-            .bound(self.install(worker, &sandbox.dependencies, &[], deadline))
+            .bound(self.install(
+                worker,
+                self.built_in(sandbox),
+                &sandbox.dependencies,
+                &[],
+                deadline,
+            ))
             .await
             .map_err(InstallError::Worker)
             .and_then(|r| r);
@@ -190,8 +194,39 @@ impl Executor {
 
     /// Kills every worker (at shutdown).
     pub async fn shutdown(&self) {
-        self.settings.spares.shutdown().await;
+        for kit in self.settings.runtimes.kits() {
+            kit.spares.shutdown().await;
+        }
         self.queue.shutdown().await;
+    }
+
+    /// Makes `runtime` ready (`None`: the server's own, which is), for a sandbox about to be
+    /// made of it (`create_sandbox`).
+    ///
+    /// Errors: [`RuntimeUnavailable`], which says why.
+    pub async fn runtime_ready(&self, runtime: Option<Runtime>) -> Result<(), RuntimeUnavailable> {
+        self.settings.runtimes.kit(runtime).await.map(|_| ())
+    }
+
+    /// A clean worker of `sandbox`'s runtime, from its spares (that runtime made ready first
+    /// when it is not the server's own and no sandbox asked for it before).
+    ///
+    /// Errors: [`WorkerError::Unavailable`] when the runtime cannot be had; the spares'.
+    pub(super) async fn take_worker(&self, sandbox: &Sandbox) -> Result<Worker, WorkerError> {
+        let kit = self
+            .settings
+            .runtimes
+            .kit(sandbox.runtime)
+            .await
+            .map_err(|e| WorkerError::Unavailable(Box::new(e)))?;
+        kit.spares.take().await
+    }
+
+    /// Asks `sandbox`'s runtime's spares to boot one more for its next call.
+    pub(super) fn replenish(&self, sandbox: &Sandbox) {
+        if let Some(kit) = self.settings.runtimes.ready_kit(sandbox.runtime) {
+            kit.spares.replenish();
+        }
     }
 
     /// Runs one call of `run_python_code` for `sandbox`, after the sandbox's calls that arrived
@@ -343,7 +378,8 @@ impl Executor {
         if let Held::Shared(lease) = held {
             // A shared worker restored before the zygote was ready gives way to a fork
             // once it is, a single time per slot, between calls.
-            if let Some(worker) = lease.slot().take_if(|w| self.settings.spares.outdated(w)) {
+            let spares = &self.settings.runtimes.own_kit().spares;
+            if let Some(worker) = lease.slot().take_if(|w| spares.outdated(w)) {
                 worker.kill_soon();
             }
         }
@@ -368,7 +404,7 @@ impl Executor {
             return Ok(());
         }
         let fresh = tokio::select! {
-            w = self.settings.spares.take() => w,
+            w = self.take_worker(sandbox) => w,
             _ = &mut stop => return Err(Early::Stopped),
         };
         let mut w = fresh.map_err(|e| Early::Failed(run_error(e)))?;
@@ -446,7 +482,7 @@ impl Executor {
         held.discard().await;
         if self.settings.isolation.reuses_interpreters() && !sandbox.has_ended() {
             // The sandbox's (or the shared slot's) next call will want a clean worker.
-            self.settings.spares.replenish();
+            self.replenish(sandbox);
         }
     }
 
@@ -492,7 +528,7 @@ impl Executor {
             requirements.clone()
         };
         if let Some(verdict) = self
-            .install_phase(worker, sandbox_deps, &requirements, result)
+            .install_phase(worker, sandbox, &requirements, result)
             .await
         {
             return verdict;
@@ -581,15 +617,20 @@ impl Executor {
     async fn install_phase(
         &self,
         worker: &mut Worker,
-        sandbox_deps: &[String],
+        sandbox: &Sandbox,
         requirements: &[String],
         result: &mut CallResult,
     ) -> Option<Verdict> {
         let install_deadline =
             Deadline::after(self.settings.limits.install_timeout, Phase::Installing);
-        let installed = install_deadline
-            .bound(self.install(worker, sandbox_deps, requirements, install_deadline))
-            .await;
+        let install = self.install(
+            worker,
+            self.built_in(sandbox),
+            &sandbox.dependencies,
+            requirements,
+            install_deadline,
+        );
+        let installed = install_deadline.bound(install).await;
         match installed {
             Ok(Ok(())) => None,
             Ok(Err(InstallError::Worker(e))) | Err(e) => Some(failed(result, e)),
@@ -663,17 +704,26 @@ impl Executor {
         self.settings.resolver.package_for_import(import_name)
     }
 
+    /// What `sandbox`'s runtime has built in: `None` for Pyodide's, which installs (and for a
+    /// runtime not made ready, which has no worker to install into).
+    pub(super) fn built_in(&self, sandbox: &Sandbox) -> Option<&BuiltIn> {
+        let kit = self.settings.runtimes.ready_kit(sandbox.runtime)?;
+        kit.built_in.as_deref()
+    }
+
     /// Installs into `worker` what `--deps`, the sandbox's own dependencies (`sandbox_deps`)
-    /// and the call's `requirements` need and it does not have yet.
+    /// and the call's `requirements` need and it does not have yet; in a runtime with its
+    /// packages `built_in`, installs nothing and checks that it has them all.
     pub(super) async fn install(
         &self,
         worker: &mut Worker,
+        built_in: Option<&BuiltIn>,
         sandbox_deps: &[String],
         requirements: &[String],
         deadline: Deadline,
     ) -> Result<(), InstallError> {
-        if let Some(built_in) = &self.settings.built_in {
-            return built_in_only(built_in, requirements);
+        if let Some(built_in) = built_in {
+            return built_in_only(built_in, sandbox_deps.iter().chain(requirements));
         }
         let startup = self
             .startup_plan()
@@ -798,14 +848,17 @@ pub enum InstallError {
     },
 }
 
-/// A call's `requirements` in the scientific runtime: satisfied when each names a package
-/// built in (its version specifier is not checked: there is one version of each).
+/// A sandbox's and a call's `requirements` in the scientific runtime: satisfied when each
+/// names a package built in (its version specifier is not checked: there is one version of
+/// each).
 ///
 /// Errors: [`InstallError::NotBuiltIn`], naming each requirement that is not built in (or is
 /// not a PEP 508 requirement) and every package that is.
-fn built_in_only(built_in: &BuiltIn, requirements: &[String]) -> Result<(), InstallError> {
+fn built_in_only<'a>(
+    built_in: &BuiltIn,
+    requirements: impl Iterator<Item = &'a String>,
+) -> Result<(), InstallError> {
     let missing: Vec<String> = requirements
-        .iter()
         .filter(|r| {
             let name = crate::packages::requirement::parse_requirement(r)
                 .map(|parsed| parsed.name.to_string());

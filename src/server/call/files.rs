@@ -64,7 +64,7 @@ impl Executor {
         let mut slot = sandbox.queue(arrival).await;
         if let Some(worker) = slot.take() {
             worker.kill_soon();
-            self.settings.spares.replenish();
+            self.replenish(sandbox);
         }
         sandbox.notes.forget_interpreters();
         sandbox.state.forget();
@@ -112,9 +112,7 @@ impl Executor {
                 return Err(FileError::Missing(path.to_owned()));
             }
             let mut worker = self
-                .settings
-                .spares
-                .take()
+                .take_worker(sandbox)
                 .await
                 .map_err(FileError::NoInterpreter)?;
             self.adopt(sandbox, &mut worker, Restart::Stopped).await;

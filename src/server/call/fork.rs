@@ -182,7 +182,7 @@ impl Executor {
         if slot.is_some() || sandbox.has_ended() {
             return;
         }
-        let Ok(mut worker) = self.settings.spares.take().await else {
+        let Ok(mut worker) = self.take_worker(sandbox).await else {
             return;
         };
         self.adopt(sandbox, &mut worker, Restart::Stopped).await;

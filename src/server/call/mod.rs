@@ -6,7 +6,8 @@
 //! rendered; [`state_note`] words what a `--stateful` result says of lost state;
 //! [`startup_deps`] plans `--deps` once for every worker; [`checkpoints`] keeps a sandbox's
 //! interpreter state across its workers (docs/architecture.md §3.4), and [`adopt`] hands it,
-//! with the sandbox's files, to a new worker; [`fork`] copies a sandbox into a new one.
+//! with the sandbox's files, to a new worker; [`fork`] copies a sandbox into a new one;
+//! [`runtimes`] holds each runtime's workers, and makes the second one when first asked for.
 
 pub mod adopt;
 pub mod checkpoints;
@@ -17,5 +18,6 @@ pub mod outcome;
 pub mod queue;
 pub mod result;
 pub mod run_host;
+pub mod runtimes;
 pub mod startup_deps;
 pub mod state_note;

@@ -36,7 +36,7 @@ pub fn router(server: &RunPythonServer, handle: Option<PrometheusHandle>) -> Rou
 
 /// The gauges as of now, then everything in the text format.
 fn render(server: &RunPythonServer, handle: &PrometheusHandle) -> Response {
-    let spares = &server.executor.settings.spares;
+    let spares = &server.executor.settings.runtimes.own_kit().spares;
     let counts = server.registry.counts();
     set_gauges(Gauges {
         booting: spares.booting_count(),

@@ -1,10 +1,12 @@
-//! `create_sandbox` (`--stateful`; SEP-2567's pattern): makes a sandbox, installs its
-//! `dependencies`, and names its handle in text and in `structuredContent`
-//! (`{"sandbox_id": …}`).
+//! `create_sandbox` (`--stateful`; SEP-2567's pattern): makes a sandbox of the `runtime` asked
+//! for (the server's own, `--runtime`, when none is), installs its `dependencies`, and names
+//! its handle in text and in `structuredContent` (`{"sandbox_id": …}`).
 
 use super::reach::{InUse, NewSandbox, Reached};
 use super::schema::{object_schema, open_ended, sandbox_tool, Effect};
 use super::{parse, structured_answer, tool_error, McpTool, Refusal, ToolArguments};
+use crate::protocol::launch::Runtime;
+use crate::sandbox::live::Makeup;
 use crate::server::handler::RunPythonServer;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, JsonObject, Tool};
 use rmcp::service::RequestContext;
@@ -23,6 +25,9 @@ pub struct CreateArguments {
     /// PEP 508 requirements to install before the sandbox is handed out.
     #[serde(default)]
     pub dependencies: Vec<String>,
+    /// The runtime of its workers; `None`: the server's own.
+    #[serde(default)]
+    pub runtime: Option<Runtime>,
 }
 
 impl ToolArguments for CreateArguments {
@@ -68,6 +73,11 @@ impl McpTool for CreateSandbox {
                     "items": {"type": "string"},
                     "description": "Packages to install before the sandbox is handed out (PEP 508 requirements, e.g. `pandas` or `rich<13`)",
                 },
+                "runtime": {
+                    "type": "string",
+                    "enum": Runtime::ALL.map(Runtime::name),
+                    "description": RUNTIME_DESCRIPTION,
+                },
             }),
             &[],
         );
@@ -92,7 +102,18 @@ impl McpTool for CreateSandbox {
         _request: &CallToolRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let sandbox = match server.create_for(context, arguments.dependencies) {
+        // A runtime that cannot be had makes no sandbox (the other runtime is made ready here,
+        // when this is the first sandbox to ask for it).
+        if let Err(unavailable) = server.executor.runtime_ready(arguments.runtime).await {
+            return Ok(tool_error(format!(
+                "the sandbox was not made: {unavailable}"
+            )));
+        }
+        let makeup = Makeup {
+            dependencies: arguments.dependencies,
+            runtime: arguments.runtime,
+        };
+        let sandbox = match server.create_for(context, makeup) {
             Ok(sandbox) => sandbox,
             Err(full) => return Ok(tool_error(full)),
         };
@@ -107,13 +128,20 @@ impl McpTool for CreateSandbox {
             tracing::warn!("sandbox {}: {note}", sandbox.id.short());
         }
         let id = &sandbox.id;
+        let runtime = match sandbox.runtime {
+            Some(runtime) => format!(" ({runtime} runtime)"),
+            None => String::new(),
+        };
         let text = format!(
-            "Created sandbox {id}. Pass \"sandbox_id\": \"{id}\" to run_python_code and the file tools to work in it: its variables, imports and files last from call to call until destroy_sandbox ends it, or until it has had no call for {}.",
+            "Created sandbox {id}{runtime}. Pass \"sandbox_id\": \"{id}\" to run_python_code and the file tools to work in it: its variables, imports and files last from call to call until destroy_sandbox ends it, or until it has had no call for {}.",
             idle_words(server.registry.idle())
         );
         Ok(structured_answer(text, json!({"sandbox_id": id.as_str()})))
     }
 }
+
+/// What the `runtime` argument offers.
+const RUNTIME_DESCRIPTION: &str = "The Python the sandbox runs: `pyodide` (CPython 3.14; installs PyPI's pure-Python wheels and Pyodide's packages as the code needs them, and reaches the hosts the server allows) or `scientific` (CPython 3.15 with numpy, pandas, scipy, scikit-learn, statsmodels, matplotlib, seaborn, sympy and about 50 more built in; installs nothing, no network). Leave it out for the server's own runtime, the one run_python_code's description names.";
 
 /// How long a sandbox may go without a call, in words, for the answer that hands one out.
 pub(super) fn idle_words(idle: Option<std::time::Duration>) -> String {

@@ -84,7 +84,7 @@ impl McpTool for ForkSandbox {
                 )))
             }
         };
-        let fork = match server.create_for(context, source.sandbox.dependencies.clone()) {
+        let fork = match server.create_for(context, source.sandbox.makeup()) {
             Ok(fork) => fork,
             Err(full) => return Ok(tool_error(full)),
         };

@@ -11,7 +11,7 @@
 use super::Reach;
 use crate::sandbox::activity::InFlight;
 use crate::sandbox::handle::SandboxId;
-use crate::sandbox::live::{Owner, Sandbox};
+use crate::sandbox::live::{Makeup, Owner, Sandbox};
 use crate::sandbox::registry::{self, Missing, OpenError, RegistryError};
 use crate::sandbox::state_dir::StateError;
 use crate::server::handler::{http_extension, RunPythonServer};
@@ -224,8 +224,8 @@ impl Opening for RemovedSandbox {
 pub struct MintedSandbox(pub SandboxId);
 
 impl RunPythonServer {
-    /// A new sandbox reached by its handle, belonging to `context`'s principal, with
-    /// `dependencies`: under the handle the HTTP front minted for the request (and named in its
+    /// A new sandbox reached by its handle, belonging to `context`'s principal, of `makeup`
+    /// (its dependencies and runtime): under the handle the HTTP front minted for the request (and named in its
     /// response header), else a fresh one.
     ///
     /// Errors: [`RegistryError`] when no handle could be minted or `--max-sandboxes` leaves no
@@ -233,7 +233,7 @@ impl RunPythonServer {
     pub fn create_for(
         &self,
         context: &RequestContext<RoleServer>,
-        dependencies: Vec<String>,
+        makeup: Makeup,
     ) -> Result<Arc<Sandbox>, RegistryError> {
         let id = match http_extension::<MintedSandbox>(context) {
             Some(minted) => minted.0.clone(),
@@ -241,7 +241,7 @@ impl RunPythonServer {
         };
         let principal = self.principal_of(context);
         self.registry
-            .create_as(id, Owner::Handle, dependencies, principal)
+            .create_as(id, Owner::Handle, makeup, principal)
     }
 
     /// The sandbox a request works in: the one `named` names, else the session's default, else
@@ -270,9 +270,10 @@ impl RunPythonServer {
                 }
                 (sandbox, Reached::SessionDefault)
             }
-            (None, true, WithoutHandle::Create) => {
-                (self.create_for(context, Vec::new())?, Reached::Created)
-            }
+            (None, true, WithoutHandle::Create) => (
+                self.create_for(context, Makeup::default())?,
+                Reached::Created,
+            ),
             (None, true, WithoutHandle::Refuse) => return Err(NoSandbox::NeedsHandle),
             (None, false, _) => (
                 Sandbox::for_one_call().map_err(RegistryError::from)?,

@@ -735,7 +735,7 @@ pub async fn serve(
     let guarded = guarded_routes(router, endpoints, auth.clone(), access, max_body);
     // `/healthz` and `/readyz` answer probes outside the guard (see [`health`]).
     let router = health::router(
-        server.executor.settings.spares.clone(),
+        server.executor.settings.runtimes.own_kit().spares.clone(),
         server.drain.clone(),
     )
     .merge(crate::server::ops::scrape::router(&server, metrics))
