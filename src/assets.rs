@@ -22,6 +22,9 @@ pub const FETCH_JS: &str = include_str!("../runtime/js/fetch.js");
 pub const RUNNER_PY: &str = include_str!("../runtime/python/runner.py");
 /// `runtime/python/mcp_tools.py`: code mode's `mcp_tools` module, built inside Pyodide.
 pub const MCP_TOOLS_PY: &str = include_str!("../runtime/python/mcp_tools.py");
+/// `runtime/python/http_bridge.py`: `http.client`, `urllib3` and `httpx` sending through the
+/// front (`--allow-net`), made inside Pyodide with the helper.
+pub const HTTP_BRIDGE_PY: &str = include_str!("../runtime/python/http_bridge.py");
 
 /// `runtime/python/scientific.py`: the scientific runtime's guest side of the runner, handed to
 /// the guest over its door (`src/interpreter/scientific/`).
@@ -64,6 +67,7 @@ pub fn runtime_fingerprint() -> String {
         RUNNER_JS,
         RUNNER_PY,
         MCP_TOOLS_PY,
+        HTTP_BRIDGE_PY,
         env!("CARGO_PKG_VERSION"),
     ] {
         all.extend_from_slice(text.as_bytes());

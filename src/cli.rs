@@ -211,6 +211,15 @@ pub struct LimitArgs {
     /// Largest response body user code may fetch from an `--allow-net` host, in bytes.
     #[arg(long, default_value_t = crate::worker::net::DEFAULT_MAX_FETCH_BYTES)]
     pub max_fetch_bytes: usize,
+
+    /// Longest time one HTTP request of user code may take, body included, in seconds (0: no
+    /// limit but the call's `--timeout`, which counts the request's time too).
+    #[arg(long, default_value_t = crate::worker::net::DEFAULT_FETCH_TIMEOUT.as_secs_f64())]
+    pub fetch_timeout: f64,
+
+    /// Most HTTP requests the code of one call may make.
+    #[arg(long, default_value_t = crate::worker::net::DEFAULT_MAX_FETCHES_PER_CALL)]
+    pub max_fetches_per_call: u32,
 }
 
 /// Who shares an interpreter, how many run, and how long sessions last.

@@ -170,7 +170,7 @@ async fn build(cli: &Serve) -> Result<RunPythonServer> {
         workers,
         startup_deps: deps,
         startup_plan,
-        net: net_policy(cli),
+        net: net_policy(cli)?,
         upstreams: upstreams(cli).await?,
         stateful: cli.sandboxes.stateful,
     });
@@ -443,14 +443,19 @@ fn limits(cli: &Serve) -> Result<Limits> {
     })
 }
 
-/// The hosts user code may reach (`--allow-net`, none under `--disable-networking`).
-fn net_policy(cli: &Serve) -> NetPolicy {
+/// The hosts user code may reach (`--allow-net`, none under `--disable-networking`), with
+/// the limits of its requests.
+///
+/// Errors: `--fetch-timeout` out of range.
+fn net_policy(cli: &Serve) -> Result<NetPolicy> {
     let allowed_hosts = if cli.confinement.disable_networking {
         Vec::new()
     } else {
         cli.confinement.allow_net.clone()
     };
-    NetPolicy::new(allowed_hosts, cli.limits.max_fetch_bytes)
+    let timeout = seconds(cli.limits.fetch_timeout, "--fetch-timeout")?;
+    Ok(NetPolicy::new(allowed_hosts, cli.limits.max_fetch_bytes)
+        .with_limits(timeout, cli.limits.max_fetches_per_call))
 }
 
 /// Code mode: the upstream MCP servers of `--tools-config` and the host functions of

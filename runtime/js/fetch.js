@@ -83,6 +83,7 @@
       this.method = String(init.method || (base && base.method) || "GET").toUpperCase();
       this.headers = new Headers(init.headers || (base && base.headers));
       this.signal = init.signal || (base && base.signal) || new AbortSignal();
+      this.redirect = init.redirect || (base && base.redirect) || "follow";
       this._initBody(init.body !== undefined ? toBytes(init.body) : base ? base._bytes : undefined);
     }
     clone() { return new Request(this); }
@@ -107,18 +108,51 @@
   }
 
   // One request through the host: {method, url, headers} and the body in, the answer out.
-  const send = (method, url, headers, bytes) => {
+  const sendOnce = (method, url, headers, bytes) => {
     const out = hostCall(JSON.stringify({ op: "fetch", request: { method, url, headers: [...headers.entries()] } }), bytes);
     const meta = JSON.parse(out.json);
     if (meta.error) throw new TypeError(`NetworkError when attempting to fetch resource: ${meta.error}`);
     return { meta, body: new Uint8Array(out.body) };
+  };
+  // The Fetch standard's redirect statuses, and the most it follows in a row.
+  const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+  const MAX_REDIRECTS = 20;
+  // `location` (a redirect's, absolute or relative) against the URL `base` that answered.
+  const resolve = (base, location) => {
+    if (/^https?:\/\//i.test(location)) return location;
+    const [, scheme, authority, path] = /^(https?:)\/\/([^/?#]*)([^?#]*)/i.exec(base);
+    if (location.startsWith("//")) return scheme + location;
+    if (location.startsWith("/")) return `${scheme}//${authority}${location}`;
+    if (location.startsWith("?")) return `${scheme}//${authority}${path}${location}`;
+    return `${scheme}//${authority}${path.replace(/[^/]*$/, "")}${location}`;
+  };
+  // A request, its redirects followed as a browser follows them (`redirect` "follow"; "error"
+  // refuses one, "manual" hands it back): each hop is a request of its own, which the host
+  // checks against --allow-net again. A 303, and a 301 or 302 after a POST, go on as a GET
+  // without a body.
+  const send = (method, url, headers, bytes, redirect = "follow") => {
+    for (let hops = 0; ; hops++) {
+      const answer = sendOnce(method, url, headers, bytes);
+      answer.meta.redirected = hops > 0;
+      const location = answer.meta.headers.find(([k]) => k === "location");
+      if (!REDIRECTS.has(answer.meta.status) || !location || redirect === "manual") return answer;
+      if (redirect === "error") {
+        throw new TypeError(`NetworkError when attempting to fetch resource: redirected to ${location[1]}, and the request's redirect mode is "error"`);
+      }
+      if (hops >= MAX_REDIRECTS) throw new TypeError(`NetworkError when attempting to fetch resource: more than ${MAX_REDIRECTS} redirects`);
+      url = resolve(answer.meta.url || url, location[1]);
+      if ((answer.meta.status === 303 && method !== "HEAD") || ([301, 302].includes(answer.meta.status) && method === "POST")) {
+        method = "GET";
+        bytes = undefined;
+      }
+    }
   };
 
   const fetch = (input, init) => {
     try {
       const req = input instanceof Request && init === undefined ? input : new Request(input, init || {});
       if (req.signal.aborted) return Promise.reject(req.signal.reason);
-      const { meta, body } = send(req.method, req.url, req.headers, req._bytes.length ? req._bytes : undefined);
+      const { meta, body } = send(req.method, req.url, req.headers, req._bytes.length ? req._bytes : undefined, req.redirect);
       return Promise.resolve(new Response(body, {
         status: meta.status, statusText: meta.statusText, headers: meta.headers, url: meta.url, redirected: meta.redirected,
       }));

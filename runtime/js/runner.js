@@ -21,6 +21,14 @@
     const out = hostCall(`{"op":${JSON.stringify(String(op))},"call":${callJson}}`);
     return [out.json, new Uint8Array(out.body)];
   };
+  // User code's HTTP request through its libraries (runtime/python/http_bridge.py), as fetch.js
+  // makes pyfetch's: the request's JSON ({method, url, headers}) and its body's bytes (or
+  // undefined) in; [the answer's JSON ({status, statusText, headers, url} or {error}), its
+  // body's bytes] out.
+  const fetchBridge = (requestJson, body) => {
+    const out = hostCall(`{"op":"fetch","request":${requestJson}}`, body);
+    return [out.json, new Uint8Array(out.body)];
+  };
   // The sandbox's working directory, with a trailing slash (runtime/python/runner.py's WORKDIR); set by
   // `boot` from the binary's constants (src/assets.rs, `runner_constants`).
   let WORKDIR = null;
@@ -78,7 +86,9 @@
     return { error: errorText(e) };
   };
   // Python that makes the helper module from `_mcp_source` (a str the JavaScript side put in
-  // __main__, removed here, as is `_mcp_tools_source`, runtime/python/mcp_tools.py, which it keeps) and leaves it in sys.modules, only until TAKE_HELPER.
+  // __main__, removed here, as is `_mcp_tools_source`, runtime/python/mcp_tools.py, which it
+  // keeps), with the HTTP bridge (`_mcp_http_source`, runtime/python/http_bridge.py) made as its
+  // `_http`, and leaves it in sys.modules, only until TAKE_HELPER.
   const MAKE_HELPER =
     "import sys as _sys, types as _types\n" +
     "_m = _types.ModuleType('_mcp_runner')\n" +
@@ -86,8 +96,12 @@
     "_m._CONSTANTS = __import__('json').loads(_mcp_constants)\n" +
     "exec(compile(_mcp_source, _m.__file__, 'exec'), _m.__dict__)\n" +
     "_m._tools_source = _mcp_tools_source\n" +
+    "_h = _types.ModuleType('_mcp_http')\n" +
+    "_h.__file__ = '/lib/_mcp_http.py'\n" +
+    "exec(compile(_mcp_http_source, _h.__file__, 'exec'), _h.__dict__)\n" +
+    "_m._http = _h\n" +
     "_sys.modules['_mcp_runner'] = _m\n" +
-    "del _sys, _types, _m, _mcp_source, _mcp_tools_source, _mcp_constants\n";
+    "del _sys, _types, _m, _h, _mcp_source, _mcp_tools_source, _mcp_http_source, _mcp_constants\n";
   // Takes the helper module out of sys.modules; its value is the module.
   const TAKE_HELPER = "__import__('sys').modules.pop('_mcp_runner')";
   // Every answer is one of two shapes (src/interpreter/runner.rs, RunnerAnswer): `{"ok": …}`
@@ -103,13 +117,13 @@
 
   return {
     // Boots Pyodide from the virtual files under /pyodide/ and loads the Python helper (with
-    // the source of code mode's `mcp_tools`, which it keeps).
+    // the source of code mode's `mcp_tools`, which it keeps, and the HTTP bridge).
     // snapshotMode: "load" restores the memory snapshot at /snapshot.bin (skipping Python's
     // start-up), "make" boots normally and hands a snapshot to the host, "none" just boots.
     // Answers `{"version": …}`.
     // constantsJson: the binary's constants (src/assets.rs, `runner_constants`), for this file
     // and, through `_CONSTANTS`, for the helper.
-    boot(id, helperSource, toolsSource, constantsJson, envJson, wasmMaxBytes, snapshotMode) {
+    boot(id, helperSource, toolsSource, httpSource, constantsJson, envJson, wasmMaxBytes, snapshotMode) {
       answer(id, (async () => {
         const constants = JSON.parse(constantsJson);
         WORKDIR = constants.workdir + "/";
@@ -147,6 +161,7 @@
         if (snapshotMode !== "load") {
           pyodide.globals.set("_mcp_source", helperSource);
           pyodide.globals.set("_mcp_tools_source", toolsSource);
+          pyodide.globals.set("_mcp_http_source", httpSource);
           pyodide.globals.set("_mcp_constants", constantsJson);
           pyodide.runPython(MAKE_HELPER);
         }
@@ -158,7 +173,7 @@
         endTableRoom();
         // Out of sys.modules before any user code runs; from now on only this closure holds it.
         const mod = pyodide.runPython(TAKE_HELPER);
-        mod.setup(emit, ask);
+        mod.setup(emit, ask, fetchBridge);
         helperRun = mod.run;
         helperFindImports = mod.find_imports;
         helperReseed = mod.reseed_before_next_run;

@@ -64,10 +64,12 @@ def show(*args, **kwargs):
 '''
 
 
-def setup(emit, ask):
+def setup(emit, ask, fetch=None):
     global _emit, _ask
     _emit = emit
     _ask = ask
+    if fetch is not None:
+        _http.install(_pyodide_fetch(fetch))
     sys.meta_path.insert(0, _ToolsFinder())
     sys.modules["mcp_run_python"] = _SANDBOX_MODULE
     reseed()
@@ -77,6 +79,18 @@ def setup(emit, ask):
                 f.write(_MPL_BACKEND_SOURCE)
             os.environ.setdefault("MPLBACKEND", "module://" + _MPL_BACKEND)
             break
+
+
+def _pyodide_fetch(fetch):
+    """The HTTP bridge's host call (runtime/js/runner.js `fetchBridge`) with Python's bytes
+    in and out."""
+    from pyodide.ffi import to_js
+
+    def bridged(request_json, body):
+        answer = fetch(request_json, None if body is None else to_js(body))
+        return answer[0], answer[1].to_bytes()
+
+    return bridged
 
 
 def reseed():
@@ -129,6 +143,10 @@ _reseed_pending = False
 # runner's host call that makes a tool call.
 _tools_source = None
 _tools_catalog = None
+# The HTTP bridge (runtime/python/http_bridge.py as a module, `_mcp_http`), set by
+# runtime/js/runner.js as it makes this helper; `None` in the scientific runtime, which has no
+# network yet.
+_http = None
 _ask = None
 # The launcher's host functions (``code_sandbox(functions=...)``), by name: globals of every
 # run.

@@ -7,8 +7,8 @@ use super::host_calls::{HostCallError, HostRequest};
 use super::reply::{send_with, SendError};
 use super::runner::{call, parse_answer, Booted, Empty, Runner};
 use crate::assets::{
-    runner_constants, BOOTSTRAP_JS, MCP_TOOLS_PY, MOUNT_PATH, PYODIDE, RUNNER_JS, RUNNER_PY,
-    WORKDIR,
+    runner_constants, BOOTSTRAP_JS, HTTP_BRIDGE_PY, MCP_TOOLS_PY, MOUNT_PATH, PYODIDE, RUNNER_JS,
+    RUNNER_PY, WORKDIR,
 };
 use crate::engine::{Arg, CallError, Engine, MappedFile};
 use crate::protocol::launch::SNAPSHOT_FD_ARG;
@@ -160,6 +160,7 @@ pub(super) fn boot_runner(
         &[
             Arg::Str(RUNNER_PY),
             Arg::Str(MCP_TOOLS_PY),
+            Arg::Str(HTTP_BRIDGE_PY),
             Arg::Str(&constants),
             Arg::Str(&env),
             wasm_max_bytes.map_or(Arg::Null, |b| Arg::Num(b as f64)),

@@ -1,7 +1,9 @@
 //! The network policy for user code (docs/architecture.md §9): the front performs `fetch` requests from the
 //! sandbox only for hosts named with `--allow-net`; everything else is refused. Responses are
 //! capped while they stream, and user code cannot set headers that would let it speak for the
-//! front (`Host`, proxy credentials) or break the framing of the connection.
+//! front (another `Host`, proxy credentials); those of the connection itself (its framing,
+//! `Connection`, `Content-Length`), which the HTTP libraries send as a matter of course, are
+//! left out without a word, as a browser leaves them out.
 //!
 //! The request and answer are typed here; on the JavaScript side (`runtime/js/fetch.js`) they are
 //! `{method, url, headers}` in and `{status, statusText, headers, url, redirected}` or
@@ -16,17 +18,21 @@ use thiserror::Error;
 /// Default largest body, each way, of one fetch by user code (bytes); `--max-fetch-bytes`.
 pub const DEFAULT_MAX_FETCH_BYTES: usize = 64 << 20;
 
+/// Default longest time for one whole request of user code, body included; `--fetch-timeout`.
+pub const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default most requests one call's code may make; `--max-fetches-per-call`.
+pub const DEFAULT_MAX_FETCHES_PER_CALL: u32 = 256;
+
 /// Longest wait for a connection to an allowed host (seconds).
 const CONNECT_TIMEOUT_SECS: u64 = 10;
-/// Longest time for one whole request, body included (seconds).
-const REQUEST_TIMEOUT_SECS: u64 = 60;
 
-/// Request headers user code may not set (lower case). `Host` would let it reach another
-/// virtual host than the allowed one; the hop-by-hop and framing headers belong to the
-/// front's connection (RFC 9110 §7.6.1, RFC 9112 §6–7), which reqwest frames itself; proxy
-/// credentials are the operator's.
-const FORBIDDEN_REQUEST_HEADERS: [&str; 11] = [
-    "host",
+/// Request headers that belong to the front's own connection (lower case): the hop-by-hop and
+/// framing headers (RFC 9110 §7.6.1, RFC 9112 §6–7), which reqwest writes itself. User code's are
+/// left out without a word, as a browser's `fetch` and `XMLHttpRequest` leave out the Fetch
+/// standard's forbidden request headers: the HTTP libraries send `Connection: keep-alive` or a
+/// `Content-Length` of their own as a matter of course.
+const CONNECTION_HEADERS: [&str; 8] = [
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -35,9 +41,11 @@ const FORBIDDEN_REQUEST_HEADERS: [&str; 11] = [
     "trailer",
     "upgrade",
     "content-length",
-    "proxy-authorization",
-    "proxy-authenticate",
 ];
+
+/// Request headers user code may not set (lower case): proxy credentials are the operator's.
+/// (`Host` is refused too, unless it names the URL's own host: see [`request_headers`].)
+const FORBIDDEN_REQUEST_HEADERS: [&str; 2] = ["proxy-authorization", "proxy-authenticate"];
 
 /// Methods user code may not use, as the Fetch standard forbids them ("forbidden method").
 const FORBIDDEN_METHODS: [&str; 3] = ["CONNECT", "TRACE", "TRACK"];
@@ -82,6 +90,14 @@ pub enum NetError {
     /// The response body is (or announces to be) over the limit (bytes).
     #[error("the response is larger than the limit of {limit} bytes (--max-fetch-bytes)")]
     ResponseTooLarge { limit: usize },
+    /// The request took longer than `--fetch-timeout` (seconds), body included.
+    #[error(
+        "the request took longer than {seconds} s, the limit of one request (--fetch-timeout)"
+    )]
+    Timeout { seconds: f64 },
+    /// The call's code made `limit` requests already (`--max-fetches-per-call`).
+    #[error("this call's code has made {limit} requests, the most one call may make (--max-fetches-per-call)")]
+    TooMany { limit: u32 },
     /// Connecting, sending or reading failed.
     #[error("the request failed")]
     Http {
@@ -96,6 +112,11 @@ pub enum NetError {
 pub struct NetPolicy {
     allowed: Vec<String>,
     max_bytes: usize,
+    /// Longest time for one request, body included (`--fetch-timeout`); `None`: only the
+    /// call's own `--timeout`.
+    timeout: Option<Duration>,
+    /// Most requests one call's code may make (`--max-fetches-per-call`).
+    per_call: u32,
     /// Made at the first fetch (most servers never make one): making it loads the system's
     /// root certificates (~8 ms), which would otherwise delay the server's start.
     client: Arc<OnceLock<reqwest::Client>>,
@@ -113,7 +134,43 @@ impl NetPolicy {
                 .filter(|h| !h.is_empty())
                 .collect(),
             max_bytes: max_response_bytes,
+            timeout: Some(DEFAULT_FETCH_TIMEOUT),
+            per_call: DEFAULT_MAX_FETCHES_PER_CALL,
             client: Arc::default(),
+        }
+    }
+
+    /// The same policy with each request limited to `timeout` (`--fetch-timeout`; `None`: no
+    /// limit but the call's) and each call to `per_call` requests (`--max-fetches-per-call`).
+    pub fn with_limits(mut self, timeout: Option<Duration>, per_call: u32) -> Self {
+        self.timeout = timeout;
+        self.per_call = per_call;
+        self
+    }
+
+    /// Most requests one call's code may make (`--max-fetches-per-call`).
+    pub fn per_call(&self) -> u32 {
+        self.per_call
+    }
+
+    /// The answer to a request past [`per_call`](Self::per_call): user code's network error,
+    /// naming the flag.
+    pub fn too_many(&self) -> FetchResponse {
+        FetchResponse::Error {
+            error: crate::protocol::error_words(&NetError::TooMany {
+                limit: self.per_call,
+            }),
+        }
+    }
+
+    /// A failure of reqwest's as user code reads it: past `--fetch-timeout`, or the
+    /// connection's own.
+    fn failed(&self, source: reqwest::Error) -> NetError {
+        match self.timeout {
+            Some(limit) if source.is_timeout() => NetError::Timeout {
+                seconds: limit.as_secs_f64(),
+            },
+            _ => NetError::Http { source },
         }
     }
 
@@ -121,12 +178,14 @@ impl NetPolicy {
     /// TLS backend) falls back to reqwest's default client.
     fn client(&self) -> &reqwest::Client {
         self.client.get_or_init(|| {
-            reqwest::Client::builder()
+            let builder = reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(CONNECT_TIMEOUT_SECS))
-                .timeout(Duration::from_secs(REQUEST_TIMEOUT_SECS))
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap_or_else(|_| reqwest::Client::new())
+                .redirect(reqwest::redirect::Policy::none());
+            let builder = match self.timeout {
+                Some(limit) => builder.timeout(limit),
+                None => builder,
+            };
+            builder.build().unwrap_or_else(|_| reqwest::Client::new())
         })
     }
 
@@ -190,10 +249,7 @@ impl NetPolicy {
         if !body.is_empty() {
             builder = builder.body(body);
         }
-        let resp = builder
-            .send()
-            .await
-            .map_err(|source| NetError::Http { source })?;
+        let resp = builder.send().await.map_err(|source| self.failed(source))?;
         self.read_response(resp).await
     }
 
@@ -220,7 +276,7 @@ impl NetPolicy {
         {
             return Err(NetError::ForbiddenMethod(request.method.clone()));
         }
-        let headers = request_headers(&request.headers)?;
+        let headers = request_headers(&url, &request.headers)?;
         if body_len > self.max_bytes {
             return Err(NetError::RequestTooLarge {
                 limit: self.max_bytes,
@@ -277,11 +333,7 @@ impl NetPolicy {
     /// Errors: [`NetError::ResponseTooLarge`], or reading failed ([`NetError::Http`]).
     async fn read_body(&self, mut resp: reqwest::Response) -> Result<Vec<u8>, NetError> {
         let mut bytes: Vec<u8> = Vec::new();
-        while let Some(chunk) = resp
-            .chunk()
-            .await
-            .map_err(|source| NetError::Http { source })?
-        {
+        while let Some(chunk) = resp.chunk().await.map_err(|source| self.failed(source))? {
             let total = bytes.len().saturating_add(chunk.len());
             if total > self.max_bytes {
                 // Dropping `resp` closes the connection: the rest is never read.
@@ -314,21 +366,26 @@ struct Checked {
     url: reqwest::Url,
     /// Neither of [`FORBIDDEN_METHODS`].
     method: reqwest::Method,
-    /// None of [`FORBIDDEN_REQUEST_HEADERS`].
+    /// None of [`FORBIDDEN_REQUEST_HEADERS`] or [`CONNECTION_HEADERS`].
     headers: HeaderMap,
 }
 
-/// The request headers user code asked for, checked: none of [`FORBIDDEN_REQUEST_HEADERS`]
-/// (in any case), and every name and value valid for HTTP.
+/// The request headers user code asked for, checked, for a request to `url`: those of the
+/// connection ([`CONNECTION_HEADERS`]) left out, a `Host` naming the URL's own host (with its
+/// port when the URL gives one, as HTTP clients write it) left out too, since reqwest writes
+/// it; none of [`FORBIDDEN_REQUEST_HEADERS`] nor another `Host` (either would let user code
+/// speak for the front or reach another virtual host than the allowed one); every name and
+/// value valid for HTTP.
 ///
 /// Errors: the first header refused, by name.
-fn request_headers(pairs: &[(String, String)]) -> Result<HeaderMap, NetError> {
+fn request_headers(url: &reqwest::Url, pairs: &[(String, String)]) -> Result<HeaderMap, NetError> {
     let mut headers = HeaderMap::new();
     for (name, value) in pairs {
-        if FORBIDDEN_REQUEST_HEADERS
-            .iter()
-            .any(|f| f.eq_ignore_ascii_case(name))
-        {
+        let is = |names: &[&str]| names.iter().any(|f| f.eq_ignore_ascii_case(name));
+        if is(&CONNECTION_HEADERS) || is(&["host"]) && names_own_host(url, value) {
+            continue;
+        }
+        if is(&FORBIDDEN_REQUEST_HEADERS) || is(&["host"]) {
             return Err(NetError::ForbiddenHeader(name.clone()));
         }
         let header =
@@ -345,6 +402,18 @@ fn request_headers(pairs: &[(String, String)]) -> Result<HeaderMap, NetError> {
         headers.append(header, value);
     }
     Ok(headers)
+}
+
+/// Whether a `Host` header's `value` names `url`'s own host: `host`, or `host:port` with the
+/// URL's port (given, or its scheme's default).
+fn names_own_host(url: &reqwest::Url, value: &str) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let value = value.trim();
+    let port = url.port_or_known_default();
+    value.eq_ignore_ascii_case(host)
+        || port.is_some_and(|port| value.eq_ignore_ascii_case(&format!("{host}:{port}")))
 }
 
 #[cfg(test)]
@@ -594,6 +663,33 @@ mod tests {
         assert!(matches!(answer, FetchResponse::Ok { status: 200, .. }));
         let first = seen.recv().await.expect("one connection");
         assert!(first.head.starts_with("GET /after "), "{}", first.head);
+    }
+
+    #[tokio::test]
+    async fn connection_headers_and_the_own_host_are_left_out_as_a_browser_does() {
+        let (port, mut seen) = server(Answer::Small).await;
+        let policy = NetPolicy::new(vec![format!("127.0.0.1:{port}")], TEST_CAP_BYTES);
+        let url = format!("http://127.0.0.1:{port}/");
+        let mut asked = vec![
+            ("X-Kept", "1".to_owned()),
+            ("Host", format!("127.0.0.1:{port}")),
+        ];
+        asked.extend(CONNECTION_HEADERS.map(|h| (h, "x-sent".to_owned())));
+        let pairs: Vec<(&str, &str)> = asked.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let (answer, _) = policy.fetch(&get(url, &pairs), Vec::new()).await;
+        assert!(
+            matches!(answer, FetchResponse::Ok { status: 200, .. }),
+            "{answer:?}"
+        );
+        let head = seen
+            .recv()
+            .await
+            .expect("one connection")
+            .head
+            .to_ascii_lowercase();
+        assert!(head.contains("x-kept: 1\r\n"), "{head}");
+        assert!(!head.contains("x-sent"), "{head}");
+        assert_eq!(head.matches("host: ").count(), 1, "{head}");
     }
 
     #[tokio::test]

@@ -17,6 +17,8 @@ use crate::worker::net::NetPolicy;
 pub struct CallRunHost<'a> {
     /// Which hosts the code's fetches may reach (`--allow-net`).
     net: &'a NetPolicy,
+    /// Requests the code made so far (bounded by `--max-fetches-per-call`).
+    fetches: u32,
     /// Code mode's upstream servers for this call; `None` without `--tools-config`.
     code_mode: Option<CodeMode<'a>>,
 }
@@ -36,6 +38,7 @@ impl<'a> CallRunHost<'a> {
     pub fn new(net: &'a NetPolicy, upstreams: Option<&'a Upstreams>, handle: &str) -> Self {
         CallRunHost {
             net,
+            fetches: 0,
             code_mode: upstreams.map(|upstreams| CodeMode {
                 upstreams,
                 sandbox: sandbox_tag(handle),
@@ -60,6 +63,10 @@ impl RunHost for CallRunHost<'_> {
     }
 
     async fn fetch(&mut self, request: &FetchRequest, body: Vec<u8>) -> (FetchResponse, Vec<u8>) {
+        if self.fetches >= self.net.per_call() {
+            return (self.net.too_many(), Vec::new());
+        }
+        self.fetches += 1;
         self.net.fetch(request, body).await
     }
 

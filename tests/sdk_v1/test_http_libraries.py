@@ -1,0 +1,242 @@
+"""The HTTP libraries agents write with, under `--allow-net` (docs/architecture.md §9): `requests`,
+`httpx` (sync and async), `urllib.request` and `urllib3` send through the front, as `pyfetch` and
+`open_url` do, against a local HTTP server: JSON, repeated headers, a redirect, an upload, a
+404, a streamed 20 MiB body. A host that is not allowed (also after a redirect) and a response
+over `--max-fetch-bytes` raise each library's own connection error, in the front's words. A
+PydanticAI agent's tool code uses `requests`."""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.mcp import MCPServerStdio
+
+from conftest import BINARY, CALL_TIMEOUT, SHARED_CACHE, mcp_session, run, server_env
+from test_pydantic_ai import model_that_runs
+
+pytestmark = pytest.mark.anyio
+
+# The large body's size (bytes) and the chunks the server writes it in.
+BIG = 20 << 20
+CHUNK = 1 << 20
+# How long `/slow` takes to answer (seconds), and a `--fetch-timeout` below it.
+SLOW = 3
+FETCH_TIMEOUT = 1
+# A `--max-fetches-per-call` for the limit's test.
+PER_CALL = 3
+# A `--max-fetch-bytes` below BIG.
+SMALL_CAP = 1 << 20
+# What each library's refusal names.
+NOT_ALLOWED = "network access to {host} is not allowed in the sandbox (the server admits hosts named with --allow-net)"
+TOO_LARGE = f"the response is larger than the limit of {SMALL_CAP} bytes (--max-fetch-bytes)"
+
+
+class _Site(BaseHTTPRequestHandler):
+    """`/data` (JSON, two cookies), `/redirect` (to `/data`), `/away` (to the same server named
+    `localhost`), `/slow` (SLOW seconds late), `/big` (BIG bytes, chunked), `/echo` (POST: what
+    came), anything else 404."""
+
+    # Chunked bodies are HTTP/1.1's.
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        port = self.server.server_address[1]
+        if self.path == "/data":
+            self._send(200, json.dumps({"hello": "world"}).encode(), [("Set-Cookie", "a=1"), ("Set-Cookie", "b=2")])
+        elif self.path == "/redirect":
+            self._send(302, b"", [("Location", "/data")])
+        elif self.path == "/away":
+            self._send(302, b"", [("Location", f"http://localhost:{port}/data")])
+        elif self.path == "/slow":
+            time.sleep(SLOW)
+            self._send(200, b"late")
+        elif self.path == "/big":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for _ in range(BIG // CHUNK):
+                self.wfile.write(b"%x\r\n" % CHUNK + b"x" * CHUNK + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            self._send(404, b"not found")
+
+    def do_POST(self):
+        data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        seen = {"body": data.decode("latin-1"), "type": self.headers.get("Content-Type")}
+        self._send(201, json.dumps(seen).encode())
+
+    def _send(self, status, body, headers=()):
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def site():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Site)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def value(text):
+    """A successful result's return value."""
+    assert text.startswith("<status>success</status>"), text
+    return json.loads(text.split("<return_value>\n")[1].split("\n</return_value>")[0])
+
+
+# Each library's GET, redirect, POST, 404 and stream, returning what it saw.
+REQUESTS = """
+import requests
+r = requests.get(B + "/data")
+moved = requests.get(B + "/redirect")
+up = requests.post(B + "/echo", files={"f": ("a.txt", b"file bytes")}).json()
+with requests.get(B + "/big", stream=True) as big:
+    streamed = sum(len(c) for c in big.iter_content(1 << 20))
+[r.status_code, r.reason, r.json(), r.headers["set-cookie"], moved.url, moved.history[0].status_code,
+ "file bytes" in up["body"], up["type"].split(";")[0], requests.get(B + "/nope").status_code, streamed]
+"""
+HTTPX = """
+import httpx
+r = httpx.get(B + "/data")
+moved = httpx.get(B + "/redirect", follow_redirects=True)
+up = httpx.post(B + "/echo", json={"x": 1}).json()
+with httpx.stream("GET", B + "/big") as big:
+    streamed = sum(len(c) for c in big.iter_bytes())
+async with httpx.AsyncClient() as client:
+    again = (await client.get(B + "/data")).json()
+[r.status_code, r.reason_phrase, r.json(), r.headers.get_list("set-cookie"), str(moved.url),
+ up, httpx.get(B + "/nope").status_code, streamed, again]
+"""
+URLLIB = """
+import json, urllib.request, urllib.error
+with urllib.request.urlopen(B + "/redirect") as r:
+    first = [r.status, r.geturl(), json.loads(r.read()), r.headers.get_all("set-cookie")]
+up = json.loads(urllib.request.urlopen(urllib.request.Request(B + "/echo", data=b"abc")).read())
+try:
+    urllib.request.urlopen(B + "/nope")
+except urllib.error.HTTPError as e:
+    missing = [e.code, e.read().decode()]
+import urllib3
+big = urllib3.request("GET", B + "/big", preload_content=False)
+streamed = sum(len(c) for c in big.stream(1 << 20))
+first + [up, missing, urllib3.request("GET", B + "/data").json(), streamed]
+"""
+PYODIDE = """
+import json
+from pyodide.http import pyfetch, open_url
+moved = await pyfetch(B + "/redirect")
+[(await (await pyfetch(B + "/data")).json()), json.loads(open_url(B + "/redirect").read()),
+ moved.redirected, moved.url, await moved.json()]
+"""
+
+
+async def test_each_library_reaches_an_allowed_host(site):
+    base, host = site
+    async with mcp_session("--workers", "1", "--allow-net", host) as session:
+        b = f"B = {base!r}\n"
+        got = value(await run(session, "# /// script\n# dependencies = ['requests']\n# ///\n" + b + REQUESTS))
+        assert got == [200, "OK", {"hello": "world"}, "a=1, b=2", f"{base}/data", 302, True, "multipart/form-data",
+                       404, BIG]
+        got = value(await run(session, "# /// script\n# dependencies = ['httpx']\n# ///\n" + b + HTTPX))
+        assert got == [200, "OK", {"hello": "world"}, ["a=1", "b=2"], f"{base}/data", {"body": '{"x":1}', "type": "application/json"},
+                       404, BIG, {"hello": "world"}]
+        got = value(await run(session, "# /// script\n# dependencies = ['urllib3']\n# ///\n" + b + URLLIB))
+        assert got == [200, f"{base}/data", {"hello": "world"}, ["a=1", "b=2"],
+                       {"body": "abc", "type": "application/x-www-form-urlencoded"}, [404, "not found"], {"hello": "world"},
+                       BIG]
+        hello = {"hello": "world"}
+        assert value(await run(session, b + PYODIDE)) == [hello, hello, True, f"{base}/data", hello]
+
+
+# Each library's refusal of `url`: its exception's type and text.
+REFUSALS = """
+import requests, httpx, urllib.request, urllib3
+from pyodide.http import pyfetch
+def refusal(call):
+    try:
+        call()
+    except Exception as e:
+        return [f"{type(e).__module__}.{type(e).__qualname__}", str(e)]
+seen = [refusal(lambda: requests.get(URL)), refusal(lambda: httpx.get(URL, follow_redirects=True)),
+        refusal(lambda: urllib.request.urlopen(URL)),
+        refusal(lambda: urllib3.request("GET", URL))]
+try:
+    await pyfetch(URL)
+except Exception as e:
+    seen.append([type(e).__name__, str(e)])
+seen
+"""
+LIBRARY_ERRORS = [
+    "requests.exceptions.ConnectionError", "httpx.ConnectError", "urllib.error.URLError",
+    "urllib3.exceptions.MaxRetryError", "AbortError",
+]
+
+
+async def refusals(session, url):
+    code = "# /// script\n# dependencies = ['requests', 'httpx']\n# ///\n" + f"URL = {url!r}\n" + REFUSALS
+    seen = value(await run(session, code))
+    assert [kind for kind, _ in seen] == LIBRARY_ERRORS, [kind for kind, _ in seen]
+    return [words for _, words in seen]
+
+
+async def test_refusals_are_each_librarys_own_connection_error(site):
+    base, host = site
+    port = host.split(":")[1]
+    async with mcp_session("--workers", "1", "--allow-net", host) as session:
+        for url, refused in [("https://example.org/x", "example.org"), (f"{base}/away", "localhost")]:
+            for words in await refusals(session, url):
+                assert NOT_ALLOWED.format(host=refused) in words, (url, words)
+    async with mcp_session("--workers", "1", "--allow-net", host, "--max-fetch-bytes", str(SMALL_CAP)) as session:
+        for words in await refusals(session, f"{base}/big"):
+            assert TOO_LARGE in words, words
+    # Without --allow-net nothing is reached, and the words say how to allow it.
+    async with mcp_session("--workers", "1") as session:
+        for words in await refusals(session, f"http://127.0.0.1:{port}/data"):
+            assert NOT_ALLOWED.format(host="127.0.0.1") in words, words
+
+
+async def test_the_limits_of_requests_name_their_flags(site):
+    base, host = site
+    async with mcp_session("--workers", "1", "--allow-net", host, "--fetch-timeout", str(FETCH_TIMEOUT)) as session:
+        for words in await refusals(session, f"{base}/slow"):
+            assert f"the request took longer than {FETCH_TIMEOUT} s, the limit of one request (--fetch-timeout)" in words, words
+    async with mcp_session("--workers", "1", "--allow-net", host, "--max-fetches-per-call", str(PER_CALL)) as session:
+        code = f"""# /// script
+# dependencies = ['requests']
+# ///
+import requests
+seen = []
+for _ in range({PER_CALL + 1}):
+    try:
+        seen.append(requests.get({base!r} + "/data").status_code)
+    except requests.ConnectionError as e:
+        seen.append(str(e))
+seen"""
+        for _ in range(2):
+            # Each call has its own count.
+            *fetched, refused = value(await run(session, code))
+            assert fetched == [200] * PER_CALL, fetched
+            assert f"this call's code has made {PER_CALL} requests, the most one call may make (--max-fetches-per-call)" in refused, refused
+
+
+async def test_a_pydantic_ai_agents_tool_code_uses_requests(site):
+    base, host = site
+    code = f"# /// script\n# dependencies = ['requests']\n# ///\nimport requests\nrequests.get({base!r} + '/data').json()['hello']"
+    server = MCPServerStdio(
+        BINARY, args=["stdio", "--workers", "1", "--cache-dir", SHARED_CACHE, "--allow-net", host],
+        env=server_env(), timeout=30, read_timeout=CALL_TIMEOUT,
+    )
+    agent = Agent(model_that_runs(code), toolsets=[server])
+    async with agent:
+        result = await agent.run("Fetch the greeting.")
+    assert "<return_value>\nworld\n</return_value>" in result.output, result.output
