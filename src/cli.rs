@@ -398,11 +398,20 @@ pub struct ConfinementArgs {
     )]
     pub confinement: crate::protocol::launch::ConfinementMode,
 
-    /// Hosts user code may reach over HTTP(S) with `pyodide.http.pyfetch` or `open_url`
-    /// (comma-separated `host` or `host:port`); none by default. Package downloads by the
-    /// server itself are not affected.
+    /// Hosts user code may reach over HTTP(S), through the front (`requests`, `httpx`,
+    /// `urllib.request`, `urllib3`, `pyfetch`, `open_url`), comma-separated: a name, `*.domain`
+    /// (its subdomains), an address or a CIDR range, each with an optional `:port`; none by
+    /// default. A listed name reaches only public addresses: a loopback, private, link-local or
+    /// other special address must be listed itself. Package downloads by the server itself are
+    /// not affected.
     #[arg(long, value_delimiter = ',')]
     pub allow_net: Vec<String>,
+
+    /// A PEM file of certificate authorities that user code's HTTPS requests trust besides the
+    /// system's roots (a private CA's hosts named in `--allow-net`). TLS is verified by the
+    /// server, never in the sandbox.
+    #[arg(long)]
+    pub ca_file: Option<std::path::PathBuf>,
 
     /// Accepted for the Deno original's command line: user code has no network unless
     /// `--allow-net` names a host, so this changes nothing (and overrides `--allow-net`).

@@ -30,6 +30,7 @@ use crate::server::transport::http::HttpMode;
 use crate::worker;
 use crate::worker::launcher::Launcher;
 use crate::worker::mount::Mounts;
+use crate::worker::net::allow_list::AllowList;
 use crate::worker::net::NetPolicy;
 use crate::worker::spares::Spares;
 use anyhow::{anyhow, Context, Result};
@@ -446,16 +447,35 @@ fn limits(cli: &Serve) -> Result<Limits> {
 /// The hosts user code may reach (`--allow-net`, none under `--disable-networking`), with
 /// the limits of its requests.
 ///
-/// Errors: `--fetch-timeout` out of range.
+/// Errors: an `--allow-net` entry of no known form, `--fetch-timeout` out of range, a
+/// `--ca-file` that cannot be read or holds no PEM certificate.
 fn net_policy(cli: &Serve) -> Result<NetPolicy> {
-    let allowed_hosts = if cli.confinement.disable_networking {
-        Vec::new()
+    let allow = if cli.confinement.disable_networking {
+        AllowList::default()
     } else {
-        cli.confinement.allow_net.clone()
+        AllowList::parse(&cli.confinement.allow_net)?
     };
     let timeout = seconds(cli.limits.fetch_timeout, "--fetch-timeout")?;
-    Ok(NetPolicy::new(allowed_hosts, cli.limits.max_fetch_bytes)
-        .with_limits(timeout, cli.limits.max_fetches_per_call))
+    let roots = match &cli.confinement.ca_file {
+        Some(path) => ca_roots(path)?,
+        None => Vec::new(),
+    };
+    Ok(NetPolicy::new(allow, cli.limits.max_fetch_bytes)
+        .with_limits(timeout, cli.limits.max_fetches_per_call)
+        .with_roots(roots))
+}
+
+/// The certificates of `--ca-file`'s PEM bundle.
+///
+/// Errors: the file cannot be read, is not PEM, or holds no certificate.
+fn ca_roots(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>> {
+    let what = || format!("--ca-file {}", path.display());
+    let pem = std::fs::read(path).with_context(what)?;
+    let roots = reqwest::Certificate::from_pem_bundle(&pem).with_context(what)?;
+    if roots.is_empty() {
+        anyhow::bail!("{}: no PEM certificate in it", what());
+    }
+    Ok(roots)
 }
 
 /// Code mode: the upstream MCP servers of `--tools-config` and the host functions of

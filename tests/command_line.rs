@@ -17,6 +17,7 @@ const SERVER_FLAGS: &[&str] = &[
     "--cache-dir",
     "--confinement",
     "--dependencies",
+    "--ca-file",
     "--deps",
     "--disable-networking",
     "--drain-timeout",

@@ -1440,7 +1440,7 @@ while True:
             image_cap: 0,
             checkpoint_follows: false,
         };
-        let mut host = NetOnly(NetPolicy::new(Vec::new(), 1 << 20));
+        let mut host = NetOnly(NetPolicy::new(Default::default(), 1 << 20));
         let deadline = Deadline::after(Duration::from_secs(20), Phase::Running);
         let e = w
             .run(request, deadline, &mut host, &mut |_, line| kept.push(line))

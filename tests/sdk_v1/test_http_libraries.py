@@ -5,10 +5,18 @@
 over `--max-fetch-bytes` raise each library's own connection error, in the front's words. A
 PydanticAI agent's tool code uses `requests`."""
 
+import datetime
+import ipaddress
 import json
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 import pytest
 from pydantic_ai import Agent
@@ -85,6 +93,48 @@ def site():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Site)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}", f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def certificate(subject, issuer, key, signer, ca):
+    """A certificate of `subject` (its public `key`) signed by `issuer`'s `signer`: a CA's, or
+    a server's for 127.0.0.1."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
+               .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+               .not_valid_after(now + datetime.timedelta(days=1))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if ca:
+        builder = builder.add_extension(x509.KeyUsage(
+            digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False, key_encipherment=False,
+            data_encipherment=False, key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+    else:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+    return builder.sign(signer, hashes.SHA256())
+
+
+@pytest.fixture(scope="module")
+def tls_site(tmp_path_factory):
+    """The same site over HTTPS, its certificate from a CA of its own; with the CA's PEM file."""
+    folder = tmp_path_factory.mktemp("tls")
+    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mcp-run-python test CA")])
+    ca = certificate(ca_name, ca_name, ca_key, ca_key, ca=True)
+    server_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    server_cert = certificate(server_name, ca_name, server_key, ca_key, ca=False)
+    ca_file, chain, key = folder / "ca.pem", folder / "server.pem", folder / "server.key"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    chain.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
+    key.write_bytes(server_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(chain, key)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Site)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    yield f"https://127.0.0.1:{port}", f"127.0.0.1:{port}", ca_file
     server.shutdown()
 
 
@@ -203,6 +253,42 @@ async def test_refusals_are_each_librarys_own_connection_error(site):
     async with mcp_session("--workers", "1") as session:
         for words in await refusals(session, f"http://127.0.0.1:{port}/data"):
             assert NOT_ALLOWED.format(host="127.0.0.1") in words, words
+
+
+async def test_https_to_a_private_ca_is_verified_by_the_front(tls_site):
+    """Each library over HTTPS to a host whose CA is the operator's (`--ca-file`); without it,
+    the certificate is refused, as each library's own connection error."""
+    base, host, ca_file = tls_site
+    code = """# /// script
+# dependencies = ['requests', 'httpx']
+# ///
+import json, urllib.request, requests, httpx
+from pyodide.http import pyfetch
+[requests.get(B + "/data").json(), httpx.get(B + "/data").json(), json.loads(urllib.request.urlopen(B + "/data").read()),
+ await (await pyfetch(B + "/data")).json()]
+"""
+    async with mcp_session("--workers", "1", "--allow-net", host, "--ca-file", str(ca_file)) as session:
+        assert value(await run(session, f"B = {base!r}\n" + code)) == [{"hello": "world"}] * 4
+    async with mcp_session("--workers", "1", "--allow-net", host) as session:
+        for words in await refusals(session, f"{base}/data"):
+            assert "the request failed" in words and "certificate" in words.lower(), words
+
+
+async def test_a_listed_name_reaches_a_special_address_only_when_the_address_is_listed(site):
+    """Against server-side request forgery: `localhost` resolves to a loopback address, which a
+    listed name does not reach (DNS rebinding would do the same with any name), nor does a
+    literal metadata address; listing the address itself lets the name through."""
+    base, host = site
+    port = host.split(":")[1]
+    local = f"http://localhost:{port}/data"
+    async with mcp_session("--workers", "1", "--allow-net", f"localhost:{port}") as session:
+        for words in await refusals(session, local):
+            assert "localhost resolves to " in words and "a loopback address, which --allow-net does not name" in words, words
+        for words in await refusals(session, "http://169.254.169.254/latest/meta-data/"):
+            assert NOT_ALLOWED.format(host="169.254.169.254") in words, words
+    async with mcp_session("--workers", "1", "--allow-net", f"localhost:{port},127.0.0.0/8,::1") as session:
+        code = f"# /// script\n# dependencies = ['requests']\n# ///\nimport requests\nrequests.get({local!r}).json()"
+        assert value(await run(session, code)) == {"hello": "world"}
 
 
 async def test_the_limits_of_requests_name_their_flags(site):

@@ -9,8 +9,13 @@
 //! `{method, url, headers}` in and `{status, statusText, headers, url, redirected}` or
 //! `{error}` out.
 
+pub mod allow_list;
+pub mod resolve;
+
 use crate::protocol::fetch::{FetchRequest, FetchResponse};
+use allow_list::AllowList;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, InvalidHeaderName, InvalidHeaderValue};
+use resolve::{AddressRefused, CheckedResolver};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use thiserror::Error;
@@ -90,6 +95,10 @@ pub enum NetError {
     /// The response body is (or announces to be) over the limit (bytes).
     #[error("the response is larger than the limit of {limit} bytes (--max-fetch-bytes)")]
     ResponseTooLarge { limit: usize },
+    /// A name `--allow-net` lists resolved only to addresses of a special class that it does
+    /// not name (loopback, private, link-local, …).
+    #[error(transparent)]
+    AddressRefused(AddressRefused),
     /// The request took longer than `--fetch-timeout` (seconds), body included.
     #[error(
         "the request took longer than {seconds} s, the limit of one request (--fetch-timeout)"
@@ -98,6 +107,12 @@ pub enum NetError {
     /// The call's code made `limit` requests already (`--max-fetches-per-call`).
     #[error("this call's code has made {limit} requests, the most one call may make (--max-fetches-per-call)")]
     TooMany { limit: u32 },
+    /// The front's HTTP client could not be made (its TLS roots were refused).
+    #[error("the server cannot make HTTP requests")]
+    Client {
+        #[source]
+        source: Arc<reqwest::Error>,
+    },
     /// Connecting, sending or reading failed.
     #[error("the request failed")]
     Http {
@@ -110,34 +125,41 @@ pub enum NetError {
 /// reaches them.
 #[derive(Clone)]
 pub struct NetPolicy {
-    allowed: Vec<String>,
+    allow: Arc<AllowList>,
     max_bytes: usize,
     /// Longest time for one request, body included (`--fetch-timeout`); `None`: only the
     /// call's own `--timeout`.
     timeout: Option<Duration>,
     /// Most requests one call's code may make (`--max-fetches-per-call`).
     per_call: u32,
+    /// Roots trusted besides the system's (`--ca-file`).
+    extra_roots: Vec<reqwest::Certificate>,
     /// Made at the first fetch (most servers never make one): making it loads the system's
-    /// root certificates (~8 ms), which would otherwise delay the server's start.
-    client: Arc<OnceLock<reqwest::Client>>,
+    /// root certificates (~8 ms), which would otherwise delay the server's start. A client
+    /// that could not be made fails every request, rather than one without the policy's
+    /// resolver and redirect rule.
+    client: Arc<OnceLock<Result<reqwest::Client, Arc<reqwest::Error>>>>,
 }
 
 impl NetPolicy {
-    /// A policy allowing `hosts` (`host` for any port, or `host:port`; empty allows nothing),
-    /// with request and response bodies of at most `max_response_bytes` bytes
-    /// (`--max-fetch-bytes`, default [`DEFAULT_MAX_FETCH_BYTES`]).
-    pub fn new(hosts: Vec<String>, max_response_bytes: usize) -> Self {
+    /// A policy allowing what `allow` allows (empty: nothing), with request and response bodies
+    /// of at most `max_response_bytes` bytes (`--max-fetch-bytes`, default
+    /// [`DEFAULT_MAX_FETCH_BYTES`]).
+    pub fn new(allow: AllowList, max_response_bytes: usize) -> Self {
         NetPolicy {
-            allowed: hosts
-                .into_iter()
-                .map(|h| h.trim().to_ascii_lowercase())
-                .filter(|h| !h.is_empty())
-                .collect(),
+            allow: Arc::new(allow),
             max_bytes: max_response_bytes,
             timeout: Some(DEFAULT_FETCH_TIMEOUT),
             per_call: DEFAULT_MAX_FETCHES_PER_CALL,
+            extra_roots: Vec::new(),
             client: Arc::default(),
         }
+    }
+
+    /// The same policy trusting `roots` besides the system's roots (`--ca-file`).
+    pub fn with_roots(mut self, roots: Vec<reqwest::Certificate>) -> Self {
+        self.extra_roots = roots;
+        self
     }
 
     /// The same policy with each request limited to `timeout` (`--fetch-timeout`; `None`: no
@@ -163,9 +185,12 @@ impl NetPolicy {
         }
     }
 
-    /// A failure of reqwest's as user code reads it: past `--fetch-timeout`, or the
-    /// connection's own.
+    /// A failure of reqwest's as user code reads it: past `--fetch-timeout`, a name whose
+    /// addresses `--allow-net` does not admit, or the connection's own.
     fn failed(&self, source: reqwest::Error) -> NetError {
+        if let Some(refused) = address_refused(&source) {
+            return NetError::AddressRefused(refused);
+        }
         match self.timeout {
             Some(limit) if source.is_timeout() => NetError::Timeout {
                 seconds: limit.as_secs_f64(),
@@ -174,18 +199,26 @@ impl NetPolicy {
         }
     }
 
-    /// The HTTP client, made on first use; it follows no redirects. A builder that fails (no
-    /// TLS backend) falls back to reqwest's default client.
-    fn client(&self) -> &reqwest::Client {
-        self.client.get_or_init(|| {
+    /// The HTTP client, made on first use: it follows no redirects, resolves names through the
+    /// policy ([`CheckedResolver`]), verifies TLS against the system's roots and
+    /// `--ca-file`'s, and gives up after `--fetch-timeout`.
+    ///
+    /// Errors: [`NetError::Client`] when it could not be made (no TLS backend, roots refused).
+    fn client(&self) -> Result<&reqwest::Client, NetError> {
+        let made = self.client.get_or_init(|| {
             let builder = reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(CONNECT_TIMEOUT_SECS))
-                .redirect(reqwest::redirect::Policy::none());
+                .redirect(reqwest::redirect::Policy::none())
+                .dns_resolver(Arc::new(CheckedResolver::new(self.allow.clone())))
+                .tls_certs_merge(self.extra_roots.iter().cloned());
             let builder = match self.timeout {
                 Some(limit) => builder.timeout(limit),
                 None => builder,
             };
-            builder.build().unwrap_or_else(|_| reqwest::Client::new())
+            builder.build().map_err(Arc::new)
+        });
+        made.as_ref().map_err(|source| NetError::Client {
+            source: source.clone(),
         })
     }
 
@@ -196,22 +229,16 @@ impl NetPolicy {
         self.max_bytes
     }
 
-    /// Whether `url`'s host is allowed: named alone (any port) or as `host:port` with the
-    /// URL's port (the scheme's default when it names none). IPv6 hosts are compared without
-    /// their brackets.
+    /// Whether `url`'s host and port (the scheme's default when it names none) are allowed
+    /// ([`AllowList::admits`]).
     fn allows(&self, url: &reqwest::Url) -> bool {
-        let Some(host) = url
-            .host_str()
-            .map(|h| h.trim_matches(['[', ']']).to_ascii_lowercase())
-        else {
+        let Some(host) = url.host_str() else {
             return false;
         };
         // `http` and `https` always have a default port; were there none, port 0 matches no
         // `host:port` anyone would allow.
         let port = url.port_or_known_default().unwrap_or(0);
-        self.allowed
-            .iter()
-            .any(|a| *a == host || *a == format!("{host}:{port}"))
+        self.allow.admits(host, port)
     }
 
     /// Performs one request from user code with `body`; returns the response metadata and
@@ -243,7 +270,7 @@ impl NetPolicy {
     ) -> Result<(FetchResponse, Vec<u8>), NetError> {
         let checked = self.check(request, body.len())?;
         let mut builder = self
-            .client()
+            .client()?
             .request(checked.method, checked.url)
             .headers(checked.headers);
         if !body.is_empty() {
@@ -416,6 +443,18 @@ fn names_own_host(url: &reqwest::Url, value: &str) -> bool {
         || port.is_some_and(|port| value.eq_ignore_ascii_case(&format!("{host}:{port}")))
 }
 
+/// The resolver's refusal in `error`'s chain of sources, if it is one.
+fn address_refused(error: &reqwest::Error) -> Option<AddressRefused> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if let Some(refused) = e.downcast_ref::<AddressRefused>() {
+            return Some(refused.clone());
+        }
+        source = e.source();
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -532,6 +571,11 @@ mod tests {
         })
     }
 
+    /// The allow-list of `entries`.
+    fn allow(entries: &[String]) -> AllowList {
+        AllowList::parse(entries).expect("valid entries")
+    }
+
     fn get(url: String, headers: &[(&str, &str)]) -> FetchRequest {
         FetchRequest {
             method: "GET".into(),
@@ -553,7 +597,7 @@ mod tests {
     #[tokio::test]
     async fn endless_body_stops_at_the_cap_quickly() {
         let (port, mut seen) = server(Answer::Endless).await;
-        let policy = NetPolicy::new(vec![format!("127.0.0.1:{port}")], TEST_CAP_BYTES);
+        let policy = NetPolicy::new(allow(&[format!("127.0.0.1:{port}")]), TEST_CAP_BYTES);
         let started = Instant::now();
         let (answer, body) = policy
             .fetch(
@@ -579,7 +623,7 @@ mod tests {
     #[tokio::test]
     async fn announced_length_over_the_cap_is_refused_before_reading() {
         let (port, _seen) = server(Answer::Announced).await;
-        let policy = NetPolicy::new(vec!["127.0.0.1".into()], TEST_CAP_BYTES);
+        let policy = NetPolicy::new(allow(&["127.0.0.1".into()]), TEST_CAP_BYTES);
         let started = Instant::now();
         let (answer, _) = policy
             .fetch(&get(format!("http://127.0.0.1:{port}/"), &[]), Vec::new())
@@ -591,7 +635,7 @@ mod tests {
     #[tokio::test]
     async fn small_body_is_returned_with_its_metadata() {
         let (port, mut seen) = server(Answer::Small).await;
-        let policy = NetPolicy::new(vec![format!("127.0.0.1:{port}")], TEST_CAP_BYTES);
+        let policy = NetPolicy::new(allow(&[format!("127.0.0.1:{port}")]), TEST_CAP_BYTES);
         let url = format!("http://127.0.0.1:{port}/small?q=1");
         let request = FetchRequest {
             method: "POST".into(),
@@ -623,7 +667,7 @@ mod tests {
     #[tokio::test]
     async fn forbidden_headers_are_refused_and_never_sent() {
         let (port, mut seen) = server(Answer::Small).await;
-        let policy = NetPolicy::new(vec![format!("127.0.0.1:{port}")], TEST_CAP_BYTES);
+        let policy = NetPolicy::new(allow(&[format!("127.0.0.1:{port}")]), TEST_CAP_BYTES);
         let url = format!("http://127.0.0.1:{port}/");
         let (answer, _) = policy
             .fetch(
@@ -668,7 +712,7 @@ mod tests {
     #[tokio::test]
     async fn connection_headers_and_the_own_host_are_left_out_as_a_browser_does() {
         let (port, mut seen) = server(Answer::Small).await;
-        let policy = NetPolicy::new(vec![format!("127.0.0.1:{port}")], TEST_CAP_BYTES);
+        let policy = NetPolicy::new(allow(&[format!("127.0.0.1:{port}")]), TEST_CAP_BYTES);
         let url = format!("http://127.0.0.1:{port}/");
         let mut asked = vec![
             ("X-Kept", "1".to_owned()),
@@ -696,7 +740,7 @@ mod tests {
     async fn hosts_not_allowed_are_refused_without_connecting() {
         let (port, mut seen) = server(Answer::Small).await;
         let other_port = port.wrapping_add(1);
-        let policy = NetPolicy::new(vec![format!("127.0.0.1:{other_port}")], TEST_CAP_BYTES);
+        let policy = NetPolicy::new(allow(&[format!("127.0.0.1:{other_port}")]), TEST_CAP_BYTES);
         let (answer, _) = policy
             .fetch(&get(format!("http://127.0.0.1:{port}/"), &[]), Vec::new())
             .await;
@@ -719,7 +763,7 @@ mod tests {
     #[tokio::test]
     async fn request_bodies_over_the_cap_are_refused() {
         let (port, _seen) = server(Answer::Small).await;
-        let policy = NetPolicy::new(vec![format!("127.0.0.1:{port}")], TEST_CAP_BYTES);
+        let policy = NetPolicy::new(allow(&[format!("127.0.0.1:{port}")]), TEST_CAP_BYTES);
         let (answer, _) = policy
             .fetch(
                 &get(format!("http://127.0.0.1:{port}/"), &[]),
