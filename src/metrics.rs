@@ -52,6 +52,14 @@ const FORKS: &str = "mcp_run_python_sandbox_forks_total";
 /// Saves of sandboxes to `--state-dir`, by `result` (`ok`, `superseded`, `error`).
 const STATE_SAVES: &str = "mcp_run_python_state_saves_total";
 
+/// User code's HTTP requests through the front (`--allow-net`), by `allowed` (the `--allow-net`
+/// entry that admitted the URL, as the operator wrote it; `none` when none did) and `outcome`
+/// ([`EgressOutcome`]).
+const EGRESS_REQUESTS: &str = "mcp_run_python_egress_requests_total";
+/// Bytes user code's HTTP requests moved, by `allowed` and `direction` (`sent`: request bodies;
+/// `received`: response bodies handed to the sandbox).
+const EGRESS_BYTES: &str = "mcp_run_python_egress_bytes_total";
+
 /// Histogram buckets for durations (seconds): from a warm call (~1 ms) to the longest
 /// timeouts.
 const DURATION_BUCKETS: [f64; 14] = [
@@ -106,6 +114,15 @@ fn describe() {
     describe_counter!(CACHE_MISSES, "package files downloaded");
     describe_counter!(RESTORED, "sandboxes restored from the state directory");
     describe_counter!(STATE_SAVES, "saves to the state directory, by result");
+    describe_counter!(
+        EGRESS_REQUESTS,
+        "user code's HTTP requests through the server, by allow-list entry and outcome"
+    );
+    describe_counter!(
+        EGRESS_BYTES,
+        Unit::Bytes,
+        "bytes of user code's HTTP requests and responses, by allow-list entry and direction"
+    );
     describe_counter!(
         FORKS,
         "forks, by how the copy got its interpreter state (handed_over, restored, none)"
@@ -258,4 +275,52 @@ pub fn set_gauges(now: Gauges) {
     gauge!(HIBERNATED).set(now.hibernated as f64);
     gauge!(HIBERNATED_BYTES).set(now.hibernated_bytes as f64);
     gauge!(SESSIONS).set(now.sessions as f64);
+}
+
+/// How a request of user code through the front ended ([`egress`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EgressOutcome {
+    /// A response came (whatever its status).
+    Ok,
+    /// Its host and port are not in `--allow-net`.
+    NotAllowed,
+    /// Its name resolved only to special addresses `--allow-net` does not name.
+    AddressRefused,
+    /// A body over `--max-fetch-bytes`.
+    TooLarge,
+    /// Longer than `--fetch-timeout`.
+    Timeout,
+    /// Past `--max-fetches-per-call`.
+    TooMany,
+    /// A URL, method or header the front refuses.
+    Refused,
+    /// Connecting, TLS, sending or reading failed.
+    Failed,
+}
+
+impl EgressOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            EgressOutcome::Ok => "ok",
+            EgressOutcome::NotAllowed => "not_allowed",
+            EgressOutcome::AddressRefused => "address_refused",
+            EgressOutcome::TooLarge => "too_large",
+            EgressOutcome::Timeout => "timeout",
+            EgressOutcome::TooMany => "too_many",
+            EgressOutcome::Refused => "refused",
+            EgressOutcome::Failed => "failed",
+        }
+    }
+}
+
+/// A request of user code ended as `outcome`, admitted by the `--allow-net` entry `allowed`
+/// (`None`: by none), having sent `sent` and received `received` body bytes.
+pub fn egress(allowed: Option<&str>, outcome: EgressOutcome, sent: usize, received: usize) {
+    let allowed = allowed.unwrap_or("none").to_owned();
+    let outcome = outcome.label();
+    counter!(EGRESS_REQUESTS, "allowed" => allowed.clone(), "outcome" => outcome).increment(1);
+    counter!(EGRESS_BYTES, "allowed" => allowed.clone(), "direction" => "sent")
+        .increment(sent as u64);
+    counter!(EGRESS_BYTES, "allowed" => allowed, "direction" => "received")
+        .increment(received as u64);
 }

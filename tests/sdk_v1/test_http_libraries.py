@@ -11,6 +11,7 @@ import json
 import ssl
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from cryptography import x509
@@ -22,7 +23,8 @@ import pytest
 from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPServerStdio
 
-from conftest import BINARY, CALL_TIMEOUT, SHARED_CACHE, mcp_session, run, server_env
+from adversary import http_session
+from conftest import BINARY, CALL_TIMEOUT, SHARED_CACHE, http_server, mcp_session, run, server_env
 from test_pydantic_ai import model_that_runs
 
 pytestmark = pytest.mark.anyio
@@ -313,6 +315,35 @@ seen"""
             *fetched, refused = value(await run(session, code))
             assert fetched == [200] * PER_CALL, fetched
             assert f"this call's code has made {PER_CALL} requests, the most one call may make (--max-fetches-per-call)" in refused, refused
+
+
+def samples(base):
+    """The egress samples of the server's /metrics: {name{labels}: value}."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=CALL_TIMEOUT) as r:
+        lines = r.read().decode().splitlines()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("mcp_run_python_egress_")}
+
+
+async def test_operators_see_egress_by_allow_list_entry_and_outcome(site):
+    base, host = site
+    code = """# /// script
+# dependencies = ['requests']
+# ///
+import requests
+ok = requests.post(B + "/echo", data=b"12345").status_code
+try:
+    requests.get("http://example.org/")
+except requests.ConnectionError:
+    refused = True
+[ok, refused]"""
+    with http_server("streamable-http", "--workers", "1", "--allow-net", host) as server:
+        async with http_session(server) as session:
+            assert value(await run(session, f"B = {base!r}\n" + code)) == [201, True]
+        seen = samples(server)
+    assert seen[f'mcp_run_python_egress_requests_total{{allowed="{host}",outcome="ok"}}'] == 1, seen
+    assert seen['mcp_run_python_egress_requests_total{allowed="none",outcome="not_allowed"}'] == 1, seen
+    assert seen[f'mcp_run_python_egress_bytes_total{{allowed="{host}",direction="sent"}}'] == 5, seen
+    assert seen[f'mcp_run_python_egress_bytes_total{{allowed="{host}",direction="received"}}'] > 0, seen
 
 
 async def test_a_pydantic_ai_agents_tool_code_uses_requests(site):

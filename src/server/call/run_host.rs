@@ -64,7 +64,7 @@ impl RunHost for CallRunHost<'_> {
 
     async fn fetch(&mut self, request: &FetchRequest, body: Vec<u8>) -> (FetchResponse, Vec<u8>) {
         if self.fetches >= self.net.per_call() {
-            return (self.net.too_many(), Vec::new());
+            return (self.net.too_many(request), Vec::new());
         }
         self.fetches += 1;
         self.net.fetch(request, body).await

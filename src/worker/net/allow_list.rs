@@ -39,6 +39,8 @@ enum Pattern {
 /// One `--allow-net` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {
+    /// As the operator wrote it (trimmed): the egress metrics' `allowed` label.
+    text: String,
     pattern: Pattern,
     /// `None`: every port.
     port: Option<u16>,
@@ -92,9 +94,14 @@ impl AllowList {
     /// Whether a URL with `host` (a name, or an address in brackets or not) and `port` may be
     /// asked for.
     pub fn admits(&self, host: &str, port: u16) -> bool {
+        self.entry_for(host, port).is_some()
+    }
+
+    /// The first entry, as the operator wrote it, that admits `host` and `port`.
+    pub fn entry_for(&self, host: &str, port: u16) -> Option<&str> {
         let host = host.trim_matches(['[', ']']).to_ascii_lowercase();
         let address = host.parse::<IpAddr>().ok();
-        self.entries.iter().any(|entry| {
+        let found = self.entries.iter().find(|entry| {
             entry.port.is_none_or(|p| p == port)
                 && match (&entry.pattern, address) {
                     (Pattern::Addresses(net), Some(ip)) => net.contains(&canonical(ip)),
@@ -104,7 +111,8 @@ impl AllowList {
                         .is_some_and(|rest| rest.len() > 1 && rest.ends_with('.')),
                     _ => false,
                 }
-        })
+        });
+        found.map(|entry| entry.text.as_str())
     }
 
     /// Whether `ip`, an address a name resolved to, may be connected to on `port` (`None`: on
@@ -134,6 +142,7 @@ fn entry(text: &str) -> Option<Entry> {
     if lower.contains('/') {
         let net = lower.parse::<IpNet>().ok()?;
         return Some(Entry {
+            text: text.to_owned(),
             pattern: Pattern::Addresses(net.trunc()),
             port: None,
         });
@@ -146,7 +155,11 @@ fn entry(text: &str) -> Option<Entry> {
     } else {
         Pattern::Name(valid_name(host)?.to_owned())
     };
-    Some(Entry { pattern, port })
+    Some(Entry {
+        text: text.to_owned(),
+        pattern,
+        port,
+    })
 }
 
 /// `host` and its port: `[v6]:port`, `[v6]`, a bare IPv6 address (no port), `host:port` or

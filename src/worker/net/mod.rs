@@ -12,6 +12,7 @@
 pub mod allow_list;
 pub mod resolve;
 
+use crate::metrics::EgressOutcome;
 use crate::protocol::fetch::{FetchRequest, FetchResponse};
 use allow_list::AllowList;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, InvalidHeaderName, InvalidHeaderValue};
@@ -175,9 +176,11 @@ impl NetPolicy {
         self.per_call
     }
 
-    /// The answer to a request past [`per_call`](Self::per_call): user code's network error,
-    /// naming the flag.
-    pub fn too_many(&self) -> FetchResponse {
+    /// The answer to `request`, past [`per_call`](Self::per_call): user code's network error,
+    /// naming the flag (counted in the egress metrics).
+    pub fn too_many(&self, request: &FetchRequest) -> FetchResponse {
+        let allowed = self.entry_for(&request.url);
+        crate::metrics::egress(allowed, EgressOutcome::TooMany, 0, 0);
         FetchResponse::Error {
             error: crate::protocol::error_words(&NetError::TooMany {
                 limit: self.per_call,
@@ -246,16 +249,45 @@ impl NetPolicy {
     /// fails. Redirects are not followed, so each hop is checked against the policy. The
     /// response body is read chunk by chunk and given up as soon as it passes the limit, so
     /// the front never holds more than the limit of it.
+    ///
+    /// Each request is counted in the egress metrics and logged at debug level, by its URL
+    /// without the query (which may carry what only its host should see).
     pub async fn fetch(&self, request: &FetchRequest, body: Vec<u8>) -> (FetchResponse, Vec<u8>) {
-        match self.try_fetch(request, body).await {
-            Ok(answer) => answer,
-            Err(e) => (
-                FetchResponse::Error {
-                    error: crate::protocol::error_words(&e),
-                },
-                Vec::new(),
-            ),
-        }
+        let started = std::time::Instant::now();
+        let sent = body.len();
+        let (answer, outcome) = match self.try_fetch(request, body).await {
+            Ok(answer) => (answer, EgressOutcome::Ok),
+            Err(e) => {
+                let words = crate::protocol::error_words(&e);
+                (
+                    (FetchResponse::Error { error: words }, Vec::new()),
+                    e.outcome(),
+                )
+            }
+        };
+        let allowed = self.entry_for(&request.url);
+        crate::metrics::egress(allowed, outcome, sent, answer.1.len());
+        tracing::debug!(
+            "user code's {} {} (allowed by {}): {}, {} bytes sent, {} received, {} ms",
+            request.method,
+            without_query(&request.url),
+            allowed.unwrap_or("none"),
+            match &answer.0 {
+                FetchResponse::Ok { status, .. } => status.to_string(),
+                FetchResponse::Error { error } => error.clone(),
+            },
+            sent,
+            answer.1.len(),
+            started.elapsed().as_millis()
+        );
+        answer
+    }
+
+    /// The `--allow-net` entry that admits `url`, as the operator wrote it.
+    fn entry_for(&self, url: &str) -> Option<&str> {
+        let url = reqwest::Url::parse(url).ok()?;
+        let port = url.port_or_known_default().unwrap_or(0);
+        self.allow.entry_for(url.host_str()?, port)
     }
 
     /// [`NetPolicy::fetch`] with the refusal or failure as a value: the request is checked
@@ -441,6 +473,33 @@ fn names_own_host(url: &reqwest::Url, value: &str) -> bool {
     let port = url.port_or_known_default();
     value.eq_ignore_ascii_case(host)
         || port.is_some_and(|port| value.eq_ignore_ascii_case(&format!("{host}:{port}")))
+}
+
+/// `url` without its query and fragment, for the log.
+fn without_query(url: &str) -> &str {
+    url.split(['?', '#']).next().unwrap_or(url)
+}
+
+impl NetError {
+    /// What the egress metrics call it.
+    fn outcome(&self) -> EgressOutcome {
+        match self {
+            NetError::NotAllowed { .. } => EgressOutcome::NotAllowed,
+            NetError::AddressRefused(_) => EgressOutcome::AddressRefused,
+            NetError::RequestTooLarge { .. } | NetError::ResponseTooLarge { .. } => {
+                EgressOutcome::TooLarge
+            }
+            NetError::Timeout { .. } => EgressOutcome::Timeout,
+            NetError::TooMany { .. } => EgressOutcome::TooMany,
+            NetError::BadUrl(_)
+            | NetError::BadMethod(_)
+            | NetError::ForbiddenMethod(_)
+            | NetError::ForbiddenHeader(_)
+            | NetError::BadHeaderName { .. }
+            | NetError::BadHeaderValue { .. } => EgressOutcome::Refused,
+            NetError::Client { .. } | NetError::Http { .. } => EgressOutcome::Failed,
+        }
+    }
 }
 
 /// The resolver's refusal in `error`'s chain of sources, if it is one.
