@@ -91,13 +91,15 @@ impl AllowList {
         Ok(AllowList { entries })
     }
 
-    /// Whether a URL with `host` (a name, or an address in brackets or not) and `port` may be
-    /// asked for.
+    /// Whether a URL with `host` and `port` may be asked for (the tests' shorthand for
+    /// [`entry_for`](Self::entry_for)).
+    #[cfg(test)]
     pub fn admits(&self, host: &str, port: u16) -> bool {
         self.entry_for(host, port).is_some()
     }
 
-    /// The first entry, as the operator wrote it, that admits `host` and `port`.
+    /// The first entry, as the operator wrote it, that admits a URL with `host` (a name, or an
+    /// address in brackets or not) and `port`.
     pub fn entry_for(&self, host: &str, port: u16) -> Option<&str> {
         let host = host.trim_matches(['[', ']']).to_ascii_lowercase();
         let address = host.parse::<IpAddr>().ok();

@@ -232,18 +232,6 @@ impl NetPolicy {
         self.max_bytes
     }
 
-    /// Whether `url`'s host and port (the scheme's default when it names none) are allowed
-    /// ([`AllowList::admits`]).
-    fn allows(&self, url: &reqwest::Url) -> bool {
-        let Some(host) = url.host_str() else {
-            return false;
-        };
-        // `http` and `https` always have a default port; were there none, port 0 matches no
-        // `host:port` anyone would allow.
-        let port = url.port_or_known_default().unwrap_or(0);
-        self.allow.admits(host, port)
-    }
-
     /// Performs one request from user code with `body`; returns the response metadata and
     /// body, or [`FetchResponse::Error`] (with an empty body) when the request is refused or
     /// fails. Redirects are not followed, so each hop is checked against the policy. The
@@ -283,9 +271,17 @@ impl NetPolicy {
         answer
     }
 
-    /// The `--allow-net` entry that admits `url`, as the operator wrote it.
+    /// The `--allow-net` entry that admits `url` (unparsed, as user code gave it), as the
+    /// operator wrote it.
     fn entry_for(&self, url: &str) -> Option<&str> {
-        let url = reqwest::Url::parse(url).ok()?;
+        self.entry_for_url(&reqwest::Url::parse(url).ok()?)
+    }
+
+    /// The `--allow-net` entry that admits `url`'s host and port (the scheme's default when it
+    /// names none), as the operator wrote it ([`AllowList::entry_for`]).
+    fn entry_for_url(&self, url: &reqwest::Url) -> Option<&str> {
+        // `http` and `https` always have a default port; were there none, port 0 matches no
+        // `host:port` anyone would allow.
         let port = url.port_or_known_default().unwrap_or(0);
         self.allow.entry_for(url.host_str()?, port)
     }
@@ -322,7 +318,7 @@ impl NetPolicy {
             Ok(u) if u.scheme() == "http" || u.scheme() == "https" => u,
             _ => return Err(NetError::BadUrl(request.url.clone())),
         };
-        if !self.allows(&url) {
+        if self.entry_for_url(&url).is_none() {
             return Err(NetError::NotAllowed {
                 host: url.host_str().unwrap_or_default().to_owned(),
             });
