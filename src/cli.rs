@@ -407,6 +407,15 @@ pub struct ConfinementArgs {
     #[arg(long, value_delimiter = ',')]
     pub allow_net: Vec<String>,
 
+    /// A credential user code may use but never sees, as `NAME[=ENV_VAR]@host[,host…]`
+    /// (repeatable; `ENV_VAR` defaults to `NAME`). The server reads the value from `ENV_VAR`
+    /// at start and removes it from its environment; the sandbox's `os.environ[NAME]` holds
+    /// the placeholder `MCP_SECRET_NAME`, which the server replaces with the value in the
+    /// headers and query string of requests to those hosts (each within `--allow-net`), and
+    /// masks back in their answers.
+    #[arg(long = "secret", value_name = "NAME[=ENV_VAR]@HOSTS")]
+    pub secrets: Vec<String>,
+
     /// A PEM file of certificate authorities that user code's HTTPS requests trust besides the
     /// system's roots (a private CA's hosts named in `--allow-net`). TLS is verified by the
     /// server, never in the sandbox.

@@ -66,8 +66,10 @@ fn main() -> Result<()> {
         }
         cli::Run::Serve(server) => {
             init_logging(server.verbose);
+            // Read, and removed from the environment, while no other thread runs.
+            let secrets = modes::take_secrets(&server)?;
             let runtime = tokio::runtime::Runtime::new()?;
-            let code = runtime.block_on(modes::run(*server))?;
+            let code = runtime.block_on(modes::run(*server, secrets))?;
             runtime.shutdown_timeout(std::time::Duration::from_secs(5));
             std::process::exit(code);
         }

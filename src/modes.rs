@@ -31,6 +31,7 @@ use crate::worker;
 use crate::worker::launcher::Launcher;
 use crate::worker::mount::Mounts;
 use crate::worker::net::allow_list::AllowList;
+use crate::worker::net::secrets::Secrets;
 use crate::worker::net::NetPolicy;
 use crate::worker::spares::Spares;
 use anyhow::{anyhow, Context, Result};
@@ -136,7 +137,7 @@ fn mirror_lock(packages_url: &str) -> Result<Option<Lockfile>> {
 /// without `--isolation session`, the server's own runtime ([`RuntimePlan::kit`]), a time limit
 /// out of range, code mode's configuration or socket, `--state-dir` without `--stateful` or
 /// unusable.
-async fn build(cli: &Serve) -> Result<RunPythonServer> {
+async fn build(cli: &Serve, secrets: Secrets) -> Result<RunPythonServer> {
     let (resolver, _) = resolver(&cli.packages)?;
     let workers = cli.tenancy.workers.unwrap_or_else(|| {
         std::thread::available_parallelism()
@@ -171,7 +172,7 @@ async fn build(cli: &Serve) -> Result<RunPythonServer> {
         workers,
         startup_deps: deps,
         startup_plan,
-        net: net_policy(cli)?,
+        net: net_policy(cli, secrets)?,
         upstreams: upstreams(cli).await?,
         stateful: cli.sandboxes.stateful,
     });
@@ -449,12 +450,8 @@ fn limits(cli: &Serve) -> Result<Limits> {
 ///
 /// Errors: an `--allow-net` entry of no known form, `--fetch-timeout` out of range, a
 /// `--ca-file` that cannot be read or holds no PEM certificate.
-fn net_policy(cli: &Serve) -> Result<NetPolicy> {
-    let allow = if cli.confinement.disable_networking {
-        AllowList::default()
-    } else {
-        AllowList::parse(&cli.confinement.allow_net)?
-    };
+fn net_policy(cli: &Serve, secrets: Secrets) -> Result<NetPolicy> {
+    let allow = allow_list(cli)?;
     let timeout = seconds(cli.limits.fetch_timeout, "--fetch-timeout")?;
     let roots = match &cli.confinement.ca_file {
         Some(path) => ca_roots(path)?,
@@ -462,7 +459,33 @@ fn net_policy(cli: &Serve) -> Result<NetPolicy> {
     };
     Ok(NetPolicy::new(allow, cli.limits.max_fetch_bytes)
         .with_limits(timeout, cli.limits.max_fetches_per_call)
-        .with_roots(roots))
+        .with_roots(roots)
+        .with_secrets(secrets))
+}
+
+/// The hosts user code may reach: `--allow-net`, or none under `--disable-networking`.
+///
+/// Errors: an entry of no known form.
+fn allow_list(cli: &Serve) -> Result<AllowList> {
+    if cli.confinement.disable_networking {
+        return Ok(AllowList::default());
+    }
+    Ok(AllowList::parse(&cli.confinement.allow_net)?)
+}
+
+/// `--secret`'s secrets, their values taken from the environment (and removed from it, so that
+/// no process the server starts inherits them): call it before any other thread runs.
+///
+/// Errors: a `--secret` of the wrong form, with a host outside `--allow-net`, or whose variable
+/// is unset or unfit ([`crate::worker::net::secrets::SecretError`]).
+pub fn take_secrets(cli: &Serve) -> Result<Secrets> {
+    if cli.confinement.secrets.is_empty() {
+        return Ok(Secrets::default());
+    }
+    Ok(Secrets::take_from_environment(
+        &cli.confinement.secrets,
+        &allow_list(cli)?,
+    )?)
 }
 
 /// The certificates of `--ca-file`'s PEM bundle.
@@ -662,17 +685,18 @@ fn wasm_budget_mib(memory: u64) -> u64 {
     memory.saturating_sub(224).max(64)
 }
 
-/// Runs the chosen mode; returns the process exit code.
+/// Runs the chosen mode, with `secrets` (`--secret`, taken by [`take_secrets`]); returns the
+/// process exit code.
 ///
 /// Errors: the server cannot be built ([`build`]) or a transport failed.
-pub async fn run(cli: Serve) -> Result<i32> {
+pub async fn run(cli: Serve, secrets: Secrets) -> Result<i32> {
     if cli.mode == Mode::ZygoteService {
         return zygote::serve(&cli).await;
     }
     if cli.runtime == Runtime::Scientific && matches!(cli.mode, Mode::Warmup | Mode::Example) {
         return Ok(scientific(&cli).await);
     }
-    let server = build(&cli).await?;
+    let server = build(&cli, secrets).await?;
     let executor = server.executor.clone();
     let registry = server.registry.clone();
     // Idle and old sandboxes end in the background; all of them at the end.

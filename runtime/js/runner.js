@@ -339,13 +339,14 @@
 
     // Runs user code (in the globals earlier runs left when keepGlobals is true: --stateful);
     // answers with the helper's result object (one JSON text). `toolsJson`: code mode's tool
-    // catalog when it changed, else null. The helper answers at once, or with an awaitable
+    // catalog when it changed, else null; `environmentJson`: names and values to set in
+    // os.environ first (--secret's placeholders), else null. The helper answers at once, or with an awaitable
     // when the code uses top-level `await`.
-    run(id, code, globalsJson, outputCap, resultCap, keepGlobals, toolsJson) {
+    run(id, code, globalsJson, outputCap, resultCap, keepGlobals, toolsJson, environmentJson) {
       let result;
       try {
         // Pyodide gives Python `null` as JsNull and `undefined` as None.
-        result = helperRun(code, globalsJson, outputCap, resultCap, keepGlobals === true, toolsJson ?? undefined);
+        result = helperRun(code, globalsJson, outputCap, resultCap, keepGlobals === true, toolsJson ?? undefined, environmentJson ?? undefined);
       } catch (e) {
         done(id, failed(e));
         return;

@@ -590,7 +590,7 @@ class _Call:
         return json.dumps(result)
 
 
-def run(code, globals_json, output_cap, result_cap, keep_globals=False, tools_json=None):
+def run(code, globals_json, output_cap, result_cap, keep_globals=False, tools_json=None, environment_json=None):
     """Runs ``code`` with fresh globals (or, with ``keep_globals``, in the globals earlier such
     runs left); returns the result as one JSON object's text:
     ``{"status", "return_value": {"kind", "text"} | null, "error", "truncated"}``, or, when
@@ -603,9 +603,13 @@ def run(code, globals_json, output_cap, result_cap, keep_globals=False, tools_js
     Code without top-level ``await`` runs here and now rather than in an asyncio task: the
     task, its future and the promise around it cost more than the rest of a trivial call.
 
-    ``tools_json``: code mode's tool catalog, when it changed since the last run."""
+    ``tools_json``: code mode's tool catalog, when it changed since the last run.
+    ``environment_json``: names and values to set in ``os.environ`` first (``--secret``'s
+    placeholders, never a secret's value)."""
     if tools_json is not None:
         _set_tools(tools_json)
+    if environment_json is not None:
+        os.environ.update(json.loads(environment_json))
     call = _Call(code, globals_json, output_cap, result_cap, keep_globals)
     try:
         body, last = _compile(code, call.filename)

@@ -158,6 +158,7 @@ def _run(request):
         request["result_cap"],
         request["keep_globals"],
         request.get("tools"),
+        request.get("environment"),
     )
     if asyncio.iscoroutine(result):
         result = _loop().run_until_complete(result)

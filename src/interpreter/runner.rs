@@ -116,10 +116,13 @@ pub(super) struct RunArgs<'a> {
     pub keep_globals: bool,
     /// Code mode: the tool catalog as JSON text, when it changed.
     pub tools: Option<String>,
+    /// Set in `os.environ` before the code runs (a JSON object's text): `--secret`'s
+    /// placeholders; `None`: nothing to set.
+    pub environment: Option<String>,
 }
 
 impl RunArgs<'_> {
-    pub(super) fn args(&self) -> [Arg<'_>; 6] {
+    pub(super) fn args(&self) -> [Arg<'_>; 7] {
         [
             Arg::Str(self.code),
             Arg::Str(self.globals),
@@ -127,6 +130,7 @@ impl RunArgs<'_> {
             Arg::Num(self.result_cap as f64),
             Arg::Bool(self.keep_globals),
             self.tools.as_deref().map_or(Arg::Null, Arg::Str),
+            self.environment.as_deref().map_or(Arg::Null, Arg::Str),
         ]
     }
 }

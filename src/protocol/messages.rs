@@ -123,6 +123,11 @@ pub enum Request {
         /// unchanged.
         #[serde(default)]
         tools: Option<serde_json::Value>,
+        /// Put in the sandbox's `os.environ` before the code runs: each `--secret`'s name and
+        /// placeholder (never a value; `src/worker/net/secrets.rs`). Sent with every run, since
+        /// the interpreter may come from a zygote that other servers' calls share.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        environment: Vec<(String, String)>,
         /// The front takes a checkpoint once this run ends ([`Request::Checkpoint`]): a fresh
         /// fork's allocator scavenger waits for it (`worker_main.rs` `Scavenger`).
         #[serde(default)]

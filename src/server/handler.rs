@@ -152,15 +152,18 @@ impl RunPythonServer {
         self.executor.settings.stateful
     }
 
-    /// This server's tools: with code mode (`--tools-config`), `run_python_code`'s description
-    /// lists the MCP tools the code can call now; with `--runtime scientific`, it names that
-    /// runtime and its packages.
+    /// This server's tools: `run_python_code`'s description names the hosts the code may reach
+    /// and its secrets (`--allow-net`, `--secret`); with code mode (`--tools-config`), it lists
+    /// the MCP tools the code can call now; with `--runtime scientific`, it names that runtime
+    /// and its packages.
     fn tools(&self) -> std::borrow::Cow<'static, [Tool]> {
         let settings = &self.executor.settings;
         let code_mode = settings.upstreams.as_ref().map(|u| u.published());
+        let network = settings.net.summary();
         tools::definitions_for(
             self.stateful(),
             settings.runtimes.own_kit().built_in.as_deref(),
+            network.as_deref(),
             code_mode.as_ref().map(|p| p.summary.as_str()),
         )
     }

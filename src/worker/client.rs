@@ -243,6 +243,12 @@ pub trait RunHost: Send {
     /// `known` of it (0: none yet); `None` without code mode.
     fn catalog(&self, known: u64) -> Option<CatalogUpdate>;
 
+    /// What the run sets in the sandbox's `os.environ` before the code runs (`--secret`'s
+    /// names and placeholders); none by default.
+    fn environment(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
     /// Makes the code's call of an upstream MCP tool: the answer and its images' bytes, in the
     /// order the answer names them.
     async fn call_tool(&mut self, call: ToolCall) -> (ToolAnswer, Vec<Vec<u8>>);
@@ -1010,6 +1016,7 @@ impl Worker {
             keep_globals: request.keep_globals,
             image_cap: request.image_cap,
             tools,
+            environment: host.environment(),
             checkpoint_follows: request.checkpoint_follows,
         };
         self.send_before(&message, &[], deadline).await?;

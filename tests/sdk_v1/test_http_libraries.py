@@ -5,12 +5,17 @@
 over `--max-fetch-bytes` raise each library's own connection error, in the front's words. A
 PydanticAI agent's tool code uses `requests`."""
 
+import base64
 import datetime
+import gzip
 import ipaddress
 import json
+import os
 import ssl
+import subprocess
 import threading
 import time
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -24,7 +29,8 @@ from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPServerStdio
 
 from adversary import http_session
-from conftest import BINARY, CALL_TIMEOUT, SHARED_CACHE, http_server, mcp_session, run, server_env
+from conftest import (BINARY, CALL_TIMEOUT, SHARED_CACHE, child_pids, http_server, mcp_session, run, server_env,
+                      zygote_service_pids)
 from test_pydantic_ai import model_that_runs
 
 pytestmark = pytest.mark.anyio
@@ -42,12 +48,15 @@ SMALL_CAP = 1 << 20
 # What each library's refusal names.
 NOT_ALLOWED = "network access to {host} is not allowed in the sandbox (the server admits hosts named with --allow-net)"
 TOO_LARGE = f"the response is larger than the limit of {SMALL_CAP} bytes (--max-fetch-bytes)"
+# What `/seen` received, in order: {"path", "authorization"}.
+SEEN = []
 
 
 class _Site(BaseHTTPRequestHandler):
     """`/data` (JSON, two cookies), `/redirect` (to `/data`), `/away` (to the same server named
     `localhost`), `/slow` (SLOW seconds late), `/big` (BIG bytes, chunked), `/echo` (POST: what
-    came), anything else 404."""
+    came), `/seen?…` (the path and `Authorization` as it came, kept in `SEEN` too),
+    `/gzip` (a gzip-encoded body, whatever the request accepts), anything else 404."""
 
     # Chunked bodies are HTTP/1.1's.
     protocol_version = "HTTP/1.1"
@@ -60,6 +69,12 @@ class _Site(BaseHTTPRequestHandler):
             self._send(302, b"", [("Location", "/data")])
         elif self.path == "/away":
             self._send(302, b"", [("Location", f"http://localhost:{port}/data")])
+        elif self.path.startswith("/seen"):
+            came = {"path": self.path, "authorization": self.headers.get("Authorization")}
+            SEEN.append(came)
+            self._send(200, json.dumps(came).encode())
+        elif self.path == "/gzip":
+            self._send(200, gzip.compress(b"packed"), [("Content-Encoding", "gzip")])
         elif self.path == "/slow":
             time.sleep(SLOW)
             self._send(200, b"late")
@@ -357,3 +372,166 @@ async def test_a_pydantic_ai_agents_tool_code_uses_requests(site):
     async with agent:
         result = await agent.run("Fetch the greeting.")
     assert "<return_value>\nworld\n</return_value>" in result.output, result.output
+
+
+# The secret's value, as the operator's environment holds it (longer than any placeholder, with
+# characters a query must encode), and the variable it is read from.
+SECRET = "sk-test/0123456789+abcdefXYZ"
+SECRET_VAR = "MCP_RUN_PYTHON_TEST_API_KEY"
+# What the sandbox's code does with it: to its host in a header, the query and Basic
+# credentials, to another allowed host in a header; a response that comes gzip-encoded; and what
+# the sandbox can see of itself.
+SECRET_CODE = """# /// script
+# dependencies = ['requests', 'httpx']
+# ///
+import os, requests, httpx, urllib.request, json
+key = os.environ["API_KEY"]
+bearer = {"Authorization": f"Bearer {key}"}
+mine = requests.get(B + "/seen?key=" + key, headers=bearer).json()
+basic = httpx.get(B + "/seen", auth=("me", key)).json()
+plain = json.loads(urllib.request.urlopen(urllib.request.Request(B + "/seen", headers=bearer)).read())
+other = requests.get(OTHER + "/seen", headers=bearer).json()
+try:
+    requests.get(B + "/gzip", headers=bearer)
+    packed = None
+except requests.ConnectionError as e:
+    packed = str(e)
+selves = []
+for name in ("environ", "cmdline", "status", "maps"):
+    try:
+        selves.append(open("/proc/self/" + name, "rb").read().decode("latin-1"))
+    except OSError:
+        pass
+[key, mine, basic, plain, other, packed, dict(os.environ), selves]
+"""
+
+
+# Pages read from a process at a time while searching its memory.
+BLOCK_PAGES = 4096
+
+
+def base64_cores(secret):
+    """What every base64 text holding `secret` has, at each alignment of it."""
+    cores = []
+    for before in range(3):
+        text = base64.b64encode(b"\0" * before + secret.encode()).decode().rstrip("=")
+        cores.append(text[-(-before * 8 // 6):(before + len(secret)) * 8 // 6])
+    return cores
+
+
+def found_in_memory(pid, needles):
+    """Whether any of `needles` (bytes) is in the pages process `pid` has in memory or swap
+    (read as root through /proc/pid/pagemap and /proc/pid/mem; reserved pages never touched,
+    such as most of a WebAssembly memory's reservation, are skipped)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    overlap = max(len(n) for n in needles) - 1
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem, \
+            open(f"/proc/{pid}/pagemap", "rb", buffering=0) as pagemap:
+        for line in maps:
+            span, perms = line.split()[:2]
+            if not perms.startswith("r"):
+                continue
+            start, end = (int(x, 16) for x in span.split("-"))
+            tail = b""
+            for block in range(start, end, BLOCK_PAGES * page):
+                size = min(BLOCK_PAGES * page, end - block)
+                pagemap.seek(block // page * 8)
+                entries = pagemap.read(size // page * 8)
+                used = any(int.from_bytes(entries[i:i + 8], "little") >> 62 for i in range(0, len(entries), 8))
+                if not used:
+                    tail = b""
+                    continue
+                try:
+                    mem.seek(block)
+                    pages = tail + mem.read(size)
+                except OSError:
+                    tail = b""
+                    continue
+                if any(n in pages for n in needles):
+                    return True
+                tail = pages[-overlap:]
+    return False
+
+
+async def test_a_secret_reaches_only_its_host_and_never_the_sandbox(site, tmp_path):
+    """`--secret`: the sandbox sees the placeholder; its host gets the value in a header, the
+    query and Basic credentials; another allowed host gets the placeholder; an echo comes back
+    masked; an encoded answer is refused. The value is nowhere in the sandbox (its result, its
+    environment, its /proc, the memory of every worker), the logs, /metrics or the state
+    directory."""
+    base, host = site
+    port = host.split(":")[1]
+    other = f"http://localhost:{port}"
+    placeholder = "MCP_SECRET_API_KEY"
+    log, state = tmp_path / "server.log", tmp_path / "state"
+    SEEN.clear()
+    args = ["--workers", "1", "--stateful", "--state-dir", str(state), "--allow-net", f"{host},localhost:{port}",
+            "--secret", f"API_KEY={SECRET_VAR}@{host}"]
+    env = {SECRET_VAR: SECRET, "RUST_LOG": "mcp_run_python=debug"}
+    with open(log, "wb") as errlog, http_server("streamable-http", *args, errlog=errlog, env=env) as server:
+        async with http_session(server) as session:
+            described = (await session.list_tools()).tools[0].description
+            made = await session.call_tool("create_sandbox", {})
+            kept = {"sandbox_id": made.structuredContent["sandbox_id"]}
+            # The sandbox keeps what it saw in a file too, which the state directory keeps.
+            code = f"B = {base!r}\nOTHER = {other!r}\n" + SECRET_CODE.replace("\n[key,", "\nseen = [key,") + \
+                "open('seen.json', 'w').write(json.dumps(seen))\nseen"
+            result = await session.call_tool("run_python_code", {"python_code": code, **kept},
+                                             read_timeout_seconds=datetime.timedelta(seconds=CALL_TIMEOUT))
+            assert not result.isError, result
+            text = result.content[0].text
+            workers = child_pids(server.pid) + zygote_service_pids()
+            assert workers
+            forms = [SECRET.encode(), SECRET.encode("utf-16-le"), urllib.parse.quote(SECRET, safe="").encode()]
+            for pid in workers:
+                assert not found_in_memory(pid, forms), f"the secret is in worker {pid}'s memory"
+            with open(f"/proc/{server.pid}/environ", "rb") as f:
+                assert SECRET.encode() not in f.read(), "the front's /proc/<pid>/environ shows the value"
+            stored = {p: p.read_bytes() for p in state.rglob("*") if p.is_file()}
+        scraped = urllib.request.urlopen(f"{server}/metrics", timeout=CALL_TIMEOUT).read().decode()
+    key, mine, basic, plain, other_seen, packed, environ, selves = value(text)
+    # What the sandbox saw: the placeholder, everywhere.
+    assert key == placeholder and environ["API_KEY"] == placeholder
+    assert mine == {"path": f"/seen?key={placeholder}", "authorization": f"Bearer {placeholder}"}, mine
+    # An echo of Basic credentials is masked in its base64 too: it no longer decodes to the value.
+    assert basic["authorization"].startswith("Basic ") and placeholder in basic["authorization"], basic
+    assert all(core not in basic["authorization"] for core in base64_cores(SECRET)), basic
+    assert plain["authorization"] == f"Bearer {placeholder}", plain
+    assert "came encoded (gzip)" in packed and placeholder not in packed, packed
+    # What the hosts received: the value at its host, the placeholder elsewhere.
+    quoted = urllib.parse.quote(SECRET, safe="")
+    assert SEEN[0] == {"path": f"/seen?key={quoted}", "authorization": f"Bearer {SECRET}"}, SEEN
+    assert SEEN[1]["authorization"] == "Basic " + base64.b64encode(f"me:{SECRET}".encode()).decode(), SEEN
+    assert SEEN[2]["authorization"] == f"Bearer {SECRET}", SEEN
+    assert other_seen["authorization"] == f"Bearer {placeholder}" == SEEN[3]["authorization"], SEEN
+    # The model is told what it may use, never the value.
+    assert f'os.environ["API_KEY"] (the placeholder {placeholder}), for {host}' in described, described
+    # Nowhere else.
+    for where, text in [("the result", text.replace(placeholder, "")), ("the sandbox's /proc", "".join(selves)), ("/metrics", scraped),
+                        ("the log", log.read_text(errors="replace")), ("the description", described)]:
+        assert all(form not in text for form in [SECRET, quoted, *base64_cores(SECRET)]), f"the secret is in {where}"
+    assert "user code's GET" in log.read_text(errors="replace"), "the debug log has no egress lines"
+    assert stored, "the state directory is empty"
+    # What the sandbox saw is kept there (so the search below reads its files), the placeholder with it.
+    assert any(placeholder.encode() in data for data in stored.values()), list(stored)
+    for path, data in stored.items():
+        assert SECRET.encode() not in data and quoted.encode() not in data, path
+
+
+async def test_a_secret_is_refused_at_start_when_it_could_not_be_kept(site):
+    """A secret for a host outside --allow-net, or whose variable is unset or too short, stops
+    the server at start with words naming the secret and never its value."""
+    _, host = site
+    cases = [
+        ([f"--allow-net={host}", "--secret", f"K={SECRET_VAR}@example.org"], {SECRET_VAR: SECRET},
+         "--secret K: its host example.org is not within --allow-net"),
+        ([f"--allow-net={host}", "--secret", f"K={SECRET_VAR}@{host}"], {},
+         f"--secret K: the environment variable {SECRET_VAR} is not set"),
+        ([f"--allow-net={host}", "--secret", f"K={SECRET_VAR}@{host}"], {SECRET_VAR: "short"},
+         f"--secret K: the value of {SECRET_VAR} is shorter than 8 bytes"),
+    ]
+    for args, env, words in cases:
+        done = subprocess.run([BINARY, "stdio", *args], env={**server_env(), **env}, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=CALL_TIMEOUT)
+        assert done.returncode != 0 and words in done.stderr, done.stderr
+        assert SECRET not in done.stderr

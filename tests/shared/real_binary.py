@@ -107,16 +107,17 @@ class ServerURL(str):
 
 
 @contextlib.contextmanager
-def http_server(mode, *args, cache_dir=SHARED_CACHE, errlog=None, may_be_killed=False):
+def http_server(mode, *args, cache_dir=SHARED_CACHE, errlog=None, may_be_killed=False, env=None):
     """`mcp-run-python <mode>` on a free loopback port; yields its base URL (a `ServerURL`). On
     exit it is sent SIGTERM and must stop cleanly, unless `may_be_killed` and the test
-    SIGKILLed it. Its stderr goes to `errlog` (a file) when given."""
+    SIGKILLed it. Its stderr goes to `errlog` (a file) when given; `env` adds to its
+    environment."""
     with socket.socket() as s:
         s.bind((LOOPBACK, 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [BINARY, mode, "--host", LOOPBACK, "--port", str(port), "--cache-dir", cache_dir, *args],
-        env=server_env(),
+        env={**server_env(), **(env or {})},
         stderr=errlog,
     )
     deadline = time.monotonic() + INIT_TIMEOUT

@@ -70,6 +70,10 @@ impl RunHost for CallRunHost<'_> {
         self.net.fetch(request, body).await
     }
 
+    fn environment(&self) -> Vec<(String, String)> {
+        self.net.environment()
+    }
+
     fn catalog(&self, known: u64) -> Option<CatalogUpdate> {
         let published = self.code_mode.as_ref()?.upstreams.published();
         let version = published.catalog.version;

@@ -237,17 +237,20 @@ pub fn definitions(stateful: bool) -> &'static [Tool] {
 
 /// Every tool of a server: as [`definitions`] gives them, with `run_python_code`'s description
 /// naming the scientific runtime and its packages (`built_in`, `--runtime scientific`), or
-/// ending with code mode's section (`code_mode`: `upstream::Catalog::summary`, the MCP tools
-/// the code can call now).
+/// ending with the network's section (`network`: `NetPolicy::summary`, the hosts the code may
+/// reach and the secrets it may use) and code mode's (`code_mode`: `upstream::Catalog::summary`,
+/// the MCP tools the code can call now).
 pub fn definitions_for(
     stateful: bool,
     built_in: Option<&crate::packages::scientific::BuiltIn>,
+    network: Option<&str>,
     code_mode: Option<&str>,
 ) -> std::borrow::Cow<'static, [Tool]> {
-    let base = match (built_in, code_mode) {
-        (None, None) => return std::borrow::Cow::Borrowed(definitions(stateful)),
-        (Some(built_in), _) => run_python_code::scientific_description(stateful, built_in),
-        (None, Some(_)) => run_python_code::description(stateful),
+    let base = match (built_in, network, code_mode) {
+        (None, None, None) => return std::borrow::Cow::Borrowed(definitions(stateful)),
+        (Some(built_in), _, _) => run_python_code::scientific_description(stateful, built_in),
+        (None, None, Some(_)) => run_python_code::description(stateful),
+        (None, Some(network), _) => run_python_code::networked_description(stateful) + network,
     };
     let description = base + code_mode.unwrap_or_default();
     std::borrow::Cow::Owned(definitions_with(stateful, description))

@@ -45,12 +45,17 @@ State persists between calls in the same sandbox, as in a notebook: variables, f
 /// Python version (the one the embedded Pyodide runs) and what this server adds; with
 /// `stateful` (`--stateful`), that state persists within a sandbox.
 pub fn description(stateful: bool) -> String {
+    described(stateful, "without network or host file access")
+}
+
+/// The Pyodide description, the sandbox's walls in the words `sandbox_has`.
+fn described(stateful: bool, sandbox_has: &str) -> String {
     let base = format!(
         "Tool to execute Python code and return stdout, stderr, and return value.
 
 The code may be async, and the value on the last line will be returned as the return value.
 
-The code will be executed with Python {python} (Pyodide {pyodide}, in a WebAssembly sandbox without network or host file access).
+The code will be executed with Python {python} (Pyodide {pyodide}, in a WebAssembly sandbox {sandbox_has}).
 
 Dependencies are installed automatically: either from the imports in the code, or from PEP 723 inline script metadata (`# /// script` … `dependencies = [...]` … `# ///`).",
         python = target::PYTHON_VERSION,
@@ -61,6 +66,13 @@ Dependencies are installed automatically: either from the imports in the code, o
     } else {
         base
     }
+}
+
+/// The tool description of a server whose code may reach hosts (`--allow-net`): as
+/// [`description`] gives it, the sandbox's network left to the section that follows it
+/// (`NetPolicy::summary`).
+pub fn networked_description(stateful: bool) -> String {
+    described(stateful, "without host file access; its network is below")
 }
 
 /// The tool description in the scientific runtime (`--runtime scientific`): its Python, that

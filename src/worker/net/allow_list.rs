@@ -117,6 +117,30 @@ impl AllowList {
         found.map(|entry| entry.text.as_str())
     }
 
+    /// The first of this list's entries, as written, that no single entry of `outer` holds
+    /// whole; `None` when every one is within `outer` (so this list admits nothing `outer`
+    /// does not). An entry is held by one of the same host pattern or a wider one (a name by
+    /// `*.` its parent domain or an ancestor's, a wildcard by a wildcard of its own or a parent
+    /// domain, an address or range by a range holding it), with that entry's port or every
+    /// port. Used where a list may only narrow another: a `--secret`'s hosts and a sandbox's
+    /// `allow_net` (issue 47).
+    pub fn outside<'a>(&'a self, outer: &AllowList) -> Option<&'a str> {
+        self.entries
+            .iter()
+            .find(|inner| !outer.entries.iter().any(|o| holds(o, inner)))
+            .map(|inner| inner.text.as_str())
+    }
+
+    /// Whether the list names nothing.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entries as the operator wrote them, in order.
+    pub fn entries(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|e| e.text.as_str())
+    }
+
     /// Whether `ip`, an address a name resolved to, may be connected to on `port` (`None`: on
     /// any port an entry names; the resolver does not know the port, which the URL's check
     /// already did): any public address; one of a special class only when an entry names it,
@@ -136,6 +160,23 @@ impl AllowList {
             Err(class)
         }
     }
+}
+
+/// Whether `outer` admits everything `inner` admits (see [`AllowList::outside`]).
+fn holds(outer: &Entry, inner: &Entry) -> bool {
+    let ports = outer.port.is_none() || outer.port == inner.port;
+    let within_domain = |name: &str, suffix: &str| {
+        name.strip_suffix(suffix)
+            .is_some_and(|rest| rest.len() > 1 && rest.ends_with('.'))
+    };
+    ports
+        && match (&outer.pattern, &inner.pattern) {
+            (Pattern::Name(o), Pattern::Name(i)) => o == i,
+            (Pattern::Subdomains(o), Pattern::Name(i)) => within_domain(i, o),
+            (Pattern::Subdomains(o), Pattern::Subdomains(i)) => o == i || within_domain(i, o),
+            (Pattern::Addresses(o), Pattern::Addresses(i)) => o.contains(i),
+            _ => false,
+        }
 }
 
 /// One entry, or `None` when it is none of the forms.
@@ -267,6 +308,34 @@ mod tests {
         // A name is never an address, nor the other way round.
         assert!(!list(&["127.0.0.1"]).admits("localhost", 80));
         assert!(!list(&[]).admits("localhost", 80));
+    }
+
+    #[test]
+    fn a_list_is_within_another_when_each_entry_is_held_by_one() {
+        let outer = list(&["api.example.org", "*.example.com", "10.0.0.0/8", "host.test:81"]);
+        for inside in [
+            "api.example.org:443",
+            "a.example.com",
+            "*.b.example.com:8443",
+            "*.example.com",
+            "10.1.0.0/16",
+            "10.2.3.4:80",
+            "host.test:81",
+        ] {
+            assert_eq!(list(&[inside]).outside(&outer), None, "{inside}");
+        }
+        for outside in [
+            "example.org",
+            "example.com",
+            "*.org",
+            "11.0.0.1",
+            "10.0.0.0/7",
+            "host.test",
+            "host.test:82",
+        ] {
+            assert_eq!(list(&[outside]).outside(&outer), Some(outside), "{outside}");
+        }
+        assert_eq!(list(&[]).outside(&list(&[])), None);
     }
 
     #[test]

@@ -11,12 +11,14 @@
 
 pub mod allow_list;
 pub mod resolve;
+pub mod secrets;
 
 use crate::metrics::EgressOutcome;
 use crate::protocol::fetch::{FetchRequest, FetchResponse};
 use allow_list::AllowList;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, InvalidHeaderName, InvalidHeaderValue};
 use resolve::{AddressRefused, CheckedResolver};
+use secrets::{EncodedAnswer, Secrets};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use thiserror::Error;
@@ -108,6 +110,9 @@ pub enum NetError {
     /// The call's code made `limit` requests already (`--max-fetches-per-call`).
     #[error("this call's code has made {limit} requests, the most one call may make (--max-fetches-per-call)")]
     TooMany { limit: u32 },
+    /// A response to a request that carried a secret came encoded (`--secret`).
+    #[error(transparent)]
+    EncodedAnswer(EncodedAnswer),
     /// The front's HTTP client could not be made (its TLS roots were refused).
     #[error("the server cannot make HTTP requests")]
     Client {
@@ -135,6 +140,8 @@ pub struct NetPolicy {
     per_call: u32,
     /// Roots trusted besides the system's (`--ca-file`).
     extra_roots: Vec<reqwest::Certificate>,
+    /// Put in requests to their hosts, masked in every answer (`--secret`).
+    secrets: Arc<Secrets>,
     /// Made at the first fetch (most servers never make one): making it loads the system's
     /// root certificates (~8 ms), which would otherwise delay the server's start. A client
     /// that could not be made fails every request, rather than one without the policy's
@@ -153,6 +160,7 @@ impl NetPolicy {
             timeout: Some(DEFAULT_FETCH_TIMEOUT),
             per_call: DEFAULT_MAX_FETCHES_PER_CALL,
             extra_roots: Vec::new(),
+            secrets: Arc::default(),
             client: Arc::default(),
         }
     }
@@ -169,6 +177,37 @@ impl NetPolicy {
         self.timeout = timeout;
         self.per_call = per_call;
         self
+    }
+
+    /// The same policy with `secrets` (`--secret`, each within the policy's hosts).
+    pub fn with_secrets(mut self, secrets: Secrets) -> Self {
+        self.secrets = Arc::new(secrets);
+        self
+    }
+
+    /// What the sandbox's `os.environ` gets for the secrets: each name and its placeholder.
+    pub fn environment(&self) -> Vec<(String, String)> {
+        self.secrets.environment()
+    }
+
+    /// For `run_python_code`'s description: the hosts user code may reach and the secrets it
+    /// may use (names, placeholders, hosts; never values); `None` when it may reach none.
+    pub fn summary(&self) -> Option<String> {
+        if self.allow.is_empty() {
+            return None;
+        }
+        let hosts: Vec<&str> = self.allow.entries().collect();
+        let mut text = format!(
+            "\n\nNetwork: the code may reach these hosts over HTTP and HTTPS, with requests, httpx, urllib.request, urllib3 or pyodide.http.pyfetch: {}.",
+            hosts.join(", ")
+        );
+        if !self.secrets.is_empty() {
+            text.push_str(&format!(
+                "\n\nSecrets: these environment variables hold placeholders, which the server replaces with the real value in the headers (Authorization: Basic included) and the query string of requests to the hosts named; use them as the credential itself, for example headers={{\"Authorization\": f\"Bearer {{os.environ['NAME']}}\"}}. The real value never enters the sandbox, and comes back as the placeholder.\n{}",
+                self.secrets.summary()
+            ));
+        }
+        Some(text)
     }
 
     /// Most requests one call's code may make (`--max-fetches-per-call`).
@@ -253,6 +292,7 @@ impl NetPolicy {
                 )
             }
         };
+        let answer = self.masked(answer);
         let allowed = self.entry_for(&request.url);
         crate::metrics::egress(allowed, outcome, sent, answer.1.len());
         tracing::debug!(
@@ -269,6 +309,33 @@ impl NetPolicy {
             started.elapsed().as_millis()
         );
         answer
+    }
+
+    /// `answer` with every secret's value in it (body, headers, final URL, failure's words)
+    /// replaced by its placeholder ([`Secrets::mask`]).
+    fn masked(&self, answer: (FetchResponse, Vec<u8>)) -> (FetchResponse, Vec<u8>) {
+        if self.secrets.is_empty() {
+            return answer;
+        }
+        let (meta, body) = answer;
+        let mask = |text: String| self.secrets.mask_text(text);
+        let meta = match meta {
+            FetchResponse::Ok {
+                status,
+                status_text,
+                headers,
+                url,
+                redirected,
+            } => FetchResponse::Ok {
+                status,
+                status_text,
+                headers: headers.into_iter().map(|(k, v)| (k, mask(v))).collect(),
+                url: mask(url),
+                redirected,
+            },
+            FetchResponse::Error { error } => FetchResponse::Error { error: mask(error) },
+        };
+        (meta, self.secrets.mask(body))
     }
 
     /// The `--allow-net` entry that admits `url` (unparsed, as user code gave it), as the
@@ -296,7 +363,8 @@ impl NetPolicy {
         request: &FetchRequest,
         body: Vec<u8>,
     ) -> Result<(FetchResponse, Vec<u8>), NetError> {
-        let checked = self.check(request, body.len())?;
+        let mut checked = self.check(request, body.len())?;
+        let carried = self.secrets.put_in(&mut checked.url, &mut checked.headers);
         let mut builder = self
             .client()?
             .request(checked.method, checked.url)
@@ -305,6 +373,9 @@ impl NetPolicy {
             builder = builder.body(body);
         }
         let resp = builder.send().await.map_err(|source| self.failed(source))?;
+        if let Some(name) = carried.into_iter().next() {
+            unencoded(&resp, name)?;
+        }
         self.read_response(resp).await
     }
 
@@ -471,6 +542,23 @@ fn names_own_host(url: &reqwest::Url, value: &str) -> bool {
         || port.is_some_and(|port| value.eq_ignore_ascii_case(&format!("{host}:{port}")))
 }
 
+/// Refuses `resp`, the answer to a request that carried the secret `name`, when it came
+/// with a `Content-Encoding` other than `identity`: an echo of the value in it could not be
+/// masked.
+///
+/// Errors: [`NetError::EncodedAnswer`].
+fn unencoded(resp: &reqwest::Response, name: String) -> Result<(), NetError> {
+    let encoding = resp
+        .headers()
+        .get(reqwest::header::CONTENT_ENCODING)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_owned())
+        .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("identity"));
+    match encoding {
+        Some(encoding) => Err(NetError::EncodedAnswer(EncodedAnswer { name, encoding })),
+        None => Ok(()),
+    }
+}
+
 /// `url` without its query and fragment, for the log.
 fn without_query(url: &str) -> &str {
     url.split(['?', '#']).next().unwrap_or(url)
@@ -492,7 +580,8 @@ impl NetError {
             | NetError::ForbiddenMethod(_)
             | NetError::ForbiddenHeader(_)
             | NetError::BadHeaderName { .. }
-            | NetError::BadHeaderValue { .. } => EgressOutcome::Refused,
+            | NetError::BadHeaderValue { .. }
+            | NetError::EncodedAnswer(_) => EgressOutcome::Refused,
             NetError::Client { .. } | NetError::Http { .. } => EgressOutcome::Failed,
         }
     }
