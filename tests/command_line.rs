@@ -55,6 +55,7 @@ const SERVER_FLAGS: &[&str] = &[
     "--result-cap",
     "--return-mode",
     "--sandbox-idle-timeout",
+    "--secret",
     "--sandbox-max-lifetime",
     "--session-idle-timeout",
     "--spares",

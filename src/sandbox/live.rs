@@ -56,6 +56,8 @@ pub struct Makeup {
     pub dependencies: Vec<String>,
     /// `None`: the server's own runtime (`--runtime`).
     pub runtime: Option<Runtime>,
+    /// The hosts its code may reach, within the server's `--allow-net`; `None`: all of those.
+    pub allow_net: Option<Vec<String>>,
 }
 
 impl Makeup {
@@ -64,6 +66,7 @@ impl Makeup {
         Makeup {
             dependencies,
             runtime: None,
+            allow_net: None,
         }
     }
 }
@@ -88,6 +91,9 @@ pub struct Sandbox {
     /// The runtime `create_sandbox` asked for (`runtime`); `None`: the server's own
     /// (`--runtime`). Every worker of the sandbox is of it.
     pub runtime: Option<Runtime>,
+    /// The hosts `create_sandbox` narrowed its code's network to (`allow_net`: entries of
+    /// `--allow-net`'s forms, each within it, checked when it was made); `None`: the server's.
+    pub allow_net: Option<Vec<String>>,
     /// `--stateful`: the interpreter's state as its last completed call left it.
     pub state: KeptState,
     /// `--stateful`: the `state` notes its next call is owed.
@@ -136,6 +142,7 @@ impl Sandbox {
             created_unix: crate::sandbox::state_dir::unix_now(),
             dependencies: makeup.dependencies,
             runtime: makeup.runtime,
+            allow_net: makeup.allow_net,
             state: KeptState::default(),
             notes: StateNotes::default(),
             saves: SaveRecord::default(),
@@ -164,6 +171,7 @@ impl Sandbox {
         let makeup = Makeup {
             dependencies: restored.dependencies,
             runtime: restored.runtime,
+            allow_net: restored.allow_net,
         };
         let mut sandbox = Sandbox::fresh(id, Owner::Handle, makeup, principal);
         sandbox.created = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
@@ -185,6 +193,7 @@ impl Sandbox {
         Makeup {
             dependencies: self.dependencies.clone(),
             runtime: self.runtime,
+            allow_net: self.allow_net.clone(),
         }
     }
 

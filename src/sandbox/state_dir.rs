@@ -166,6 +166,10 @@ struct Manifest {
     /// before there were two).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     runtime: Option<Runtime>,
+    /// The hosts `create_sandbox` narrowed the sandbox's network to (`allow_net`); left out
+    /// when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    allow_net: Option<Vec<String>>,
     /// Files the sandbox had but the front held no copy of (over `--max-session-file-bytes`):
     /// a restore says they are gone.
     not_kept: Vec<String>,
@@ -177,6 +181,8 @@ pub struct SavedFiles {
     pub dependencies: Vec<String>,
     /// [`Sandbox::runtime`](crate::sandbox::live::Sandbox::runtime).
     pub runtime: Option<Runtime>,
+    /// [`Sandbox::allow_net`](crate::sandbox::live::Sandbox::allow_net).
+    pub allow_net: Option<Vec<String>>,
     /// The files the front holds copies of (path relative to the working directory, bytes).
     pub files: Vec<(String, Arc<Vec<u8>>)>,
     /// Files without a copy.
@@ -215,6 +221,8 @@ pub struct Restored {
     pub dependencies: Vec<String>,
     /// The runtime it was made with (`None`: the server's own).
     pub runtime: Option<Runtime>,
+    /// The hosts its network was narrowed to (`None`: the server's).
+    pub allow_net: Option<Vec<String>>,
     pub files: Files,
     pub not_kept: Vec<String>,
     /// The replica that held it before (checked: letters, digits, `-` and `.`).
@@ -533,6 +541,7 @@ impl StateDir {
             format: FORMAT,
             dependencies: snapshot.dependencies.clone(),
             runtime: snapshot.runtime,
+            allow_net: snapshot.allow_net.clone(),
             not_kept: snapshot.not_kept.clone(),
         };
         Self::write_new(dir, name, true, |file| {
@@ -756,6 +765,8 @@ impl StateDir {
                     format: FORMAT,
                     dependencies: Vec::new(),
                     runtime: None,
+                    // A sandbox refused whole comes back clean, without the network.
+                    allow_net: Some(Vec::new()),
                     not_kept: Vec::new(),
                 };
                 (clean, Vec::new(), Some(refused))
@@ -779,6 +790,7 @@ impl StateDir {
             created_unix: owner.created_unix,
             dependencies: manifest.dependencies,
             runtime: manifest.runtime,
+            allow_net: manifest.allow_net,
             files,
             not_kept: manifest.not_kept,
             previous_replica: if refused.is_some() {
@@ -939,6 +951,7 @@ mod tests {
         SavedFiles {
             dependencies: vec!["humanize".into()],
             runtime: Some(Runtime::Scientific),
+            allow_net: Some(vec!["api.example.org".into()]),
             files: vec![
                 ("a.txt".into(), Arc::new(b"one".to_vec())),
                 ("d/b.bin".into(), Arc::new(vec![0, 1, 2])),
@@ -1074,6 +1087,7 @@ mod tests {
         assert_eq!(r.created_unix, created);
         assert_eq!(r.dependencies, ["humanize"]);
         assert_eq!(r.runtime, Some(Runtime::Scientific));
+        assert_eq!(r.allow_net, Some(vec!["api.example.org".to_owned()]));
         assert_eq!(r.not_kept, ["big.dat"]);
         assert_eq!(
             r.files,

@@ -1318,7 +1318,7 @@ mod tests {
             request: &FetchRequest,
             body: Vec<u8>,
         ) -> (FetchResponse, Vec<u8>) {
-            self.0.fetch(request, body).await
+            self.0.fetch(request, body, None).await
         }
 
         fn catalog(&self, _known: u64) -> Option<CatalogUpdate> {

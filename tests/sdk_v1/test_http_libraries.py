@@ -535,3 +535,56 @@ async def test_a_secret_is_refused_at_start_when_it_could_not_be_kept(site):
                               capture_output=True, text=True, timeout=CALL_TIMEOUT)
         assert done.returncode != 0 and words in done.stderr, done.stderr
         assert SECRET not in done.stderr
+
+
+async def test_a_sandbox_narrows_the_servers_network_and_never_widens_it(site):
+    """`create_sandbox(allow_net=[…])`: the sandbox, and a fork of it, reaches only its own list,
+    within the server's; a list that would widen it makes no sandbox."""
+    base, host = site
+    port = host.split(":")[1]
+    other = f"http://localhost:{port}/data"
+    both = f"{host},localhost:{port}"
+    code = f"""# /// script
+# dependencies = ['requests']
+# ///
+import requests
+def get(url):
+    try:
+        return requests.get(url).json()
+    except requests.ConnectionError as e:
+        return str(e)
+[get({base!r} + "/data"), get({other!r})]"""
+
+    async def made(session, **arguments):
+        answer = await session.call_tool("create_sandbox", arguments)
+        return answer
+
+    async def ran(session, sandbox_id):
+        result = await session.call_tool("run_python_code", {"python_code": code, "sandbox_id": sandbox_id},
+                                         read_timeout_seconds=datetime.timedelta(seconds=CALL_TIMEOUT))
+        assert not result.isError, result
+        return value(result.content[0].text)
+
+    async with mcp_session("--workers", "1", "--stateful", "--allow-net", both) as session:
+        described = (await session.list_tools()).tools
+        assert any("allow_net" in (t.inputSchema.get("properties") or {}) for t in described if t.name == "create_sandbox")
+        whole = (await made(session)).structuredContent["sandbox_id"]
+        assert await ran(session, whole) == [{"hello": "world"}] * 2
+        narrow = (await made(session, allow_net=[host])).structuredContent["sandbox_id"]
+        here = f"network access to localhost is not allowed in this sandbox (create_sandbox's allow_net narrowed it to {host})"
+        mine, refused = await ran(session, narrow)
+        assert mine == {"hello": "world"} and here in refused, refused
+        forked = await session.call_tool("fork_sandbox", {"sandbox_id": narrow})
+        assert not forked.isError, forked
+        mine, refused = await ran(session, forked.structuredContent["sandbox_id"])
+        assert mine == {"hello": "world"} and here in refused, refused
+        closed = (await made(session, allow_net=[])).structuredContent["sandbox_id"]
+        first, second = await ran(session, closed)
+        assert "narrowed it to no host" in first and "narrowed it to no host" in second, [first, second]
+        for wider in (["example.org"], ["127.0.0.0/8"], ["localhost"]):
+            answer = await made(session, allow_net=wider)
+            assert answer.isError, answer
+            words = answer.content[0].text
+            assert f"allow_net entry {wider[0]!r}".replace("'", '"') in words and "not within the server's --allow-net" in words, words
+        answer = await made(session, allow_net=["http://x"])
+        assert answer.isError and "is not a host, *.domain, address or CIDR range" in answer.content[0].text, answer

@@ -118,6 +118,7 @@ impl Registry {
             SavedFiles {
                 dependencies: sandbox.dependencies.clone(),
                 runtime: sandbox.runtime,
+                allow_net: sandbox.allow_net.clone(),
                 files,
                 not_kept,
             }

@@ -668,7 +668,14 @@ impl Executor {
             checkpoint_follows: self.checkpoints(sandbox),
         };
         let upstreams = self.settings.upstreams.as_deref();
-        let mut host = CallRunHost::new(&self.settings.net, upstreams, sandbox.id.as_str());
+        // A list that no longer narrows the server's (a replica with another --allow-net took the
+        // sandbox over) reaches nothing rather than more.
+        let within = sandbox.allow_net.as_ref().map(|entries| {
+            let narrowed = self.settings.net.narrowed(entries);
+            narrowed.unwrap_or_default()
+        });
+        let net = (&self.settings.net, within);
+        let mut host = CallRunHost::new(net, upstreams, sandbox.id.as_str());
         let run = worker.run(request, run_deadline, &mut host, &mut collect);
         let watch = watch_memory(pid, self.settings.limits.memory_limit);
         tokio::select! {

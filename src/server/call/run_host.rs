@@ -11,12 +11,15 @@ use crate::code_mode::{sandbox_tag, ToolBudget, Upstreams};
 use crate::protocol::fetch::{FetchRequest, FetchResponse};
 use crate::protocol::{FunctionCall, ToolAnswer, ToolCall};
 use crate::worker::client::{CatalogUpdate, RunHost};
+use crate::worker::net::allow_list::AllowList;
 use crate::worker::net::NetPolicy;
 
 /// What the code of one call may reach while it runs.
 pub struct CallRunHost<'a> {
     /// Which hosts the code's fetches may reach (`--allow-net`).
     net: &'a NetPolicy,
+    /// The sandbox's own narrower list (`create_sandbox`'s `allow_net`); `None`: the server's.
+    within: Option<AllowList>,
     /// Requests the code made so far (bounded by `--max-fetches-per-call`).
     fetches: u32,
     /// Code mode's upstream servers for this call; `None` without `--tools-config`.
@@ -33,11 +36,17 @@ struct CodeMode<'a> {
 }
 
 impl<'a> CallRunHost<'a> {
-    /// The host of one call of the sandbox whose handle is `handle`: fetches under `net`, and,
+    /// The host of one call of the sandbox whose handle is `handle`: fetches under `net`'s
+    /// policy and, when it gives one, the sandbox's narrower list ([`NetPolicy::narrowed`]);
     /// with `upstreams` (code mode), tool calls within a fresh budget of their limits.
-    pub fn new(net: &'a NetPolicy, upstreams: Option<&'a Upstreams>, handle: &str) -> Self {
+    pub fn new(
+        (net, within): (&'a NetPolicy, Option<AllowList>),
+        upstreams: Option<&'a Upstreams>,
+        handle: &str,
+    ) -> Self {
         CallRunHost {
             net,
+            within,
             fetches: 0,
             code_mode: upstreams.map(|upstreams| CodeMode {
                 upstreams,
@@ -67,7 +76,7 @@ impl RunHost for CallRunHost<'_> {
             return (self.net.too_many(request), Vec::new());
         }
         self.fetches += 1;
-        self.net.fetch(request, body).await
+        self.net.fetch(request, body, self.within.as_ref()).await
     }
 
     fn environment(&self) -> Vec<(String, String)> {

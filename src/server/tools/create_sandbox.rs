@@ -1,6 +1,7 @@
 //! `create_sandbox` (`--stateful`; SEP-2567's pattern): makes a sandbox of the `runtime` asked
-//! for (the server's own, `--runtime`, when none is), installs its `dependencies`, and names
-//! its handle in text and in `structuredContent` (`{"sandbox_id": …}`).
+//! for (the server's own, `--runtime`, when none is), installs its `dependencies`, narrows its
+//! network to `allow_net` (within `--allow-net`; issue 47), and names its handle in text and
+//! in `structuredContent` (`{"sandbox_id": …}`).
 
 use super::reach::{InUse, NewSandbox, Reached};
 use super::schema::{object_schema, open_ended, sandbox_tool, Effect};
@@ -18,6 +19,13 @@ use std::sync::Arc;
 /// Most requirements `create_sandbox` takes.
 pub use crate::sandbox::MAX_DEPENDENCIES;
 
+/// Most hosts `create_sandbox`'s `allow_net` takes: a sandbox's list is kept with it, in the
+/// state directory too.
+pub const MAX_ALLOW_NET: usize = 64;
+
+/// What `allow_net` is, for the model.
+const ALLOW_NET_DESCRIPTION: &str = "The hosts this sandbox's code may reach over HTTP(S), narrowing the server's: each a host (`api.example.org`), `*.domain`, an address or a CIDR range, with an optional `:port`, and within the hosts run_python_code's description names. Leave it out for all of those; `[]` for none.";
+
 /// `create_sandbox`'s arguments.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -28,6 +36,10 @@ pub struct CreateArguments {
     /// The runtime of its workers; `None`: the server's own.
     #[serde(default)]
     pub runtime: Option<Runtime>,
+    /// The hosts its code may reach, each within the server's `--allow-net`; `None`: all of
+    /// those.
+    #[serde(default)]
+    pub allow_net: Option<Vec<String>>,
 }
 
 impl ToolArguments for CreateArguments {
@@ -38,6 +50,16 @@ impl ToolArguments for CreateArguments {
         raw: Option<JsonObject>,
     ) -> Result<CreateArguments, Refusal> {
         let arguments: CreateArguments = parse(tool, raw)?;
+        if arguments
+            .allow_net
+            .as_ref()
+            .is_some_and(|a| a.len() > MAX_ALLOW_NET)
+        {
+            return Err(Refusal::Invalid(McpError::invalid_params(
+                format!("`allow_net` lists more than the limit of {MAX_ALLOW_NET} hosts"),
+                None,
+            )));
+        }
         if arguments.dependencies.len() > MAX_DEPENDENCIES {
             return Err(Refusal::Invalid(McpError::invalid_params(
                 format!(
@@ -78,6 +100,12 @@ impl McpTool for CreateSandbox {
                     "enum": Runtime::ALL.map(Runtime::name),
                     "description": RUNTIME_DESCRIPTION,
                 },
+                "allow_net": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "maxItems": MAX_ALLOW_NET,
+                    "description": ALLOW_NET_DESCRIPTION,
+                },
             }),
             &[],
         );
@@ -109,9 +137,15 @@ impl McpTool for CreateSandbox {
                 "the sandbox was not made: {unavailable}"
             )));
         }
+        if let Some(entries) = &arguments.allow_net {
+            if let Err(wider) = server.executor.settings.net.narrowed(entries) {
+                return Ok(tool_error(format!("the sandbox was not made: {wider}")));
+            }
+        }
         let makeup = Makeup {
             dependencies: arguments.dependencies,
             runtime: arguments.runtime,
+            allow_net: arguments.allow_net,
         };
         let sandbox = match server.create_for(context, makeup) {
             Ok(sandbox) => sandbox,

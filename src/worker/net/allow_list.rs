@@ -312,7 +312,12 @@ mod tests {
 
     #[test]
     fn a_list_is_within_another_when_each_entry_is_held_by_one() {
-        let outer = list(&["api.example.org", "*.example.com", "10.0.0.0/8", "host.test:81"]);
+        let outer = list(&[
+            "api.example.org",
+            "*.example.com",
+            "10.0.0.0/8",
+            "host.test:81",
+        ]);
         for inside in [
             "api.example.org:443",
             "a.example.com",

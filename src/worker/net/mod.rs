@@ -69,6 +69,10 @@ pub enum NetError {
     /// The URL's host, `host`, is not named with `--allow-net`.
     #[error("network access to {host} is not allowed in the sandbox (the server admits hosts named with --allow-net)")]
     NotAllowed { host: String },
+    /// The URL's host, `host`, is within `--allow-net` but not within the sandbox's own list
+    /// (`create_sandbox`'s `allow_net`).
+    #[error("network access to {host} is not allowed in this sandbox (create_sandbox's allow_net narrowed it to {within})")]
+    NotAllowedHere { host: String, within: String },
     /// Not an HTTP method token.
     #[error("bad method {0}")]
     BadMethod(String),
@@ -125,6 +129,18 @@ pub enum NetError {
         #[source]
         source: reqwest::Error,
     },
+}
+
+/// A sandbox's own list of hosts (`create_sandbox`'s `allow_net`) that cannot narrow the
+/// server's.
+#[derive(Debug, Error)]
+pub enum NarrowError {
+    /// An entry of none of `--allow-net`'s forms.
+    #[error(transparent)]
+    Entry(allow_list::BadEntry),
+    /// An entry the server's `--allow-net` does not hold whole: a sandbox may only narrow it.
+    #[error("allow_net entry {entry:?} is not within the server's --allow-net ({server}); a sandbox may only narrow it")]
+    Wider { entry: String, server: String },
 }
 
 /// Which hosts user code may reach, the largest body a fetch may move, and the client that
@@ -210,6 +226,30 @@ impl NetPolicy {
         Some(text)
     }
 
+    /// A sandbox's own list (`create_sandbox`'s `allow_net`), parsed: every entry of
+    /// `--allow-net`'s forms and within the server's list ([`AllowList::outside`]), so that a
+    /// sandbox narrows the server's network and never widens it.
+    ///
+    /// Errors: [`NarrowError`], naming the first entry refused.
+    pub fn narrowed(&self, entries: &[String]) -> Result<AllowList, NarrowError> {
+        let list = AllowList::parse(entries).map_err(NarrowError::Entry)?;
+        match list.outside(&self.allow) {
+            Some(entry) => {
+                let server: Vec<&str> = self.allow.entries().collect();
+                let server = if server.is_empty() {
+                    "none".to_owned()
+                } else {
+                    server.join(", ")
+                };
+                Err(NarrowError::Wider {
+                    entry: entry.to_owned(),
+                    server,
+                })
+            }
+            None => Ok(list),
+        }
+    }
+
     /// Most requests one call's code may make (`--max-fetches-per-call`).
     pub fn per_call(&self) -> u32 {
         self.per_call
@@ -279,10 +319,18 @@ impl NetPolicy {
     ///
     /// Each request is counted in the egress metrics and logged at debug level, by its URL
     /// without the query (which may carry what only its host should see).
-    pub async fn fetch(&self, request: &FetchRequest, body: Vec<u8>) -> (FetchResponse, Vec<u8>) {
+    ///
+    /// `within`: the sandbox's own list (`create_sandbox`'s `allow_net`, [`Self::narrowed`]),
+    /// which the URL must pass too; `None`: the server's list alone.
+    pub async fn fetch(
+        &self,
+        request: &FetchRequest,
+        body: Vec<u8>,
+        within: Option<&AllowList>,
+    ) -> (FetchResponse, Vec<u8>) {
         let started = std::time::Instant::now();
         let sent = body.len();
-        let (answer, outcome) = match self.try_fetch(request, body).await {
+        let (answer, outcome) = match self.try_fetch(request, body, within).await {
             Ok(answer) => (answer, EgressOutcome::Ok),
             Err(e) => {
                 let words = crate::protocol::error_words(&e);
@@ -362,8 +410,9 @@ impl NetPolicy {
         &self,
         request: &FetchRequest,
         body: Vec<u8>,
+        within: Option<&AllowList>,
     ) -> Result<(FetchResponse, Vec<u8>), NetError> {
-        let mut checked = self.check(request, body.len())?;
+        let mut checked = self.check(request, body.len(), within)?;
         let carried = self.secrets.put_in(&mut checked.url, &mut checked.headers);
         let mut builder = self
             .client()?
@@ -380,19 +429,37 @@ impl NetPolicy {
     }
 
     /// Checks `request` (with a body of `body_len` bytes) against the policy before anything
-    /// is sent: an `http`/`https` URL whose host is allowed, a method HTTP accepts and the
+    /// is sent: an `http`/`https` URL whose host is allowed (by `within` too, when given), a method HTTP accepts and the
     /// Fetch standard does not forbid, headers user code may set, a body within the limit.
     ///
     /// Errors: the first check failed, in that order.
-    fn check(&self, request: &FetchRequest, body_len: usize) -> Result<Checked, NetError> {
+    fn check(
+        &self,
+        request: &FetchRequest,
+        body_len: usize,
+        within: Option<&AllowList>,
+    ) -> Result<Checked, NetError> {
         let url = match reqwest::Url::parse(&request.url) {
             Ok(u) if u.scheme() == "http" || u.scheme() == "https" => u,
             _ => return Err(NetError::BadUrl(request.url.clone())),
         };
+        let host = || url.host_str().unwrap_or_default().to_owned();
         if self.entry_for_url(&url).is_none() {
-            return Err(NetError::NotAllowed {
-                host: url.host_str().unwrap_or_default().to_owned(),
-            });
+            return Err(NetError::NotAllowed { host: host() });
+        }
+        if let Some(within) = within {
+            let port = url.port_or_known_default().unwrap_or(0);
+            if within.entry_for(&host(), port).is_none() {
+                let listed: Vec<&str> = within.entries().collect();
+                return Err(NetError::NotAllowedHere {
+                    host: host(),
+                    within: if listed.is_empty() {
+                        "no host".to_owned()
+                    } else {
+                        listed.join(", ")
+                    },
+                });
+            }
         }
         let method = reqwest::Method::from_bytes(request.method.as_bytes())
             .map_err(|_| NetError::BadMethod(request.method.clone()))?;
@@ -568,7 +635,9 @@ impl NetError {
     /// What the egress metrics call it.
     fn outcome(&self) -> EgressOutcome {
         match self {
-            NetError::NotAllowed { .. } => EgressOutcome::NotAllowed,
+            NetError::NotAllowed { .. } | NetError::NotAllowedHere { .. } => {
+                EgressOutcome::NotAllowed
+            }
             NetError::AddressRefused(_) => EgressOutcome::AddressRefused,
             NetError::RequestTooLarge { .. } | NetError::ResponseTooLarge { .. } => {
                 EgressOutcome::TooLarge
@@ -747,6 +816,7 @@ mod tests {
             .fetch(
                 &get(format!("http://127.0.0.1:{port}/big"), &[]),
                 Vec::new(),
+                None,
             )
             .await;
         assert_eq!(
@@ -770,7 +840,11 @@ mod tests {
         let policy = NetPolicy::new(allow(&["127.0.0.1".into()]), TEST_CAP_BYTES);
         let started = Instant::now();
         let (answer, _) = policy
-            .fetch(&get(format!("http://127.0.0.1:{port}/"), &[]), Vec::new())
+            .fetch(
+                &get(format!("http://127.0.0.1:{port}/"), &[]),
+                Vec::new(),
+                None,
+            )
             .await;
         assert!(error_of(&answer).contains("larger than the limit of 1048576 bytes"));
         assert!(started.elapsed() < Duration::from_secs(QUICK_SECS));
@@ -786,7 +860,7 @@ mod tests {
             url: url.clone(),
             headers: vec![("X-Custom".into(), "42".into())],
         };
-        let (answer, body) = policy.fetch(&request, b"payload".to_vec()).await;
+        let (answer, body) = policy.fetch(&request, b"payload".to_vec(), None).await;
         assert_eq!(body, b"hello");
         let FetchResponse::Ok {
             status,
@@ -817,6 +891,7 @@ mod tests {
             .fetch(
                 &get(url.clone(), &[("Host", "internal.example")]),
                 Vec::new(),
+                None,
             )
             .await;
         assert_eq!(
@@ -829,24 +904,29 @@ mod tests {
                 .fetch(
                     &get(url.clone(), &[("Accept", "*/*"), (&upper, "1")]),
                     Vec::new(),
+                    None,
                 )
                 .await;
             assert!(error_of(&answer).contains(&upper), "{name}");
         }
         let (answer, _) = policy
-            .fetch(&get(url.clone(), &[("X-Evil", "a\r\nHost: b")]), Vec::new())
+            .fetch(
+                &get(url.clone(), &[("X-Evil", "a\r\nHost: b")]),
+                Vec::new(),
+                None,
+            )
             .await;
         assert!(error_of(&answer).starts_with("invalid value for header X-Evil"));
         let (answer, _) = policy
-            .fetch(&get(url.clone(), &[("bad name", "1")]), Vec::new())
+            .fetch(&get(url.clone(), &[("bad name", "1")]), Vec::new(), None)
             .await;
         assert!(error_of(&answer).starts_with("invalid header name \"bad name\""));
         let mut trace = get(url.clone(), &[]);
         trace.method = "TRACE".into();
-        assert!(error_of(&policy.fetch(&trace, Vec::new()).await.0).contains("TRACE"));
+        assert!(error_of(&policy.fetch(&trace, Vec::new(), None).await.0).contains("TRACE"));
         // None of those reached the server: the first request it sees is this one.
         let (answer, _) = policy
-            .fetch(&get(format!("{url}after"), &[]), Vec::new())
+            .fetch(&get(format!("{url}after"), &[]), Vec::new(), None)
             .await;
         assert!(matches!(answer, FetchResponse::Ok { status: 200, .. }));
         let first = seen.recv().await.expect("one connection");
@@ -864,7 +944,7 @@ mod tests {
         ];
         asked.extend(CONNECTION_HEADERS.map(|h| (h, "x-sent".to_owned())));
         let pairs: Vec<(&str, &str)> = asked.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let (answer, _) = policy.fetch(&get(url, &pairs), Vec::new()).await;
+        let (answer, _) = policy.fetch(&get(url, &pairs), Vec::new(), None).await;
         assert!(
             matches!(answer, FetchResponse::Ok { status: 200, .. }),
             "{answer:?}"
@@ -886,18 +966,26 @@ mod tests {
         let other_port = port.wrapping_add(1);
         let policy = NetPolicy::new(allow(&[format!("127.0.0.1:{other_port}")]), TEST_CAP_BYTES);
         let (answer, _) = policy
-            .fetch(&get(format!("http://127.0.0.1:{port}/"), &[]), Vec::new())
+            .fetch(
+                &get(format!("http://127.0.0.1:{port}/"), &[]),
+                Vec::new(),
+                None,
+            )
             .await;
         assert!(
             error_of(&answer).starts_with("network access to 127.0.0.1 is not allowed"),
             "{answer:?}"
         );
         let (answer, _) = policy
-            .fetch(&get(format!("http://localhost:{port}/"), &[]), Vec::new())
+            .fetch(
+                &get(format!("http://localhost:{port}/"), &[]),
+                Vec::new(),
+                None,
+            )
             .await;
         assert!(error_of(&answer).contains("localhost is not allowed"));
         let (answer, _) = policy
-            .fetch(&get("file:///etc/passwd".into(), &[]), Vec::new())
+            .fetch(&get("file:///etc/passwd".into(), &[]), Vec::new(), None)
             .await;
         assert!(error_of(&answer).starts_with("unsupported URL file:///etc/passwd"));
         let nothing = tokio::time::timeout(Duration::from_millis(200), seen.recv()).await;
@@ -912,6 +1000,7 @@ mod tests {
             .fetch(
                 &get(format!("http://127.0.0.1:{port}/"), &[]),
                 vec![0; TEST_CAP_BYTES + 1],
+                None,
             )
             .await;
         assert!(error_of(&answer).starts_with("the request body is larger than the limit"));

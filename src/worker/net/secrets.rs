@@ -215,10 +215,9 @@ impl Secrets {
     /// placeholder: a base64 text that held the value no longer decodes to it.
     pub fn mask(&self, bytes: Vec<u8>) -> Vec<u8> {
         self.list.iter().fold(bytes, |bytes, secret| {
-            secret
-                .echoes
-                .iter()
-                .fold(bytes, |b, echo| replace(&b, echo, secret.placeholder.as_bytes(), false))
+            secret.echoes.iter().fold(bytes, |b, echo| {
+                replace(&b, echo, secret.placeholder.as_bytes(), false)
+            })
         })
     }
 
@@ -290,7 +289,12 @@ impl Secret {
 
     /// `value` with the placeholder replaced, when it carries it.
     fn put_in_value(&self, value: &[u8]) -> Option<Vec<u8>> {
-        let replaced = replace(value, self.placeholder.as_bytes(), self.value.as_bytes(), true);
+        let replaced = replace(
+            value,
+            self.placeholder.as_bytes(),
+            self.value.as_bytes(),
+            true,
+        );
         (replaced != value).then_some(replaced)
     }
 
@@ -426,7 +430,11 @@ mod tests {
     fn secrets(hosts: &[&str]) -> Secrets {
         let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
         let mut list = vec![
-            Secret::new("KEY".into(), VALUE.into(), AllowList::parse(&hosts).expect("hosts")),
+            Secret::new(
+                "KEY".into(),
+                VALUE.into(),
+                AllowList::parse(&hosts).expect("hosts"),
+            ),
             Secret::new(
                 "KEY_2".into(),
                 "another-long-value".into(),
@@ -448,8 +456,12 @@ mod tests {
     #[test]
     fn the_value_goes_only_to_its_hosts_in_headers_and_the_query() {
         let all = secrets(&["api.test"]);
-        let mut url = reqwest::Url::parse("https://api.test/x?key=MCP_SECRET_KEY&n=1").expect("url");
-        let mut h = headers(&[("authorization", "Bearer MCP_SECRET_KEY"), ("x-other", "MCP_SECRET_KEY_2")]);
+        let mut url =
+            reqwest::Url::parse("https://api.test/x?key=MCP_SECRET_KEY&n=1").expect("url");
+        let mut h = headers(&[
+            ("authorization", "Bearer MCP_SECRET_KEY"),
+            ("x-other", "MCP_SECRET_KEY_2"),
+        ]);
         assert_eq!(all.put_in(&mut url, &mut h), ["KEY"]);
         assert_eq!(url.query(), Some("key=s3cr3t%2Fvalue%2Bwith%3Dsigns&n=1"));
         assert_eq!(h["authorization"], format!("Bearer {VALUE}").as_str());
@@ -457,7 +469,8 @@ mod tests {
         assert_eq!(h["x-other"], "MCP_SECRET_KEY_2");
         assert_eq!(h["accept-encoding"], "identity");
 
-        let mut url = reqwest::Url::parse("https://elsewhere.test/?key=MCP_SECRET_KEY").expect("url");
+        let mut url =
+            reqwest::Url::parse("https://elsewhere.test/?key=MCP_SECRET_KEY").expect("url");
         let mut h = headers(&[("authorization", "Bearer MCP_SECRET_KEY")]);
         assert!(all.put_in(&mut url, &mut h).is_empty());
         assert_eq!(h["authorization"], "Bearer MCP_SECRET_KEY");
@@ -491,7 +504,9 @@ mod tests {
             let echoed = engine.encode(format!("{user}{VALUE}"));
             let masked = all.mask_text(echoed.clone());
             assert!(masked.contains("MCP_SECRET_KEY"), "{user}: {masked}");
-            let decoded = engine.decode(masked.replace("MCP_SECRET_KEY", "")).unwrap_or_default();
+            let decoded = engine
+                .decode(masked.replace("MCP_SECRET_KEY", ""))
+                .unwrap_or_default();
             assert!(!String::from_utf8_lossy(&decoded).contains(VALUE), "{user}");
         }
     }
@@ -500,7 +515,11 @@ mod tests {
     fn specs_are_parsed_and_checked_against_allow_net() {
         assert_eq!(
             parse("TOKEN=GH_TOKEN@api.github.com, *.github.com").expect("spec"),
-            ("TOKEN".into(), "GH_TOKEN".into(), vec!["api.github.com".into(), "*.github.com".into()])
+            (
+                "TOKEN".into(),
+                "GH_TOKEN".into(),
+                vec!["api.github.com".into(), "*.github.com".into()]
+            )
         );
         assert_eq!(parse("TOKEN@h").expect("spec").1, "TOKEN");
         for bad in ["TOKEN", "1X@h", "A-B@h", "A=@h", "A@"] {
@@ -509,13 +528,19 @@ mod tests {
         let allow = AllowList::parse(&["api.test".to_owned()]).expect("allow");
         let refused = Secrets::take_from_environment(&["K@other.test".into()], &allow);
         assert!(matches!(refused, Err(SecretError::NotAllowed { .. })));
-        let unset = Secrets::take_from_environment(&["K=MCP_RUN_PYTHON_UNSET_TEST_VAR@api.test".into()], &allow);
+        let unset = Secrets::take_from_environment(
+            &["K=MCP_RUN_PYTHON_UNSET_TEST_VAR@api.test".into()],
+            &allow,
+        );
         assert!(matches!(unset, Err(SecretError::Unset { .. })));
     }
 
     #[test]
     fn a_placeholder_is_a_whole_word() {
-        assert_eq!(replace(b"A_B A_BC A_B_", b"A_B", b"x", true), b"x A_BC A_B_".to_vec());
+        assert_eq!(
+            replace(b"A_B A_BC A_B_", b"A_B", b"x", true),
+            b"x A_BC A_B_".to_vec()
+        );
         assert_eq!(replace(b"aaaa", b"aa", b"b", false), b"bb".to_vec());
     }
 }
