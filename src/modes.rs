@@ -299,17 +299,11 @@ fn deps(cli: &Serve) -> Vec<String> {
 /// and returns what its workers are told of it ([`ARTIFACTS_ARG`], [`STDLIB_ZIP_ARG`],
 /// [`RUNTIME_ARG`]), with the packages it has built in.
 ///
-/// Errors: `--deps`, `--mount` or `--allow-net` (the Pyodide runtime's), or the runtime cannot
-/// be made ready.
+/// Errors: `--deps` or `--mount` (the Pyodide runtime's), or the runtime cannot be made ready.
 async fn scientific_args(cli: &Serve) -> Result<(Vec<String>, Arc<BuiltIn>)> {
     if !deps(cli).is_empty() || !cli.files.mount.is_empty() {
         anyhow::bail!(
             "the scientific runtime has its packages built in and boots plainly: --deps and --mount are the Pyodide runtime's"
-        );
-    }
-    if !cli.confinement.allow_net.is_empty() {
-        anyhow::bail!(
-            "the scientific runtime has no network yet: --allow-net is the Pyodide runtime's"
         );
     }
     tracing::info!(

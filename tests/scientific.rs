@@ -131,8 +131,10 @@ fn what_only_the_pyodide_runtime_does_is_refused_with_the_reason() {
         &["--deps", "humanize"],
         "--deps and --mount are the Pyodide runtime's",
     );
+    let empty = Path::new(env!("CARGO_TARGET_TMPDIR")).join("empty-mount");
+    std::fs::create_dir_all(&empty).expect("a folder to mount");
     refused(
-        &["--allow-net", "127.0.0.1:1"],
-        "--allow-net is the Pyodide runtime's",
+        &["--mount", &format!("{}:/data", empty.display())],
+        "--deps and --mount are the Pyodide runtime's",
     );
 }

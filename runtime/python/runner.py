@@ -144,8 +144,7 @@ _reseed_pending = False
 _tools_source = None
 _tools_catalog = None
 # The HTTP bridge (runtime/python/http_bridge.py as a module, `_mcp_http`), set by
-# runtime/js/runner.js as it makes this helper; `None` in the scientific runtime, which has no
-# network yet.
+# runtime/js/runner.js as it makes this helper, and by runtime/python/scientific.py.
 _http = None
 _ask = None
 # The launcher's host functions (``code_sandbox(functions=...)``), by name: globals of every

@@ -34,6 +34,7 @@ _OUTPUT = b"o"
 _FILE = b"f"
 _ANSWER = b"a"
 _CALL = b"c"
+_FETCH = b"h"
 # The first byte of the door's answer to a call that was made (else: why not, as text).
 _CALL_ANSWERED = b"+"
 
@@ -101,6 +102,18 @@ def _ask(kind, call_json):
         raise RuntimeError(answer[1:].decode("utf-8", "replace"))
     size = int.from_bytes(answer[1:5], "little")
     return answer[5 : 5 + size].decode("utf-8"), _Body(answer[5 + size :])
+
+
+def _fetch(request_json, body):
+    """The HTTP bridge's host call (runtime/python/http_bridge.py), through the door: the
+    front makes the request (``--allow-net``) while the run waits. Returns the response's JSON
+    and its body; raises ``ConnectionError`` when the call could not be made."""
+    message = request_json.encode("utf-8")
+    answer = _host.call(_FETCH + len(message).to_bytes(4, "little") + message + (body or b""))
+    if answer[:1] != _CALL_ANSWERED:
+        raise ConnectionError(answer[1:].decode("utf-8", "replace"))
+    size = int.from_bytes(answer[1:5], "little")
+    return answer[5 : 5 + size].decode("utf-8"), answer[5 + size :]
 
 
 class _Refusal(Exception):
@@ -279,7 +292,11 @@ def _boot():
     runner._CONSTANTS = request["constants"]
     exec(compile(request["runner"], "/lib/_mcp_runner.py", "exec"), runner.__dict__)
     runner._tools_source = request["tools"]
+    runner._http = types.ModuleType("_mcp_http")
+    exec(compile(request["http"], "/lib/_mcp_http.py", "exec"), runner._http.__dict__)
     runner.setup(_emit, _ask)
+    # User code's HTTP goes through the front (--allow-net), as in Pyodide's runtime.
+    runner._http.install(_fetch)
     return runner
 
 

@@ -112,22 +112,37 @@ impl Host {
         request: FetchRequest,
         bytes: &[u8],
     ) -> Result<(String, Vec<u8>), HostCallError> {
-        let id = running_call(self.running.borrow().id, "network requests")?;
-        let reply = Reply::Fetch { id, request };
-        match ask_front(&self.input, &reply, &[bytes])? {
-            Frame {
-                header: Request::FetchResult { id: got, response },
-                attachments,
-            } if got == id => {
-                let json = serde_json::to_string(&response).map_err(HostCallError::Encode)?;
-                let body = match response {
-                    FetchResponse::Error { .. } => Vec::new(),
-                    _ => attachments.into_iter().next().unwrap_or_default(),
-                };
-                Ok((json, body))
-            }
-            _ => Err(HostCallError::Unanswered { kind: reply.kind() }),
+        ask_fetch(&self.input, self.running.borrow().id, request, bytes)
+    }
+}
+
+/// Hands user code's HTTP request (`request`, its body `bytes`), of the run in progress
+/// (`running`), to the front, which performs or refuses it, and reads the answer from `input`:
+/// the response's JSON and its body (none for a refusal). Both runtimes' bridges use it.
+///
+/// Errors: [`HostCallError`]: no run in progress, the request cannot be sent, or the front's
+/// next frame is not its answer.
+pub(super) fn ask_fetch(
+    input: &RefCell<FrontInput>,
+    running: Option<CallId>,
+    request: FetchRequest,
+    bytes: &[u8],
+) -> Result<(String, Vec<u8>), HostCallError> {
+    let id = running_call(running, "network requests")?;
+    let reply = Reply::Fetch { id, request };
+    match ask_front(input, &reply, &[bytes])? {
+        Frame {
+            header: Request::FetchResult { id: got, response },
+            attachments,
+        } if got == id => {
+            let json = serde_json::to_string(&response).map_err(HostCallError::Encode)?;
+            let body = match response {
+                FetchResponse::Error { .. } => Vec::new(),
+                _ => attachments.into_iter().next().unwrap_or_default(),
+            };
+            Ok((json, body))
         }
+        _ => Err(HostCallError::Unanswered { kind: reply.kind() }),
     }
 }
 

@@ -159,10 +159,14 @@ impl RunPythonServer {
     fn tools(&self) -> std::borrow::Cow<'static, [Tool]> {
         let settings = &self.executor.settings;
         let code_mode = settings.upstreams.as_ref().map(|u| u.published());
-        let network = settings.net.summary();
+        let built_in = settings.runtimes.own_kit().built_in.as_deref();
+        let network = settings.net.summary(match built_in {
+            Some(_) => tools::run_python_code::SCIENTIFIC_HTTP,
+            None => tools::run_python_code::PYODIDE_HTTP,
+        });
         tools::definitions_for(
             self.stateful(),
-            settings.runtimes.own_kit().built_in.as_deref(),
+            built_in,
             network.as_deref(),
             code_mode.as_ref().map(|p| p.summary.as_str()),
         )

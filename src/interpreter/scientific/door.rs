@@ -4,9 +4,10 @@
 //! runs, so it is hostile: parsed typed, bound to the request in progress, and each answer taken
 //! once.
 
-use super::super::host_calls::{ask_tool, running_call, FrontInput, HostCallError};
+use super::super::host_calls::{ask_fetch, ask_tool, running_call, FrontInput, HostCallError};
 use super::super::output::{forward_output, Running};
 use crate::assets::SCIENTIFIC_PY;
+use crate::protocol::fetch::FetchRequest;
 use crate::protocol::{CallId, FunctionCall, Reply, ToolCall};
 use crate::wasi::door::Door;
 use std::cell::{RefCell, RefMut};
@@ -30,6 +31,10 @@ enum Tag {
     /// `c` + JSON ([`GuestCall`]): code mode's call of a tool or host function, made by the
     /// front while the run waits.
     Call,
+    /// `h` + a `u32` little-endian length + a [`FetchRequest`]'s JSON of that length + the
+    /// request's body: user code's HTTP request (`runtime/python/http_bridge.py`), made by the
+    /// front under `--allow-net` while the run waits.
+    Fetch,
 }
 
 /// A call of code mode the guest asks the front to make (`runtime/python/scientific.py`
@@ -62,6 +67,7 @@ impl Tag {
             b'f' => Tag::File,
             b'a' => Tag::Answer,
             b'c' => Tag::Call,
+            b'h' => Tag::Fetch,
             _ => return None,
         })
     }
@@ -125,21 +131,19 @@ impl WorkerDoor {
     /// Makes code mode's call `body` ([`GuestCall`]'s JSON) through the front, bound to the
     /// run in progress: the door's answer ([`CALL_ANSWERED`] or [`CALL_FAILED`]).
     fn host_call(&self, body: &[u8], running: Option<CallId>) -> Vec<u8> {
-        let answered = self.ask(body, running);
-        match answered {
-            Ok((json, images)) => {
-                let Ok(len) = u32::try_from(json.len()) else {
-                    return failed("the answer is longer than the guest can take");
-                };
-                let head = 1 + std::mem::size_of::<u32>();
-                let mut out = Vec::with_capacity(head + json.len() + images.len());
-                out.push(CALL_ANSWERED);
-                out.extend_from_slice(&len.to_le_bytes());
-                out.extend_from_slice(json.as_bytes());
-                out.extend_from_slice(&images);
-                out
-            }
-            Err(e) => failed(&e.to_string()),
+        answered(self.ask(body, running))
+    }
+
+    /// Makes user code's HTTP request `body` ([`Tag::Fetch`]'s layout) through the front,
+    /// bound to the run in progress: the door's answer, [`CALL_ANSWERED`] with the response's
+    /// JSON and body, or [`CALL_FAILED`].
+    fn fetch(&self, body: &[u8], running: Option<CallId>) -> Vec<u8> {
+        let Some((json, request_body)) = split_sized(body) else {
+            return failed("the request is not a length, its JSON and its body");
+        };
+        match serde_json::from_slice::<FetchRequest>(json) {
+            Ok(request) => answered(ask_fetch(&self.front, running, request, request_body)),
+            Err(e) => failed(&HostCallError::Malformed(e).to_string()),
         }
     }
 
@@ -163,6 +167,35 @@ impl WorkerDoor {
     }
 }
 
+/// `bytes` as a `u32` little-endian length, that many bytes, and the rest; `None` when it is
+/// shorter than its length says.
+fn split_sized(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    const LEN: usize = std::mem::size_of::<u32>();
+    let (head, rest) = bytes.split_first_chunk::<LEN>()?;
+    let len = usize::try_from(u32::from_le_bytes(*head)).ok()?;
+    (rest.len() >= len).then(|| rest.split_at(len))
+}
+
+/// The door's answer to a call the front made: [`CALL_ANSWERED`], the answer's JSON with its
+/// length, then its bytes; or [`CALL_FAILED`] with why.
+fn answered(made: Result<(String, Vec<u8>), HostCallError>) -> Vec<u8> {
+    match made {
+        Ok((json, bytes)) => {
+            let Ok(len) = u32::try_from(json.len()) else {
+                return failed("the answer is longer than the guest can take");
+            };
+            let head = 1 + std::mem::size_of::<u32>();
+            let mut out = Vec::with_capacity(head + json.len() + bytes.len());
+            out.push(CALL_ANSWERED);
+            out.extend_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(json.as_bytes());
+            out.extend_from_slice(&bytes);
+            out
+        }
+        Err(e) => failed(&e.to_string()),
+    }
+}
+
 /// A [`CALL_FAILED`] answer saying `why`.
 fn failed(why: &str) -> Vec<u8> {
     let mut out = vec![CALL_FAILED];
@@ -176,14 +209,17 @@ impl Door for WorkerDoor {
     fn call(&mut self, message: &[u8]) -> Option<Vec<u8>> {
         let (&tag, body) = message.split_first()?;
         let tag = Tag::of(tag)?;
-        if tag == Tag::Call {
+        if matches!(tag, Tag::Call | Tag::Fetch) {
             // The exchange is not held while the front makes the call.
             let running = self.exchange.lock().running.id;
-            return Some(self.host_call(body, running));
+            return Some(match tag {
+                Tag::Fetch => self.fetch(body, running),
+                _ => self.host_call(body, running),
+            });
         }
         let mut exchange = self.exchange.lock();
         match tag {
-            Tag::Call => None,
+            Tag::Call | Tag::Fetch => None,
             Tag::Source if !exchange.booted => Some(SCIENTIFIC_PY.as_bytes().to_vec()),
             Tag::Source => None,
             Tag::Request => exchange.request.take(),

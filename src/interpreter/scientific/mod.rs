@@ -33,7 +33,7 @@ use super::outcome::{ended_outcome, error_outcome};
 use super::output::Running;
 use super::runner::{Ended, RunArgs};
 use super::serve::{send_file, send_ran, serve_requests, Interpreter, Served};
-use crate::assets::{runner_constants, MCP_TOOLS_PY, RUNNER_PY};
+use crate::assets::{runner_constants, HTTP_BRIDGE_PY, MCP_TOOLS_PY, RUNNER_PY};
 use crate::protocol::launch::WorkerArgs;
 use crate::protocol::pages::ZygoteId;
 use crate::protocol::{CallId, RunOutcome, SnapshotMode};
@@ -252,7 +252,7 @@ impl Scientific {
             forked_descriptors: Vec::new(),
         };
         let constants: serde_json::Value = serde_json::from_str(&runner_constants())?;
-        let boot = json!({"runner": RUNNER_PY, "constants": constants, "tools": MCP_TOOLS_PY});
+        let boot = json!({"runner": RUNNER_PY, "constants": constants, "tools": MCP_TOOLS_PY, "http": HTTP_BRIDGE_PY});
         let answer = worker
             .turn_with(BOOT_TURN, &boot, None)
             .context("booting the scientific runtime")?;

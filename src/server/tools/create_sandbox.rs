@@ -175,7 +175,7 @@ impl McpTool for CreateSandbox {
 }
 
 /// What the `runtime` argument offers.
-const RUNTIME_DESCRIPTION: &str = "The Python the sandbox runs: `pyodide` (CPython 3.14; installs PyPI's pure-Python wheels and Pyodide's packages as the code needs them, and reaches the hosts the server allows) or `scientific` (CPython 3.15 with numpy, pandas, scipy, scikit-learn, statsmodels, matplotlib, seaborn, sympy and about 50 more built in; installs nothing, no network). Leave it out for the server's own runtime, the one run_python_code's description names.";
+const RUNTIME_DESCRIPTION: &str = "The Python the sandbox runs: `pyodide` (CPython 3.14; installs PyPI's pure-Python wheels and Pyodide's packages as the code needs them, and reaches the hosts the server allows) or `scientific` (CPython 3.15 with numpy, pandas, scipy, scikit-learn, statsmodels, matplotlib, seaborn, sympy and about 50 more built in; installs nothing; reaches the hosts the server allows with urllib.request, and so pandas.read_csv(url)). Leave it out for the server's own runtime, the one run_python_code's description names.";
 
 /// How long a sandbox may go without a call, in words, for the answer that hands one out.
 pub(super) fn idle_words(idle: Option<std::time::Duration>) -> String {

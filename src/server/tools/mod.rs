@@ -248,7 +248,11 @@ pub fn definitions_for(
 ) -> std::borrow::Cow<'static, [Tool]> {
     let base = match (built_in, network, code_mode) {
         (None, None, None) => return std::borrow::Cow::Borrowed(definitions(stateful)),
-        (Some(built_in), _, _) => run_python_code::scientific_description(stateful, built_in),
+        (Some(built_in), network, _) => {
+            let networked = network.is_some();
+            run_python_code::scientific_description(stateful, built_in, networked)
+                + network.unwrap_or_default()
+        }
         (None, None, Some(_)) => run_python_code::description(stateful),
         (None, Some(network), _) => run_python_code::networked_description(stateful) + network,
     };

