@@ -220,6 +220,12 @@ pub struct LimitArgs {
     /// Most HTTP requests the code of one call may make.
     #[arg(long, default_value_t = crate::worker::net::DEFAULT_MAX_FETCHES_PER_CALL)]
     pub max_fetches_per_call: u32,
+
+    /// Most HTTP requests a sandbox's code may have in flight at once (asyncio tasks over
+    /// `httpx.AsyncClient`, as `asyncio.gather` makes them); more wait their turn. The other
+    /// libraries send one request at a time.
+    #[arg(long, default_value_t = crate::worker::net::DEFAULT_MAX_CONCURRENT_FETCHES, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_fetches: u32,
 }
 
 /// Who shares an interpreter, how many run, and how long sessions last.

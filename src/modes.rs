@@ -452,7 +452,11 @@ fn net_policy(cli: &Serve, secrets: Secrets) -> Result<NetPolicy> {
         None => Vec::new(),
     };
     Ok(NetPolicy::new(allow, cli.limits.max_fetch_bytes)
-        .with_limits(timeout, cli.limits.max_fetches_per_call)
+        .with_limits(
+            timeout,
+            cli.limits.max_fetches_per_call,
+            cli.limits.max_concurrent_fetches,
+        )
         .with_roots(roots)
         .with_secrets(secrets))
 }

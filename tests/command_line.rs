@@ -31,6 +31,7 @@ const SERVER_FLAGS: &[&str] = &[
     "--install-timeout",
     "--isolation",
     "--max-code-size",
+    "--max-concurrent-fetches",
     "--max-fetch-bytes",
     "--max-fetches-per-call",
     "--max-hibernated-bytes",

@@ -29,6 +29,12 @@
     const out = hostCall(`{"op":"fetch","request":${requestJson}}`, body);
     return [out.json, new Uint8Array(out.body)];
   };
+  // Requests made at once: `batchJson` is `{"requests": [...], "sizes": [...]}` (the bodies one
+  // after another in `body`); answers `{"responses": [...], "sizes": [...]}` and the bodies.
+  const fetchManyBridge = (batchJson, body) => {
+    const out = hostCall(`{"op":"fetch_many",${batchJson.slice(1)}`, body);
+    return [out.json, new Uint8Array(out.body)];
+  };
   // The sandbox's working directory, with a trailing slash (runtime/python/runner.py's WORKDIR); set by
   // `boot` from the binary's constants (src/assets.rs, `runner_constants`).
   let WORKDIR = null;
@@ -173,7 +179,7 @@
         endTableRoom();
         // Out of sys.modules before any user code runs; from now on only this closure holds it.
         const mod = pyodide.runPython(TAKE_HELPER);
-        mod.setup(emit, ask, fetchBridge);
+        mod.setup(emit, ask, fetchBridge, fetchManyBridge);
         helperRun = mod.run;
         helperFindImports = mod.find_imports;
         helperReseed = mod.reseed_before_next_run;
@@ -339,14 +345,15 @@
 
     // Runs user code (in the globals earlier runs left when keepGlobals is true: --stateful);
     // answers with the helper's result object (one JSON text). `toolsJson`: code mode's tool
-    // catalog when it changed, else null; `environmentJson`: names and values to set in
-    // os.environ first (--secret's placeholders), else null. The helper answers at once, or with an awaitable
+    // catalog when it changed, else null; `networkJson`: what the code may do on the network
+    // (the os.environ placeholders of --secret, the requests it may make at once), else null.
+    // The helper answers at once, or with an awaitable
     // when the code uses top-level `await`.
-    run(id, code, globalsJson, outputCap, resultCap, keepGlobals, toolsJson, environmentJson) {
+    run(id, code, globalsJson, outputCap, resultCap, keepGlobals, toolsJson, networkJson) {
       let result;
       try {
         // Pyodide gives Python `null` as JsNull and `undefined` as None.
-        result = helperRun(code, globalsJson, outputCap, resultCap, keepGlobals === true, toolsJson ?? undefined, environmentJson ?? undefined);
+        result = helperRun(code, globalsJson, outputCap, resultCap, keepGlobals === true, toolsJson ?? undefined, networkJson ?? undefined);
       } catch (e) {
         done(id, failed(e));
         return;

@@ -12,6 +12,12 @@ module makes the libraries agents write with use that call, unchanged:
   cross-origin isolated page and a Web Worker;
 - `httpx`: its default transports, sync and async.
 
+Requests made in asyncio tasks (httpx's async transport) go out together: each task queues its
+request and waits; once the tasks that were ready have run, the queue goes to the front in one
+host call (`fetch_many`), at most `concurrency` requests at a time (`--max-concurrent-fetches`),
+which the front makes at once. So `asyncio.gather` over an `httpx.AsyncClient` overlaps its
+requests' waits, while the interpreter keeps its one thread.
+
 Each library is patched as it is first imported (`_Patcher`, a meta path finder, wraps the
 loader of the module to patch), so an interpreter that never imports one pays nothing for it.
 A request the front refuses or that fails raises the library's own connection error, with the
@@ -21,6 +27,7 @@ Loaded by the runner (`runtime/python/runner.py`, `setup`) as `_mcp_http`, outsi
 `sys.modules`: user code can reach the bridge only through the libraries.
 """
 
+import asyncio
 import importlib.abc
 import importlib.machinery
 import io
@@ -30,6 +37,14 @@ import sys
 # The host call: (request JSON, body bytes or None) -> (metadata JSON, body bytes); set by
 # `install`.
 _fetch = None
+# The host call for requests made at once: (JSON `{"requests", "sizes"}`, the bodies one after
+# another) -> (JSON `{"responses", "sizes"}`, the bodies one after another); set by `install`
+# (`None` where there is none: requests from asyncio tasks then go one at a time).
+_fetch_many = None
+# Most requests one `_fetch_many` may carry (`--max-concurrent-fetches`), set with each run.
+concurrency = 1
+# Requests asyncio tasks queued for the next `_fetch_many`: (request JSON, body, future).
+_queued = []
 
 # The response headers the bridge's answer no longer describes: the front has read the body
 # whole, so it is neither chunked nor of the length the server announced once decoded.
@@ -66,13 +81,72 @@ def send(method, url, headers, body=None):
     Raises `ConnectionError` with the front's words when it refused the request or got no
     response (a host not allowed, a body over `--max-fetch-bytes`, a connection that failed).
     """
-    request = json.dumps({
+    meta_json, data = _fetch(_request(method, url, headers), _as_bytes(body))
+    return _answer(json.loads(meta_json), data)
+
+
+async def send_async(method, url, headers, body=None):
+    """`send` from an asyncio task: the request waits, with those of the other tasks that are
+    ready, for the next `_fetch_many` (see the module's documentation)."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    _queued.append((_request(method, url, headers), _as_bytes(body) or b"", future))
+    if len(_queued) == 1:
+        loop.call_soon(_send_queued)
+    meta, data = await future
+    return _answer(meta, data)
+
+
+def _send_queued():
+    """Sends what the tasks queued, `concurrency` requests at a time, and hands each task its
+    response (or the host call's failure)."""
+    queued = _queued[:]
+    _queued.clear()
+    # Without a host call for many (the scientific runtime), one at a time.
+    at_once = max(1, concurrency) if _fetch_many is not None else 1
+    for start in range(0, len(queued), at_once):
+        part = queued[start : start + at_once]
+        if _fetch_many is None:
+            request, body, future = part[0]
+            try:
+                meta_json, data = _fetch(request, body)
+                outcome = (json.loads(meta_json), data)
+            except Exception as e:
+                outcome = ConnectionError(str(e))
+            if not future.done():
+                if isinstance(outcome, Exception):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
+            continue
+        batch = '{"requests":[' + ",".join(r for r, _, _ in part) + '],"sizes":' + json.dumps([len(b) for _, b, _ in part]) + "}"
+        try:
+            answer_json, data = _fetch_many(batch, b"".join(b for _, b, _ in part))
+            answer = json.loads(answer_json)
+        except Exception as e:
+            for _, _, future in part:
+                if not future.done():
+                    future.set_exception(ConnectionError(str(e)))
+            continue
+        offset = 0
+        for (_, _, future), meta, size in zip(part, answer["responses"], answer["sizes"]):
+            if not future.done():
+                future.set_result((meta, data[offset : offset + size]))
+            offset += size
+
+
+def _request(method, url, headers):
+    """A request's JSON, as the front reads it (src/protocol/fetch.rs `FetchRequest`)."""
+    return json.dumps({
         "method": str(method),
         "url": str(url),
         "headers": [[_text(name), _text(value)] for name, value in headers],
     })
-    meta_json, data = _fetch(request, _as_bytes(body))
-    meta = json.loads(meta_json)
+
+
+def _answer(meta, data):
+    """The front's answer (`meta`, the body `data`) as an `Answer`; raises `ConnectionError`
+    with the front's words for a refusal."""
     if "error" in meta:
         raise ConnectionError(meta["error"])
     headers = [(name, value) for name, value in meta["headers"]]
@@ -249,7 +323,7 @@ def _patch_urllib3(connection):
 
 def _patch_httpx(transports):
     """Makes httpx's default transports (`transports`, httpx._transports.default) send
-    through the bridge."""
+    through the bridge; the async one's requests go out together (`send_async`)."""
     import httpx
 
     def respond(request):
@@ -257,6 +331,17 @@ def _patch_httpx(transports):
             answer = send(request.method, str(request.url), request.headers.multi_items(), request.content or None)
         except ConnectionError as e:
             raise httpx.ConnectError(str(e), request=request) from None
+        return response(request, answer)
+
+    async def respond_async(request):
+        try:
+            answer = await send_async(request.method, str(request.url), request.headers.multi_items(),
+                                      request.content or None)
+        except ConnectionError as e:
+            raise httpx.ConnectError(str(e), request=request) from None
+        return response(request, answer)
+
+    def response(request, answer):
         # The body is whole: no longer chunked (its length and encoding stand as sent).
         headers = [(name, value) for name, value in answer.headers if name != "transfer-encoding"]
         extensions = {"http_version": b"HTTP/1.1", "reason_phrase": answer.reason.encode("ascii", "replace")}
@@ -268,7 +353,7 @@ def _patch_httpx(transports):
 
     async def handle_async_request(self, request):
         await request.aread()
-        return respond(request)
+        return await respond_async(request)
 
     transports.HTTPTransport.handle_request = handle_request
     transports.AsyncHTTPTransport.handle_async_request = handle_async_request
@@ -313,11 +398,11 @@ class _PatchingLoader(importlib.abc.Loader):
         self._patch(module)
 
 
-def install(fetch):
-    """Bridges the libraries to `fetch` (the host call): those already imported now, the
-    others as they are imported."""
-    global _fetch
-    _fetch = fetch
+def install(fetch, fetch_many):
+    """Bridges the libraries to `fetch` and `fetch_many` (the host calls): those already
+    imported now, the others as they are imported."""
+    global _fetch, _fetch_many
+    _fetch, _fetch_many = fetch, fetch_many
     for name, patch in _PATCHES.items():
         if name in sys.modules:
             patch(sys.modules[name])

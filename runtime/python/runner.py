@@ -64,12 +64,12 @@ def show(*args, **kwargs):
 '''
 
 
-def setup(emit, ask, fetch=None):
+def setup(emit, ask, fetch=None, fetch_many=None):
     global _emit, _ask
     _emit = emit
     _ask = ask
     if fetch is not None:
-        _http.install(_pyodide_fetch(fetch))
+        _http.install(_pyodide_fetch(fetch), _pyodide_fetch(fetch_many))
     sys.meta_path.insert(0, _ToolsFinder())
     sys.modules["mcp_run_python"] = _SANDBOX_MODULE
     reseed()
@@ -82,8 +82,8 @@ def setup(emit, ask, fetch=None):
 
 
 def _pyodide_fetch(fetch):
-    """The HTTP bridge's host call (runtime/js/runner.js `fetchBridge`) with Python's bytes
-    in and out."""
+    """An HTTP bridge's host call (runtime/js/runner.js `fetchBridge`, `fetchManyBridge`) with
+    Python's bytes in and out."""
     from pyodide.ffi import to_js
 
     def bridged(request_json, body):
@@ -589,7 +589,7 @@ class _Call:
         return json.dumps(result)
 
 
-def run(code, globals_json, output_cap, result_cap, keep_globals=False, tools_json=None, environment_json=None):
+def run(code, globals_json, output_cap, result_cap, keep_globals=False, tools_json=None, network_json=None):
     """Runs ``code`` with fresh globals (or, with ``keep_globals``, in the globals earlier such
     runs left); returns the result as one JSON object's text:
     ``{"status", "return_value": {"kind", "text"} | null, "error", "truncated"}``, or, when
@@ -603,12 +603,15 @@ def run(code, globals_json, output_cap, result_cap, keep_globals=False, tools_js
     task, its future and the promise around it cost more than the rest of a trivial call.
 
     ``tools_json``: code mode's tool catalog, when it changed since the last run.
-    ``environment_json``: names and values to set in ``os.environ`` first (``--secret``'s
-    placeholders, never a secret's value)."""
+    ``network_json``: what the code may do on the network (src/protocol/messages.rs
+    ``RunNetwork``): names and values to set in ``os.environ`` first (``--secret``'s
+    placeholders, never a secret's value) and the requests it may make at once."""
     if tools_json is not None:
         _set_tools(tools_json)
-    if environment_json is not None:
-        os.environ.update(json.loads(environment_json))
+    if network_json is not None:
+        network = json.loads(network_json)
+        os.environ.update(dict(network["environment"]))
+        _http.concurrency = network["concurrency"]
     call = _Call(code, globals_json, output_cap, result_cap, keep_globals)
     try:
         body, last = _compile(code, call.filename)

@@ -108,8 +108,13 @@ def _fetch(request_json, body):
     """The HTTP bridge's host call (runtime/python/http_bridge.py), through the door: the
     front makes the request (``--allow-net``) while the run waits. Returns the response's JSON
     and its body; raises ``ConnectionError`` when the call could not be made."""
-    message = request_json.encode("utf-8")
-    answer = _host.call(_FETCH + len(message).to_bytes(4, "little") + message + (body or b""))
+    return _through_door(_FETCH, request_json, body)
+
+
+def _through_door(tag, json_text, body):
+    """A fetch message (``tag``, the JSON's length, the JSON, the body) through the door."""
+    message = json_text.encode("utf-8")
+    answer = _host.call(tag + len(message).to_bytes(4, "little") + message + (body or b""))
     if answer[:1] != _CALL_ANSWERED:
         raise ConnectionError(answer[1:].decode("utf-8", "replace"))
     size = int.from_bytes(answer[1:5], "little")
@@ -171,7 +176,7 @@ def _run(request):
         request["result_cap"],
         request["keep_globals"],
         request.get("tools"),
-        request.get("environment"),
+        request.get("network"),
     )
     if asyncio.iscoroutine(result):
         result = _loop().run_until_complete(result)
@@ -295,8 +300,9 @@ def _boot():
     runner._http = types.ModuleType("_mcp_http")
     exec(compile(request["http"], "/lib/_mcp_http.py", "exec"), runner._http.__dict__)
     runner.setup(_emit, _ask)
-    # User code's HTTP goes through the front (--allow-net), as in Pyodide's runtime.
-    runner._http.install(_fetch)
+    # User code's HTTP goes through the front (--allow-net), as in Pyodide's runtime; none of
+    # its built-in libraries sends from asyncio tasks, so requests go one at a time.
+    runner._http.install(_fetch, None)
     return runner
 
 

@@ -51,6 +51,10 @@ pub(super) enum HostCallError {
     /// The front's answer could not be read.
     #[error("the front's answer could not be read: {0}")]
     Read(#[source] FrameError),
+    /// Requests made at once whose body sizes are not one per request, or do not add up to
+    /// the bytes given.
+    #[error("the requests' body sizes do not match their bodies")]
+    BadBatch,
 }
 
 /// What the worker's JavaScript asks of its host with `__mcpHostCall(json, bytes)`: one typed
@@ -64,6 +68,9 @@ pub(super) enum HostRequest {
     File,
     /// User code's HTTP request (the body is the bytes): the front performs or refuses it.
     Fetch { request: FetchRequest },
+    /// User code's HTTP requests made at once (asyncio's): the bytes are their bodies one
+    /// after another, `sizes` long each; answered by [`FetchBatch`]'s layout.
+    FetchMany(ManyRequests),
     /// User code's call of an upstream MCP tool (code mode): the front makes it.
     Tool { call: ToolCall },
     /// User code's call of a host function (code mode): the front forwards it to the launcher.
@@ -94,6 +101,11 @@ impl Host {
             }
             HostRequest::Snapshot => Err(HostCallError::SnapshotAfterBoot),
             HostRequest::Fetch { request } => self.fetch(request, &bytes),
+            HostRequest::FetchMany(ManyRequests { requests, sizes }) => {
+                let batch = FetchBatch::split(requests, &sizes, bytes)?;
+                let answers = ask_fetches(&self.input, self.running.borrow().id, batch)?;
+                FetchBatch::joined(answers)
+            }
             HostRequest::Tool { call } => {
                 let id = running_call(self.running.borrow().id, "MCP tool calls")?;
                 ask_tool(&self.input, Reply::ToolCall { id, call }, id)
@@ -128,21 +140,95 @@ pub(super) fn ask_fetch(
     request: FetchRequest,
     bytes: &[u8],
 ) -> Result<(String, Vec<u8>), HostCallError> {
+    let mut answers = ask_fetches(input, running, vec![(request, bytes.to_vec())])?;
+    let (response, body) = answers
+        .pop()
+        .ok_or(HostCallError::Unanswered { kind: "fetch" })?;
+    let json = serde_json::to_string(&response).map_err(HostCallError::Encode)?;
+    Ok((json, body))
+}
+
+/// [`ask_fetch`] for requests made at once (each with its body): a response and its body
+/// (none for a refusal) per request, in order.
+///
+/// Errors: as [`ask_fetch`]'s, and the front's answer not having one response per request.
+pub(super) fn ask_fetches(
+    input: &RefCell<FrontInput>,
+    running: Option<CallId>,
+    requests: Vec<(FetchRequest, Vec<u8>)>,
+) -> Result<Vec<(FetchResponse, Vec<u8>)>, HostCallError> {
     let id = running_call(running, "network requests")?;
-    let reply = Reply::Fetch { id, request };
-    match ask_front(input, &reply, &[bytes])? {
+    let count = requests.len();
+    let (requests, bodies): (Vec<FetchRequest>, Vec<Vec<u8>>) = requests.into_iter().unzip();
+    let reply = Reply::Fetch { id, requests };
+    let attachments: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
+    match ask_front(input, &reply, &attachments)? {
         Frame {
-            header: Request::FetchResult { id: got, response },
-            attachments,
-        } if got == id => {
-            let json = serde_json::to_string(&response).map_err(HostCallError::Encode)?;
-            let body = match response {
-                FetchResponse::Error { .. } => Vec::new(),
-                _ => attachments.into_iter().next().unwrap_or_default(),
-            };
-            Ok((json, body))
+            header: Request::FetchResult { id: got, responses },
+            mut attachments,
+        } if got == id && responses.len() == count => {
+            attachments.resize_with(count, Vec::new);
+            let answers = responses.into_iter().zip(attachments);
+            Ok(answers
+                .map(|(response, body)| match response {
+                    FetchResponse::Error { .. } => (response, Vec::new()),
+                    _ => (response, body),
+                })
+                .collect())
         }
         _ => Err(HostCallError::Unanswered { kind: reply.kind() }),
+    }
+}
+
+/// The JSON of requests made at once (their bodies travel beside it, `sizes` long each).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ManyRequests {
+    pub requests: Vec<FetchRequest>,
+    pub sizes: Vec<usize>,
+}
+
+/// Requests made at once, or their answers, as a host call carries them: one JSON text
+/// (`{"requests"|"responses": [...], "sizes": [...]}`) and the bodies one after another, each
+/// as long as `sizes` says (`runtime/python/http_bridge.py` `send_all`).
+pub(super) struct FetchBatch;
+
+impl FetchBatch {
+    /// `requests` with their bodies cut from `bytes` by `sizes`.
+    ///
+    /// Errors: [`HostCallError::BadBatch`] when the sizes are not one per request or do not
+    /// add up to the bytes.
+    pub(super) fn split(
+        requests: Vec<FetchRequest>,
+        sizes: &[usize],
+        bytes: Vec<u8>,
+    ) -> Result<Vec<(FetchRequest, Vec<u8>)>, HostCallError> {
+        let total = sizes.iter().try_fold(0usize, |sum, n| sum.checked_add(*n));
+        if sizes.len() != requests.len() || total != Some(bytes.len()) {
+            return Err(HostCallError::BadBatch);
+        }
+        let mut rest = bytes.as_slice();
+        let mut out = Vec::with_capacity(requests.len());
+        for (request, size) in requests.into_iter().zip(sizes) {
+            let (body, after) = rest.split_at(*size);
+            out.push((request, body.to_vec()));
+            rest = after;
+        }
+        Ok(out)
+    }
+
+    /// `answers` as the host call hands them back: `{"responses", "sizes"}` and the bodies
+    /// one after another.
+    ///
+    /// Errors: [`HostCallError::Encode`].
+    pub(super) fn joined(
+        answers: Vec<(FetchResponse, Vec<u8>)>,
+    ) -> Result<(String, Vec<u8>), HostCallError> {
+        let sizes: Vec<usize> = answers.iter().map(|(_, body)| body.len()).collect();
+        let (responses, bodies): (Vec<FetchResponse>, Vec<Vec<u8>>) = answers.into_iter().unzip();
+        let json = serde_json::json!({"responses": responses, "sizes": sizes});
+        let json = serde_json::to_string(&json).map_err(HostCallError::Encode)?;
+        Ok((json, bodies.concat()))
     }
 }
 

@@ -116,9 +116,10 @@ pub(super) struct RunArgs<'a> {
     pub keep_globals: bool,
     /// Code mode: the tool catalog as JSON text, when it changed.
     pub tools: Option<String>,
-    /// Set in `os.environ` before the code runs (a JSON object's text): `--secret`'s
-    /// placeholders; `None`: nothing to set.
-    pub environment: Option<String>,
+    /// What the code may do on the network (`protocol::RunNetwork` as JSON text): the
+    /// placeholders to set in `os.environ` and the requests it may make at once; `None`: no
+    /// network.
+    pub network: Option<String>,
 }
 
 impl RunArgs<'_> {
@@ -130,7 +131,7 @@ impl RunArgs<'_> {
             Arg::Num(self.result_cap as f64),
             Arg::Bool(self.keep_globals),
             self.tools.as_deref().map_or(Arg::Null, Arg::Str),
-            self.environment.as_deref().map_or(Arg::Null, Arg::Str),
+            self.network.as_deref().map_or(Arg::Null, Arg::Str),
         ]
     }
 }

@@ -193,7 +193,7 @@ pub(super) fn serve(interpreter: &mut impl Interpreter, frame: Frame<Request>) -
             keep_globals,
             image_cap,
             tools,
-            environment,
+            network,
             checkpoint_follows: _,
         } => {
             let run = RunArgs {
@@ -203,23 +203,11 @@ pub(super) fn serve(interpreter: &mut impl Interpreter, frame: Frame<Request>) -
                 result_cap,
                 keep_globals,
                 tools: tools.map(|t| t.to_string()),
-                environment: environment_json(&environment),
+                network: network.map(|n| serde_json::to_string(&n)).transpose()?,
             };
             interpreter.run(id, run, image_cap)
         }
     }
-}
-
-/// `environment` as one JSON object's text (name to value) for the runner; `None` when empty.
-fn environment_json(environment: &[(String, String)]) -> Option<String> {
-    if environment.is_empty() {
-        return None;
-    }
-    let object: serde_json::Map<String, serde_json::Value> = environment
-        .iter()
-        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-        .collect();
-    Some(serde_json::Value::Object(object).to_string())
 }
 
 /// Sends `outcome`, the run of call `id`, with the images it made, each read by `read` (at

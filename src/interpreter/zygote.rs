@@ -106,7 +106,7 @@ pub(super) fn zygote_run(engine: &mut Engine, runner: &Runner, code: &str) -> Re
         result_cap: WARM_UP_CAP,
         keep_globals: false,
         tools: None,
-        environment: None,
+        network: None,
     };
     let answer = call(engine, &runner.run, BOOT_CALL, &run.args(), None)?;
     parse_answer::<RunOutcome>(&answer)?;

@@ -97,8 +97,12 @@ pub enum Request {
     /// engine's pages a call writes are already copied from the zygote when the next call
     /// comes (~500 copy-on-write faults, ~1 ms). Answered by [`Reply::WarmedUp`].
     WarmUp { id: CallId },
-    /// Answer to [`Reply::Fetch`]; the body is attachment 0.
-    FetchResult { id: CallId, response: FetchResponse },
+    /// Answer to [`Reply::Fetch`]: a response per request, in order; attachment `i` is the
+    /// `i`-th response's body (empty for a refusal).
+    FetchResult {
+        id: CallId,
+        responses: Vec<FetchResponse>,
+    },
     /// Answer to [`Reply::ToolCall`] and [`Reply::FunctionCall`] (code mode):
     /// attachment `i` holds the bytes of the answer's `i`-th image.
     ToolResult { id: CallId, answer: ToolAnswer },
@@ -123,16 +127,29 @@ pub enum Request {
         /// unchanged.
         #[serde(default)]
         tools: Option<serde_json::Value>,
-        /// Put in the sandbox's `os.environ` before the code runs: each `--secret`'s name and
-        /// placeholder (never a value; `src/worker/net/secrets.rs`). Sent with every run, since
-        /// the interpreter may come from a zygote that other servers' calls share.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        environment: Vec<(String, String)>,
+        /// What the run's code may do on the network (`--allow-net`); `None`: nothing. Sent
+        /// with every run, since the interpreter may come from a zygote that other servers'
+        /// calls share.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        network: Option<RunNetwork>,
         /// The front takes a checkpoint once this run ends ([`Request::Checkpoint`]): a fresh
         /// fork's allocator scavenger waits for it (`worker_main.rs` `Scavenger`).
         #[serde(default)]
         checkpoint_follows: bool,
     },
+}
+
+/// What a run's code may do on the network, as the interpreter's HTTP bridge needs it
+/// (`runtime/python/http_bridge.py`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunNetwork {
+    /// Put in the sandbox's `os.environ` before the code runs: each `--secret`'s name and
+    /// placeholder (never a value; `src/worker/net/secrets.rs`).
+    pub environment: Vec<(String, String)>,
+    /// Most requests the code may have in flight at once (`--max-concurrent-fetches`): the
+    /// most one [`Reply::Fetch`] may carry.
+    pub concurrency: u32,
 }
 
 /// A call of an upstream MCP tool by user code (code mode): the server's name in
@@ -324,9 +341,13 @@ pub enum Reply {
     Output { id: CallId, lines: Vec<OutputLine> },
     /// Answer to [`Request::Run`].
     Ran { id: CallId, outcome: RunOutcome },
-    /// User code of call `id` asks for an HTTP request (body: attachment 0); the worker waits
-    /// for [`Request::FetchResult`].
-    Fetch { id: CallId, request: FetchRequest },
+    /// User code of call `id` asks for HTTP requests, made at once (at most the run's
+    /// [`RunNetwork::concurrency`]; one for the blocking libraries); attachment `i` is the
+    /// `i`-th request's body. The worker waits for [`Request::FetchResult`].
+    Fetch {
+        id: CallId,
+        requests: Vec<FetchRequest>,
+    },
     /// User code of call `id` calls an upstream MCP tool (code mode); the worker waits for
     /// [`Request::ToolResult`].
     ToolCall { id: CallId, call: ToolCall },

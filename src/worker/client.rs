@@ -12,7 +12,7 @@ use crate::protocol::pages::{Pages, ZygoteId};
 use crate::protocol::{
     read_frame_async, write_frame_parts_async, BootAttachments, BootInstall, CallId,
     CheckpointOutcome, Frame, FrameError, FrameLimits, FunctionCall, OutputLine, Reply, Request,
-    RunOutcome, SnapshotMode, Stream, ToolAnswer, ToolCall, Uncapturable, MAX_IMAGES,
+    RunNetwork, RunOutcome, SnapshotMode, Stream, ToolAnswer, ToolCall, Uncapturable, MAX_IMAGES,
     MAX_LISTED_FILES, MAX_SNAPSHOT_BYTES, OUTPUT_SLACK,
 };
 use std::collections::HashMap;
@@ -235,18 +235,25 @@ pub trait RunHost: Send {
     /// read with room for it.
     fn max_request_bytes(&self) -> usize;
 
-    /// Performs or refuses one HTTP request of the code (`request`, with its `body`): the
-    /// response and the response's body.
-    async fn fetch(&mut self, request: &FetchRequest, body: Vec<u8>) -> (FetchResponse, Vec<u8>);
+    /// Most HTTP requests the code may make at once (`--max-concurrent-fetches`): the most
+    /// one fetch frame of the worker may carry.
+    fn fetches_at_once(&self) -> usize;
+
+    /// Performs or refuses HTTP requests the code made at once (each with its body): a
+    /// response and its body per request, in order.
+    async fn fetch(
+        &mut self,
+        requests: Vec<(FetchRequest, Vec<u8>)>,
+    ) -> Vec<(FetchResponse, Vec<u8>)>;
 
     /// The code-mode tool catalog as the run publishes it to an interpreter that has version
     /// `known` of it (0: none yet); `None` without code mode.
     fn catalog(&self, known: u64) -> Option<CatalogUpdate>;
 
-    /// What the run sets in the sandbox's `os.environ` before the code runs (`--secret`'s
-    /// names and placeholders); none by default.
-    fn environment(&self) -> Vec<(String, String)> {
-        Vec::new()
+    /// What the run's code may do on the network (`--allow-net`: the placeholders of
+    /// `--secret`, the requests it may make at once); `None` (the default): nothing.
+    fn network(&self) -> Option<RunNetwork> {
+        None
     }
 
     /// Makes the code's call of an upstream MCP tool: the answer and its images' bytes, in the
@@ -969,17 +976,20 @@ impl Worker {
         host: &mut dyn RunHost,
         on_output: &mut (dyn FnMut(Stream, String) + Send),
     ) -> Result<RunOutcome, WorkerError> {
-        let limits = run_limits(&request, host.max_request_bytes());
+        let limits = run_limits(&request, host.max_request_bytes(), host.fetches_at_once());
         let image_cap = request.image_cap;
         let mut output = OutputCount::new(request.output_cap);
         let id = self.send_run(request, deadline, host).await?;
         loop {
             let frame = self.expect(id, limits, deadline).await?;
             match frame.header {
-                Reply::Fetch { request, .. } => {
-                    let body = frame.attachments.into_iter().next().unwrap_or_default();
-                    self.answer_fetch(id, &request, body, host, deadline)
-                        .await?;
+                Reply::Fetch { requests, .. } => {
+                    let bodies = frame
+                        .attachments
+                        .into_iter()
+                        .chain(std::iter::repeat(Vec::new()));
+                    let requests = requests.into_iter().zip(bodies).collect();
+                    self.answer_fetch(id, requests, host, deadline).await?;
                 }
                 Reply::ToolCall { call, .. } => {
                     self.answer_tool_call(id, call, host, deadline).await?;
@@ -1016,7 +1026,7 @@ impl Worker {
             keep_globals: request.keep_globals,
             image_cap: request.image_cap,
             tools,
-            environment: host.environment(),
+            network: host.network(),
             checkpoint_follows: request.checkpoint_follows,
         };
         self.send_before(&message, &[], deadline).await?;
@@ -1026,19 +1036,24 @@ impl Worker {
         Ok(id)
     }
 
-    /// Answers a fetch of run `id` (`request`, with its `body`) with what `host` made of it,
-    /// the response's body attached.
+    /// Answers a fetch of run `id` (`requests`, each with its body) with what `host` made of
+    /// them, the responses' bodies attached in order.
     async fn answer_fetch(
         &mut self,
         id: CallId,
-        request: &FetchRequest,
-        body: Vec<u8>,
+        requests: Vec<(FetchRequest, Vec<u8>)>,
         host: &mut dyn RunHost,
         deadline: Deadline,
     ) -> Result<(), WorkerError> {
-        let (response, body) = deadline.bound(host.fetch(request, body)).await?;
-        self.send_before(&Request::FetchResult { id, response }, &[&body], deadline)
-            .await
+        let answers = deadline.bound(host.fetch(requests)).await?;
+        let (responses, bodies): (Vec<FetchResponse>, Vec<Vec<u8>>) = answers.into_iter().unzip();
+        let attachments: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
+        self.send_before(
+            &Request::FetchResult { id, responses },
+            &attachments,
+            deadline,
+        )
+        .await
     }
 
     /// Answers an upstream tool call of run `id` (code mode) with `host`'s answer, its images'
@@ -1145,9 +1160,13 @@ impl Worker {
 const MARKER_ALLOWANCE: usize = 256;
 
 /// The limits of the frames of a run of `request`: a header with room for the output and the
-/// return value (escaped as JSON), and attachments for a fetch's body (at most
-/// `max_request_bytes`) or the images of the answer.
-fn run_limits(request: &RunRequest<'_>, max_request_bytes: usize) -> FrameLimits {
+/// return value (escaped as JSON), and attachments for the bodies of the requests made at once
+/// (`fetches_at_once` of at most `max_request_bytes`) or the images of the answer.
+fn run_limits(
+    request: &RunRequest<'_>,
+    max_request_bytes: usize,
+    fetches_at_once: usize,
+) -> FrameLimits {
     FrameLimits {
         header: JSON_ESCAPE_FACTOR
             .saturating_mul(
@@ -1157,8 +1176,8 @@ fn run_limits(request: &RunRequest<'_>, max_request_bytes: usize) -> FrameLimits
                     .max(request.result_cap),
             )
             .saturating_add(RUN_FRAME_OVERHEAD),
-        // A fetch's body, or the images of the answer.
-        attachments: MAX_IMAGES.max(1),
+        // The bodies of the requests made at once, or the images of the answer.
+        attachments: MAX_IMAGES.max(fetches_at_once).max(1),
         attachment: max_request_bytes.max(request.image_cap),
     }
 }
@@ -1313,12 +1332,15 @@ mod tests {
             self.0.max_request_bytes()
         }
 
+        fn fetches_at_once(&self) -> usize {
+            self.0.at_once()
+        }
+
         async fn fetch(
             &mut self,
-            request: &FetchRequest,
-            body: Vec<u8>,
-        ) -> (FetchResponse, Vec<u8>) {
-            self.0.fetch(request, body, None).await
+            requests: Vec<(FetchRequest, Vec<u8>)>,
+        ) -> Vec<(FetchResponse, Vec<u8>)> {
+            self.0.fetch_all(requests, None).await
         }
 
         fn catalog(&self, _known: u64) -> Option<CatalogUpdate> {

@@ -50,13 +50,18 @@ NOT_ALLOWED = "network access to {host} is not allowed in the sandbox (the serve
 TOO_LARGE = f"the response is larger than the limit of {SMALL_CAP} bytes (--max-fetch-bytes)"
 # What `/seen` received, in order: {"path", "authorization"}.
 SEEN = []
+# `/together`'s barriers by group, and how long one waits for its requests (seconds).
+BARRIERS = {}
+BARRIERS_LOCK = threading.Lock()
+TOGETHER_WAIT = 3
 
 
 class _Site(BaseHTTPRequestHandler):
     """`/data` (JSON, two cookies), `/redirect` (to `/data`), `/away` (to the same server named
     `localhost`), `/slow` (SLOW seconds late), `/big` (BIG bytes, chunked), `/echo` (POST: what
     came), `/seen?…` (the path and `Authorization` as it came, kept in `SEEN` too),
-    `/gzip` (a gzip-encoded body, whatever the request accepts), anything else 404."""
+    `/gzip` (a gzip-encoded body, whatever the request accepts), `/together?group=&n=` (answers
+    once `n` requests of the group are in flight at once), anything else 404."""
 
     # Chunked bodies are HTTP/1.1's.
     protocol_version = "HTTP/1.1"
@@ -73,6 +78,18 @@ class _Site(BaseHTTPRequestHandler):
             came = {"path": self.path, "authorization": self.headers.get("Authorization")}
             SEEN.append(came)
             self._send(200, json.dumps(came).encode())
+        elif self.path.startswith("/together"):
+            # Answers "together" once `n` requests of `group` are in flight at the same time,
+            # "alone" when they were not within TOGETHER_WAIT seconds.
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+            group, n = query["group"][0], int(query["n"][0])
+            with BARRIERS_LOCK:
+                barrier = BARRIERS.setdefault(group, threading.Barrier(n, timeout=TOGETHER_WAIT))
+            try:
+                barrier.wait()
+                self._send(200, b"together")
+            except threading.BrokenBarrierError:
+                self._send(200, b"alone")
         elif self.path == "/gzip":
             self._send(200, gzip.compress(b"packed"), [("Content-Encoding", "gzip")])
         elif self.path == "/slow":
@@ -605,3 +622,31 @@ async def test_a_scientific_sandbox_speaks_https_through_the_front(tls_site):
                                          read_timeout_seconds=datetime.timedelta(seconds=CALL_TIMEOUT))
         assert not result.isError, result
         assert value(result.content[0].text) == [{"hello": "world"}] * 2
+
+
+# Requests made at once from asyncio tasks: each batch's answers, in order.
+TOGETHER = """# /// script
+# dependencies = ['httpx']
+# ///
+import asyncio, httpx
+async def at_once(group, n, count):
+    async with httpx.AsyncClient() as client:
+        got = await asyncio.gather(*[client.get(f"{B}/together?group={group}&n={n}") for _ in range(count)])
+    return [r.text for r in got]
+"""
+
+
+async def test_requests_of_asyncio_tasks_are_in_flight_at_once(site):
+    """`asyncio.gather` over an `httpx.AsyncClient`: the requests are in flight together (the
+    test server answers only when all of a group have arrived), up to
+    `--max-concurrent-fetches`; past it they wait their turn."""
+    base, host = site
+    async with mcp_session("--workers", "1", "--allow-net", host) as session:
+        code = f"B = {base!r}\n" + TOGETHER + "await at_once('eight', 8, 8)"
+        assert value(await run(session, code)) == ["together"] * 8
+    async with mcp_session("--workers", "1", "--allow-net", host, "--max-concurrent-fetches", "2") as session:
+        code = f"B = {base!r}\n" + TOGETHER + "[await at_once('pairs', 2, 4), await at_once('three', 3, 3)]"
+        pairs, three = value(await run(session, code))
+        # Two at a time: each pair meets; three never are in flight together.
+        assert pairs == ["together"] * 4, pairs
+        assert three == ["alone"] * 3, three

@@ -431,7 +431,7 @@ impl Interpreter for Scientific {
             "result_cap": run.result_cap,
             "keep_globals": run.keep_globals,
             "tools": run.tools,
-            "environment": run.environment,
+            "network": run.network,
         });
         self.exchange.lock().running = Running {
             id: Some(id),

@@ -71,16 +71,31 @@ impl RunHost for CallRunHost<'_> {
         self.net.max_request_bytes()
     }
 
-    async fn fetch(&mut self, request: &FetchRequest, body: Vec<u8>) -> (FetchResponse, Vec<u8>) {
-        if self.fetches >= self.net.per_call() {
-            return (self.net.too_many(request), Vec::new());
-        }
-        self.fetches += 1;
-        self.net.fetch(request, body, self.within.as_ref()).await
+    fn fetches_at_once(&self) -> usize {
+        self.net.at_once()
     }
 
-    fn environment(&self) -> Vec<(String, String)> {
-        self.net.environment()
+    /// The requests within `--max-fetches-per-call` are made (at once); those past it refused.
+    async fn fetch(
+        &mut self,
+        requests: Vec<(FetchRequest, Vec<u8>)>,
+    ) -> Vec<(FetchResponse, Vec<u8>)> {
+        let left = self.net.per_call().saturating_sub(self.fetches);
+        let allowed = requests
+            .len()
+            .min(usize::try_from(left).unwrap_or(usize::MAX));
+        let mut requests = requests;
+        let past = requests.split_off(allowed);
+        // `allowed` is at most `left`, a u32.
+        self.fetches += u32::try_from(allowed).unwrap_or(u32::MAX);
+        let mut answers = self.net.fetch_all(requests, self.within.as_ref()).await;
+        let refused = past.iter().map(|(r, _)| (self.net.too_many(r), Vec::new()));
+        answers.extend(refused);
+        answers
+    }
+
+    fn network(&self) -> Option<crate::protocol::RunNetwork> {
+        self.net.run_network()
     }
 
     fn catalog(&self, known: u64) -> Option<CatalogUpdate> {

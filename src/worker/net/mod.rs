@@ -32,6 +32,10 @@ pub const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default most requests one call's code may make; `--max-fetches-per-call`.
 pub const DEFAULT_MAX_FETCHES_PER_CALL: u32 = 256;
 
+/// Default most requests a sandbox's code may have in flight at once (asyncio's);
+/// `--max-concurrent-fetches`.
+pub const DEFAULT_MAX_CONCURRENT_FETCHES: u32 = 8;
+
 /// Longest wait for a connection to an allowed host (seconds).
 const CONNECT_TIMEOUT_SECS: u64 = 10;
 
@@ -114,6 +118,10 @@ pub enum NetError {
     /// The call's code made `limit` requests already (`--max-fetches-per-call`).
     #[error("this call's code has made {limit} requests, the most one call may make (--max-fetches-per-call)")]
     TooMany { limit: u32 },
+    /// More requests at once than `limit` (`--max-concurrent-fetches`); the HTTP bridge sends
+    /// at most that many, so only code that goes around it gets this.
+    #[error("more than {limit} requests at once, the most a sandbox may make (--max-concurrent-fetches)")]
+    TooManyAtOnce { limit: u32 },
     /// A response to a request that carried a secret came encoded (`--secret`).
     #[error(transparent)]
     EncodedAnswer(EncodedAnswer),
@@ -154,6 +162,8 @@ pub struct NetPolicy {
     timeout: Option<Duration>,
     /// Most requests one call's code may make (`--max-fetches-per-call`).
     per_call: u32,
+    /// Most requests a sandbox's code may have in flight at once (`--max-concurrent-fetches`).
+    at_once: u32,
     /// Roots trusted besides the system's (`--ca-file`).
     extra_roots: Vec<reqwest::Certificate>,
     /// Put in requests to their hosts, masked in every answer (`--secret`).
@@ -175,6 +185,7 @@ impl NetPolicy {
             max_bytes: max_response_bytes,
             timeout: Some(DEFAULT_FETCH_TIMEOUT),
             per_call: DEFAULT_MAX_FETCHES_PER_CALL,
+            at_once: DEFAULT_MAX_CONCURRENT_FETCHES,
             extra_roots: Vec::new(),
             secrets: Arc::default(),
             client: Arc::default(),
@@ -188,22 +199,61 @@ impl NetPolicy {
     }
 
     /// The same policy with each request limited to `timeout` (`--fetch-timeout`; `None`: no
-    /// limit but the call's) and each call to `per_call` requests (`--max-fetches-per-call`).
-    pub fn with_limits(mut self, timeout: Option<Duration>, per_call: u32) -> Self {
+    /// limit but the call's), each call to `per_call` requests (`--max-fetches-per-call`) and
+    /// each sandbox to `at_once` in flight (`--max-concurrent-fetches`, at least 1).
+    pub fn with_limits(mut self, timeout: Option<Duration>, per_call: u32, at_once: u32) -> Self {
         self.timeout = timeout;
         self.per_call = per_call;
+        self.at_once = at_once.max(1);
         self
+    }
+
+    /// What a run's code may do on the network, for its interpreter's HTTP bridge; `None`
+    /// when it may reach no host.
+    pub fn run_network(&self) -> Option<crate::protocol::RunNetwork> {
+        (!self.allow.is_empty()).then(|| crate::protocol::RunNetwork {
+            environment: self.secrets.environment(),
+            concurrency: self.at_once,
+        })
+    }
+
+    /// Most requests a sandbox's code may have in flight at once (`--max-concurrent-fetches`).
+    pub fn at_once(&self) -> usize {
+        usize::try_from(self.at_once).unwrap_or(usize::MAX)
+    }
+
+    /// Performs `requests` (each with its body), made at once by user code, concurrently: a
+    /// response and its body per request, in order (see [`NetPolicy::fetch`], whose `within`
+    /// this takes). More than [`at_once`](Self::at_once) are each refused
+    /// ([`NetError::TooManyAtOnce`]).
+    pub async fn fetch_all(
+        &self,
+        requests: Vec<(FetchRequest, Vec<u8>)>,
+        within: Option<&AllowList>,
+    ) -> Vec<(FetchResponse, Vec<u8>)> {
+        if requests.len() > self.at_once() {
+            let limit = self.at_once;
+            let refuse = |request: &FetchRequest| {
+                (
+                    self.refused(request, NetError::TooManyAtOnce { limit }),
+                    Vec::new(),
+                )
+            };
+            return requests
+                .iter()
+                .map(|(request, _)| refuse(request))
+                .collect();
+        }
+        let each = requests
+            .into_iter()
+            .map(|(request, body)| async move { self.fetch(&request, body, within).await });
+        futures::future::join_all(each).await
     }
 
     /// The same policy with `secrets` (`--secret`, each within the policy's hosts).
     pub fn with_secrets(mut self, secrets: Secrets) -> Self {
         self.secrets = Arc::new(secrets);
         self
-    }
-
-    /// What the sandbox's `os.environ` gets for the secrets: each name and its placeholder.
-    pub fn environment(&self) -> Vec<(String, String)> {
-        self.secrets.environment()
     }
 
     /// For `run_python_code`'s description: the hosts user code may reach (with `libraries`,
@@ -259,12 +309,17 @@ impl NetPolicy {
     /// The answer to `request`, past [`per_call`](Self::per_call): user code's network error,
     /// naming the flag (counted in the egress metrics).
     pub fn too_many(&self, request: &FetchRequest) -> FetchResponse {
+        let limit = self.per_call;
+        self.refused(request, NetError::TooMany { limit })
+    }
+
+    /// The answer to `request` refused before anything was sent, for `error` (counted in the
+    /// egress metrics).
+    fn refused(&self, request: &FetchRequest, error: NetError) -> FetchResponse {
         let allowed = self.entry_for(&request.url);
-        crate::metrics::egress(allowed, EgressOutcome::TooMany, 0, 0);
+        crate::metrics::egress(allowed, error.outcome(), 0, 0);
         FetchResponse::Error {
-            error: crate::protocol::error_words(&NetError::TooMany {
-                limit: self.per_call,
-            }),
+            error: crate::protocol::error_words(&error),
         }
     }
 
@@ -644,7 +699,7 @@ impl NetError {
                 EgressOutcome::TooLarge
             }
             NetError::Timeout { .. } => EgressOutcome::Timeout,
-            NetError::TooMany { .. } => EgressOutcome::TooMany,
+            NetError::TooMany { .. } | NetError::TooManyAtOnce { .. } => EgressOutcome::TooMany,
             NetError::BadUrl(_)
             | NetError::BadMethod(_)
             | NetError::ForbiddenMethod(_)
