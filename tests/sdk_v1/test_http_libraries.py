@@ -227,19 +227,24 @@ moved = await pyfetch(B + "/redirect")
 async def test_each_library_reaches_an_allowed_host(site):
     base, host = site
     async with mcp_session("--workers", "1", "--allow-net", host) as session:
-        b = f"B = {base!r}\n"
-        got = value(await run(session, "# /// script\n# dependencies = ['requests']\n# ///\n" + b + REQUESTS))
-        assert got == [200, "OK", {"hello": "world"}, "a=1, b=2", f"{base}/data", 302, True, "multipart/form-data",
-                       404, BIG]
-        got = value(await run(session, "# /// script\n# dependencies = ['httpx']\n# ///\n" + b + HTTPX))
-        assert got == [200, "OK", {"hello": "world"}, ["a=1", "b=2"], f"{base}/data", {"body": '{"x":1}', "type": "application/json"},
-                       404, BIG, {"hello": "world"}]
-        got = value(await run(session, "# /// script\n# dependencies = ['urllib3']\n# ///\n" + b + URLLIB))
-        assert got == [200, f"{base}/data", {"hello": "world"}, ["a=1", "b=2"],
-                       {"body": "abc", "type": "application/x-www-form-urlencoded"}, [404, "not found"], {"hello": "world"},
-                       BIG]
-        hello = {"hello": "world"}
-        assert value(await run(session, b + PYODIDE)) == [hello, hello, True, f"{base}/data", hello]
+        await each_library(session, base)
+
+
+async def each_library(session, base):
+    """Each library's GET, redirect, upload, 404 and 20 MiB stream against `base`."""
+    b = f"B = {base!r}\n"
+    got = value(await run(session, "# /// script\n# dependencies = ['requests']\n# ///\n" + b + REQUESTS))
+    assert got == [200, "OK", {"hello": "world"}, "a=1, b=2", f"{base}/data", 302, True, "multipart/form-data",
+                   404, BIG]
+    got = value(await run(session, "# /// script\n# dependencies = ['httpx']\n# ///\n" + b + HTTPX))
+    assert got == [200, "OK", {"hello": "world"}, ["a=1", "b=2"], f"{base}/data", {"body": '{"x":1}', "type": "application/json"},
+                   404, BIG, {"hello": "world"}]
+    got = value(await run(session, "# /// script\n# dependencies = ['urllib3']\n# ///\n" + b + URLLIB))
+    assert got == [200, f"{base}/data", {"hello": "world"}, ["a=1", "b=2"],
+                   {"body": "abc", "type": "application/x-www-form-urlencoded"}, [404, "not found"], {"hello": "world"},
+                   BIG]
+    hello = {"hello": "world"}
+    assert value(await run(session, b + PYODIDE)) == [hello, hello, True, f"{base}/data", hello]
 
 
 # Each library's refusal of `url`: its exception's type and text.
@@ -303,6 +308,8 @@ from pyodide.http import pyfetch
 """
     async with mcp_session("--workers", "1", "--allow-net", host, "--ca-file", str(ca_file)) as session:
         assert value(await run(session, f"B = {base!r}\n" + code)) == [{"hello": "world"}] * 4
+        # The whole matrix over TLS: redirects, uploads, a 404, a streamed 20 MiB body.
+        await each_library(session, base)
     async with mcp_session("--workers", "1", "--allow-net", host) as session:
         for words in await refusals(session, f"{base}/data"):
             assert "the request failed" in words and "certificate" in words.lower(), words
