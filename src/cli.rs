@@ -222,8 +222,8 @@ pub struct LimitArgs {
     pub max_fetches_per_call: u32,
 
     /// Most HTTP requests a sandbox's code may have in flight at once (asyncio tasks over
-    /// `httpx.AsyncClient`, as `asyncio.gather` makes them); more wait their turn. The other
-    /// libraries send one request at a time.
+    /// `httpx.AsyncClient` or `pyfetch`, as `asyncio.gather` makes them); more wait their
+    /// turn. The blocking libraries send one request at a time.
     #[arg(long, default_value_t = crate::worker::net::DEFAULT_MAX_CONCURRENT_FETCHES, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_fetches: u32,
 }

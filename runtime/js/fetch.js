@@ -1,6 +1,7 @@
 // `fetch` and friends for user code (pyodide.http.pyfetch, open_url, pyxhr). Requests go to the
-// front through one synchronous host call; the front performs them only for hosts named with
-// --allow-net and answers everything else with a network error. Minimal, standard-shaped
+// front through a synchronous host call (`fetch`'s made at once go together, through
+// `fetch_many`); the front performs them only for hosts named with --allow-net and answers
+// everything else with a network error. Minimal, standard-shaped
 // versions of Headers, Request, Response, AbortController/AbortSignal and a synchronous-only
 // XMLHttpRequest.
 (function () {
@@ -107,12 +108,32 @@
     }
   }
 
+  // The network error of a refusal or a failure, in the front's words.
+  const networkError = (words) => new TypeError(`NetworkError when attempting to fetch resource: ${words}`);
   // One request through the host: {method, url, headers} and the body in, the answer out.
   const sendOnce = (method, url, headers, bytes) => {
     const out = hostCall(JSON.stringify({ op: "fetch", request: { method, url, headers: [...headers.entries()] } }), bytes);
     const meta = JSON.parse(out.json);
-    if (meta.error) throw new TypeError(`NetworkError when attempting to fetch resource: ${meta.error}`);
+    if (meta.error) throw networkError(meta.error);
     return { meta, body: new Uint8Array(out.body) };
+  };
+  // Requests made at once ([{method, url, headers, bytes}]) through one host call, which the
+  // front makes together; an answer ({meta, body}, or {error}) per request, in order.
+  const sendMany = (hops) => {
+    const requests = hops.map(({ method, url, headers }) => ({ method, url, headers: [...headers.entries()] }));
+    const sizes = hops.map(({ bytes }) => (bytes ? bytes.length : 0));
+    const bodies = new Uint8Array(sizes.reduce((a, b) => a + b, 0));
+    let at = 0;
+    hops.forEach(({ bytes }) => { if (bytes) { bodies.set(bytes, at); at += bytes.length; } });
+    const out = hostCall(JSON.stringify({ op: "fetch_many", requests, sizes }), bodies);
+    const answer = JSON.parse(out.json);
+    const received = new Uint8Array(out.body);
+    let offset = 0;
+    return answer.responses.map((meta, k) => {
+      const body = received.slice(offset, offset + answer.sizes[k]);
+      offset += answer.sizes[k];
+      return meta.error ? { error: networkError(meta.error) } : { meta, body };
+    });
   };
   // The Fetch standard's redirect statuses, and the most it follows in a row.
   const REDIRECTS = new Set([301, 302, 303, 307, 308]);
@@ -131,20 +152,72 @@
   // checks against --allow-net again. A 303, and a 301 or 302 after a POST, go on as a GET
   // without a body.
   const send = (method, url, headers, bytes, redirect = "follow") => {
-    for (let hops = 0; ; hops++) {
-      const answer = sendOnce(method, url, headers, bytes);
-      answer.meta.redirected = hops > 0;
-      const location = answer.meta.headers.find(([k]) => k === "location");
-      if (!REDIRECTS.has(answer.meta.status) || !location || redirect === "manual") return answer;
-      if (redirect === "error") {
-        throw new TypeError(`NetworkError when attempting to fetch resource: redirected to ${location[1]}, and the request's redirect mode is "error"`);
+    let hop = { method, url, headers, bytes, redirect, hops: 0 };
+    for (;;) {
+      const answer = sendOnce(hop.method, hop.url, hop.headers, hop.bytes);
+      const next = afterHop(hop, answer);
+      if (next.done) return next.done;
+      hop = next.hop;
+    }
+  };
+  // What comes of `answer`, the answer to `hop` ({method, url, headers, bytes, redirect,
+  // hops}): `{done}` (the answer, marked redirected when it came after hops) or `{hop}` (the
+  // redirect's next request); throws for a redirect the mode refuses, or one too many.
+  const afterHop = (hop, answer) => {
+    answer.meta.redirected = hop.hops > 0;
+    const location = answer.meta.headers.find(([k]) => k === "location");
+    if (!REDIRECTS.has(answer.meta.status) || !location || hop.redirect === "manual") return { done: answer };
+    if (hop.redirect === "error") {
+      throw networkError(`redirected to ${location[1]}, and the request's redirect mode is "error"`);
+    }
+    if (hop.hops >= MAX_REDIRECTS) throw networkError(`more than ${MAX_REDIRECTS} redirects`);
+    const next = { ...hop, url: resolve(answer.meta.url || hop.url, location[1]), hops: hop.hops + 1 };
+    if ((answer.meta.status === 303 && hop.method !== "HEAD") || ([301, 302].includes(answer.meta.status) && hop.method === "POST")) {
+      next.method = "GET";
+      next.bytes = undefined;
+    }
+    return { hop: next };
+  };
+
+  // Requests of `fetch` wait here ({hop, resolve, reject}) for the next flush, which sends
+  // them together, at most `atOnce` a host call (the run's --max-concurrent-fetches, which
+  // runtime/js/runner.js sets through `__mcpFetchLimit`, taken off the global before user code
+  // runs; the front refuses a larger batch anyway). So pyfetch calls that asyncio tasks make
+  // (asyncio.gather) are in flight together, as httpx's are.
+  let atOnce = 1;
+  let queued = [];
+  define("__mcpFetchLimit", (n) => { atOnce = Math.max(1, Number(n) || 1); });
+  const flush = () => {
+    let pending = queued;
+    queued = [];
+    while (pending.length) {
+      const part = pending.slice(0, atOnce);
+      pending = pending.slice(atOnce);
+      let answers;
+      try {
+        answers = part.length === 1 ? [sendOnceAnswer(part[0].hop)] : sendMany(part.map((p) => p.hop));
+      } catch (e) {
+        part.forEach((p) => p.reject(e));
+        continue;
       }
-      if (hops >= MAX_REDIRECTS) throw new TypeError(`NetworkError when attempting to fetch resource: more than ${MAX_REDIRECTS} redirects`);
-      url = resolve(answer.meta.url || url, location[1]);
-      if ((answer.meta.status === 303 && method !== "HEAD") || ([301, 302].includes(answer.meta.status) && method === "POST")) {
-        method = "GET";
-        bytes = undefined;
-      }
+      part.forEach((p, k) => {
+        if (answers[k].error) return p.reject(answers[k].error);
+        try {
+          const next = afterHop(p.hop, answers[k]);
+          if (next.done) return p.resolve(next.done);
+          pending.push({ ...p, hop: next.hop });
+        } catch (e) {
+          p.reject(e);
+        }
+      });
+    }
+  };
+  // sendOnce's answer as sendMany gives one: a refusal as `{error}` rather than thrown.
+  const sendOnceAnswer = ({ method, url, headers, bytes }) => {
+    try {
+      return sendOnce(method, url, headers, bytes);
+    } catch (e) {
+      return { error: e };
     }
   };
 
@@ -152,10 +225,14 @@
     try {
       const req = input instanceof Request && init === undefined ? input : new Request(input, init || {});
       if (req.signal.aborted) return Promise.reject(req.signal.reason);
-      const { meta, body } = send(req.method, req.url, req.headers, req._bytes.length ? req._bytes : undefined, req.redirect);
-      return Promise.resolve(new Response(body, {
-        status: meta.status, statusText: meta.statusText, headers: meta.headers, url: meta.url, redirected: meta.redirected,
-      }));
+      const hop = { method: req.method, url: req.url, headers: req.headers, bytes: req._bytes.length ? req._bytes : undefined, redirect: req.redirect, hops: 0 };
+      return new Promise((resolve, reject) => {
+        const answered = ({ meta, body }) => resolve(new Response(body, {
+          status: meta.status, statusText: meta.statusText, headers: meta.headers, url: meta.url, redirected: meta.redirected,
+        }));
+        queued.push({ hop, resolve: answered, reject });
+        if (queued.length === 1) setTimeout(flush, 0);
+      });
     } catch (e) {
       return Promise.reject(e);
     }

@@ -25,6 +25,15 @@
   // makes pyfetch's: the request's JSON ({method, url, headers}) and its body's bytes (or
   // undefined) in; [the answer's JSON ({status, statusText, headers, url} or {error}), its
   // body's bytes] out.
+  // fetch.js's setter of how many of its requests go out at once; taken off the global at the
+  // first run, before any user code runs (fetch.js is installed after this script).
+  let fetchLimit = () => {};
+  const takeFetchLimit = () => {
+    if (typeof globalThis.__mcpFetchLimit === "function") {
+      fetchLimit = globalThis.__mcpFetchLimit;
+      delete globalThis.__mcpFetchLimit;
+    }
+  };
   const fetchBridge = (requestJson, body) => {
     const out = hostCall(`{"op":"fetch","request":${requestJson}}`, body);
     return [out.json, new Uint8Array(out.body)];
@@ -350,6 +359,8 @@
     // The helper answers at once, or with an awaitable
     // when the code uses top-level `await`.
     run(id, code, globalsJson, outputCap, resultCap, keepGlobals, toolsJson, networkJson) {
+      takeFetchLimit();
+      if (networkJson != null) fetchLimit(JSON.parse(networkJson).concurrency);
       let result;
       try {
         // Pyodide gives Python `null` as JsNull and `undefined` as None.

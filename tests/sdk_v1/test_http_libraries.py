@@ -657,3 +657,21 @@ async def test_requests_of_asyncio_tasks_are_in_flight_at_once(site):
         # Two at a time: each pair meets; three never are in flight together.
         assert pairs == ["together"] * 4, pairs
         assert three == ["alone"] * 3, three
+
+
+async def test_pyfetch_calls_of_asyncio_tasks_are_in_flight_at_once(site):
+    """`asyncio.gather` over `pyfetch` (JavaScript's `fetch`): its requests go out together too,
+    up to `--max-concurrent-fetches`, a redirect among them followed."""
+    base, host = site
+    code = f"""import asyncio
+from pyodide.http import pyfetch
+async def text(url):
+    return await (await pyfetch(url)).string()
+B = {base!r}
+together = await asyncio.gather(*[text(f"{{B}}/together?group=js&n=4") for _ in range(4)])
+moved = await asyncio.gather(text(B + "/redirect"), text(B + "/data"))
+[together, moved]"""
+    async with mcp_session("--workers", "1", "--allow-net", host, "--max-concurrent-fetches", "4") as session:
+        together, moved = value(await run(session, code))
+        assert together == ["together"] * 4, together
+        assert moved == ['{"hello": "world"}'] * 2, moved
