@@ -7,6 +7,11 @@ with `urllib.request` (the same bridge through `http.client`), and with `pyodide
 (through `runtime/js/fetch.js`, the baseline), after a warm-up of each. Reported: the median
 microseconds of one GET, and each library's as a ratio of pyfetch's.
 
+Then requests at once: `AT_ONCE` GETs of a path the server answers `DELAY` seconds late, made
+with `asyncio.gather` over `httpx.AsyncClient` and over `pyfetch`, against the same GETs one
+after another (the baseline), in the same call. Reported: each way's median time, and its ratio
+of the one-after-another time (1/AT_ONCE would be perfect overlap).
+
     .venv/bin/python bench/network.py [--binary target/release/mcp-run-python] [--requests 200]
 """
 
@@ -15,6 +20,7 @@ import asyncio
 import json
 import pathlib
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from mcp import ClientSession, StdioServerParameters
@@ -53,6 +59,40 @@ async def asynchronous(get):
 """
 
 
+# Requests at once: how many, and how late the server answers each (seconds).
+AT_ONCE = 8
+DELAY = 0.05
+
+# The timed code of requests at once: `N`, `URL` and `AT_ONCE` are filled in.
+AT_ONCE_CODE = """# /// script
+# dependencies = ["httpx"]
+# ///
+import asyncio, statistics, time, httpx
+from pyodide.http import pyfetch
+
+async def timed(make):
+    await make()
+    took = []
+    for _ in range(N):
+        t = time.perf_counter(); await make(); took.append(time.perf_counter() - t)
+    return statistics.median(took)
+
+async def one_after_another():
+    for _ in range(AT_ONCE):
+        await (await pyfetch(URL)).string()
+
+async def gathered_pyfetch():
+    await asyncio.gather(*[pyfetch(URL) for _ in range(AT_ONCE)])
+
+async def gathered_httpx():
+    async with httpx.AsyncClient() as client:
+        await asyncio.gather(*[client.get(URL) for _ in range(AT_ONCE)])
+
+{"one after another": await timed(one_after_another), "gather, pyfetch": await timed(gathered_pyfetch),
+ "gather, httpx": await timed(gathered_httpx)}
+"""
+
+
 class Small(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     # The head and body go out in two writes: without this, Nagle's algorithm and the client's
@@ -60,6 +100,8 @@ class Small(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
 
     def do_GET(self):
+        if self.path == "/late":
+            time.sleep(DELAY)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(BODY)))
@@ -84,14 +126,26 @@ async def main():
             await session.initialize()
             code = f"N = {args.requests}\nURL = 'http://{host}/'\n" + CODE
             result = await session.call_tool("run_python_code", {"python_code": code})
-            text = result.content[0].text
-            assert "<status>success</status>" in text, text
-            medians = json.loads(text.split("<return_value>\n")[1].split("\n</return_value>")[0])
+            medians = returned(result.content[0].text)
+            rounds = max(3, args.requests // 20)
+            code = f"N = {rounds}\nURL = 'http://{host}/late'\nAT_ONCE = {AT_ONCE}\n" + AT_ONCE_CODE
+            result = await session.call_tool("run_python_code", {"python_code": code})
+            at_once = returned(result.content[0].text)
     server.shutdown()
     base = medians["pyfetch"]
     print(f"small GET ({len(BODY)} bytes) through the front, median of {args.requests}:")
     for name, seconds in medians.items():
         print(f"  {name:9} {seconds * 1e6:8.0f} µs   ratio {seconds / base:.2f} of pyfetch")
+    base = at_once["one after another"]
+    print(f"{AT_ONCE} GETs answered {DELAY * 1000:.0f} ms late, median of {rounds}:")
+    for name, seconds in at_once.items():
+        print(f"  {name:18} {seconds * 1e3:7.1f} ms   ratio {seconds / base:.2f} of one after another")
+
+
+def returned(text):
+    """A successful result's return value."""
+    assert "<status>success</status>" in text, text
+    return json.loads(text.split("<return_value>\n")[1].split("\n</return_value>")[0])
 
 
 if __name__ == "__main__":
