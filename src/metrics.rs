@@ -12,10 +12,14 @@ use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::time::Duration;
 
-/// `tools/call` requests answered, by `tool` and `status` (`success`, `install-error`,
-/// `run-error` for `run_python_code`; `success` or `error` for the other tools; `invalid` for
-/// arguments refused with an MCP error; `task` for a call answered with a task, SEP-2663).
+/// `tools/call` requests answered, by `tool` and `status`: for `run_python_code`, how its run
+/// ended, from its outcome (`success`, `run-error`, `timeout`, `memory`, `refused`,
+/// `worker-failed`, `install-error`); `success` or `error` for the other tools; `invalid` for
+/// arguments refused with an MCP error. A call answered with a task (SEP-2663) is counted
+/// when its run ends.
 const TOOL_CALLS: &str = "mcp_run_python_tool_calls_total";
+/// `tools/call` requests answered with a task (SEP-2663), by `tool`.
+const TASKS: &str = "mcp_run_python_tasks_total";
 /// Seconds from a `tools/call`'s arrival to its answer, by `tool`.
 const TOOL_CALL_DURATION: &str = "mcp_run_python_tool_call_duration_seconds";
 /// Workers by `state` (the metric's name says interpreters): `booting`, `spare` (ready,
@@ -84,6 +88,7 @@ fn describe() {
         TOOL_CALLS,
         "tools/call requests answered, by tool and status"
     );
+    describe_counter!(TASKS, "tools/call requests answered with a task, by tool");
     describe_histogram!(
         TOOL_CALL_DURATION,
         Unit::Seconds,
@@ -133,6 +138,11 @@ fn describe() {
 pub fn tool_call(tool: &'static str, status: &'static str, took: Duration) {
     counter!(TOOL_CALLS, "tool" => tool, "status" => status).increment(1);
     histogram!(TOOL_CALL_DURATION, "tool" => tool).record(took.as_secs_f64());
+}
+
+/// A `tools/call` of `tool` was answered with a task.
+pub fn task_made(tool: &'static str) {
+    counter!(TASKS, "tool" => tool).increment(1);
 }
 
 /// A call had its turn after waiting `waited`.

@@ -69,6 +69,64 @@ pub struct RunPythonServer {
     pub changes: Arc<crate::server::listen::Changes>,
 }
 
+/// The count of a call that may become a task: its run's ending, kept until it is known
+/// whether the call was answered (counted by `call_tool`) or became a task (counted here, when
+/// the run ends, whichever comes last).
+#[derive(Default)]
+struct TaskCount(std::sync::Mutex<TaskCountState>);
+
+#[derive(Default)]
+struct TaskCountState {
+    /// The run's ending (its status), once it ended.
+    ended: Option<(&'static str, &'static str, std::time::Duration)>,
+    /// The call was answered with a task.
+    task: bool,
+}
+
+impl TaskCount {
+    /// The run of `tool` ended with `status`, `started` ago.
+    fn ended(&self, tool: &'static str, status: &'static str, started: std::time::Instant) {
+        let took = started.elapsed();
+        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        state.ended = Some((tool, status, took));
+        if state.task {
+            crate::metrics::tool_call(tool, status, took);
+        }
+    }
+
+    /// The call became a task: counted now if its run already ended, else when it does.
+    fn became_task(&self) {
+        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        state.task = true;
+        if let Some((tool, status, took)) = state.ended {
+            crate::metrics::tool_call(tool, status, took);
+        }
+    }
+
+    /// The run's ending, for a call answered without a task.
+    fn ending(&self) -> Option<&'static str> {
+        let state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        state.ended.map(|(_, status, _)| status)
+    }
+}
+
+/// How a `tools/call` is counted (`mcp_run_python_tool_calls_total`'s `status`): a run's
+/// ending as its outcome noted it ([`Outcome::ending`](crate::server::call::result::Outcome::ending)),
+/// else `invalid` (a protocol error), `error` (a tool error), `task` (the call became a task;
+/// never counted under it) or `success`.
+pub(crate) fn call_status(
+    answer: &Result<CallToolResponse, McpError>,
+    ending: Option<&'static str>,
+) -> &'static str {
+    match (answer, ending) {
+        (Err(_), _) => "invalid",
+        (Ok(CallToolResponse::Task(_)), _) => "task",
+        (Ok(_), Some(ending)) => ending,
+        (Ok(CallToolResponse::Complete(result)), None) if result.is_error == Some(true) => "error",
+        (Ok(_), None) => "success",
+    }
+}
+
 /// What the HTTP front left in the extensions of `context`'s HTTP request (a
 /// [`MintedSandbox`](tools::reach::MintedSandbox), a [`Principal`]); `None` over
 /// stdio and SSE, whose messages have none.
@@ -250,9 +308,17 @@ impl RunPythonServer {
         inner.extensions.insert(CallTimeout(tasks.limits.timeout));
         let server = self.clone();
         let in_flight = self.drain.begin_call();
+        let counted = Arc::new(TaskCount::default());
+        let counting = counted.clone();
+        let tool = tools::find(&request.name, self.stateful()).map_or("other", |t| t.name);
+        let started = std::time::Instant::now();
         let run = tokio::spawn(async move {
             let _in_flight = in_flight;
-            tools::dispatch(&server, request, &inner).await
+            let (answer, ending) =
+                crate::server::call::result::with_ending(tools::dispatch(&server, request, &inner))
+                    .await;
+            counting.ended(tool, call_status(&answer, ending), started);
+            answer
         });
         // Until the task exists, the client cancels the call as any other
         // (`notifications/cancelled`); afterwards only `tasks/cancel` does.
@@ -268,6 +334,15 @@ impl RunPythonServer {
             .answer_or_task(id, principal, run, cancel, unread)
             .await;
         forward.abort();
+        match &answer {
+            // Counted when its run ends, by how it ended.
+            Ok(CallToolResponse::Task(_)) => {
+                crate::metrics::task_made(tool);
+                counted.became_task();
+            }
+            // The run ended: counted by `call_tool`, with the ending it noted.
+            _ => crate::server::call::result::note_ending_of(counted.ending()),
+        }
         answer
     }
 
@@ -344,25 +419,21 @@ impl ServerHandler for RunPythonServer {
         let _call = self.drain.begin_call();
         let started = std::time::Instant::now();
         let tool = tools::find(&request.name, self.stateful()).map(|t| t.name);
-        let answer = match self.tasks_for(&request, &context) {
-            Some(tasks) => self.call_as_task(tasks, request, context).await,
-            None => tools::dispatch(self, request, &context).await,
-        };
-        let status = match &answer {
-            Err(_) => "invalid",
-            Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => "error",
-            Ok(CallToolResponse::Complete(result)) => result
-                .structured_content
-                .as_ref()
-                .and_then(|s| s.get("status"))
-                .and_then(|s| s.as_str())
-                .and_then(crate::server::call::result::Status::parse)
-                .map(crate::server::call::result::Status::as_str)
-                .unwrap_or("success"),
-            Ok(CallToolResponse::Task(_)) => "task",
-            Ok(_) => "success",
-        };
-        crate::metrics::tool_call(tool.unwrap_or("other"), status, started.elapsed());
+        let (answer, ending) = crate::server::call::result::with_ending(async {
+            match self.tasks_for(&request, &context) {
+                Some(tasks) => self.call_as_task(tasks, request, context).await,
+                None => tools::dispatch(self, request, &context).await,
+            }
+        })
+        .await;
+        // A call that became a task is counted when its run ends (`TaskCount`).
+        if !matches!(answer, Ok(CallToolResponse::Task(_))) {
+            crate::metrics::tool_call(
+                tool.unwrap_or("other"),
+                call_status(&answer, ending),
+                started.elapsed(),
+            );
+        }
         answer
     }
 

@@ -325,8 +325,7 @@ def tasks_made(replica):
     """run_python_code calls a replica answered as a task, by its /metrics."""
     total = 0.0
     for line in replica.metrics().splitlines():
-        if (line.startswith("mcp_run_python_tool_calls_total{") and f'tool="{TOOL}"' in line
-                and 'status="task"' in line):
+        if line.startswith("mcp_run_python_tasks_total{") and f'tool="{TOOL}"' in line:
             total += float(line.rsplit(" ", 1)[1])
     return total
 

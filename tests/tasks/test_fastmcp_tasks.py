@@ -287,3 +287,31 @@ def test_past_max_tasks_a_long_call_runs_as_a_plain_call():
         second, _ = raw_call(url, "tools/call", code, declare=True)
         assert second["result"].get("resultType") != "task", second
         assert "kept" in second["result"]["content"][0]["text"], second
+
+
+def run_python_code_counts(base):
+    """`run_python_code`'s call counts by status, from the server's /metrics."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=CALL_TIMEOUT) as r:
+        lines = r.read().decode().splitlines()
+    counts = {}
+    for line in lines:
+        if line.startswith("mcp_run_python_tool_calls_total{") and f'tool="{TOOL}"' in line:
+            counts[line.split('status="')[1].split('"')[0]] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+async def test_a_call_is_counted_by_how_its_run_ended_task_or_not():
+    """A call that becomes a task is counted once, when its run ends, by how it ended; one
+    answered at once, by how it ended (issue 48)."""
+    with http_server("streamable-http", "--workers", "1", *LIMITS) as base:
+        async with Client(f"{base}/mcp", timeout=CALL_TIMEOUT, init_timeout=INIT_TIMEOUT) as client:
+            task = await call_tool_task(client, TOOL, {"python_code": LONG_RUN + "\n1 / 0"})
+            result = await task.result()
+            assert "ZeroDivisionError" in text_of(result), text_of(result)
+            quick = await client.call_tool(TOOL, {"python_code": "1 / 0"}, raise_on_error=False)
+            assert "ZeroDivisionError" in text_of(quick), text_of(quick)
+            await client.call_tool(TOOL, {"python_code": "1 + 1"})
+        assert run_python_code_counts(base) == {"run-error": 2, "success": 1}, run_python_code_counts(base)
+        made = [line for line in urllib.request.urlopen(f"{base}/metrics", timeout=CALL_TIMEOUT).read().decode().splitlines()
+                if line.startswith(f'mcp_run_python_tasks_total{{tool="{TOOL}"}}')]
+        assert made and made[0].endswith(" 1"), made

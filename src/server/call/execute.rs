@@ -22,7 +22,7 @@ use crate::sandbox::files::{Listing, SandboxFiles};
 use crate::sandbox::live::Sandbox;
 use crate::server::call::outcome::{failed, read_outcome, Verdict};
 use crate::server::call::queue::{Held, Isolation, Queue};
-use crate::server::call::result::{CallResult, Outcome};
+use crate::server::call::result::{CallResult, Outcome, RunErrorCause};
 use crate::server::call::run_host::CallRunHost;
 use crate::server::call::runtimes::{RuntimeUnavailable, Runtimes};
 use crate::server::call::startup_deps::StartupPlan;
@@ -556,10 +556,13 @@ impl Executor {
             RunEnd::Ran(Err(e)) => failed(result, e),
             RunEnd::OverMemory { used } => {
                 let limit = self.settings.limits.memory_limit.unwrap_or_default() >> 20;
-                result.outcome = Outcome::RunError(format!(
-                    "MemoryError: the worker exceeded its memory limit of {limit} MiB (it used {} MiB) and was stopped",
-                    used >> 20
-                ));
+                result.outcome = Outcome::run_error(
+                    RunErrorCause::Memory,
+                    format!(
+                        "MemoryError: the worker exceeded its memory limit of {limit} MiB (it used {} MiB) and was stopped",
+                        used >> 20
+                    ),
+                );
                 crate::metrics::worker_killed(KillReason::Memory);
                 Verdict::Discard
             }
@@ -884,7 +887,7 @@ fn built_in_only<'a>(
 
 /// A call that ended before its code ran, for `why` (no worker, a full queue).
 fn run_error(why: impl std::fmt::Display) -> CallResult {
-    CallResult::new(Outcome::RunError(why.to_string()))
+    CallResult::new(Outcome::run_error(RunErrorCause::Refused, why.to_string()))
 }
 
 /// Resolves with the resident bytes once worker `pid` uses more than `limit`; never without one.

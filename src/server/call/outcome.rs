@@ -6,7 +6,7 @@
 use crate::metrics::KillReason;
 use crate::protocol::{ReturnKind, RunOutcome, RunStatus};
 use crate::sandbox::files::Listing;
-use crate::server::call::result::{CallResult, Image, Outcome, ReturnValue};
+use crate::server::call::result::{CallResult, Image, Outcome, ReturnValue, RunErrorCause};
 use crate::worker::client::{Phase, WorkerError};
 
 /// Whether the worker may serve another call after this one.
@@ -39,16 +39,20 @@ pub(super) fn failed(result: &mut CallResult, e: WorkerError) -> Verdict {
             "installing took longer than {} s (--install-timeout); the interpreter was stopped",
             seconds.as_secs_f64()
         )),
-        WorkerError::Deadline { seconds, .. } => Outcome::RunError(format!(
-            "TimeoutError: the code timed out after {} s",
-            seconds.as_secs_f64()
-        )),
+        WorkerError::Deadline { seconds, .. } => Outcome::run_error(
+            RunErrorCause::Timeout,
+            format!(
+                "TimeoutError: the code timed out after {} s",
+                seconds.as_secs_f64()
+            ),
+        ),
         e @ (WorkerError::OutputFlood { .. } | WorkerError::Protocol(_)) => {
-            Outcome::RunError(e.to_string())
+            Outcome::run_error(RunErrorCause::Worker, e.to_string())
         }
-        e => Outcome::RunError(format!(
-            "the sandbox worker failed while running the code: {e}"
-        )),
+        e => Outcome::run_error(
+            RunErrorCause::Worker,
+            format!("the sandbox worker failed while running the code: {e}"),
+        ),
     };
     Verdict::Discard
 }
@@ -86,7 +90,9 @@ pub(super) fn read_outcome(
                 ReturnKind::Str | ReturnKind::Repr => ReturnValue::Text(value.text),
             }))
         }
-        RunStatus::RunError => Outcome::RunError(outcome.error.unwrap_or_default()),
+        RunStatus::RunError => {
+            Outcome::run_error(RunErrorCause::Raised, outcome.error.unwrap_or_default())
+        }
     };
     outcome.fatal
 }

@@ -15,13 +15,6 @@ pub enum Status {
 }
 
 impl Status {
-    /// The status named by its word in results.
-    pub fn parse(word: &str) -> Option<Status> {
-        [Status::Success, Status::InstallError, Status::RunError]
-            .into_iter()
-            .find(|s| s.as_str() == word)
-    }
-
     /// The status word used in results.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -30,6 +23,40 @@ impl Status {
             Status::RunError => "run-error",
         }
     }
+}
+
+tokio::task_local! {
+    /// How the `run_python_code` call that the current `tools/call` ran ended
+    /// ([`Outcome::ending`]): set as its result is rendered, read where the call is counted
+    /// (`handler.rs` `call_tool`, and a task's runner), so that the metric comes from the
+    /// outcome, never from the result's words.
+    pub static CALL_ENDING: std::cell::Cell<Option<&'static str>>;
+}
+
+/// Notes how the current `tools/call`'s run ended ([`CALL_ENDING`]); nothing outside a scope.
+pub fn note_ending(outcome: &Outcome) {
+    let ending = outcome.ending();
+    // Outside a counted scope (warmup, example) there is nothing to note.
+    let _ = CALL_ENDING.try_with(|slot| slot.set(Some(ending)));
+}
+
+/// Notes `ending`, noted in another task (a call run as a task may end in its own), as the
+/// current `tools/call`'s.
+pub fn note_ending_of(ending: Option<&'static str>) {
+    let _ = CALL_ENDING.try_with(|slot| slot.set(ending));
+}
+
+/// Runs `call` in a scope where its run's ending can be noted; returns what it returned and
+/// the ending noted, if any.
+pub async fn with_ending<T>(
+    call: impl std::future::Future<Output = T>,
+) -> (T, Option<&'static str>) {
+    CALL_ENDING
+        .scope(std::cell::Cell::new(None), async move {
+            let answer = call.await;
+            (answer, CALL_ENDING.with(std::cell::Cell::get))
+        })
+        .await
 }
 
 /// The last expression's value as the worker rendered it.
@@ -58,8 +85,25 @@ pub enum Outcome {
     Success(Option<ReturnValue>),
     /// A requirement could not be installed: why, naming the package.
     InstallError(String),
-    /// The code raised, or a limit stopped it: the traceback and message, or the limit's words.
-    RunError(String),
+    /// The code raised, or a limit stopped it: the traceback and message, or the limit's words
+    /// (`error`), and which of those it was (`cause`).
+    RunError { error: String, cause: RunErrorCause },
+}
+
+/// Why a call ended in `run-error`, for operators (issue 48: the metrics count it by this, never
+/// by the result's words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunErrorCause {
+    /// The code raised (or its interpreter ended: `sys.exit`, `os._exit`).
+    Raised,
+    /// The call's deadline (`--timeout`) stopped it.
+    Timeout,
+    /// The worker passed `--memory` and was stopped.
+    Memory,
+    /// It never ran: no worker could be had, or the queue was full.
+    Refused,
+    /// The worker failed (broke the protocol, flooded its output, died).
+    Worker,
 }
 
 impl Outcome {
@@ -68,7 +112,30 @@ impl Outcome {
         match self {
             Outcome::Success(_) => Status::Success,
             Outcome::InstallError(_) => Status::InstallError,
-            Outcome::RunError(_) => Status::RunError,
+            Outcome::RunError { .. } => Status::RunError,
+        }
+    }
+
+    /// A run error of `cause`, worded `error`.
+    pub fn run_error(cause: RunErrorCause, error: impl Into<String>) -> Outcome {
+        Outcome::RunError {
+            error: error.into(),
+            cause,
+        }
+    }
+
+    /// How the call ended, as the metrics count it: its status, a run error by its cause.
+    pub fn ending(&self) -> &'static str {
+        match self {
+            Outcome::Success(_) => "success",
+            Outcome::InstallError(_) => "install-error",
+            Outcome::RunError { cause, .. } => match cause {
+                RunErrorCause::Raised => "run-error",
+                RunErrorCause::Timeout => "timeout",
+                RunErrorCause::Memory => "memory",
+                RunErrorCause::Refused => "refused",
+                RunErrorCause::Worker => "worker-failed",
+            },
         }
     }
 

@@ -86,7 +86,7 @@ fn render_xml(r: &CallResult, sandbox: Option<&SandboxId>) -> String {
             lines.push(escape_tag(value.text(), "return_value"));
             lines.push("</return_value>".into());
         }
-        Outcome::InstallError(error) | Outcome::RunError(error) => {
+        Outcome::InstallError(error) | Outcome::RunError { error, .. } => {
             lines.push("<error>".into());
             lines.push(escape_tag(error, "error"));
             lines.push("</error>".into());
@@ -155,7 +155,7 @@ fn json_result<'a>(
                 state: r.state.as_deref(),
             }
         }
-        Outcome::InstallError(error) | Outcome::RunError(error) => JsonResult::Failure {
+        Outcome::InstallError(error) | Outcome::RunError { error, .. } => JsonResult::Failure {
             status,
             sandbox_id,
             dependencies,
@@ -179,6 +179,7 @@ pub fn structured(r: &CallResult, sandbox: &SandboxId) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::call::result::RunErrorCause;
 
     fn result() -> CallResult {
         let mut r = CallResult::new(Outcome::Success(Some(ReturnValue::Json(
@@ -210,7 +211,8 @@ mod tests {
     #[test]
     fn errors_replace_return_value() {
         let mut r = result();
-        r.outcome = Outcome::RunError("ZeroDivisionError: division by zero".into());
+        r.outcome =
+            Outcome::run_error(RunErrorCause::Raised, "ZeroDivisionError: division by zero");
         r.output.clear();
         assert_eq!(
             render(&r, ReturnMode::Xml, None),
@@ -262,7 +264,7 @@ mod tests {
             r#"{"status":"success","output":["[1 2 3]"],"return_value":[1,2,3]}"#
         );
         let mut r = result();
-        r.outcome = Outcome::RunError("E\n".into());
+        r.outcome = Outcome::run_error(RunErrorCause::Raised, "E\n");
         assert_eq!(
             render(&r, ReturnMode::Json, None),
             r#"{"status":"run-error","output":["[1 2 3]"],"error":"E\n"}"#

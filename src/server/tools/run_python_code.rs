@@ -386,6 +386,7 @@ impl RunPythonServer {
         if stateful && in_use.reached == Reached::Created && result.state.is_none() {
             result.state = Some(created_note(id));
         }
+        crate::server::call::result::note_ending(&result.outcome);
         let text = render(&result, self.return_mode, stateful.then_some(id));
         let mut content = vec![ContentBlock::text(text)];
         for image in &result.images {
