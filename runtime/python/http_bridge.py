@@ -39,7 +39,7 @@ import sys
 _fetch = None
 # The host call for requests made at once: (JSON `{"requests", "sizes"}`, the bodies one after
 # another) -> (JSON `{"responses", "sizes"}`, the bodies one after another); set by `install`
-# (`None` where there is none: requests from asyncio tasks then go one at a time).
+# (`None` where there is none: requests from asyncio tasks then go one at a time, by `send`).
 _fetch_many = None
 # Most requests one `_fetch_many` may carry (`--max-concurrent-fetches`), set with each run.
 concurrency = 1
@@ -87,7 +87,10 @@ def send(method, url, headers, body=None):
 
 async def send_async(method, url, headers, body=None):
     """`send` from an asyncio task: the request waits, with those of the other tasks that are
-    ready, for the next `_fetch_many` (see the module's documentation)."""
+    ready, for the next `_fetch_many` (see the module's documentation); without one (the
+    scientific runtime), `send` at once."""
+    if _fetch_many is None:
+        return send(method, url, headers, body)
     loop = asyncio.get_running_loop()
     future = loop.create_future()
     _queued.append((_request(method, url, headers), _as_bytes(body) or b"", future))
@@ -102,23 +105,9 @@ def _send_queued():
     response (or the host call's failure)."""
     queued = _queued[:]
     _queued.clear()
-    # Without a host call for many (the scientific runtime), one at a time.
-    at_once = max(1, concurrency) if _fetch_many is not None else 1
+    at_once = max(1, concurrency)
     for start in range(0, len(queued), at_once):
         part = queued[start : start + at_once]
-        if _fetch_many is None:
-            request, body, future = part[0]
-            try:
-                meta_json, data = _fetch(request, body)
-                outcome = (json.loads(meta_json), data)
-            except Exception as e:
-                outcome = ConnectionError(str(e))
-            if not future.done():
-                if isinstance(outcome, Exception):
-                    future.set_exception(outcome)
-                else:
-                    future.set_result(outcome)
-            continue
         batch = '{"requests":[' + ",".join(r for r, _, _ in part) + '],"sizes":' + json.dumps([len(b) for _, b, _ in part]) + "}"
         try:
             answer_json, data = _fetch_many(batch, b"".join(b for _, b, _ in part))

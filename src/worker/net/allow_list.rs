@@ -141,6 +141,15 @@ impl AllowList {
         self.entries.iter().map(|e| e.text.as_str())
     }
 
+    /// The first entry, as the operator wrote it, that admits `url`'s host and port (the
+    /// scheme's default when it names none): [`entry_for`](Self::entry_for) of a URL.
+    pub fn entry_for_url(&self, url: &reqwest::Url) -> Option<&str> {
+        // `http` and `https` always have a default port; were there none, port 0 matches no
+        // `host:port` anyone would allow.
+        let port = url.port_or_known_default().unwrap_or(0);
+        self.entry_for(url.host_str()?, port)
+    }
+
     /// Whether `ip`, an address a name resolved to, may be connected to on `port` (`None`: on
     /// any port an entry names; the resolver does not know the port, which the URL's check
     /// already did): any public address; one of a special class only when an entry names it,

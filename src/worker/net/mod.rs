@@ -448,13 +448,10 @@ impl NetPolicy {
         self.entry_for_url(&reqwest::Url::parse(url).ok()?)
     }
 
-    /// The `--allow-net` entry that admits `url`'s host and port (the scheme's default when it
-    /// names none), as the operator wrote it ([`AllowList::entry_for`]).
+    /// The `--allow-net` entry that admits `url`'s host and port, as the operator wrote it
+    /// ([`AllowList::entry_for_url`]).
     fn entry_for_url(&self, url: &reqwest::Url) -> Option<&str> {
-        // `http` and `https` always have a default port; were there none, port 0 matches no
-        // `host:port` anyone would allow.
-        let port = url.port_or_known_default().unwrap_or(0);
-        self.allow.entry_for(url.host_str()?, port)
+        self.allow.entry_for_url(url)
     }
 
     /// [`NetPolicy::fetch`] with the refusal or failure as a value: the request is checked
@@ -504,8 +501,7 @@ impl NetPolicy {
             return Err(NetError::NotAllowed { host: host() });
         }
         if let Some(within) = within {
-            let port = url.port_or_known_default().unwrap_or(0);
-            if within.entry_for(&host(), port).is_none() {
+            if within.entry_for_url(&url).is_none() {
                 let listed: Vec<&str> = within.entries().collect();
                 return Err(NetError::NotAllowedHere {
                     host: host(),

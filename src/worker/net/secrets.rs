@@ -187,13 +187,9 @@ impl Secrets {
     /// value of every secret whose placeholder its query or a header's value carries; returns
     /// the names of those put in, and then asks for an unencoded answer.
     pub fn put_in(&self, url: &mut reqwest::Url, headers: &mut HeaderMap) -> Vec<String> {
-        let Some(host) = url.host_str().map(str::to_owned) else {
-            return Vec::new();
-        };
-        let port = url.port_or_known_default().unwrap_or(0);
         let mut carried = Vec::new();
         for secret in &self.list {
-            if secret.hosts.entry_for(&host, port).is_none() {
+            if secret.hosts.entry_for_url(url).is_none() {
                 continue;
             }
             let in_query = secret.put_in_query(url);
@@ -216,6 +212,11 @@ impl Secrets {
     pub fn mask(&self, bytes: Vec<u8>) -> Vec<u8> {
         self.list.iter().fold(bytes, |bytes, secret| {
             secret.echoes.iter().fold(bytes, |b, echo| {
+                // Copied only where an echo is found: a body (up to --max-fetch-bytes) is
+                // otherwise searched once per form and never rewritten.
+                if memmem::find(&b, echo).is_none() {
+                    return b;
+                }
                 replace(&b, echo, secret.placeholder.as_bytes(), false)
             })
         })
