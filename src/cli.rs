@@ -191,7 +191,8 @@ pub struct LimitArgs {
     pub install_timeout: f64,
 
     /// Memory per worker in MiB (0 = no limit). WebAssembly memory stops growing below it (so
-    /// Python raises MemoryError), and a worker whose resident memory passes it is killed.
+    /// Python raises MemoryError), and a worker that took more than it beyond a fresh
+    /// interpreter (its resident memory less what it had when ready) is killed.
     #[arg(long, default_value_t = 2048)]
     pub memory: u64,
 

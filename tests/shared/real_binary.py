@@ -35,7 +35,8 @@ LOOPBACK = "127.0.0.1"
 # This run's own `$XDG_RUNTIME_DIR` (0700, like a real one), where every front of the run finds or
 # starts its zygote service: the run never uses, nor leaves behind, a service of the machine's
 # user, and `stop_zygote_services` ends all of the run's at the end.
-RUNTIME_DIR = tempfile.mkdtemp(prefix="mcp-run-python-test-runtime-")
+RUNTIME_PREFIX = "mcp-run-python-test-runtime-"
+RUNTIME_DIR = tempfile.mkdtemp(prefix=RUNTIME_PREFIX)
 
 
 def server_env(runtime_dir=RUNTIME_DIR):
@@ -90,7 +91,7 @@ def stop_new_zygote_services(before):
     began) with SIGTERM, which a service takes as `zygote stop`: those started wherever their
     front looked, such as the ones the Python package's launchers start with the user's own
     environment. Fails the run when one is still there after STOP_TIMEOUT."""
-    started = set(zygote_service_pids()) - set(before)
+    started = {pid for pid in set(zygote_service_pids()) - set(before) if not _another_runs(pid)}
     for pid in started:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -159,6 +160,21 @@ def zygote_services_stopped_after():
         stop_zygote_services()
         stop_new_zygote_services(before)
         shutil.rmtree(RUNTIME_DIR, ignore_errors=True)
+
+
+def _another_runs(service):
+    """Whether the zygote service `service` belongs to another test run on this host (suites run
+    side by side): its `--zygote-socket=` lies in another run's runtime directory, which that run
+    stops itself."""
+    try:
+        with open(f"/proc/{service}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return False
+    ours = RUNTIME_DIR.encode() + b"/"
+    prefix = (pathlib.Path(tempfile.gettempdir()) / RUNTIME_PREFIX).as_posix().encode()
+    return any(arg.startswith(b"--zygote-socket=" + prefix) and not arg.startswith(b"--zygote-socket=" + ours)
+               for arg in args)
 
 
 def zygote_service_pids():

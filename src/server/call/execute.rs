@@ -27,7 +27,7 @@ use crate::server::call::run_host::CallRunHost;
 use crate::server::call::runtimes::{RuntimeUnavailable, Runtimes};
 use crate::server::call::startup_deps::StartupPlan;
 use crate::server::call::state_note::{lost_note, Restart};
-use crate::worker::client::{Deadline, Phase, RunRequest, Worker, WorkerError};
+use crate::worker::client::{Deadline, MemoryGauge, Phase, RunRequest, Worker, WorkerError};
 use crate::worker::net::NetPolicy;
 use std::future::Future;
 use std::pin::Pin;
@@ -559,7 +559,7 @@ impl Executor {
                 result.outcome = Outcome::run_error(
                     RunErrorCause::Memory,
                     format!(
-                        "MemoryError: the worker exceeded its memory limit of {limit} MiB (it used {} MiB) and was stopped",
+                        "MemoryError: the worker exceeded its memory limit of {limit} MiB (it took {} MiB beyond a fresh interpreter) and was stopped",
                         used >> 20
                     ),
                 );
@@ -656,7 +656,7 @@ impl Executor {
         run_deadline: Deadline,
         mut collect: impl FnMut(Stream, String) + Send,
     ) -> RunEnd {
-        let pid = worker.pid();
+        let gauge = worker.memory_gauge();
         let request = RunRequest {
             code,
             globals,
@@ -680,7 +680,7 @@ impl Executor {
         let net = (&self.settings.net, within);
         let mut host = CallRunHost::new(net, upstreams, sandbox.id.as_str());
         let run = worker.run(request, run_deadline, &mut host, &mut collect);
-        let watch = watch_memory(pid, self.settings.limits.memory_limit);
+        let watch = watch_memory(gauge, self.settings.limits.memory_limit);
         tokio::select! {
             r = run => RunEnd::Ran(r),
             used = watch => RunEnd::OverMemory { used },
@@ -694,8 +694,8 @@ impl Executor {
         // limit, or one whose interpreter ended, is replaced before the next call.
         let over = self.settings.limits.memory_limit.is_some_and(|max| {
             worker
-                .resident_bytes()
-                .is_some_and(|rss| rss > max.saturating_sub(MEMORY_HEADROOM))
+                .taken_bytes()
+                .is_some_and(|taken| taken > max.saturating_sub(MEMORY_HEADROOM))
         });
         if fatal || over {
             crate::metrics::worker_killed(if over {
@@ -890,18 +890,19 @@ fn run_error(why: impl std::fmt::Display) -> CallResult {
     CallResult::new(Outcome::run_error(RunErrorCause::Refused, why.to_string()))
 }
 
-/// Resolves with the resident bytes once worker `pid` uses more than `limit`; never without one.
-async fn watch_memory(pid: Option<u32>, limit: Option<u64>) -> u64 {
-    let (Some(pid), Some(limit)) = (pid, limit) else {
+/// Resolves with the bytes the worker of `gauge` took since it was ready, once they pass
+/// `limit`; never without a limit.
+async fn watch_memory(gauge: Option<MemoryGauge>, limit: Option<u64>) -> u64 {
+    let (Some(gauge), Some(limit)) = (gauge, limit) else {
         return std::future::pending().await;
     };
     // The first check is one period in: a call that ends sooner costs no read of `/proc`.
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + MEMORY_POLL, MEMORY_POLL);
     loop {
         tick.tick().await;
-        if let Some(rss) = crate::worker::client::resident_bytes(pid) {
-            if rss > limit {
-                return rss;
+        if let Some(taken) = gauge.taken() {
+            if taken > limit {
+                return taken;
             }
         }
     }
