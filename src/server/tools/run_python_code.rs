@@ -22,9 +22,11 @@ use crate::server::call::execute::OutputSink;
 use crate::server::call::result::CallResult;
 use crate::server::handler::RunPythonServer;
 use crate::server::tasks::CallTimeout;
+use crate::server::transport::request_streams::RequestStream;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject,
-    LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, Tool,
+    LoggingLevel, LoggingMessageNotification, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProgressToken, ServerNotification, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
@@ -365,12 +367,21 @@ impl RunPythonServer {
             }
         });
         let peer = context.peer.clone();
+        // Over streamable HTTP with a session, the lines go on the request's own stream, before
+        // its result (`request_streams`); elsewhere the peer keeps them in order.
+        let own_stream = context.extensions.get::<RequestStream>().cloned();
         let forward = tokio::spawn(async move {
             while let Some((level, line)) = rx.recv().await {
                 let param =
                     LoggingMessageNotificationParam::new(level, serde_json::Value::String(line))
                         .with_logger(RunPythonCode::NAME);
-                if peer.notify_logging_message(param).await.is_err() {
+                let sent = match &own_stream {
+                    Some(stream) => stream.notify(ServerNotification::LoggingMessageNotification(
+                        LoggingMessageNotification::new(param),
+                    )),
+                    None => peer.notify_logging_message(param).await.is_ok(),
+                };
+                if !sent {
                     break;
                 }
             }

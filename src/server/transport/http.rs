@@ -57,6 +57,7 @@ use crate::server::ops::health;
 use crate::server::ops::idle::StreamableSessions;
 use crate::server::sessions::{Sessions, SessionsFull};
 use crate::server::tools::{self, reach::MintedSandbox, Reach};
+use crate::server::transport::request_streams::RequestStreams;
 use crate::server::transport::sse;
 use crate::server::transport::unread_body;
 use anyhow::{Context, Result};
@@ -786,7 +787,7 @@ fn streamable_router(
     let stateful = mode == HttpMode::Stateful;
     let service = StreamableHttpService::new(
         move || factory.for_new_session().map_err(std::io::Error::other),
-        manager.clone(),
+        Arc::new(RequestStreams::new(manager.clone())),
         config,
     );
     let checks = Arc::new(McpChecks {
