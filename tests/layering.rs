@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["assets"],
     &["protocol"],
     &["packages", "engine", "wasi"],
-    &["metrics", "atomic_file"],
+    &["metrics", "traces", "atomic_file"],
 ];
 
 /// Pairs of files that may import each other, and why: a tool is an `impl` on the handler's

@@ -27,6 +27,7 @@ pub use functions::FunctionCallError;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, RequestMetaObject};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use tracing::Instrument as _;
 
 /// The `_meta` key of an upstream request that names the sandbox it came from (a hex digest
 /// of the sandbox's handle, 16 characters, as the state directory names it).
@@ -277,14 +278,22 @@ impl Upstreams {
         if let Err(exceeded) = budget.spend_call() {
             return error(exceeded.into());
         }
+        let span = upstream_span(&call.server, &call.tool);
         let mut meta = RequestMetaObject::new();
         meta.insert(SANDBOX_META_KEY.to_owned(), sandbox.into());
+        // The call's trace goes on to the upstream server (SEP-414).
+        for (key, value) in crate::traces::context_of(&span) {
+            meta.insert(key, value.into());
+        }
         let mut params = CallToolRequestParams::new(call.tool.clone());
         params.arguments = Some(call.arguments);
         params.meta = Some(meta);
-        let answer = match connection.call(params).await {
+        let answer = match connection.call(params).instrument(span.clone()).await {
             Ok(result) => answer_of(result, catalog::wraps_result(&tool)),
-            Err(failed) => error(failed),
+            Err(failed) => {
+                crate::traces::record_error(&span, "upstream_error");
+                error(failed)
+            }
         };
         let size = serde_json::to_vec(&answer.0).map_or(0, |j| j.len())
             + answer.1.iter().map(Vec::len).sum::<usize>();
@@ -293,6 +302,23 @@ impl Upstreams {
             Err(exceeded) => error(exceeded.into()),
         }
     }
+}
+
+/// The span of a `tools/call` of `tool` on the upstream server `server` (OpenTelemetry's
+/// semantic conventions for MCP: of kind client), a child of the current span (the run's).
+fn upstream_span(server: &str, tool: &str) -> tracing::Span {
+    tracing::info_span!(
+        target: crate::traces::TARGET,
+        "upstream tools/call",
+        otel.name = format!("tools/call {tool}"),
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        "error.type" = tracing::field::Empty,
+        mcp.method.name = "tools/call",
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = tool,
+        "server.name" = server,
+    )
 }
 
 impl Upstreams {
@@ -314,8 +340,11 @@ impl Upstreams {
         if let Err(exceeded) = budget.spend_call() {
             return error(exceeded.into());
         }
+        let span = crate::traces::step("host function");
+        span.record("otel.name", format!("host function {}", call.function));
         let answer = match channel
             .call(&call.function, &call.args, &call.kwargs, sandbox)
+            .instrument(span)
             .await
         {
             Ok(value) => ToolAnswer::Structured { value },

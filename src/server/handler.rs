@@ -31,6 +31,7 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use std::sync::{Arc, Mutex};
+use tracing::Instrument as _;
 
 /// The header that names a streamable-HTTP session (MCP spec 2025-11-25, session management).
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -125,6 +126,52 @@ pub(crate) fn call_status(
         (Ok(CallToolResponse::Complete(result)), None) if result.is_error == Some(true) => "error",
         (Ok(_), None) => "success",
     }
+}
+
+/// The span of a `tools/call` (OpenTelemetry's semantic conventions for MCP: named
+/// `tools/call <tool>`, of kind server), the child of the trace context its client sent in
+/// `params._meta` (SEP-414), else in its HTTP request's headers ([`crate::traces`]).
+fn call_span(
+    request: &CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> tracing::Span {
+    let parts = context.extensions.get::<axum::http::request::Parts>();
+    let header = |name: &str| {
+        parts
+            .and_then(|p| p.headers.get(name))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let span = tracing::info_span!(
+        target: crate::traces::TARGET,
+        "tools/call",
+        otel.name = format!("tools/call {}", request.name),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        "error.type" = tracing::field::Empty,
+        mcp.method.name = "tools/call",
+        mcp.session.id = header(SESSION_HEADER),
+        mcp.protocol.version = header("mcp-protocol-version"),
+        jsonrpc.request.id = %context.id,
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %request.name,
+        network.transport = if parts.is_some() { "tcp" } else { "pipe" },
+    );
+    let sent_in_meta = [request.meta.as_ref(), Some(&context.meta)]
+        .into_iter()
+        .flatten()
+        .find(|meta| meta.get_traceparent().is_some());
+    match (sent_in_meta, parts) {
+        (Some(meta), _) => {
+            crate::traces::set_parent(&span, &crate::traces::MetaCarrier(&meta.0 .0))
+        }
+        (None, Some(parts)) => {
+            crate::traces::set_parent(&span, &crate::traces::HeaderCarrier(&parts.headers))
+        }
+        (None, None) => {}
+    }
+    span
 }
 
 /// What the HTTP front left in the extensions of `context`'s HTTP request (a
@@ -312,14 +359,24 @@ impl RunPythonServer {
         let counting = counted.clone();
         let tool = tools::find(&request.name, self.stateful()).map_or("other", |t| t.name);
         let started = std::time::Instant::now();
-        let run = tokio::spawn(async move {
-            let _in_flight = in_flight;
-            let (answer, ending) =
-                crate::server::call::result::with_ending(tools::dispatch(&server, request, &inner))
-                    .await;
-            counting.ended(tool, call_status(&answer, ending), started);
-            answer
-        });
+        // The run's span outlives the request's, which ends once the task is made.
+        let run_span = crate::traces::step("task run");
+        let run = tokio::spawn(
+            async move {
+                let _in_flight = in_flight;
+                let (answer, ending) = crate::server::call::result::with_ending(tools::dispatch(
+                    &server, request, &inner,
+                ))
+                .await;
+                let status = call_status(&answer, ending);
+                if status != "success" {
+                    crate::traces::record_error(&tracing::Span::current(), status);
+                }
+                counting.ended(tool, status, started);
+                answer
+            }
+            .instrument(run_span),
+        );
         // Until the task exists, the client cancels the call as any other
         // (`notifications/cancelled`); afterwards only `tasks/cancel` does.
         let forward = {
@@ -419,20 +476,24 @@ impl ServerHandler for RunPythonServer {
         let _call = self.drain.begin_call();
         let started = std::time::Instant::now();
         let tool = tools::find(&request.name, self.stateful()).map(|t| t.name);
-        let (answer, ending) = crate::server::call::result::with_ending(async {
-            match self.tasks_for(&request, &context) {
-                Some(tasks) => self.call_as_task(tasks, request, context).await,
-                None => tools::dispatch(self, request, &context).await,
+        let span = call_span(&request, &context);
+        let (answer, ending) = crate::server::call::result::with_ending(
+            async {
+                match self.tasks_for(&request, &context) {
+                    Some(tasks) => self.call_as_task(tasks, request, context).await,
+                    None => tools::dispatch(self, request, &context).await,
+                }
             }
-        })
+            .instrument(span.clone()),
+        )
         .await;
+        let status = call_status(&answer, ending);
+        if !matches!(status, "success" | "task") {
+            crate::traces::record_error(&span, status);
+        }
         // A call that became a task is counted when its run ends (`TaskCount`).
         if !matches!(answer, Ok(CallToolResponse::Task(_))) {
-            crate::metrics::tool_call(
-                tool.unwrap_or("other"),
-                call_status(&answer, ending),
-                started.elapsed(),
-            );
+            crate::metrics::tool_call(tool.unwrap_or("other"), status, started.elapsed());
         }
         answer
     }

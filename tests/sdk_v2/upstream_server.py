@@ -1,7 +1,7 @@
 """A small FastMCP server (streamable HTTP) that the code-mode tests (code mode, docs/architecture.md §11) put behind
 mcp-run-python's `--tools-config`: every request needs a bearer token, which only the front
 holds (the configuration's `headers`). Its tools record what they saw in a JSON-lines log:
-the `_meta` sandbox tag of each call, and a slow call's cancellation. `grow` and `sprout` add
+the `_meta` sandbox tag (and trace context) of each call, and a slow call's cancellation. `grow` and `sprout` add
 tools while it runs (the tool-list change tests).
 
 Usage: upstream_server.py PORT TOKEN LOG
@@ -31,18 +31,24 @@ def record(event, **fields):
         f.write(json.dumps({"event": event, **fields}) + "\n")
 
 
-def sandbox_of(ctx: Context):
+def meta_of(ctx: Context, key):
+    """The `_meta` entry `key` of the request `ctx` serves, if any."""
     meta = ctx.request_context.meta if ctx.request_context else None
     if meta is None:
         return None
     extra = meta.model_dump() if hasattr(meta, "model_dump") else dict(meta)
-    return extra.get(SANDBOX_META_KEY)
+    return extra.get(key)
+
+
+def sandbox_of(ctx: Context):
+    return meta_of(ctx, SANDBOX_META_KEY)
 
 
 @mcp.tool
 def add(a: int, b: int, ctx: Context) -> dict:
     """Adds two integers."""
-    record("add", sandbox=sandbox_of(ctx))
+    # The W3C trace context the front passed on (SEP-414; the traces tests).
+    record("add", sandbox=sandbox_of(ctx), traceparent=meta_of(ctx, "traceparent"))
     return {"sum": a + b}
 
 

@@ -27,6 +27,7 @@ use crate::server::call::run_host::CallRunHost;
 use crate::server::call::runtimes::{RuntimeUnavailable, Runtimes};
 use crate::server::call::startup_deps::StartupPlan;
 use crate::server::call::state_note::{lost_note, Restart};
+use crate::traces;
 use crate::worker::client::{Deadline, MemoryGauge, Phase, RunRequest, Worker, WorkerError};
 use crate::worker::net::NetPolicy;
 use std::future::Future;
@@ -35,6 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 /// How a run on a worker ended: the worker's answer (or its failure), or the memory watch
 /// first.
@@ -258,7 +260,11 @@ impl Executor {
             }
         };
         tokio::pin!(stop);
-        let (mut held, _permit) = match self.take_turn(sandbox, arrival, stop.as_mut()).await {
+        let turn = self
+            .take_turn(sandbox, arrival, stop.as_mut())
+            .instrument(traces::step("queue"))
+            .await;
+        let (mut held, _permit) = match turn {
             Ok(turn) => turn,
             Err(early) => return early.into_result(),
         };
@@ -404,7 +410,7 @@ impl Executor {
             return Ok(());
         }
         let fresh = tokio::select! {
-            w = self.take_worker(sandbox) => w,
+            w = self.take_worker(sandbox).instrument(traces::step("interpreter")) => w,
             _ = &mut stop => return Err(Early::Stopped),
         };
         let mut w = fresh.map_err(|e| Early::Failed(run_error(e)))?;
@@ -414,7 +420,9 @@ impl Executor {
             } else {
                 Restart::Stopped
             };
-            self.adopt(sandbox, &mut w, why).await;
+            self.adopt(sandbox, &mut w, why)
+                .instrument(traces::step("restore"))
+                .await;
         }
         *held.slot() = Some(w);
         Ok(())
@@ -440,7 +448,7 @@ impl Executor {
                     self.copy_files(sandbox, worker, listing, result).await;
                 }
                 if stateful && verdict == Verdict::Keep && self.checkpoints(sandbox)
-                    && !self.checkpoint(sandbox, worker, result).await
+                    && !self.checkpoint(sandbox, worker, result).instrument(traces::step("checkpoint")).await
                 {
                     verdict = Verdict::Discard;
                 }
@@ -517,7 +525,11 @@ impl Executor {
         // `--timeout` covers scanning and running; installing has its own limit.
         let scan_started = tokio::time::Instant::now();
         let inferred = declared.is_none();
-        let requirements = match self.requirements(worker, code, declared, timeout).await {
+        let requirements = match self
+            .requirements(worker, code, declared, timeout)
+            .instrument(traces::step("scan imports"))
+            .await
+        {
             Ok(requirements) => requirements,
             Err(e) => return failed(result, e),
         };
@@ -529,6 +541,7 @@ impl Executor {
         };
         if let Some(verdict) = self
             .install_phase(worker, sandbox, &requirements, result)
+            .instrument(traces::step("install"))
             .await
         {
             return verdict;
@@ -546,6 +559,7 @@ impl Executor {
         };
         let outcome = self
             .run_code(worker, sandbox, code, globals, run_deadline, collect)
+            .instrument(traces::step("run"))
             .await;
         result.output = output;
         match outcome {

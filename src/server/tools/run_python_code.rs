@@ -33,6 +33,7 @@ use rmcp::{ErrorData as McpError, RoleServer};
 use serde::Deserialize;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
+use tracing::Instrument as _;
 
 /// The tool's title, as in the Deno original.
 pub const TITLE: &str = "Run Python code";
@@ -442,20 +443,23 @@ impl RunPythonServer {
             None => self.executor.settings.limits.timeout,
         };
         let sandbox = in_use.sandbox.clone();
-        let result = tokio::spawn(async move {
-            let RunArguments { code, globals, .. } = arguments;
-            executor
-                .run(
-                    &sandbox,
-                    arrival.as_ref(),
-                    &code,
-                    globals,
-                    timeout,
-                    on_output,
-                    &cancel,
-                )
-                .await
-        })
+        let result = tokio::spawn(
+            async move {
+                let RunArguments { code, globals, .. } = arguments;
+                executor
+                    .run(
+                        &sandbox,
+                        arrival.as_ref(),
+                        &code,
+                        globals,
+                        timeout,
+                        on_output,
+                        &cancel,
+                    )
+                    .await
+            }
+            .in_current_span(),
+        )
         .await
         .map_err(|e| McpError::internal_error(format!("the call failed: {e}"), None));
         if let Some(progress) = progress {
