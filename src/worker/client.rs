@@ -102,6 +102,16 @@ pub enum WorkerError {
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
+impl WorkerError {
+    /// Whether the interpreter failed by itself as it booted (an engine trap, a crash, a
+    /// fatal error while restoring the snapshot or installing `--deps`): before any user code
+    /// ran, so another interpreter may well boot. Not a stop from outside, a shutdown, a
+    /// refusal of confinement or a missing executable, which another boot would meet again.
+    pub fn failed_as_it_booted(&self) -> bool {
+        matches!(self, WorkerError::Boot(_))
+    }
+}
+
 /// Why a file under an interpreter's working directory could not be read, written or removed
 /// ([`Worker::read_file`], [`Worker::write_file`]).
 #[derive(Debug, Error)]
@@ -308,6 +318,9 @@ pub struct Worker {
     /// Its resident memory when it said it was ready (bytes), before any call's code ran: what
     /// [`Worker::taken_bytes`] counts from.
     ready_resident: u64,
+    /// Why it stands in for an interpreter that failed as it booted for the call that takes
+    /// it (the spares' one retry, issue 48): said in that call's result, once.
+    pub stand_in_for: Option<String>,
 }
 
 /// How a worker's pipes showed that it had ended.
@@ -487,6 +500,7 @@ impl Worker {
             gone: None,
             scratch: None,
             ready_resident: 0,
+            stand_in_for: None,
         }
     }
 

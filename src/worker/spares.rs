@@ -163,9 +163,31 @@ impl Spares {
                 booted.await;
                 continue;
             }
-            let worker = self.launcher.launch().await;
+            let worker = self.launch_for_a_call().await;
             self.fill();
             return worker;
+        }
+    }
+
+    /// Launches an interpreter for a call that waits for it, and once more when the first
+    /// failed as it booted ([`WorkerError::failed_as_it_booted`]): a rare engine trap before
+    /// user code runs must not lose the call (issue 48). The stand-in says so
+    /// ([`Worker::stand_in_for`]).
+    ///
+    /// Errors: as [`Launcher::launch`], the second attempt's.
+    async fn launch_for_a_call(&self) -> Result<Worker, WorkerError> {
+        match self.launcher.launch().await {
+            Err(first) if first.failed_as_it_booted() => {
+                tracing::warn!(
+                    "an interpreter failed as it booted ({first}); booting another for the call"
+                );
+                let mut worker = self.launcher.launch().await?;
+                worker.stand_in_for = Some(format!(
+                    "the first interpreter for this call failed as it booted ({first}); the call ran in a fresh one"
+                ));
+                Ok(worker)
+            }
+            other => other,
         }
     }
 

@@ -319,6 +319,7 @@ impl Executor {
         let Some(worker) = held.slot().as_mut() else {
             return Attempt::Done(Some(run_error(WorkerError::Closed)));
         };
+        result.note = worker.stand_in_for.take();
         let mark = worker.replies_read();
         let verdict = self
             .run_on(worker, sandbox, call, stateful, &mut result, stop)

@@ -166,6 +166,9 @@ pub struct CallResult {
     /// by this call, this call ran in a new one, or made the sandbox). `None` otherwise, and
     /// always without the flag.
     pub state: Option<String>,
+    /// What the front did for the call that the caller should know of: it ran in a stand-in
+    /// interpreter, the first having failed as it booted. `None` almost always.
+    pub note: Option<String>,
 }
 
 impl CallResult {
@@ -179,6 +182,7 @@ impl CallResult {
             written: Vec::new(),
             images: Vec::new(),
             state: None,
+            note: None,
         }
     }
 

@@ -67,6 +67,9 @@ fn render_xml(r: &CallResult, sandbox: Option<&SandboxId>) -> String {
     if let Some(state) = &r.state {
         lines.push(format!("<state>{}</state>", escape_tag(state, "state")));
     }
+    if let Some(note) = &r.note {
+        lines.push(format!("<note>{}</note>", escape_tag(note, "note")));
+    }
     if !r.dependencies.is_empty() {
         let deps = serde_json::to_string(&r.dependencies).unwrap_or_default();
         lines.push(format!(
@@ -97,7 +100,8 @@ fn render_xml(r: &CallResult, sandbox: Option<&SandboxId>) -> String {
 
 /// The Deno original's JSON, keys in its order: `status`, `output`, then `return_value` (on
 /// success, `null` when there is none) or `error`; with `--stateful`, `sandbox_id` after
-/// `status`, and `state` at the end when the sandbox's state was lost or is new. The structured
+/// `status`, `state` at the end when the sandbox's state was lost or is new, and `note` after it
+/// when the call ran in a stand-in interpreter ([`CallResult::note`]). The structured
 /// result has the same keys, plus `dependencies` when the call had any.
 #[derive(serde::Serialize)]
 #[serde(untagged)]
@@ -112,6 +116,8 @@ enum JsonResult<'a> {
         return_value: serde_json::Value,
         #[serde(skip_serializing_if = "Option::is_none")]
         state: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        note: Option<&'a str>,
     },
     Failure {
         status: &'static str,
@@ -123,6 +129,8 @@ enum JsonResult<'a> {
         error: &'a str,
         #[serde(skip_serializing_if = "Option::is_none")]
         state: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        note: Option<&'a str>,
     },
 }
 
@@ -153,6 +161,7 @@ fn json_result<'a>(
                 output,
                 return_value,
                 state: r.state.as_deref(),
+                note: r.note.as_deref(),
             }
         }
         Outcome::InstallError(error) | Outcome::RunError { error, .. } => JsonResult::Failure {
@@ -162,6 +171,7 @@ fn json_result<'a>(
             output,
             error,
             state: r.state.as_deref(),
+            note: r.note.as_deref(),
         },
     }
 }
@@ -231,6 +241,18 @@ mod tests {
         assert_eq!(v["state"], json!("lost: gone"));
         assert!(!render(&result(), ReturnMode::Json, None).contains("state"));
         assert!(!render(&result(), ReturnMode::Xml, None).contains("state"));
+    }
+
+    #[test]
+    fn a_note_is_said_after_the_status_and_at_the_end_of_the_json() {
+        let mut r = result();
+        r.note = Some("ran in a stand-in".into());
+        assert!(render(&r, ReturnMode::Xml, None)
+            .starts_with("<status>success</status>\n<note>ran in a stand-in</note>\n<output>"));
+        let v: serde_json::Value =
+            serde_json::from_str(&render(&r, ReturnMode::Json, None)).unwrap_or_default();
+        assert_eq!(v["note"], json!("ran in a stand-in"));
+        assert!(!render(&result(), ReturnMode::Xml, None).contains("note"));
     }
 
     #[test]

@@ -156,6 +156,7 @@ pub fn output_schema() -> JsonObject {
             "return_value": {"description": "The last expression's value (JSON), on success"},
             "error": {"type": "string", "description": "The traceback and message, or the install failure"},
             "state": {"type": "string", "description": "Present when the sandbox's state was lost or is new, and why"},
+            "note": {"type": "string", "description": "Present when the call ran in a stand-in interpreter, the first having failed as it booted"},
         }),
         &["status", "sandbox_id", "output"],
     ))
