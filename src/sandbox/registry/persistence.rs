@@ -11,6 +11,7 @@ use crate::sandbox::state_dir::{
     blocking, CheckpointWrite, Claim, SavedCheckpoint, SavedFiles, StateDir, StateError,
 };
 use std::sync::Arc;
+use tracing::Instrument as _;
 
 impl Registry {
     /// Restores the sandbox named by `id` from the state directory (see [`open`](Self::open)).
@@ -126,7 +127,9 @@ impl Registry {
         let (state, holder) = (state.clone(), sandbox.clone());
         // Saves of one sandbox write in turn: each delta follows the file the one before wrote.
         let _turn = sandbox.saves.turn.lock().await;
-        let saved = blocking(move || write_save(&state, &holder, snapshot.as_ref())).await;
+        let saved = blocking(move || write_save(&state, &holder, snapshot.as_ref()))
+            .instrument(crate::traces::step("state save"))
+            .await;
         match saved {
             Ok(generation) => {
                 crate::metrics::state_saved(SaveResult::Ok);

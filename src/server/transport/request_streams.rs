@@ -173,3 +173,62 @@ impl<M: SessionManager> SessionManager for RequestStreams<M> {
         self.inner.event_store()
     }
 }
+
+// MCP logging is deprecated (SEP-2577), but the drop-in still sends its lines as log messages.
+#[allow(deprecated)]
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::{
+        EmptyResult, LoggingLevel, LoggingMessageNotification, LoggingMessageNotificationParam,
+        RequestId, ServerResult,
+    };
+
+    fn line(text: &str) -> ServerNotification {
+        ServerNotification::LoggingMessageNotification(LoggingMessageNotification::new(
+            LoggingMessageNotificationParam::new(
+                LoggingLevel::Info,
+                serde_json::Value::String(text.to_owned()),
+            ),
+        ))
+    }
+
+    fn response() -> ServerSseMessage {
+        ServerSseMessage::new(
+            "stream-1",
+            ServerJsonRpcMessage::response(
+                ServerResult::EmptyResult(EmptyResult {}),
+                RequestId::Number(7),
+            ),
+        )
+    }
+
+    /// Each event as the line it carries, or `response`.
+    fn kinds(events: &[ServerSseMessage]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e.message.as_deref() {
+                Some(ServerJsonRpcMessage::Notification(n)) => match &n.notification {
+                    ServerNotification::LoggingMessageNotification(m) => {
+                        m.params.data.as_str().unwrap_or_default().to_owned()
+                    }
+                    _ => "other".to_owned(),
+                },
+                Some(ServerJsonRpcMessage::Response(_)) => "response".to_owned(),
+                _ => "none".to_owned(),
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn lines_sent_before_the_response_come_before_it_and_the_stream_ends_with_it() {
+        let (sender, notes) = mpsc::unbounded_channel();
+        let stream = RequestStream(sender);
+        assert!(stream.notify(line("one")) && stream.notify(line("two")));
+        let events: Vec<_> = notes_first(notes, futures::stream::iter(vec![response()]))
+            .collect()
+            .await;
+        assert_eq!(kinds(&events), ["one", "two", "response"]);
+        assert!(events[0].event_id.is_none() && events[2].event_id.is_some());
+    }
+}
