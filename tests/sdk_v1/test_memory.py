@@ -21,6 +21,8 @@ LIMIT_MIB = 512
 UNDER_MIB = 400
 # Just over the limit: the watch sees it pass while the buffer fills.
 OVER_MIB = 600
+# A bytearray that fits the WebAssembly budget of the limit (the limit less 224 MiB).
+BYTEARRAY_UNDER_MIB = 200
 # The most a figure may read above the buffer: the watch reads every 25 ms while it fills, and
 # the engine's own growth comes with it.
 FIGURE_SLACK_MIB = 64
@@ -51,3 +53,10 @@ async def test_the_limit_counts_what_the_worker_took_forked_or_booted(interprete
         assert figure, over
         assert LIMIT_MIB < int(figure[1]) <= OVER_MIB + FIGURE_SLACK_MIB, over
         assert "<return_value>\n2\n" in await run(session, "1 + 1")
+        # A bytearray lives in the WebAssembly memory, whose budget (the limit less the engine's
+        # allowance) makes Python raise MemoryError before the watch would stop the worker.
+        small = await run(session, f"len(bytearray(b'\\x01') * ({BYTEARRAY_UNDER_MIB} << 20)) >> 20")
+        assert f"<return_value>\n{BYTEARRAY_UNDER_MIB}\n" in small, small
+        big = await run(session, f"b = bytearray(b'\\x01') * ({OVER_MIB} << 20)")
+        assert big.startswith("<status>run-error</status>") and "MemoryError" in big, big
+        assert "exceeded its memory limit" not in big, big
