@@ -77,18 +77,7 @@ cargo build
 # deploy/haproxy.cfg.
 scripts/check-deploy.sh
 cargo test
-
-# The seed's client line (tests/sdk_v1, the longest suite) in the background, beside today's
-# clients below: most of a client test is waiting on a server, so two suites share two cores
-# well. Each suite's fronts start zygote services in a runtime directory of its own and stop only
-# those (tests/shared/real_binary.py). Its log is printed when it ends, before the escape test
-# rebuilds the binary it runs.
-sdk_v1_log=target/test-sdk_v1.log
-MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python" setsid .venv/bin/python -m pytest -q -p no:cacheprovider tests/sdk_v1 "$@" > "$sdk_v1_log" 2>&1 &
-sdk_v1_suite=$!
-# Stopped with SIGINT if this script ends first, which pytest takes as an interruption: its
-# fixtures still stop the suite's servers and zygote services.
-trap 'kill -TERM -- "-$aarch64_suite" 2>/dev/null; kill -INT "$sdk_v1_suite" 2>/dev/null || true' EXIT
+MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python" .venv/bin/python -m pytest -q -p no:cacheprovider tests/sdk_v1 "$@"
 
 # Today's clients (README "Protocol revisions and change notifications"): mcp 2.x, PydanticAI 2.x and fastmcp in a second venv, then the
 # official TypeScript SDK client. Each venv/node_modules is rebuilt only when its pins change.
@@ -120,13 +109,6 @@ node tests/ts/client_test.mjs
 # run on the conformance suite's Node.
 npm_ci_for tests/ts-tasks wheel_npm
 "$wheel_node" tests/ts-tasks/tasks_test.mjs
-
-sdk_v1_status=0
-wait "$sdk_v1_suite" || sdk_v1_status=$?
-trap 'kill -TERM -- "-$aarch64_suite" 2>/dev/null || true' EXIT
-echo "--- the seed's client line (tests/sdk_v1, log: $sdk_v1_log)"
-cat "$sdk_v1_log"
-[ "$sdk_v1_status" = 0 ] || exit "$sdk_v1_status"
 
 # The second wall (docs/architecture.md §3.2): a worker built with the test-only `escape-test` feature seals
 # itself, then tries what native code that took it over would. Last, because it rebuilds the
