@@ -128,6 +128,12 @@ pub(crate) fn call_status(
     }
 }
 
+/// Whether a call counted as `status` ([`call_status`]) failed: its span then carries the
+/// error status. A call that became a task has not ended yet.
+fn call_failed(status: &str) -> bool {
+    !matches!(status, "success" | "task")
+}
+
 /// The span of a `tools/call` (OpenTelemetry's semantic conventions for MCP: named
 /// `tools/call <tool>`, of kind server), the child of the trace context its client sent in
 /// `params._meta` (SEP-414), else in its HTTP request's headers ([`crate::traces`]).
@@ -369,7 +375,7 @@ impl RunPythonServer {
                 ))
                 .await;
                 let status = call_status(&answer, ending);
-                if status != "success" {
+                if call_failed(status) {
                     crate::traces::record_error(&tracing::Span::current(), status);
                 }
                 counting.ended(tool, status, started);
@@ -488,7 +494,7 @@ impl ServerHandler for RunPythonServer {
         )
         .await;
         let status = call_status(&answer, ending);
-        if !matches!(status, "success" | "task") {
+        if call_failed(status) {
             crate::traces::record_error(&span, status);
         }
         // A call that became a task is counted when its run ends (`TaskCount`).

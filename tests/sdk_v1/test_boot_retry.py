@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import mcp_session, run
+from conftest import direct_child_pids, mcp_session, run
 
 pytestmark = pytest.mark.anyio
 
@@ -48,19 +48,16 @@ def abort_new_workers(count, stop):
 def worker_pids():
     """The worker processes (`__worker` their command) whose parent is a child of this
     process: those a server this test started spawned itself (`--no-zygote`)."""
-    parents = {}
-    commands = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    commands[int(entry)] = f.read().split(b"\0")[1:2]
-            except (OSError, IndexError, ValueError):
-                continue
-    servers = {pid for pid, parent in parents.items() if parent == os.getpid()}
-    return [pid for pid, parent in parents.items() if parent in servers and commands.get(pid) == [b"__worker"]]
+    return [kid for server in direct_child_pids(os.getpid()) for kid in direct_child_pids(server)
+            if is_worker(kid)]
+
+
+def is_worker(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")[1:2] == [b"__worker"]
+    except OSError:
+        return False
 
 
 async def test_a_call_whose_interpreter_fails_as_it_boots_runs_in_another(tmp_path):
