@@ -5,8 +5,8 @@
 #   docker run --rm -p 3001:3001 mcp-run-python:0.1.0            # streamable HTTP, --stateful, on 0.0.0.0:3001
 #
 # Two stages:
-#  - builder: Rust on Debian 12 (bookworm). scripts/setup.sh installs the JavaScriptCore C API
-#    (libjavascriptcoregtk-4.1-dev, which build.rs links through pkg-config) and fetches the pinned
+#  - builder: Rust on Debian 12 (bookworm). scripts/setup.sh installs JavaScriptCore
+#    (libjavascriptcoregtk-4.1-0, which the workers open at run time) and fetches the pinned
 #    Pyodide from the npm registry, checked against its sha512 (skipped when the build context
 #    already holds a verified pyodide-assets/); then the release binary is built with the
 #    locked dependencies. Pyodide is embedded in the binary.
@@ -30,7 +30,7 @@ WORKDIR /src
 # hadolint ignore=DL3008
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-       libjavascriptcoregtk-4.1-dev pkg-config \
+       libjavascriptcoregtk-4.1-0 \
     && rm -rf /var/lib/apt/lists/*
 COPY . .
 # Pyodide: kept from the build context's pyodide-assets/ when its integrity stamp matches the

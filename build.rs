@@ -1,4 +1,5 @@
-//! Build script: links JavaScriptCore and prepares the embedded Pyodide assets.
+//! Build script: prepares the embedded Pyodide assets, and exports the symbols the engine's
+//! library binds to this binary's definitions (it is opened at run time, not linked).
 //!
 //! The assets (docs/architecture.md §7) come from `pyodide-assets/` (fetched by `scripts/setup.sh`) or from
 //! the directory named by `PYODIDE_ASSETS_DIR`. They are copied to `$OUT_DIR/pyodide/`, with
@@ -34,7 +35,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=PYODIDE_ASSETS_DIR");
     println!("cargo:rerun-if-changed=build.rs");
     require_linux();
-    link_javascriptcore();
+    export_engine_interposers();
 
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let src = env::var_os("PYODIDE_ASSETS_DIR")
@@ -116,18 +117,11 @@ fn require_linux() {
     }
 }
 
-fn link_javascriptcore() {
-    if let Err(e) = pkg_config::Config::new()
-        .atleast_version("2.40")
-        .probe("javascriptcoregtk-4.1")
-    {
-        panic!(
-            "JavaScriptCore not found ({e}). Install it with \
-             `apt-get install libjavascriptcoregtk-4.1-dev` (scripts/setup.sh does this)."
-        );
-    }
-    // The engine's helper threads' idle timeout (src/engine/helper_threads.rs): the binary's
-    // `WTF::AutomaticThread` constructors must be in its dynamic symbol table for the
-    // library's calls to reach them.
+/// JavaScriptCore is not linked: the engine opens it at run time, only in the processes that run
+/// JavaScript (src/engine/library.rs), so a serving front never maps it. What the build still
+/// does for it: the engine's helper threads' idle timeout (src/engine/helper_threads.rs) needs
+/// the binary's `WTF::AutomaticThread` constructors in its dynamic symbol table, for the
+/// library's calls to reach them when it is opened.
+fn export_engine_interposers() {
     println!("cargo:rustc-link-arg-bins=-Wl,--export-dynamic-symbol=_ZN3WTF15AutomaticThreadC2*");
 }

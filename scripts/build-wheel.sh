@@ -3,8 +3,8 @@
 #  - a wheel, `pip install`-able on any x86_64 (or, with --target aarch64, aarch64) Linux with
 #    glibc >= the tag's: maturin's `bin` bindings, then scripts/repair_wheel.py bundles every
 #    library the binary loads but glibc's and tags it manylinux_2_<N>_<arch>;
-#  - an sdist that carries the pinned Pyodide (building it needs Rust and
-#    libjavascriptcoregtk-4.1-dev).
+#  - an sdist that carries the pinned Pyodide (building it needs Rust; running what it builds,
+#    Debian's libjavascriptcoregtk-4.1-0, which the workers open).
 # Timestamps come from the last commit (SOURCE_DATE_EPOCH), so the same tree gives the same
 # bytes. Quick when nothing changed: the inputs' digest is kept beside the output.
 #

@@ -8,6 +8,8 @@ container) has neither, and JavaScriptCore needs both. So this step bundles the 
 
 1. the binary moves from `<dist>.data/scripts/` into the package, `mcp_run_python/_bin/`, and
    `mcp_run_python/_libs/` receives each library of its `DT_NEEDED` closure, glibc's excepted,
+   counting as needed also what its dlopen metadata note names (JavaScriptCore, which only the
+   workers open, src/engine/library.rs; https://systemd.io/ELF_DLOPEN_METADATA/),
    found in the Debian multiarch directories of the binary's architecture: read from the ELF
    files rather than asked of `ldd`, which cannot load a binary of another architecture (the
    aarch64 wheel is cross-built, aarch64, docs/platforms.md);
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import email.parser
+import json
 import re
 import shutil
 import subprocess
@@ -147,7 +150,10 @@ def bundled_libraries(binary: Path) -> dict[str, Path]:
     Raises SystemExit when one is not found there."""
     dirs = library_dirs(binary)
     libs: dict[str, Path] = {}
-    pending = needed(binary)
+    opened = dlopened(binary)
+    if not opened:
+        raise SystemExit(f'{binary} has no dlopen metadata naming its engine library')
+    pending = needed(binary) + opened
     while pending:
         soname = pending.pop()
         if soname in libs or soname in GLIBC_SONAMES:
@@ -168,6 +174,29 @@ def needed(path: Path) -> list[str]:
         if dynamic is None:
             return []
         return [tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == 'DT_NEEDED']
+
+
+# The dlopen metadata note (https://systemd.io/ELF_DLOPEN_METADATA/): its section, owner and type.
+DLOPEN_SECTION = '.note.dlopen'
+DLOPEN_OWNER = 'FDO'
+NT_FDO_DLOPEN_METADATA = 0x407C0C0A
+
+
+def dlopened(path: Path) -> list[str]:
+    """The sonames `path`'s dlopen metadata names: the libraries it opens at run time."""
+    with path.open('rb') as f:
+        section = ELFFile(f).get_section_by_name(DLOPEN_SECTION)
+        if section is None:
+            return []
+        sonames = []
+        for note in section.iter_notes():
+            if note['n_name'] != DLOPEN_OWNER or note['n_type'] != NT_FDO_DLOPEN_METADATA:
+                continue
+            desc = note['n_desc']
+            text = desc.decode() if isinstance(desc, bytes) else desc
+            for feature in json.loads(text.rstrip('\0')):
+                sonames.extend(feature['soname'])
+        return sonames
 
 
 def library_dirs(binary: Path) -> list[Path]:

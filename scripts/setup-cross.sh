@@ -27,8 +27,9 @@ if ! dpkg --print-foreign-architectures | grep -qx "$debian_arch"; then
 fi
 need_apt=()
 command -v "$triplet-gcc" >/dev/null || need_apt+=("gcc-$triplet")
-dpkg -s "libjavascriptcoregtk-4.1-dev:$debian_arch" >/dev/null 2>&1 \
-  || need_apt+=("libjavascriptcoregtk-4.1-dev:$debian_arch")
+# The library the wheel bundles (scripts/repair_wheel.py); not linked, so no headers.
+dpkg -s "libjavascriptcoregtk-4.1-0:$debian_arch" >/dev/null 2>&1 \
+  || need_apt+=("libjavascriptcoregtk-4.1-0:$debian_arch")
 command -v "$triplet-pkg-config" >/dev/null || need_apt+=("pkgconf:$debian_arch")
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup-cross: installing ${need_apt[*]}" >&2

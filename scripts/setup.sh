@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building mcp-run-python needs, and is quick when all is already there:
-#  - the JavaScriptCore C API (Debian/Ubuntu package libjavascriptcoregtk-4.1-dev) and pkg-config;
+#  - JavaScriptCore (Debian/Ubuntu package libjavascriptcoregtk-4.1-0), which the workers open at
+#    run time (src/engine/library.rs; it is not linked, so building needs no headers);
 #  - pyodide@314.0.7 from the npm registry, its tarball checked against the pinned sha512
 #    integrity (docs/architecture.md §7), unpacked into pyodide-assets/ (or $PYODIDE_ASSETS_DIR).
 set -euo pipefail
@@ -13,8 +14,7 @@ ASSETS_DIR="${PYODIDE_ASSETS_DIR:-$PWD/pyodide-assets}"
 FILES="pyodide.js pyodide.asm.mjs pyodide.asm.wasm python_stdlib.zip pyodide-lock.json"
 
 need_apt=()
-pkg-config --exists javascriptcoregtk-4.1 2>/dev/null || need_apt+=(libjavascriptcoregtk-4.1-dev)
-command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+dpkg -s libjavascriptcoregtk-4.1-0 >/dev/null 2>&1 || need_apt+=(libjavascriptcoregtk-4.1-0)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}" >&2
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

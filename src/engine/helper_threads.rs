@@ -8,8 +8,9 @@
 //! No engine option sets that timeout, but both `AutomaticThread` constructors are exported by
 //! libjavascriptcoregtk and every construction in the library calls them through its PLT (5 call
 //! sites in 2.50.6). This binary exports constructors of the same names (build.rs), which the
-//! dynamic linker binds those calls to; each forwards to the library's own (found with
-//! `dlsym(RTLD_NEXT)`) with the timeout shortened to [`set_idle_timeout`]'s, when one is set.
+//! dynamic linker binds those calls to when it opens the library (`library.rs`: this binary's
+//! definitions come first in the lookup); each forwards to the library's own (found in the
+//! library's handle) with the timeout shortened to [`set_idle_timeout`]'s, when one is set.
 //! Nothing else about the threads changes: they end by the library's own timeout path, so their
 //! state after it is the state after a natural 10 s timeout, and the zygote still forks only
 //! once `/proc` shows a single thread.
@@ -30,8 +31,9 @@ static SHORTENED: AtomicUsize = AtomicUsize::new(0);
 
 /// Shortens the idle timeout of every engine helper thread made from now on, in this process
 /// and in processes forked from it (which inherit the threads' objects, timeout included).
-/// Call it before the first engine is made: the compiler and collector threads' objects are
-/// made with the first context and live for the process.
+/// Call it after the engine's library is opened (`super::library::open`: the library's own
+/// constructors are found then) and before the first engine is made: the compiler and
+/// collector threads' objects are made with the first context and live for the process.
 pub fn set_idle_timeout(timeout: Duration) {
     // Resolve the library's constructors now, not inside a helper's construction.
     let _ = real_constructors();
@@ -81,16 +83,18 @@ struct Real {
 fn real_constructors() -> &'static Real {
     static REAL: OnceLock<Real> = OnceLock::new();
     REAL.get_or_init(|| {
-        // SAFETY: dlsym with RTLD_NEXT and NUL-terminated names only looks symbols up; each is
-        // the named constructor, whose C ABI the types above spell out.
+        let plain = super::library::own_symbol(CONSTRUCTOR);
+        let typed = super::library::own_symbol(TYPED_CONSTRUCTOR);
+        // SAFETY: each non-null address is the library's named constructor, whose C ABI the
+        // types above spell out.
         unsafe {
-            let plain = libc::dlsym(libc::RTLD_NEXT, CONSTRUCTOR.as_ptr());
-            let typed = libc::dlsym(libc::RTLD_NEXT, TYPED_CONSTRUCTOR.as_ptr());
             Real {
-                plain: (!plain.is_null())
-                    .then(|| std::mem::transmute::<*mut c_void, Constructor>(plain)),
-                typed: (!typed.is_null())
-                    .then(|| std::mem::transmute::<*mut c_void, TypedConstructor>(typed)),
+                plain: plain
+                    .filter(|p| !p.is_null())
+                    .map(|p| std::mem::transmute::<*mut c_void, Constructor>(p)),
+                typed: typed
+                    .filter(|p| !p.is_null())
+                    .map(|p| std::mem::transmute::<*mut c_void, TypedConstructor>(p)),
             }
         }
     })
@@ -146,9 +150,10 @@ mod tests {
     use super::*;
 
     /// Only a longer timeout is shortened, and only once a timeout is set; the library's
-    /// constructors are found (the test binary links the library too).
+    /// constructors are found in the opened library.
     #[test]
     fn only_longer_timeouts_are_shortened() {
+        super::super::library::open().expect("the engine's library");
         assert_eq!(chosen(10.0), 10.0);
         set_idle_timeout(Duration::from_millis(50));
         assert_eq!(chosen(10.0), 0.05);

@@ -11,12 +11,14 @@ pub mod allocator;
 mod ffi;
 pub mod helper_threads;
 mod host;
+mod library;
 mod mapped;
 mod value;
 
 use ffi::*;
 pub use host::{CallError, CallHandler, EmitSink, Rejection};
 use host::{Op, OpState, OwnedBytes};
+pub use library::{open as open_library, LibraryError};
 pub use mapped::MappedFile;
 use std::cell::RefCell;
 use std::ptr;
@@ -51,6 +53,9 @@ pub enum EngineError {
     /// JavaScriptCore could not create a context.
     #[error("JavaScriptCore could not create a context")]
     NoContext,
+    /// The engine's library cannot be used ([`open_library`]).
+    #[error(transparent)]
+    Library(#[from] LibraryError),
 }
 
 /// A JavaScript function the host keeps (protected from garbage collection) to call later with
@@ -116,8 +121,8 @@ pub const ZYGOTE_HELPER_IDLE: std::time::Duration = std::time::Duration::from_mi
 
 /// Engine settings of a zygote, the process that warms up once and forks interpreters
 /// (`worker::fork_server`): idle helper threads end after [`ZYGOTE_HELPER_IDLE`]. Call it
-/// before the first engine, which makes the helpers' objects; forked interpreters inherit
-/// them, and so the timeout.
+/// after [`open_library`] and before the first engine, which makes the helpers' objects;
+/// forked interpreters inherit them, and so the timeout.
 ///
 /// The engine's options stay the library's: they become read-only once the first context
 /// exists (writing one then faults) and every forked interpreter inherits them. A lower
@@ -129,10 +134,13 @@ pub fn configure_zygote() {
 }
 
 impl Engine {
-    /// Creates a context, installs `__host` and the unhandled-rejection hook.
+    /// Creates a context, installs `__host` and the unhandled-rejection hook; opens the
+    /// engine's library first if this process has not ([`open_library`]).
     ///
-    /// Errors: [`EngineError::NoContext`] if JavaScriptCore fails to create one.
+    /// Errors: [`EngineError::Library`] when the library cannot be used,
+    /// [`EngineError::NoContext`] if JavaScriptCore fails to create a context.
     pub fn new() -> Result<Self, EngineError> {
+        open_library()?;
         configure_engine();
         // SAFETY: plain C API calls on a context we own for our lifetime.
         unsafe {

@@ -58,6 +58,9 @@ pub fn main(args: WorkerArgs) -> Result<()> {
 pub(super) fn live(args: WorkerArgs) -> Result<()> {
     #[cfg(feature = "escape-test")]
     super::confine::request_escape_test(args.escape_test.as_deref());
+    // Before Landlock, which forbids reading the library's files; only this runtime's
+    // processes open it (`engine::open_library`).
+    crate::engine::open_library()?;
     let control = super::fork_server::control_socket(args.control_fd)?;
     // The zygote counts its threads before each fork; the file is opened before Landlock.
     let proc_status = match control {
