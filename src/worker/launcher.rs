@@ -311,8 +311,12 @@ impl Launcher {
     }
 
     /// First contact with the zygote service, at start-up: when it forks already, the first
-    /// worker is a fork; else it is started (when none runs) and waited for in the background.
-    /// Nothing for a zygote of this process's own, which starts after the first boot.
+    /// worker is a fork; when it warms up, it is waited for in the background. When none
+    /// runs, none is started yet: the first boot starts it ([`Launcher::launch`]), so that its
+    /// own boot and warm-up, which take both cores of a small machine for seconds, do not
+    /// slow the restore of this front's first interpreter (issue 49: the first call of the
+    /// day took 1.75 times as long as without the service). Nothing for a zygote of this
+    /// process's own, which starts after the first boot.
     pub async fn prepare(self: &Arc<Self>) {
         let Some((ZygoteSource::Shared(spec), slot)) = &self.zygote else {
             return;
@@ -320,12 +324,14 @@ impl Launcher {
         *slot.lock().unwrap_or_else(|p| p.into_inner()) = ZygoteState::Starting;
         let first = spec.clone();
         let reached =
-            tokio::task::spawn_blocking(move || service::reach(&first, FIRST_CONTACT_WAIT)).await;
+            tokio::task::spawn_blocking(move || service::reach_running(&first, FIRST_CONTACT_WAIT))
+                .await;
         let reached =
             reached.unwrap_or_else(|e| Err(service::ServiceError::Start(std::io::Error::other(e))));
         match reached {
-            Ok(Reached::Serving(zygote)) => self.zygote_started(Some(*zygote)).await,
-            Ok(Reached::Warming(warming)) => {
+            Ok(None) => *slot.lock().unwrap_or_else(|p| p.into_inner()) = ZygoteState::Idle,
+            Ok(Some(Reached::Serving(zygote))) => self.zygote_started(Some(*zygote)).await,
+            Ok(Some(Reached::Warming(warming))) => {
                 let launcher = self.clone();
                 tokio::spawn(async move {
                     let ready = warming.serving(SERVICE_WARM_TIMEOUT).await;

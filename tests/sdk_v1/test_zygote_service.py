@@ -31,6 +31,8 @@ pytestmark = pytest.mark.anyio
 
 # A debug build's service boots, warms up 5,000 calls and waits ~10 s for its engine threads.
 READY_TIMEOUT = 180
+# Seconds a front may take to start the service after its first boot (a process start).
+SERVICE_START_TIMEOUT = 10
 # How soon a service must notice a front's end and kill its workers (the issue's bound: 1 s),
 # plus the time `zygote status` takes to start a process and ask.
 WORKER_GONE_TIMEOUT = 1.0
@@ -183,10 +185,10 @@ def one_service(runtime_dir):
 
 async def test_a_second_front_forks_from_the_first_ones_service_and_an_agent_runs_through_it(runtime_dir, tmp_path):
     with front(runtime_dir) as first:
-        # The first front serves its first call at once, booting its own interpreter, while
-        # the service it started warms up.
+        # The first front serves its first call at once, booting its own interpreter, and
+        # starts the service after that boot.
         assert "<return_value>\n2\n</return_value>" in first.run("1 + 1")
-        assert live_services(runtime_dir), "the first front started no service"
+        wait_until(lambda: live_services(runtime_dir), SERVICE_START_TIMEOUT, "the first front to start the service")
     lines = wait_ready(runtime_dir)
     service = one_service(runtime_dir)
     log = tmp_path / "second.log"
@@ -209,6 +211,29 @@ async def test_a_second_front_forks_from_the_first_ones_service_and_an_agent_run
         result = await agent.run("What is the sum of the numbers below ten?")
     assert result.output == f"tool said: {EXPECTED}"
     assert one_service(runtime_dir) == service, "the agent's front started another service"
+
+
+def test_the_first_front_starts_the_service_after_its_first_boot_and_a_front_meanwhile_answers(runtime_dir, tmp_path):
+    """With no service running, a front boots its first interpreter before it starts one, so
+    that the service's boot and warm-up do not slow that first call (issue 49); a front that
+    comes while the service warms up answers from an interpreter of its own."""
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    with open(first_log, "wb") as errlog, front(runtime_dir, stderr=errlog) as first:
+        assert "<return_value>\n2\n</return_value>" in first.run("1 + 1")
+        (service,) = wait_until(lambda: live_services(runtime_dir), SERVICE_START_TIMEOUT,
+                                "the first front to start the service")
+        code, lines = zygote_services(runtime_dir)
+        assert code == 0 and ", ready," not in lines[0], f"the service was ready too soon for this test: {lines}"
+        with open(second_log, "wb") as errlog2, front(runtime_dir, stderr=errlog2) as second:
+            assert "<return_value>\n3\n</return_value>" in second.run("1 + 2")
+            assert children(second.proc.pid), "the second front's first call did not run in its own interpreter"
+        assert live_services(runtime_dir) == [service], "the second front started another service"
+    text = first_log.read_text()
+    booted = text.index("sandbox worker ready")
+    started = text.index("started the zygote service")
+    assert booted < started, text
+    assert "started the zygote service" not in second_log.read_text()
+    wait_ready(runtime_dir)
 
 
 def test_a_peer_of_another_uid_is_refused(runtime_dir):

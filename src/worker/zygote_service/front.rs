@@ -80,7 +80,7 @@ pub enum Reached {
     Warming(Warming),
 }
 
-/// Finds this key's service (starting one when none runs) and waits up to `wait` for it to
+/// Finds this key's service, starting one when none runs, and waits up to `wait` for it to
 /// fork. Blocking: run it on a blocking thread.
 ///
 /// Errors: [`ServiceError`].
@@ -94,6 +94,28 @@ pub fn reach(spec: &ServiceSpec, wait: Duration) -> Result<Reached, ServiceError
         }
         Err(e) => return Err(e),
     };
+    wait_for(spec, conn, pid, wait)
+}
+
+/// [`reach`], but only a service that runs: `None` when none does (none is started).
+///
+/// Errors: [`ServiceError`], but for nothing listening.
+pub fn reach_running(spec: &ServiceSpec, wait: Duration) -> Result<Option<Reached>, ServiceError> {
+    spec.place.prepare()?;
+    match hello(spec) {
+        Ok((conn, pid)) => wait_for(spec, conn, pid, wait).map(Some),
+        Err(ServiceError::Connect(..)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits up to `wait` for the service that said hello on `conn` to fork.
+fn wait_for(
+    spec: &ServiceSpec,
+    conn: OwnedFd,
+    pid: u32,
+    wait: Duration,
+) -> Result<Reached, ServiceError> {
     let warming = Warming {
         conn,
         pid,
