@@ -14,6 +14,9 @@ the same process:
    run's, which the blocks rebind);
 4. a pure-Python loop, `x = 0; for i in range(3 * 10**6): x += i`: Monty, a session of a warm
    pool; ours, a sandbox already open (both after one untimed run of the loop);
+5. the first call with no service running (the first front of the day, or after
+   `--zygote-idle-exit`), the memory snapshot cached: as row 1, but the service is stopped
+   before each run, against `--no-shared-zygote` in turn (Monty has no service: its row 1);
 
 against two baselines: CPython in a subprocess (`python3 -c`, start included) and in-process
 `exec` (no start at all). Ours comes in two variants: the per-host zygote service warm (the
@@ -271,6 +274,27 @@ async def ours_rows(extra, runs):
     return {"cold": p50_ms(cold), "agent_fresh": p50_ms(fresh), "agent_open": p50_ms(warm), "loop": p50_ms(loop)}
 
 
+async def first_call_rows(binary, runs):
+    """Row 5: p50 (ms) of row 1 with no service running (stopped before each run), and the same
+    with `--no-shared-zygote`, interleaved."""
+    from mcp_run_python import code_sandbox
+
+    async def cold(extra):
+        t = time.perf_counter()
+        async with code_sandbox(extra_args=extra) as sandbox:
+            assert check(await sandbox.eval("1 + 1"))["return_value"] == 2
+            return time.perf_counter() - t
+
+    first, own = [], []
+    for _ in range(runs.fast):
+        stopped = zygote(binary, "stop")
+        if stopped.returncode != 0 or not service_gone(binary):
+            raise SystemExit(f"`zygote stop` left a service running: {stopped.stdout}{stopped.stderr}")
+        first.append(await cold([]))
+        own.append(await cold(["--no-shared-zygote"]))
+    return p50_ms(first), p50_ms(own)
+
+
 def has_shared_zygote(binary):
     """Whether the binary knows `--no-shared-zygote` (and so runs the per-host service)."""
     out = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=60)
@@ -314,6 +338,8 @@ ROWS = [
     ("agent_fresh", "2. agent run from nothing: open, 10 REPL blocks, close", "Monty: new pool"),
     ("agent_open", "3. agent run in an open sandbox: the same 10 blocks", "Monty: warm-pool checkout"),
     ("loop", "4. loop `for i in range(3*10**6): x += i`, open sandbox", "Monty: warm-pool session"),
+    ("first_call", "5. first call, no service running: as 1, service stopped before each run",
+     "Monty: as 1"),
 ]
 COLUMNS = [
     ("monty", "Monty"),
@@ -399,9 +425,14 @@ async def main():
         async with code_sandbox(extra_args=own) as sandbox:
             check(await sandbox.eval("1 + 1"))
         results["own"] = await ours_rows(own, runs)
+        # Row 5: what rows 1 of CPython and Monty measure is already their first call.
+        for column in ("monty", "python3", "exec"):
+            results[column]["first_call"] = results[column]["cold"]
         if service:
+            results["service"] = {}
+            results["service"]["first_call"], results["own"]["first_call"] = await first_call_rows(binary, runs)
             await warm_service(binary)
-            results["service"] = await ours_rows([], runs)
+            results["service"].update(await ours_rows([], runs))
         else:
             results["service"] = SERVICE_NA
     finally:

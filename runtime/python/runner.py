@@ -499,6 +499,9 @@ _kept_runs = 0
 _last_scan = None
 
 
+# Microseconds in a second.
+_MICROS = 1_000_000
+
 def _fresh_globals():
     return {"__name__": "__main__", "__builtins__": builtins}
 
@@ -536,6 +539,9 @@ class _Call:
         linecache.cache[self.filename] = (len(code), None, code.splitlines(True), self.filename)
         self.saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = self.out, self.err
+        # The code's own time starts here, once its globals are set (src/protocol/messages.rs
+        # `RunOutcome.code_us`, the per-call timing line).
+        self.started = time.perf_counter()
 
     def success(self, value):
         """The result for ``value``; may raise (a user ``__repr__``), which is then the error."""
@@ -562,6 +568,7 @@ class _Call:
     def close(self, result):
         """Saves open figures (``keep_globals``), flushes the output, puts the streams back
         and returns ``result`` as JSON text."""
+        result["code_us"] = int((time.perf_counter() - self.started) * _MICROS)
         if self.files_before is not None:
             _save_figures(_kept_runs)
         try:

@@ -19,6 +19,8 @@ pub(super) fn error_outcome(error: String, fatal: bool) -> RunOutcome {
         written: Vec::new(),
         refresh: Vec::new(),
         image_bytes: Vec::new(),
+        code_us: 0,
+        worker_us: 0,
     }
 }
 

@@ -22,6 +22,12 @@ use crate::protocol::{read_frame, CallId, Frame, FrameLimits, Reply, Request, Ru
 use anyhow::{bail, Result};
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// `duration` in whole microseconds, saturated.
+pub(super) fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
 
 /// Serves the front's requests until it closes the input or the code ends the interpreter.
 /// `forked`: a worker forked by the zygote, whose allocator's scavenger stays suspended
@@ -210,8 +216,9 @@ pub(super) fn serve(interpreter: &mut impl Interpreter, frame: Frame<Request>) -
     }
 }
 
-/// Sends `outcome`, the run of call `id`, with the images it made, each read by `read` (at
-/// most `image_cap` bytes): [`Served::Ran`]. An outcome that ended the interpreter (os._exit,
+/// Sends `outcome`, the run of call `id` begun at `started`, with the images it made, each read
+/// by `read` (at most `image_cap` bytes): [`Served::Ran`]. The outcome carries the time since
+/// `started` ([`RunOutcome::worker_us`]). An outcome that ended the interpreter (os._exit,
 /// os.abort, a fatal runtime error) is sent alone, as the call's result, and the worker stops
 /// ([`Served::Ended`]); the front starts a new one.
 ///
@@ -219,9 +226,11 @@ pub(super) fn serve(interpreter: &mut impl Interpreter, frame: Frame<Request>) -
 pub(super) fn send_ran(
     id: CallId,
     mut outcome: RunOutcome,
+    started: Instant,
     image_cap: usize,
     read: impl FnMut(&str, usize) -> Option<Vec<u8>>,
 ) -> Result<Served> {
+    outcome.worker_us = micros(started.elapsed());
     if outcome.fatal {
         send(&Reply::Ran { id, outcome })?;
         return Ok(Served::Ended);
@@ -335,6 +344,7 @@ impl Interpreter for Serving {
     }
 
     fn run(&mut self, id: CallId, run: RunArgs<'_>, image_cap: usize) -> Result<Served> {
+        let started = Instant::now();
         *self.host.running.borrow_mut() = Running {
             id: Some(id),
             output_cap: run.output_cap,
@@ -346,7 +356,7 @@ impl Interpreter for Serving {
             Err(e) => engine_outcome(&e),
         };
         let (engine, runner, file_in) = (&mut self.engine, &self.runner, &self.host.file_in);
-        send_ran(id, outcome, image_cap, |path, cap| {
+        send_ran(id, outcome, started, image_cap, |path, cap| {
             read_file(engine, runner, file_in, id, path, cap).ok()
         })
     }

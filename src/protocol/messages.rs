@@ -581,6 +581,16 @@ pub struct RunOutcome {
     /// The bytes of `images`, taken from the frame's attachments by the front (never encoded).
     #[serde(skip)]
     pub image_bytes: Vec<Vec<u8>>,
+    /// Microseconds the code took, with its result's text, as the runner measured them: for
+    /// the per-call timing line (`call::CallTiming`, issue 49). 0 when the runtime failed
+    /// before the code ran.
+    #[serde(default)]
+    pub code_us: u64,
+    /// Microseconds the worker spent on the run, from the decoded request to this outcome
+    /// (the engine's entry into the runtime and back, the runner, the code); set by the worker
+    /// before it encodes the reply. Timing only: never trusted for anything else.
+    #[serde(default)]
+    pub worker_us: u64,
 }
 
 #[cfg(test)]

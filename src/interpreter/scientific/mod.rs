@@ -423,6 +423,7 @@ impl Interpreter for Scientific {
     }
 
     fn run(&mut self, id: CallId, run: RunArgs<'_>, image_cap: usize) -> Result<Served> {
+        let started = std::time::Instant::now();
         let request = json!({
             "op": "run",
             "code": run.code,
@@ -448,7 +449,7 @@ impl Interpreter for Scientific {
             }),
             Err(e) => Scientific::failed_run(e),
         };
-        send_ran(id, outcome, image_cap, |path, cap| {
+        send_ran(id, outcome, started, image_cap, |path, cap| {
             self.read_guest_file(path, cap).ok()
         })
     }

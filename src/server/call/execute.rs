@@ -260,13 +260,15 @@ impl Executor {
             }
         };
         tokio::pin!(stop);
+        let queued_at = std::time::Instant::now();
         let turn = self
             .take_turn(sandbox, arrival, stop.as_mut())
             .instrument(traces::step("queue"))
             .await;
+        let queued = queued_at.elapsed();
         let (mut held, _permit) = match turn {
             Ok(turn) => turn,
-            Err(early) => return early.into_result(),
+            Err(early) => return early.into_result().map(|result| *result),
         };
         let mut on_output = on_output;
         // A worker that turns out to have ended before it took the call (killed between
@@ -289,7 +291,10 @@ impl Executor {
                 Attempt::Vanished => vanished = true,
                 Attempt::Done(result) => {
                     sandbox.end_call();
-                    return result;
+                    return result.map(|mut result| {
+                        result.timing.queue = queued;
+                        *result
+                    });
                 }
             }
         }
@@ -307,17 +312,19 @@ impl Executor {
     ) -> Attempt {
         let mut result = CallResult::new(Outcome::Success(None));
         let stateful = self.keeps_state();
+        let started = std::time::Instant::now();
         if let Err(early) = self
             .ready_worker(held, sandbox, stateful, vanished, stop.as_mut())
             .await
         {
             return Attempt::Done(early.into_result());
         }
+        result.timing.interpreter = started.elapsed();
         if stateful {
             result.state = sandbox.notes.take();
         }
         let Some(worker) = held.slot().as_mut() else {
-            return Attempt::Done(Some(run_error(WorkerError::Closed)));
+            return Attempt::Done(Some(Box::new(run_error(WorkerError::Closed))));
         };
         result.note = worker.stand_in_for.take();
         let mark = worker.replies_read();
@@ -336,7 +343,7 @@ impl Executor {
         }
         self.settle(held, sandbox, stateful, verdict, &mut result)
             .await;
-        Attempt::Done(verdict.map(|_| result))
+        Attempt::Done(verdict.map(|_| Box::new(result)))
     }
 
     /// Waits for the call's turn ([`Queue::turn`]), counted as waiting meanwhile: the
@@ -352,14 +359,14 @@ impl Executor {
     ) -> Result<(Held, OwnedSemaphorePermit), Early> {
         let waiting = match self.queue.admit(self.settings.limits.max_queue) {
             Ok(waiting) => waiting,
-            Err(full) => return Err(Early::Failed(run_error(full))),
+            Err(full) => return Err(Early::Failed(Box::new(run_error(full)))),
         };
         let turn = self.queue.turn(sandbox, arrival);
         let queued_at = std::time::Instant::now();
         let turn = tokio::select! {
             t = turn => match t {
                 Some(t) => t,
-                None => return Err(Early::Failed(run_error(WorkerError::Closed))),
+                None => return Err(Early::Failed(Box::new(run_error(WorkerError::Closed)))),
             },
             _ = &mut stop => return Err(Early::Stopped),
         };
@@ -414,7 +421,7 @@ impl Executor {
             w = self.take_worker(sandbox).instrument(traces::step("interpreter")) => w,
             _ = &mut stop => return Err(Early::Stopped),
         };
-        let mut w = fresh.map_err(|e| Early::Failed(run_error(e)))?;
+        let mut w = fresh.map_err(|e| Early::Failed(Box::new(run_error(e))))?;
         if stateful {
             let why = if died {
                 Restart::Died
@@ -535,16 +542,19 @@ impl Executor {
             Err(e) => return failed(result, e),
         };
         let scanned = scan_started.elapsed();
+        result.timing.scan = scanned;
         result.dependencies = if inferred {
             self.not_given(&requirements, sandbox_deps).await
         } else {
             requirements.clone()
         };
-        if let Some(verdict) = self
+        let install_started = std::time::Instant::now();
+        let installed = self
             .install_phase(worker, sandbox, &requirements, result)
             .instrument(traces::step("install"))
-            .await
-        {
+            .await;
+        result.timing.install = install_started.elapsed();
+        if let Some(verdict) = installed {
             return verdict;
         }
 
@@ -558,13 +568,16 @@ impl Executor {
             limit: timeout,
             phase: Phase::Running,
         };
+        let run_started = std::time::Instant::now();
         let outcome = self
             .run_code(worker, sandbox, code, globals, run_deadline, collect)
             .instrument(traces::step("run"))
             .await;
+        result.timing.run = run_started.elapsed();
         result.output = output;
         match outcome {
             RunEnd::Ran(Ok(outcome)) => {
+                result.timing.set_worker(outcome.worker_us, outcome.code_us);
                 let fatal = read_outcome(outcome, result, listing);
                 self.verdict(worker, fatal)
             }
@@ -816,21 +829,22 @@ struct Call<'a> {
 enum Attempt {
     /// Its worker had ended before it took the call: the call is to be sent to a new one.
     Vanished,
-    /// What [`Executor::run`] answers.
-    Done(Option<CallResult>),
+    /// What [`Executor::run`] answers (boxed: a result is large, the other variant empty).
+    Done(Option<Box<CallResult>>),
 }
 
 /// How a call ended before its code ran.
 enum Early {
     /// It was cancelled, or its sandbox ended: no result is due.
     Stopped,
-    /// It could not run: the result says why.
-    Failed(CallResult),
+    /// It could not run: the result says why (boxed: a result is large, the other variant
+    /// empty).
+    Failed(Box<CallResult>),
 }
 
 impl Early {
     /// What [`Executor::run`] answers for it.
-    fn into_result(self) -> Option<CallResult> {
+    fn into_result(self) -> Option<Box<CallResult>> {
         match self {
             Early::Stopped => None,
             Early::Failed(result) => Some(result),

@@ -3,6 +3,8 @@
 //! builds it; [`crate::server::tools::format`] renders it as the tool's answer, and nothing
 //! here knows how.
 
+use std::time::Duration;
+
 /// How a call ended, as the result's `status` words it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -169,6 +171,70 @@ pub struct CallResult {
     /// What the front did for the call that the caller should know of: it ran in a stand-in
     /// interpreter, the first having failed as it booted. `None` almost always.
     pub note: Option<String>,
+    /// Where the call's time went, for the debug line (never in the result).
+    pub timing: CallTiming,
+}
+
+/// Where a call's time went, in the front and in its worker: the debug line `call timing`
+/// ([`CallTiming::line`], target [`TIMING_TARGET`]; issue 49, the call path measured before it
+/// is cut). A part the call did not reach is zero. The worker's two figures are its own word
+/// (`RunOutcome::worker_us`, `code_us`): only ever printed, and bounded by what the front
+/// measured around them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CallTiming {
+    /// Waiting for the call's turn: the sandbox's worker slot, then a running slot.
+    pub queue: Duration,
+    /// Getting a live interpreter: a spare, a fork, a restore.
+    pub interpreter: Duration,
+    /// Finding the code's imports (a round trip to the worker, or none).
+    pub scan: Duration,
+    /// Installing its requirements.
+    pub install: Duration,
+    /// The run's round trip as the front saw it: the request's encoding and write, the
+    /// worker's read and decode, its run, the reply's encoding, read and decode.
+    pub run: Duration,
+    /// Of `run`, the worker's own time on it: the engine's entry into the runtime and back,
+    /// the runner, the code.
+    pub worker: Duration,
+    /// Of `worker`, the code's, with its result's text.
+    pub code: Duration,
+}
+
+/// The log target of the `call timing` line: `RUST_LOG=mcp_run_python::timing=debug` shows it
+/// alone.
+pub const TIMING_TARGET: &str = "mcp_run_python::timing";
+
+impl CallTiming {
+    /// The worker's figures, as the outcome gives them in microseconds.
+    pub fn set_worker(&mut self, worker_us: u64, code_us: u64) {
+        self.worker = Duration::from_micros(worker_us);
+        self.code = Duration::from_micros(code_us);
+    }
+
+    /// The line, in microseconds, for a call that took `total` in the front's tool handler:
+    /// `call timing (µs): total T = queue Q + interpreter I + scan S + install N + run R
+    /// (frames and pipes F + worker W (runtime entry and exit E + code C)) + rest O`, where the
+    /// rest is the handler's own work (its arguments, the sandbox, the result's rendering).
+    pub fn line(&self, total: Duration) -> String {
+        let us = |d: Duration| d.as_micros();
+        let worker = self.worker.min(self.run);
+        let code = self.code.min(worker);
+        let parts = self.queue + self.interpreter + self.scan + self.install + self.run;
+        format!(
+            "call timing (µs): total {} = queue {} + interpreter {} + scan {} + install {} + run {} (frames and pipes {} + worker {} (runtime entry and exit {} + code {})) + rest {}",
+            us(total),
+            us(self.queue),
+            us(self.interpreter),
+            us(self.scan),
+            us(self.install),
+            us(self.run),
+            us(self.run - worker),
+            us(worker),
+            us(worker - code),
+            us(code),
+            us(total.saturating_sub(parts)),
+        )
+    }
 }
 
 impl CallResult {
@@ -183,6 +249,7 @@ impl CallResult {
             images: Vec::new(),
             state: None,
             note: None,
+            timing: CallTiming::default(),
         }
     }
 
@@ -199,4 +266,35 @@ pub struct Image {
     pub mime: &'static str,
     /// The file's bytes, at most `--max-image-bytes`.
     pub bytes: Vec<u8>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The parts add up to the total, and a worker that claims more time than the front saw
+    /// around it is bounded by it: the line never underflows.
+    #[test]
+    fn the_timing_line_adds_up_and_bounds_the_workers_word() {
+        let mut timing = CallTiming {
+            queue: Duration::from_micros(10),
+            interpreter: Duration::from_micros(5),
+            run: Duration::from_micros(400),
+            ..CallTiming::default()
+        };
+        timing.set_worker(300, 100);
+        assert_eq!(
+            timing.line(Duration::from_micros(500)),
+            "call timing (µs): total 500 = queue 10 + interpreter 5 + scan 0 + install 0 + run 400 (frames and pipes 100 + worker 300 (runtime entry and exit 200 + code 100)) + rest 85"
+        );
+        timing.set_worker(u64::MAX / 2_000_000, u64::MAX / 1_000_000);
+        let line = timing.line(Duration::from_micros(1));
+        assert!(
+            line.contains(
+                "run 400 (frames and pipes 0 + worker 400 (runtime entry and exit 0 + code 400))"
+            ),
+            "{line}"
+        );
+        assert!(line.ends_with("+ rest 0"), "{line}");
+    }
 }

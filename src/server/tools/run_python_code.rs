@@ -19,7 +19,7 @@ use crate::protocol::Stream;
 use crate::sandbox::arrival::Arrival;
 use crate::sandbox::handle::SandboxId;
 use crate::server::call::execute::OutputSink;
-use crate::server::call::result::CallResult;
+use crate::server::call::result::{CallResult, TIMING_TARGET};
 use crate::server::handler::RunPythonServer;
 use crate::server::tasks::CallTimeout;
 use crate::server::transport::request_streams::RequestStream;
@@ -483,6 +483,7 @@ impl RunPythonServer {
         request: &CallToolRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let started = std::time::Instant::now();
         let Some(mut result) = self.run_in(arguments, &in_use, request, context).await? else {
             return Err(McpError::internal_error(
                 "the call was cancelled (its interpreter was stopped)",
@@ -498,7 +499,10 @@ impl RunPythonServer {
         if result.files_changed {
             self.files_changed(&in_use, context).await;
         }
-        Ok(self.answer(result, &in_use).into())
+        let timing = result.timing;
+        let answer = self.answer(result, &in_use).into();
+        tracing::debug!(target: TIMING_TARGET, "{}", timing.line(started.elapsed()));
+        Ok(answer)
     }
 }
 
