@@ -82,6 +82,9 @@ sys.exit(main())
 ARCHES = {'EM_X86_64': 'x86_64', 'EM_AARCH64': 'aarch64'}
 TRIPLETS = {'EM_X86_64': 'x86_64-linux-gnu', 'EM_AARCH64': 'aarch64-linux-gnu'}
 GLIBC_VERSION = re.compile(r'^GLIBC_2\.(\d+)$')
+# Version names that stand for a glibc release without spelling it: packed relative
+# relocations (`DT_RELR`, build.rs) came with glibc 2.36.
+GLIBC_FEATURE_MINORS = {'GLIBC_ABI_DT_RELR': 36}
 OLDEST_MANYLINUX_MINOR = 17
 
 
@@ -223,6 +226,7 @@ def platform_tag(files: list[Path]) -> str:
                         m = GLIBC_VERSION.match(aux.name)
                         if m:
                             newest = max(newest, int(m.group(1)))
+                        newest = max(newest, GLIBC_FEATURE_MINORS.get(aux.name, 0))
     return f'manylinux_2_{newest}_{arch}'
 
 

@@ -215,13 +215,38 @@ pub async fn serve(server: RunPythonServer) -> Result<()> {
     Ok(())
 }
 
+/// Where this process's standard input and output are found again as pipes: opening one of
+/// these gives a new open file description of the same pipe, non-blocking, so that the
+/// original descriptions (which the client's side may share) keep their flags.
+const STDIN_PIPE: &str = "/proc/self/fd/0";
+const STDOUT_PIPE: &str = "/proc/self/fd/1";
+
+/// Standard input to read lines from: when it is a pipe (what MCP clients give a stdio server)
+/// a non-blocking description of it ([`STDIN_PIPE`]), read through tokio's reactor; else (a
+/// socket, a terminal, a file) tokio's `stdin`, whose every read is a trip to a blocking
+/// thread and back, tens of microseconds of each call (issue 49).
+fn stdin_reader() -> Box<dyn tokio::io::AsyncRead + Unpin + Send> {
+    match tokio::net::unix::pipe::OpenOptions::new().open_receiver(STDIN_PIPE) {
+        Ok(pipe) => Box::new(pipe),
+        Err(_) => Box::new(tokio::io::stdin()),
+    }
+}
+
+/// Standard output to write lines to, as [`stdin_reader`] finds standard input.
+fn stdout_writer() -> Box<dyn tokio::io::AsyncWrite + Unpin + Send> {
+    match tokio::net::unix::pipe::OpenOptions::new().open_sender(STDOUT_PIPE) {
+        Ok(pipe) => Box::new(pipe),
+        Err(_) => Box::new(tokio::io::stdout()),
+    }
+}
+
 /// Writes each line of `lines` to stdout, with its newline, until the channel closes or
 /// stdout fails.
 async fn write_lines(mut lines: tokio::sync::mpsc::UnboundedReceiver<String>) {
-    let mut stdout = tokio::io::stdout();
+    let mut stdout = stdout_writer();
     while let Some(mut line) = lines.recv().await {
-        // One write per message: each write of tokio's stdout is a trip to a blocking
-        // thread, and the client waits for the newline.
+        // One write per message: where stdout is not a pipe, each write of tokio's stdout is
+        // a trip to a blocking thread, and the client waits for the newline.
         line.push('\n');
         let written = async {
             stdout.write_all(line.as_bytes()).await?;
@@ -266,7 +291,7 @@ async fn read_messages(
 ) {
     // The same bound as an HTTP request body: a line carries one message with the code in it.
     let max_line_bytes = crate::server::transport::http::max_body_bytes(stamper.max_code_bytes);
-    let mut stdin = BufReader::new(tokio::io::stdin());
+    let mut stdin = BufReader::new(stdin_reader());
     let mut start = Start::Undecided;
     // A read error (stdin gone bad) ends the session like the end of the stream.
     while let Ok(read) = read_line(&mut stdin, max_line_bytes).await {
