@@ -6,17 +6,14 @@ The API of the Deno original's `mcp_run_python.code_sandbox`, on this server.
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, Union, cast
+from typing import Any, Literal, TypedDict, Union, cast
 
 from ._binary import binary_path, scientific_env, server_args
+from ._client import StdioClient, stdio_client
 from ._functions import FunctionServer, Resolver
-
-if TYPE_CHECKING:
-    from mcp import ClientSession
 
 __all__ = 'CodeSandbox', 'RunSuccess', 'RunError', 'LogHandler', 'LoggingLevel', 'code_sandbox'
 
@@ -57,7 +54,7 @@ class CodeSandbox:
     `None` and every `eval` starts from fresh globals.
     """
 
-    _session: ClientSession
+    _session: StdioClient
     sandbox_id: str | None = None
 
     async def eval(self, code: str, globals: dict[str, Any] | None = None) -> RunSuccess | RunError:
@@ -76,7 +73,8 @@ class CodeSandbox:
 
         Raises:
             ValueError: the server answered with something other than one text block.
-            mcp.McpError: the server refused the call (e.g. the code is over `--max-code-size`).
+            mcp.shared.exceptions.McpError (`MCPError` in mcp 2.x): the server refused the
+                call (e.g. the code is over `--max-code-size`).
         """
         arguments: dict[str, Any] = {'python_code': code}
         if globals is not None:
@@ -84,10 +82,11 @@ class CodeSandbox:
         if self.sandbox_id is not None:
             arguments['sandbox_id'] = self.sandbox_id
         result = await self._session.call_tool('run_python_code', arguments)
-        block = result.content[0] if result.content else None
-        if block is None or block.type != 'text':
-            raise ValueError(f'unexpected tool result: {result.content!r}')
-        parsed: dict[str, Any] = json.loads(block.text)
+        content = result.get('content') or []
+        block = content[0] if content else None
+        if not isinstance(block, dict) or block.get('type') != 'text':
+            raise ValueError(f'unexpected tool result: {content!r}')
+        parsed: dict[str, Any] = json.loads(block['text'])
         # The sandbox is named by `self.sandbox_id`; the result keeps the original's keys.
         parsed.pop('sandbox_id', None)
         return cast('RunSuccess | RunError', parsed)
@@ -171,24 +170,19 @@ async def code_sandbox(
         yield CodeSandbox(session, sandbox_id)
 
 
-async def _create_sandbox(session: ClientSession) -> str:
+async def _create_sandbox(session: StdioClient) -> str:
     """A new sandbox of a `--stateful` server: its handle."""
     return await _new_sandbox(session, 'create_sandbox', {})
 
 
-async def _new_sandbox(session: ClientSession, tool: str, arguments: dict[str, Any]) -> str:
+async def _new_sandbox(session: StdioClient, tool: str, arguments: dict[str, Any]) -> str:
     """The handle of the sandbox that `tool` (`create_sandbox`, `fork_sandbox`) made."""
     made = await session.call_tool(tool, arguments)
-    # mcp 2.x names the fields in snake case; 1.x in camel case.
-    is_error = getattr(made, 'is_error', None)
-    if is_error is None:
-        is_error = made.isError
-    structured = getattr(made, 'structured_content', None)
-    if structured is None:
-        structured = made.structuredContent
-    if is_error or not isinstance(structured, dict):
-        words = ' '.join(getattr(block, 'text', '') for block in made.content or [])
-        raise ValueError(f'the server made no sandbox: {words or made.content!r}')
+    structured = made.get('structuredContent')
+    if made.get('isError') or not isinstance(structured, dict):
+        content = made.get('content') or []
+        words = ' '.join(str(block.get('text', '')) for block in content if isinstance(block, dict))
+        raise ValueError(f'the server made no sandbox: {words or content!r}')
     return str(structured['sandbox_id'])
 
 
@@ -202,47 +196,34 @@ async def _session(
     resolve: Resolver,
     extra_args: Sequence[str],
     runtime: str = 'pyodide',
-) -> AsyncIterator[ClientSession]:
-    """The binary in stdio mode (JSON results) with an initialized client session; with
-    `functions`, it reaches them (`resolve` picks the callable per sandbox) over a private
-    socket (`--functions-socket`)."""
-    from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import get_default_environment, stdio_client
-
+) -> AsyncIterator[StdioClient]:
+    """The binary in stdio mode (JSON results) with an initialized session of the lean client
+    (`_client.py`); with `functions`, it reaches them (`resolve` picks the callable per
+    sandbox) over a private socket (`--functions-socket`)."""
     async with AsyncExitStack() as stack:
         function_args: list[str] = []
         if functions:
             path = await stack.enter_async_context(FunctionServer(functions, resolve).listening())
             function_args = ['--functions-socket', path]
-        found = scientific_env()
-        params = StdioServerParameters(
-            command=binary_path(),
-            env={**get_default_environment(), **found} if found else None,
-            args=server_args(
-                'stdio',
-                dependencies=dependencies,
-                return_mode='json',
-                allow_networking=allow_networking,
-                extra_args=[*function_args, *extra_args],
-                runtime=runtime,
-            ),
+        args = server_args(
+            'stdio',
+            dependencies=dependencies,
+            return_mode='json',
+            allow_networking=allow_networking,
+            extra_args=[*function_args, *extra_args],
+            runtime=runtime,
         )
-        logging_callback = None
+        on_log = None
         if log_handler is not None:
             handler = log_handler
 
-            async def logging_callback(params: Any) -> None:
-                handler(params.level, params.data)
+            def on_log(level: str, data: Any) -> None:
+                handler(cast(LoggingLevel, level), data)
 
-        read, write = await stack.enter_async_context(stdio_client(params))
         session = await stack.enter_async_context(
-            ClientSession(read, write, logging_callback=logging_callback)
+            stdio_client(binary_path(), args, env=scientific_env() or None, on_log=on_log)
         )
-        await session.initialize()
         if log_handler is not None:
-            with warnings.catch_warnings():
-                # mcp 2.x deprecates MCP logging (SEP-2577); this server still sends the
-                # output lines as log messages, and the level is what turns them on.
-                warnings.simplefilter('ignore', DeprecationWarning)
-                await session.set_logging_level('debug')
+            # The output lines come as log messages once a level is set.
+            await session.set_logging_level('debug')
         yield session

@@ -28,7 +28,7 @@ from ._functions import sandbox_tag
 from ._sandbox import CodeSandbox, _create_sandbox, _session
 
 if TYPE_CHECKING:
-    from mcp import ClientSession
+    from ._client import StdioClient
 
 __all__ = 'CodeError', 'SandboxProvider'
 
@@ -73,7 +73,7 @@ class _Server:
         self.examples = dict(examples)
         self.options = options
         self.by_sandbox: dict[str, Mapping[str, Callable[..., Any]]] = {}
-        self.session: ClientSession | None = None
+        self.session: StdioClient | None = None
         self.failure: BaseException | None = None
         self.ready = asyncio.Event()
         self.stop = asyncio.Event()
