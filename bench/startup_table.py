@@ -30,7 +30,8 @@ XDG_CACHE_HOME (the download cache and memory snapshot) at a fresh temporary dir
 own, so that it starts and owns its own service; it warms the service (one `code_sandbox`, then
 `mcp-run-python zygote status` until a line says `ready`, up to 60 s) and always ends with
 `mcp-run-python zygote stop`. The `mcp` client passes a server only HOME, LOGNAME, PATH, SHELL,
-TERM and USER from the environment, so the bench adds those two variables to what it passes.
+TERM and USER from the environment (as `code_sandbox`'s own client does), so the bench adds those
+two variables to what it passes.
 
 It runs in a venv of its own, `.venv-bench` (`mcp` and `pydantic-monty`, pinned below; made or
 remade when the pins change, then the script runs again in it), with the package from `pysrc/`
@@ -217,18 +218,19 @@ def exec_rows(runs):
 # --- ours ------------------------------------------------------------------------------------
 
 def pass_environment(names):
-    """Makes the `mcp` stdio client pass `names` from this process's environment to the server
-    too (it passes only HOME, LOGNAME, PATH, SHELL, TERM and USER)."""
-    import mcp.client.stdio as stdio
+    """Makes `code_sandbox`'s client (`mcp_run_python._client`) pass `names` from this
+    process's environment to the server too (it passes only HOME, LOGNAME, PATH, SHELL, TERM and
+    USER, as the `mcp` SDK's stdio client does)."""
+    import mcp_run_python._client as client
 
-    default = stdio.get_default_environment
+    default = client.default_environment
 
     def environment():
         env = default()
         env.update({name: os.environ[name] for name in names if name in os.environ})
         return env
 
-    stdio.get_default_environment = environment
+    client.default_environment = environment
 
 
 def check(result):
