@@ -35,8 +35,9 @@ TERMINATION_TIMEOUT = 2.0
 MAX_LINE_BYTES = 1 << 30
 # JSON-RPC's "method not found", for requests of the server this client does not serve.
 METHOD_NOT_FOUND = -32601
-# What ended the connection when the server's output closed with requests unanswered.
-CONNECTION_CLOSED = -32000
+# The error of requests the server's closed output left unanswered, or made after it closed
+# (the SDK's code for a closed connection).
+CLOSED = {'code': -32000, 'message': 'the mcp-run-python server closed the connection'}
 
 OnLog = Callable[[str, Any], None]
 """Called with each `notifications/message`'s level and data."""
@@ -105,6 +106,8 @@ class StdioClient:
 
         Raises:
             the `mcp` SDK's error: the server refused, or closed its output first."""
+        if self._closed:
+            raise _refusal(CLOSED)
         self._next_id += 1
         request_id = self._next_id
         pending = self._pending[request_id] = _Pending()
@@ -156,14 +159,18 @@ class StdioClient:
         try:
             while True:
                 line = await self._stdout.receive_until(b'\n', MAX_LINE_BYTES)
-                if line.strip():
-                    await self._dispatch(json.loads(line))
+                try:
+                    message = json.loads(line)
+                except ValueError:  # not JSON (a blank line): nothing to answer
+                    continue
+                if isinstance(message, dict):
+                    await self._dispatch(message)
         except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
         finally:
             self._closed = True
             for pending in self._pending.values():
-                pending.error = {'code': CONNECTION_CLOSED, 'message': 'the mcp-run-python server closed the connection'}
+                pending.error = CLOSED
                 pending.answered.set()
 
     async def _dispatch(self, message: dict[str, Any]) -> None:
