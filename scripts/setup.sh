@@ -14,7 +14,10 @@ ASSETS_DIR="${PYODIDE_ASSETS_DIR:-$PWD/pyodide-assets}"
 FILES="pyodide.js pyodide.asm.mjs pyodide.asm.wasm python_stdlib.zip pyodide-lock.json"
 
 need_apt=()
-dpkg -s libjavascriptcoregtk-4.1-0 >/dev/null 2>&1 || need_apt+=(libjavascriptcoregtk-4.1-0)
+# The machine's own architecture named: with the arm64 copy installed beside it (the aarch64
+# wheel's, scripts/setup-cross.sh) the bare name is ambiguous to dpkg.
+jsc_package="libjavascriptcoregtk-4.1-0:$(dpkg --print-architecture)"
+dpkg -s "$jsc_package" >/dev/null 2>&1 || need_apt+=("$jsc_package")
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]}" >&2
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
