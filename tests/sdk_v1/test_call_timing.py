@@ -16,7 +16,7 @@ pytestmark = pytest.mark.anyio
 LINE = re.compile(
     r"call timing \(µs\): total (\d+) = queue (\d+) \+ interpreter (\d+) \+ scan (\d+) \+ install (\d+) "
     r"\+ run (\d+) \(frames and pipes (\d+) \+ worker (\d+) \(runtime entry and exit (\d+) \+ code (\d+)\)\) "
-    r"\+ rest (\d+)"
+    r"\+ checkpoint (\d+) \+ rest (\d+)"
 )
 # Microseconds the sums may be off by: each part is rounded on its own.
 ROUNDING = 6
@@ -39,9 +39,10 @@ async def test_each_call_logs_where_its_time_went(tmp_path):
     lines = [LINE.search(line) for line in log.read_text().splitlines() if "call timing" in line]
     assert len(lines) == 2 and all(lines), log.read_text()
     for match in lines:
-        total, queue, interpreter, scan, install, run_us, pipes, worker, entry, code, rest = map(int, match.groups())
+        total, queue, interpreter, scan, install, run_us, pipes, worker, entry, code, checkpoint, rest = map(
+            int, match.groups())
         # Each part is rounded down to its microsecond on its own.
-        assert abs(total - (queue + interpreter + scan + install + run_us + rest)) <= ROUNDING, match.group(0)
+        assert abs(total - (queue + interpreter + scan + install + run_us + checkpoint + rest)) <= ROUNDING, match.group(0)
         assert abs(run_us - (pipes + worker)) <= ROUNDING and abs(worker - (entry + code)) <= ROUNDING, match.group(0)
         assert worker > 0 and code > 0
     slow = lines[1].groups()

@@ -455,10 +455,13 @@ impl Executor {
                 if let (true, Verdict::Keep, Some(listing)) = (stateful, verdict, listing) {
                     self.copy_files(sandbox, worker, listing, result).await;
                 }
-                if stateful && verdict == Verdict::Keep && self.checkpoints(sandbox)
-                    && !self.checkpoint(sandbox, worker, result).instrument(traces::step("checkpoint")).await
-                {
-                    verdict = Verdict::Discard;
+                if stateful && verdict == Verdict::Keep && self.checkpoints(sandbox) {
+                    let started = std::time::Instant::now();
+                    let kept = self.checkpoint(sandbox, worker, result).instrument(traces::step("checkpoint")).await;
+                    result.timing.checkpoint = started.elapsed();
+                    if !kept {
+                        verdict = Verdict::Discard;
+                    }
                 }
                 verdict
             } => Some(v),

@@ -198,6 +198,9 @@ pub struct CallTiming {
     pub worker: Duration,
     /// Of `worker`, the code's, with its result's text.
     pub code: Duration,
+    /// The checkpoint of a stateful sandbox's interpreter after the run (checkpoints,
+    /// docs/architecture.md §3.4), before the answer.
+    pub checkpoint: Duration,
 }
 
 /// The log target of the `call timing` line: `RUST_LOG=mcp_run_python::timing=debug` shows it
@@ -213,15 +216,17 @@ impl CallTiming {
 
     /// The line, in microseconds, for a call that took `total` in the front's tool handler:
     /// `call timing (µs): total T = queue Q + interpreter I + scan S + install N + run R
-    /// (frames and pipes F + worker W (runtime entry and exit E + code C)) + rest O`, where the
-    /// rest is the handler's own work (its arguments, the sandbox, the result's rendering).
+    /// (frames and pipes F + worker W (runtime entry and exit E + code C)) + checkpoint K +
+    /// rest O`, where the rest is the handler's own work (the sandbox's files, its state, the
+    /// result's rendering).
     pub fn line(&self, total: Duration) -> String {
         let us = |d: Duration| d.as_micros();
         let worker = self.worker.min(self.run);
         let code = self.code.min(worker);
-        let parts = self.queue + self.interpreter + self.scan + self.install + self.run;
+        let parts =
+            self.queue + self.interpreter + self.scan + self.install + self.run + self.checkpoint;
         format!(
-            "call timing (µs): total {} = queue {} + interpreter {} + scan {} + install {} + run {} (frames and pipes {} + worker {} (runtime entry and exit {} + code {})) + rest {}",
+            "call timing (µs): total {} = queue {} + interpreter {} + scan {} + install {} + run {} (frames and pipes {} + worker {} (runtime entry and exit {} + code {})) + checkpoint {} + rest {}",
             us(total),
             us(self.queue),
             us(self.interpreter),
@@ -232,6 +237,7 @@ impl CallTiming {
             us(worker),
             us(worker - code),
             us(code),
+            us(self.checkpoint),
             us(total.saturating_sub(parts)),
         )
     }
@@ -285,7 +291,7 @@ mod tests {
         timing.set_worker(300, 100);
         assert_eq!(
             timing.line(Duration::from_micros(500)),
-            "call timing (µs): total 500 = queue 10 + interpreter 5 + scan 0 + install 0 + run 400 (frames and pipes 100 + worker 300 (runtime entry and exit 200 + code 100)) + rest 85"
+            "call timing (µs): total 500 = queue 10 + interpreter 5 + scan 0 + install 0 + run 400 (frames and pipes 100 + worker 300 (runtime entry and exit 200 + code 100)) + checkpoint 0 + rest 85"
         );
         timing.set_worker(u64::MAX / 2_000_000, u64::MAX / 1_000_000);
         let line = timing.line(Duration::from_micros(1));
