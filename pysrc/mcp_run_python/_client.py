@@ -138,12 +138,8 @@ class StdioClient:
             await self._stdin.send(line)
 
     async def _initialize(self) -> None:
-        from importlib.metadata import PackageNotFoundError, version
+        from . import __version__ as client_version
 
-        try:
-            client_version = version('mcp-run-python')
-        except PackageNotFoundError:  # a source tree
-            client_version = '0'
         await self.request(
             'initialize',
             {

@@ -114,13 +114,13 @@ pub enum LibraryError {
 /// valid while it is open, and the engine's threads and objects outlive any scope.
 static OPENED: OnceLock<Library> = OnceLock::new();
 
-/// Opens the library and finds its functions, once per process; later calls return at once. A
-/// forked child inherits it open.
+/// Opens the library and finds its functions, once per process; later calls only check its
+/// release again. A forked child inherits it open.
 ///
 /// Errors: [`LibraryError`], when it is missing, incomplete or too old.
 pub fn open() -> Result<(), LibraryError> {
     if OPENED.get().is_some() {
-        return Ok(());
+        return check_release();
     }
     // Every symbol bound now, before a zygote forks (no child then binds one and dirties the
     // page it patches); local, since nothing else in the process looks its symbols up. The
@@ -132,16 +132,16 @@ pub fn open() -> Result<(), LibraryError> {
     // SAFETY: `library` is JavaScriptCore's, found by its soname.
     let functions = unsafe { Functions::find(&library) }
         .map_err(|(name, source)| LibraryError::Missing { name, source })?;
+    // Kept open from the moment its functions are installed, too old or not: their pointers
+    // must never outlive the handle. A second thread opening it at the same time loses the
+    // race and drops its handle, which only lowers the loader's count of the same library.
     ffi::install(functions);
-    check_release()?;
-    // A second thread opening it at the same time loses the race and drops its handle, which
-    // only lowers the loader's count of the same library.
     OPENED.get_or_init(|| library);
-    Ok(())
+    check_release()
 }
 
 /// Whether this process has opened the library (a front, a zygote service and a scientific
-/// worker never do).
+/// worker never do), whatever its release.
 pub fn is_open() -> bool {
     OPENED.get().is_some()
 }

@@ -25,7 +25,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// `duration` in whole microseconds, saturated.
-pub(super) fn micros(duration: Duration) -> u64 {
+fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 

@@ -260,13 +260,11 @@ impl Executor {
             }
         };
         tokio::pin!(stop);
-        let queued_at = std::time::Instant::now();
         let turn = self
             .take_turn(sandbox, arrival, stop.as_mut())
             .instrument(traces::step("queue"))
             .await;
-        let queued = queued_at.elapsed();
-        let (mut held, _permit) = match turn {
+        let (mut held, _permit, queued) = match turn {
             Ok(turn) => turn,
             Err(early) => return early.into_result().map(|result| *result),
         };
@@ -347,7 +345,8 @@ impl Executor {
     }
 
     /// Waits for the call's turn ([`Queue::turn`]), counted as waiting meanwhile: the
-    /// sandbox's worker slot (in arrival order), then a running slot.
+    /// sandbox's worker slot (in arrival order), then a running slot. With the turn, how long
+    /// it waited (the `queue_wait` metric's figure, and the timing line's).
     ///
     /// Errors: [`Early::Failed`] when `--max-queue` calls already wait or the server is
     /// shutting down; [`Early::Stopped`] when `stop` fired first.
@@ -356,14 +355,14 @@ impl Executor {
         sandbox: &Sandbox,
         arrival: Option<&Arrival>,
         mut stop: Pin<&mut impl Future<Output = ()>>,
-    ) -> Result<(Held, OwnedSemaphorePermit), Early> {
+    ) -> Result<(Held, OwnedSemaphorePermit, Duration), Early> {
         let waiting = match self.queue.admit(self.settings.limits.max_queue) {
             Ok(waiting) => waiting,
             Err(full) => return Err(Early::Failed(Box::new(run_error(full)))),
         };
         let turn = self.queue.turn(sandbox, arrival);
         let queued_at = std::time::Instant::now();
-        let turn = tokio::select! {
+        let (held, permit) = tokio::select! {
             t = turn => match t {
                 Some(t) => t,
                 None => return Err(Early::Failed(Box::new(run_error(WorkerError::Closed)))),
@@ -371,8 +370,9 @@ impl Executor {
             _ = &mut stop => return Err(Early::Stopped),
         };
         drop(waiting);
-        crate::metrics::queue_wait(queued_at.elapsed());
-        Ok(turn)
+        let waited = queued_at.elapsed();
+        crate::metrics::queue_wait(waited);
+        Ok((held, permit, waited))
     }
 
     /// Gives `held` a live worker for the call: a shared one restored before the zygote
