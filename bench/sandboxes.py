@@ -18,8 +18,11 @@ agent a Python of its own).
 import argparse
 import asyncio
 import json
+import os
 import pathlib
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -137,7 +140,18 @@ async def main():
         node_run("--make", snapshot)
         baseline = node_run("--load", snapshot)
         node_cold_ms, node_pss_mib = baseline["cold_ms"], baseline["pss_kib"] / 1024
-        latencies, per_sandbox, total, processes = await ours(args.binary, cache, args.sandboxes)
+        # The servers start this bench's own zygote service (its socket lives in the runtime
+        # directory), which is stopped at the end, also on failure: none is left running.
+        runtime = pathlib.Path(scratch) / "runtime"
+        runtime.mkdir(mode=0o700)
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+        try:
+            latencies, per_sandbox, total, processes = await ours(args.binary, cache, args.sandboxes)
+        finally:
+            stopped = subprocess.run([args.binary, "zygote", "stop", "--cache-dir", cache],
+                                     capture_output=True, text=True)
+            if stopped.returncode != 0:
+                print(f"sandboxes: `zygote stop` failed: {stopped.stdout}{stopped.stderr}", file=sys.stderr)
     p50 = statistics.median(latencies) * 1000
     p95 = percentile(latencies, 95) * 1000
     print(f"create -> first result: p50 {p50:.1f} ms, p95 {p95:.1f} ms "

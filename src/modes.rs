@@ -175,6 +175,7 @@ async fn build(cli: &Serve, secrets: Secrets) -> Result<RunPythonServer> {
         net: net_policy(cli, secrets)?,
         upstreams: upstreams(cli).await?,
         stateful: cli.sandboxes.stateful,
+        saves_state: cli.sandboxes.state_dir.is_some(),
     });
     let interpreter_mib = if zygote {
         FORKED_INTERPRETER_MIB

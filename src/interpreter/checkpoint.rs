@@ -52,7 +52,7 @@ impl Serving {
     }
 
     /// Why the interpreter's state cannot be captured now (empty: it can).
-    fn uncapturable(&mut self) -> Vec<Uncapturable> {
+    pub(super) fn uncapturable(&mut self) -> Vec<Uncapturable> {
         if Pristine::inherited().is_none() {
             return vec![Uncapturable::NotForked];
         }

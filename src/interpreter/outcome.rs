@@ -21,6 +21,7 @@ pub(super) fn error_outcome(error: String, fatal: bool) -> RunOutcome {
         image_bytes: Vec::new(),
         code_us: 0,
         worker_us: 0,
+        uncapturable: None,
     }
 }
 

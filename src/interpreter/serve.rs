@@ -18,7 +18,9 @@ use super::zygote::{zygote_run, WARM_UP_AFTER_RESTORE};
 use crate::assets::UPLOAD_PATH;
 use crate::engine::{Arg, Engine};
 use crate::protocol::pages::ZygoteId;
-use crate::protocol::{read_frame, CallId, Frame, FrameLimits, Reply, Request, RunOutcome};
+use crate::protocol::{
+    read_frame, CallId, Frame, FrameLimits, Reply, Request, RunOutcome, Uncapturable,
+};
 use anyhow::{bail, Result};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -125,6 +127,9 @@ pub(super) trait Interpreter {
     ) -> Option<String>;
     /// [`Request::Checkpoint`]: sends [`Reply::Checkpoint`].
     fn checkpoint(&mut self, id: CallId) -> Result<Served>;
+    /// Why the interpreter's state cannot be captured now (empty: it can): what a checkpoint
+    /// would answer instead of pages, checked without taking one.
+    fn uncapturable(&mut self) -> Vec<Uncapturable>;
     /// [`Request::Restore`]: why the state was not restored, if it was not.
     fn restore(
         &mut self,
@@ -139,8 +144,9 @@ pub(super) trait Interpreter {
     /// [`Request::WarmUp`]: why the warm-up call failed, if it did.
     fn warm_up(&mut self, id: CallId) -> Option<String>;
     /// [`Request::Run`]: runs the code and sends [`Reply::Ran`] with the images it made (at
-    /// most `image_cap` bytes each).
-    fn run(&mut self, id: CallId, run: RunArgs<'_>, image_cap: usize) -> Result<Served>;
+    /// most `image_cap` bytes each), and with `checkpoint_follows` whether its state can be
+    /// captured ([`RunOutcome::uncapturable`], through [`send_ran`]).
+    fn run(&mut self, id: CallId, run: RunArgs<'_>, reply: RanReply) -> Result<Served>;
 }
 
 /// Serves one request of the front on `interpreter`, sending its answer: only dispatches, to
@@ -200,7 +206,7 @@ pub(super) fn serve(interpreter: &mut impl Interpreter, frame: Frame<Request>) -
             image_cap,
             tools,
             network,
-            checkpoint_follows: _,
+            checkpoint_follows,
         } => {
             let run = RunArgs {
                 code: &code,
@@ -211,31 +217,52 @@ pub(super) fn serve(interpreter: &mut impl Interpreter, frame: Frame<Request>) -
                 tools: tools.map(|t| t.to_string()),
                 network: network.map(|n| serde_json::to_string(&n)).transpose()?,
             };
-            interpreter.run(id, run, image_cap)
+            let reply = RanReply {
+                image_cap,
+                checkpoint_follows,
+            };
+            interpreter.run(id, run, reply)
         }
     }
 }
 
+/// What [`Reply::Ran`] carries besides the outcome, as [`Request::Run`] asked.
+#[derive(Clone, Copy)]
+pub(super) struct RanReply {
+    /// Most bytes of each image sent.
+    pub(super) image_cap: usize,
+    /// The front takes a checkpoint next: the reply says whether the state can be captured.
+    pub(super) checkpoint_follows: bool,
+}
+
 /// Sends `outcome`, the run of call `id` begun at `started`, with the images it made, each read
-/// by `read` (at most `image_cap` bytes): [`Served::Ran`]. The outcome carries the time since
-/// `started` ([`RunOutcome::worker_us`]). An outcome that ended the interpreter (os._exit,
-/// os.abort, a fatal runtime error) is sent alone, as the call's result, and the worker stops
-/// ([`Served::Ended`]); the front starts a new one.
+/// by `read` (at most `reply.image_cap` bytes): [`Served::Ran`]. The outcome carries the time
+/// since `started` ([`RunOutcome::worker_us`]) and, when `reply.checkpoint_follows`, what
+/// [`Interpreter::uncapturable`] says once the images are read ([`RunOutcome::uncapturable`]; whatever the
+/// runtime's own answer said there is replaced). An outcome that ended the interpreter
+/// (os._exit, os.abort, a fatal runtime error) is sent alone, as the call's result, and the
+/// worker stops ([`Served::Ended`]); the front starts a new one.
 ///
 /// Errors: the reply cannot be sent.
-pub(super) fn send_ran(
+pub(super) fn send_ran<W: Interpreter>(
+    worker: &mut W,
     id: CallId,
-    mut outcome: RunOutcome,
-    started: Instant,
-    image_cap: usize,
-    read: impl FnMut(&str, usize) -> Option<Vec<u8>>,
+    (mut outcome, started): (RunOutcome, Instant),
+    reply: RanReply,
+    mut read: impl FnMut(&mut W, &str, usize) -> Option<Vec<u8>>,
 ) -> Result<Served> {
+    outcome.uncapturable = None;
     outcome.worker_us = micros(started.elapsed());
     if outcome.fatal {
         send(&Reply::Ran { id, outcome })?;
         return Ok(Served::Ended);
     }
-    let images = read_images(&mut outcome, image_cap, read);
+    let images = read_images(&mut outcome, reply.image_cap, |path, cap| {
+        read(worker, path, cap)
+    });
+    if reply.checkpoint_follows {
+        outcome.uncapturable = Some(worker.uncapturable());
+    }
     let attachments: Vec<&[u8]> = images.iter().map(Vec::as_slice).collect();
     send_with(&Reply::Ran { id, outcome }, &attachments)?;
     Ok(Served::Ran)
@@ -322,6 +349,10 @@ impl Interpreter for Serving {
         Serving::checkpoint(self, id)
     }
 
+    fn uncapturable(&mut self) -> Vec<Uncapturable> {
+        Serving::uncapturable(self)
+    }
+
     fn restore(
         &mut self,
         id: CallId,
@@ -343,7 +374,7 @@ impl Interpreter for Serving {
             .map(|e| format!("{e:#}"))
     }
 
-    fn run(&mut self, id: CallId, run: RunArgs<'_>, image_cap: usize) -> Result<Served> {
+    fn run(&mut self, id: CallId, run: RunArgs<'_>, reply: RanReply) -> Result<Served> {
         let started = Instant::now();
         *self.host.running.borrow_mut() = Running {
             id: Some(id),
@@ -355,9 +386,9 @@ impl Interpreter for Serving {
             Ok(text) => parse_answer::<RunOutcome>(&text).unwrap_or_else(failed_outcome),
             Err(e) => engine_outcome(&e),
         };
-        let (engine, runner, file_in) = (&mut self.engine, &self.runner, &self.host.file_in);
-        send_ran(id, outcome, started, image_cap, |path, cap| {
-            read_file(engine, runner, file_in, id, path, cap).ok()
+        send_ran(self, id, (outcome, started), reply, |serving, path, cap| {
+            let file_in = &serving.host.file_in;
+            read_file(&mut serving.engine, &serving.runner, file_in, id, path, cap).ok()
         })
     }
 }

@@ -591,6 +591,13 @@ pub struct RunOutcome {
     /// before it encodes the reply. Timing only: never trusted for anything else.
     #[serde(default)]
     pub worker_us: u64,
+    /// When the run's request said a checkpoint follows (`checkpoint_follows`): why the state
+    /// the run left cannot be captured (empty: it can), checked by the worker once the run
+    /// ended, so that the front words the call's `state` note with its answer and asks for no
+    /// checkpoint that would say the same. `None` otherwise. Set by the worker, never by the
+    /// runtime's own answer; the checkpoint itself checks again.
+    #[serde(default)]
+    pub uncapturable: Option<Vec<Uncapturable>>,
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use super::notes::StateNotes;
 use super::saves::SaveRecord;
 use crate::protocol::launch::Runtime;
 use crate::worker::client::Worker;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, OwnedMutexGuard};
@@ -113,6 +114,22 @@ pub struct Sandbox {
     activity: Arc<Activity>,
     /// Notified as each `run_python_code` call of it ends (one permit kept when nobody waits).
     call_ended: Notify,
+    /// Set while its last call's checkpoint is read after that call's answer
+    /// ([`Sandbox::checkpointing`]): it holds its worker, though no call does.
+    checkpointing: AtomicBool,
+    /// Notified when such a checkpoint is kept and the worker given back.
+    checkpoint_kept: Notify,
+}
+
+/// Marks a sandbox's checkpoint as being read after its call's answer, until dropped
+/// ([`Sandbox::checkpointing`]).
+pub struct Checkpointing<'a>(&'a Sandbox);
+
+impl Drop for Checkpointing<'_> {
+    fn drop(&mut self) {
+        self.0.checkpointing.store(false, Ordering::SeqCst);
+        self.0.checkpoint_kept.notify_waiters();
+    }
 }
 
 impl Sandbox {
@@ -147,6 +164,8 @@ impl Sandbox {
             notes: StateNotes::default(),
             saves: SaveRecord::default(),
             worker: Arc::default(),
+            checkpointing: AtomicBool::new(false),
+            checkpoint_kept: Notify::new(),
             files: Mutex::default(),
             ended: CancellationToken::new(),
             order: ArrivalOrder::default(),
@@ -248,6 +267,31 @@ impl Sandbox {
             self.notes.set(format!("{note}{files_words}"));
         }
         true
+    }
+
+    /// Its last call's checkpoint is read after that call's answer, with its worker held
+    /// (`server::call::checkpoints`), until the guard is dropped: drop it after the worker's
+    /// guard, so that whoever [`settled`](Self::settled) waits finds the worker free.
+    pub fn checkpointing(&self) -> Checkpointing<'_> {
+        self.checkpointing.store(true, Ordering::SeqCst);
+        Checkpointing(self)
+    }
+
+    /// Resolves once a checkpoint being read after a call's answer is kept and its worker
+    /// given back (about a millisecond): at once when none is; never waits for a call.
+    pub async fn settled(&self) {
+        let kept = self.checkpoint_kept.notified();
+        tokio::pin!(kept);
+        // Registered before the flag is read: a guard dropped in between still wakes it.
+        kept.as_mut().enable();
+        if self.checkpointing.load(Ordering::SeqCst) {
+            kept.await;
+        }
+    }
+
+    /// Whether a checkpoint is being read after a call's answer ([`Sandbox::checkpointing`]).
+    pub fn is_checkpointing(&self) -> bool {
+        self.checkpointing.load(Ordering::SeqCst)
     }
 
     /// A `run_python_code` call of it ended.

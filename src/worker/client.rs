@@ -323,6 +323,12 @@ pub struct Worker {
     pub stand_in_for: Option<String>,
 }
 
+/// A checkpoint asked of a worker and not yet read ([`Worker::ask_checkpoint`]): the request's
+/// id, which its answer must carry.
+#[derive(Debug)]
+#[must_use = "the worker answers the checkpoint whether or not it is read"]
+pub struct AskedCheckpoint(CallId);
+
 /// How a worker's pipes showed that it had ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Gone {
@@ -857,14 +863,30 @@ impl Worker {
         pins
     }
 
-    /// Takes a checkpoint of the interpreter between runs (checkpoints, docs/architecture.md §3.4): the pages of linear
-    /// memory that changed since its last one, or why its state cannot be captured. A page
-    /// attachment may be as large as `max_memory_bytes` (the worker's memory bound).
+    /// Asks the worker for a checkpoint of its interpreter between runs (checkpoints,
+    /// docs/architecture.md §3.4) without waiting for it: it begins at once, and
+    /// [`Worker::checkpoint_taken`] reads it (a call's answer may go out meanwhile).
+    ///
+    /// Errors: [`WorkerError`] when the request could not be written.
+    pub async fn ask_checkpoint(
+        &mut self,
+        deadline: Deadline,
+    ) -> Result<AskedCheckpoint, WorkerError> {
+        let id = self.new_id();
+        self.send_before(&Request::Checkpoint { id }, &[], deadline)
+            .await?;
+        Ok(AskedCheckpoint(id))
+    }
+
+    /// The checkpoint `asked` for: the pages of linear memory that changed since the last
+    /// one, or why its state cannot be captured. A page attachment may be as large as
+    /// `max_memory_bytes` (the worker's memory bound).
     ///
     /// Errors: [`WorkerError`]; a checkpoint whose attachments do not match what it declares
     /// is [`Violation::Checkpoint`].
-    pub async fn checkpoint(
+    pub async fn checkpoint_taken(
         &mut self,
+        AskedCheckpoint(id): AskedCheckpoint,
         max_memory_bytes: u64,
         deadline: Deadline,
     ) -> Result<Checkpointed, WorkerError> {
@@ -873,12 +895,14 @@ impl Worker {
             attachment: usize::try_from(max_memory_bytes).unwrap_or(usize::MAX),
             ..FrameLimits::CONTROL
         };
-        let take = |frame: Frame<Reply>| match frame.header {
+        let frame = self.expect(id, limits, deadline).await?;
+        let kind = frame.header.kind();
+        let taken = match frame.header {
             Reply::Checkpoint {
                 outcome: CheckpointOutcome::Uncapturable { reasons },
                 ..
             } if frame.attachments.is_empty() && !reasons.is_empty() => {
-                Some(Ok(Checkpointed::Uncapturable(reasons)))
+                Ok(Checkpointed::Uncapturable(reasons))
             }
             Reply::Checkpoint {
                 outcome:
@@ -888,12 +912,11 @@ impl Worker {
                         pages,
                     },
                 ..
-            } => Some(taken_pages(zygote, memory_bytes, pages, frame.attachments)),
-            Reply::Checkpoint { .. } => Some(Err(Violation::Checkpoint)),
-            _ => None,
+            } => taken_pages(zygote, memory_bytes, pages, frame.attachments),
+            Reply::Checkpoint { .. } => Err(Violation::Checkpoint),
+            _ => Err(Violation::Unexpected(kind)),
         };
-        let make = |id| Request::Checkpoint { id };
-        self.call(make, &[], limits, deadline, take).await
+        taken.map_err(WorkerError::Protocol)
     }
 
     /// Restores a checkpoint into this fresh child of zygote `zygote`: its linear memory grows

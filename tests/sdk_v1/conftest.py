@@ -18,7 +18,7 @@ from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
     RUNTIME_DIR,
     BINARY, CALL_TIMEOUT, ROOT, SHARED_CACHE, http_server, server_env,
     children_of, forked_for, is_zygote, stop_new_zygote_services, stop_zygote_services, zygote_service_pids,
-    zygote_services_stopped_after,
+    zygote_services_stopped_after, settled,
     zygote_services, wait_for_ready_zygote_service,
 )
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from adversary import http_server, return_value, status_of
-from conftest import BINARY, CALL_TIMEOUT, child_pids, direct_child_pids, forked_session, mcp_session, run
+from conftest import BINARY, CALL_TIMEOUT, child_pids, direct_child_pids, forked_session, mcp_session, run, settled
 from raw_http import ACCEPT, rpc_result, start_session
 
 pytestmark = pytest.mark.anyio
@@ -169,6 +169,7 @@ async def test_an_interpreter_killed_between_calls_comes_back_from_its_checkpoin
         await run(session, "import json, decimal\nx = 41\ndef f(n):\n    return n * 2\n"
                            "open('kept.txt', 'w').write('kept')")
         (worker,) = child_pids(stdio_server_pid())
+        await settled(worker)
         os.kill(worker, signal.SIGKILL)
         await asyncio.sleep(0.5)
         text = await run(session, "x + 1, f(21), json.dumps(str(decimal.Decimal('1.5') * 2)), "
@@ -183,6 +184,7 @@ async def test_an_interpreter_killed_between_calls_comes_back_from_its_checkpoin
         text = await run(session, "import statistics\ny = statistics.mean([x, 43])\ny")
         assert return_value(text) == "42", text
         (worker,) = child_pids(stdio_server_pid())
+        await settled(worker)
         os.kill(worker, signal.SIGKILL)
         await asyncio.sleep(0.5)
         assert return_value(await run(session, "x + y")) == "83"
@@ -220,6 +222,7 @@ async def test_state_that_cannot_be_captured_is_said_and_only_the_files_come_bac
                                    "open('kept.txt', 'w').write('kept')")
         assert state_of(text).startswith("not saved:") and "JavaScript object" in state_of(text), text
         (worker,) = child_pids(stdio_server_pid())
+        await settled(worker)
         os.kill(worker, signal.SIGKILL)
         await asyncio.sleep(0.5)
         text = await run(session, "'x' in globals(), open('kept.txt').read()")

@@ -13,7 +13,7 @@ from real_binary import (  # noqa: E402, F401 (re-exported to the tests)
     RUNTIME_DIR,
     BINARY, CALL_TIMEOUT, INIT_TIMEOUT, SHARED_CACHE, http_server, server_env,
     forked_for, stop_new_zygote_services, stop_zygote_services, zygote_service_pids,
-    zygote_services_stopped_after,
+    zygote_services_stopped_after, settled,
     zygote_services, warm_zygote_service,
 )
 

@@ -14,7 +14,7 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
-from conftest import CALL_TIMEOUT, INIT_TIMEOUT, TOOL, forked_for, http_server
+from conftest import CALL_TIMEOUT, INIT_TIMEOUT, TOOL, forked_for, http_server, settled
 
 pytestmark = pytest.mark.anyio
 
@@ -65,6 +65,7 @@ async def test_a_worker_sigkilled_between_calls_comes_back_from_its_checkpoint(w
             await run(client, "import decimal\nx = 41\ndef f(n):\n    return n * 2", sandbox)
             # The sandbox's worker is among them (the others are spares, replaced).
             workers = forked_for(base.pid)
+            await settled(*workers)
             for worker in workers:
                 os.kill(worker, signal.SIGKILL)
             await wait_until(lambda: not set(workers) & set(forked_for(base.pid)), what="the workers to end")
@@ -91,6 +92,7 @@ async def test_writes_into_old_pages_and_grown_memory_come_back_exactly(warm_zyg
             for _ in range(4):
                 digest = (await run(client, step, sandbox))["return_value"]
             workers = forked_for(base.pid)
+            await settled(*workers)
             for worker in workers:
                 os.kill(worker, signal.SIGKILL)
             await wait_until(lambda: not set(workers) & set(forked_for(base.pid)), what="the workers to end")
@@ -129,6 +131,7 @@ async def test_a_worker_killed_before_it_took_the_call_gets_the_call_in_its_rest
             sandbox = await create(client)
             await run(client, "x = 41", sandbox)
             workers = forked_for(base.pid)
+            await settled(*workers)
             # Stopped, a worker keeps its pipes open and reads nothing: the call waits unread.
             for worker in workers:
                 os.kill(worker, signal.SIGSTOP)
@@ -157,7 +160,8 @@ async def test_an_idle_sandbox_hibernates_and_resumes_as_it_was(warm_zygote):
             await client.list_tools()
             sandbox = await create(client)
             await run(client, "import json\ndata = bytes(100 * 1024)\nx = 41", sandbox)
-            assert metric(base, IDLE_INTERPRETERS) == 1
+            # Idle once its checkpoint, taken after the answer, is kept.
+            await wait_until(lambda: metric(base, IDLE_INTERPRETERS) == 1, what="the checkpoint")
             await wait_until(lambda: metric(base, "mcp_run_python_sandboxes_hibernated") == 1,
                              what="the sandbox to hibernate")
             assert metric(base, IDLE_INTERPRETERS) == 0, "its interpreter was freed"
@@ -200,4 +204,4 @@ async def test_at_the_cap_an_idle_sandbox_hibernates_instead_of_ending(warm_zygo
             assert metric(base, "mcp_run_python_sandboxes_hibernated") == 1
             assert (await run(client, "x", a))["return_value"] == "a"
             assert (await run(client, "x", b))["return_value"] == "b"
-            assert metric(base, IDLE_INTERPRETERS) == 1
+            await wait_until(lambda: metric(base, IDLE_INTERPRETERS) == 1, what="the checkpoint")

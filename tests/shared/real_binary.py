@@ -4,14 +4,19 @@ so that it imports in either venv; each suite's conftest.py puts this directory 
 (the suites have different rootdirs, so neither can import the other's conftest) and re-exports
 what its tests use."""
 
+import asyncio
 import contextlib
+import fcntl
 import os
 import pathlib
+import platform
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
+import termios
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -248,3 +253,43 @@ def _stdin_pipe(pid):
         return os.readlink(f"/proc/{pid}/fd/0")
     except OSError:
         return None
+
+
+# The `read` system call's number, as /proc/<pid>/syscall names it (the first field).
+READ_SYSCALL = {"x86_64": 0, "aarch64": 63}[platform.machine()]
+# Seconds a worker may take to finish what the front asked of it, and between two looks.
+SETTLE_TIMEOUT = 30
+SETTLE_POLL = 0.005
+
+
+def between_requests(pid):
+    """Whether worker `pid` waits for the front's next request with nothing unread: its main
+    thread blocked in `read` of its standard input (the requests' pipe), and that pipe empty.
+    A stateful call's checkpoint, asked for before its answer and read after it (checkpoints,
+    docs/architecture.md §3.4), is then taken and sent, so a worker killed now loses nothing.
+    Read as root: workers are not dumpable."""
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            fields = f.read().split()
+        if len(fields) < 2 or fields[0] != str(READ_SYSCALL) or int(fields[1], 16) != 0:
+            return False
+        # Another reader of the same pipe, which asks how much is unread and reads nothing.
+        fd = os.open(f"/proc/{pid}/fd/0", os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            unread = fcntl.ioctl(fd, termios.FIONREAD, struct.pack("i", 0))
+        finally:
+            os.close(fd)
+        return struct.unpack("i", unread)[0] == 0
+    except OSError:
+        return False
+
+
+async def settled(*pids):
+    """Waits until every worker in `pids` is between requests ([`between_requests`]): what a
+    test does before it kills or stops a stateful sandbox's worker "between calls"."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_TIMEOUT
+    while not all(between_requests(pid) for pid in pids):
+        assert loop.time() < deadline, f"workers {pids} did not settle between requests"
+        await asyncio.sleep(SETTLE_POLL)
+

@@ -48,7 +48,7 @@ impl Scientific {
     }
 
     /// Why the interpreter's state cannot be captured now (empty: it can).
-    fn uncapturable(&mut self) -> Vec<Uncapturable> {
+    pub(super) fn uncapturable(&mut self) -> Vec<Uncapturable> {
         if Pristine::inherited().is_none() {
             return vec![Uncapturable::NotForked];
         }

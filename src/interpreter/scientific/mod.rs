@@ -32,11 +32,11 @@ use super::linear_memory::Shadow;
 use super::outcome::{ended_outcome, error_outcome};
 use super::output::Running;
 use super::runner::{Ended, RunArgs};
-use super::serve::{send_file, send_ran, serve_requests, Interpreter, Served};
+use super::serve::{send_file, send_ran, serve_requests, Interpreter, RanReply, Served};
 use crate::assets::{runner_constants, HTTP_BRIDGE_PY, MCP_TOOLS_PY, RUNNER_PY};
 use crate::protocol::launch::WorkerArgs;
 use crate::protocol::pages::ZygoteId;
-use crate::protocol::{CallId, RunOutcome, SnapshotMode};
+use crate::protocol::{CallId, RunOutcome, SnapshotMode, Uncapturable};
 use crate::wasi::{self, Guest, GuestFiles, GuestLimits, TurnStatus, WasiError};
 use anyhow::{anyhow, bail, Context, Result};
 use door::Shared;
@@ -401,6 +401,10 @@ impl Interpreter for Scientific {
         self.take_checkpoint(id)
     }
 
+    fn uncapturable(&mut self) -> Vec<Uncapturable> {
+        Scientific::uncapturable(self)
+    }
+
     fn restore(
         &mut self,
         id: CallId,
@@ -422,7 +426,7 @@ impl Interpreter for Scientific {
         self.request("warm_up").err().map(|e| format!("{e:#}"))
     }
 
-    fn run(&mut self, id: CallId, run: RunArgs<'_>, image_cap: usize) -> Result<Served> {
+    fn run(&mut self, id: CallId, run: RunArgs<'_>, reply: RanReply) -> Result<Served> {
         let started = std::time::Instant::now();
         let request = json!({
             "op": "run",
@@ -449,8 +453,8 @@ impl Interpreter for Scientific {
             }),
             Err(e) => Scientific::failed_run(e),
         };
-        send_ran(id, outcome, started, image_cap, |path, cap| {
-            self.read_guest_file(path, cap).ok()
+        send_ran(self, id, (outcome, started), reply, |guest, path, cap| {
+            guest.read_guest_file(path, cap).ok()
         })
     }
 }

@@ -20,6 +20,7 @@ use crate::protocol::{RunOutcome, Stream};
 use crate::sandbox::arrival::Arrival;
 use crate::sandbox::files::{Listing, SandboxFiles};
 use crate::sandbox::live::Sandbox;
+use crate::server::call::checkpoints::CheckpointWhen;
 use crate::server::call::outcome::{failed, read_outcome, Verdict};
 use crate::server::call::queue::{Held, Isolation, Queue};
 use crate::server::call::result::{CallResult, Outcome, RunErrorCause};
@@ -28,7 +29,9 @@ use crate::server::call::runtimes::{RuntimeUnavailable, Runtimes};
 use crate::server::call::startup_deps::StartupPlan;
 use crate::server::call::state_note::{lost_note, Restart};
 use crate::traces;
-use crate::worker::client::{Deadline, MemoryGauge, Phase, RunRequest, Worker, WorkerError};
+use crate::worker::client::{
+    AskedCheckpoint, Deadline, MemoryGauge, Phase, RunRequest, Worker, WorkerError,
+};
 use crate::worker::net::NetPolicy;
 use std::future::Future;
 use std::pin::Pin;
@@ -41,8 +44,9 @@ use tracing::Instrument as _;
 /// How a run on a worker ended: the worker's answer (or its failure), or the memory watch
 /// first.
 enum RunEnd {
-    /// The worker answered, or failed, before the memory watch fired.
-    Ran(Result<RunOutcome, WorkerError>),
+    /// The worker answered, or failed, before the memory watch fired (boxed: an outcome is
+    /// large, the other variant a number).
+    Ran(Box<Result<RunOutcome, WorkerError>>),
     /// Its resident memory passed `--memory` first: `used` bytes.
     OverMemory { used: u64 },
 }
@@ -116,6 +120,9 @@ pub struct ExecutorSettings {
     pub upstreams: Option<Arc<crate::code_mode::Upstreams>>,
     /// `--stateful`: a sandbox's globals last from one call to the next (`Isolation::Sandbox`).
     pub stateful: bool,
+    /// `--state-dir`: a sandbox reached by handle is saved with its checkpoint before each
+    /// answer, so its checkpoint is taken before the answer too.
+    pub saves_state: bool,
 }
 
 /// Receives each output line while the code runs (for streaming to the client).
@@ -237,7 +244,7 @@ impl Executor {
     #[allow(clippy::too_many_arguments)]
     pub async fn run(
         &self,
-        sandbox: &Sandbox,
+        sandbox: &Arc<Sandbox>,
         arrival: Option<&Arrival>,
         code: &str,
         globals: serde_json::Map<String, serde_json::Value>,
@@ -264,7 +271,7 @@ impl Executor {
             .take_turn(sandbox, arrival, stop.as_mut())
             .instrument(traces::step("queue"))
             .await;
-        let (mut held, _permit, queued) = match turn {
+        let (mut held, permit, queued) = match turn {
             Ok(turn) => turn,
             Err(early) => return early.into_result().map(|result| *result),
         };
@@ -293,6 +300,11 @@ impl Executor {
                         result.timing.queue = queued;
                         *result
                     });
+                }
+                Attempt::Owing(mut result, asked) => {
+                    self.checkpoint_after_answer(held, permit, sandbox.clone(), asked);
+                    result.timing.queue = queued;
+                    return Some(*result);
                 }
             }
         }
@@ -326,9 +338,13 @@ impl Executor {
         };
         result.note = worker.stand_in_for.take();
         let mark = worker.replies_read();
-        let verdict = self
+        let ran = self
             .run_on(worker, sandbox, call, stateful, &mut result, stop)
             .await;
+        let (verdict, when) = match ran {
+            Some((verdict, when)) => (Some(verdict), when),
+            None => (None, CheckpointWhen::Done),
+        };
         if !vanished
             && verdict == Some(Verdict::Discard)
             && worker.ended_before_taking_request(mark)
@@ -341,7 +357,12 @@ impl Executor {
         }
         self.settle(held, sandbox, stateful, verdict, &mut result)
             .await;
-        Attempt::Done(verdict.map(|_| Box::new(result)))
+        match (verdict, when) {
+            (Some(Verdict::Keep), CheckpointWhen::AfterAnswer(asked, deadline)) => {
+                Attempt::Owing(Box::new(result), (asked, deadline))
+            }
+            _ => Attempt::Done(verdict.map(|_| Box::new(result))),
+        }
     }
 
     /// Waits for the call's turn ([`Queue::turn`]), counted as waiting meanwhile: the
@@ -436,9 +457,10 @@ impl Executor {
         Ok(())
     }
 
-    /// Runs `call` on `worker`, filling `result`, and with `stateful` copies the files it
-    /// changed when the worker is kept. `None` when `stop` fired first: the call was cancelled
-    /// and its worker is to be killed.
+    /// Runs `call` on `worker`, filling `result`, and with `stateful`, when the worker is
+    /// kept, copies the files it changed and sees to its checkpoint ([`Executor::after_run`]).
+    /// The verdict on the worker, and when its checkpoint is due. `None` when `stop` fired
+    /// first: the call was cancelled and its worker is to be killed.
     async fn run_on(
         &self,
         worker: &mut Worker,
@@ -447,23 +469,27 @@ impl Executor {
         stateful: bool,
         result: &mut CallResult,
         stop: Pin<&mut impl Future<Output = ()>>,
-    ) -> Option<Verdict> {
+    ) -> Option<(Verdict, CheckpointWhen)> {
         tokio::select! {
             v = async {
-                let mut listing = None;
-                let mut verdict = self.phases(worker, sandbox, call, result, &mut listing).await;
-                if let (true, Verdict::Keep, Some(listing)) = (stateful, verdict, listing) {
+                let mut ran = Ran::default();
+                let verdict = self.phases(worker, sandbox, call, result, &mut ran).await;
+                if !stateful || verdict == Verdict::Discard {
+                    return (verdict, CheckpointWhen::Done);
+                }
+                if let Some(listing) = ran.listing {
                     self.copy_files(sandbox, worker, listing, result).await;
                 }
-                if stateful && verdict == Verdict::Keep && self.checkpoints(sandbox) {
-                    let started = std::time::Instant::now();
-                    let kept = self.checkpoint(sandbox, worker, result).instrument(traces::step("checkpoint")).await;
-                    result.timing.checkpoint = started.elapsed();
-                    if !kept {
-                        verdict = Verdict::Discard;
+                if !self.checkpoints(sandbox) {
+                    return (verdict, CheckpointWhen::Done);
+                }
+                match self.after_run(sandbox, worker, ran.uncapturable, result).await {
+                    Ok(when) => (verdict, when),
+                    Err(e) => {
+                        tracing::warn!("sandbox {}: checkpoint failed: {e}", sandbox.id.short());
+                        (Verdict::Discard, CheckpointWhen::Done)
                     }
                 }
-                verdict
             } => Some(v),
             _ = stop => {
                 crate::metrics::worker_killed(KillReason::Cancelled);
@@ -514,15 +540,15 @@ impl Executor {
             && sandbox.owner != crate::sandbox::live::Owner::Call
     }
 
-    /// Scans, installs and runs on `worker`, filling `result`, and `listing` with what the
-    /// worker said of its working directory once the code ran.
+    /// Scans, installs and runs on `worker`, filling `result`, and `ran` with what the worker
+    /// said after the code ran.
     async fn phases(
         &self,
         worker: &mut Worker,
         sandbox: &Sandbox,
         call: Call<'_>,
         result: &mut CallResult,
-        listing: &mut Option<Listing>,
+        ran: &mut Ran,
     ) -> Verdict {
         let Call {
             code,
@@ -579,12 +605,15 @@ impl Executor {
         result.timing.run = run_started.elapsed();
         result.output = output;
         match outcome {
-            RunEnd::Ran(Ok(outcome)) => {
-                result.timing.set_worker(outcome.worker_us, outcome.code_us);
-                let fatal = read_outcome(outcome, result, listing);
-                self.verdict(worker, fatal)
-            }
-            RunEnd::Ran(Err(e)) => failed(result, e),
+            RunEnd::Ran(answer) => match *answer {
+                Ok(mut outcome) => {
+                    result.timing.set_worker(outcome.worker_us, outcome.code_us);
+                    ran.uncapturable = outcome.uncapturable.take();
+                    let fatal = read_outcome(outcome, result, &mut ran.listing);
+                    self.verdict(worker, fatal)
+                }
+                Err(e) => failed(result, e),
+            },
             RunEnd::OverMemory { used } => {
                 let limit = self.settings.limits.memory_limit.unwrap_or_default() >> 20;
                 result.outcome = Outcome::run_error(
@@ -713,7 +742,7 @@ impl Executor {
         let run = worker.run(request, run_deadline, &mut host, &mut collect);
         let watch = watch_memory(gauge, self.settings.limits.memory_limit);
         tokio::select! {
-            r = run => RunEnd::Ran(r),
+            r = run => RunEnd::Ran(Box::new(r)),
             used = watch => RunEnd::OverMemory { used },
         }
     }
@@ -834,6 +863,19 @@ enum Attempt {
     Vanished,
     /// What [`Executor::run`] answers (boxed: a result is large, the other variant empty).
     Done(Option<Box<CallResult>>),
+    /// The call's result, with its kept worker's checkpoint asked for and owed until it is
+    /// answered ([`CheckpointWhen::AfterAnswer`]).
+    Owing(Box<CallResult>, (AskedCheckpoint, Deadline)),
+}
+
+/// What the worker said after a run, besides the result ([`Executor::phases`]).
+#[derive(Default)]
+struct Ran {
+    /// Its working directory.
+    listing: Option<Listing>,
+    /// Why the state it left cannot be captured, when a checkpoint follows
+    /// ([`crate::protocol::RunOutcome::uncapturable`]).
+    uncapturable: Option<Vec<crate::protocol::Uncapturable>>,
 }
 
 /// How a call ended before its code ran.

@@ -147,7 +147,7 @@ impl McpTool for CreateSandbox {
             runtime: arguments.runtime,
             allow_net: arguments.allow_net,
         };
-        let sandbox = match server.create_for(context, makeup) {
+        let sandbox = match server.create_for(context, makeup).await {
             Ok(sandbox) => sandbox,
             Err(full) => return Ok(tool_error(full)),
         };

@@ -84,7 +84,7 @@ impl McpTool for ForkSandbox {
                 )))
             }
         };
-        let fork = match server.create_for(context, source.sandbox.makeup()) {
+        let fork = match server.create_for(context, source.sandbox.makeup()).await {
             Ok(fork) => fork,
             Err(full) => return Ok(tool_error(full)),
         };

@@ -230,11 +230,12 @@ impl RunPythonServer {
     ///
     /// Errors: [`RegistryError`] when no handle could be minted or `--max-sandboxes` leaves no
     /// room.
-    pub fn create_for(
+    pub async fn create_for(
         &self,
         context: &RequestContext<RoleServer>,
         makeup: Makeup,
     ) -> Result<Arc<Sandbox>, RegistryError> {
+        self.registry.settle_for_room().await;
         let id = match http_extension::<MintedSandbox>(context) {
             Some(minted) => minted.0.clone(),
             None => SandboxId::mint()?,
@@ -264,6 +265,9 @@ impl RunPythonServer {
         }
         let (sandbox, reached) = match (self.session_of(context), self.stateful(), without) {
             (Some(session), _, _) => {
+                if session.current_default().is_none() {
+                    self.registry.settle_for_room().await;
+                }
                 let sandbox = session.default_sandbox(principal.clone())?;
                 if !sandbox.belongs_to(principal.as_ref()) {
                     return Err(Missing::of(sandbox.id.as_str()).into());
@@ -271,7 +275,7 @@ impl RunPythonServer {
                 (sandbox, Reached::SessionDefault)
             }
             (None, true, WithoutHandle::Create) => (
-                self.create_for(context, Makeup::default())?,
+                self.create_for(context, Makeup::default()).await?,
                 Reached::Created,
             ),
             (None, true, WithoutHandle::Refuse) => return Err(NoSandbox::NeedsHandle),
