@@ -55,6 +55,7 @@ pub enum Phase {
     Writing,
     Checkpointing,
     Restoring,
+    WarmingUp,
 }
 
 impl fmt::Display for Phase {
@@ -68,6 +69,7 @@ impl fmt::Display for Phase {
             Phase::Writing => "writing or removing a file",
             Phase::Checkpointing => "taking a checkpoint of its state",
             Phase::Restoring => "restoring a checkpoint",
+            Phase::WarmingUp => "running its warm-up call",
         })
     }
 }
@@ -96,6 +98,9 @@ pub enum WorkerError {
     /// `--confinement strict` and a layer is off; the text names it and says why.
     #[error("the sandbox worker refused to serve: {0}")]
     Unconfined(String),
+    /// A new spare's warm-up call failed in its interpreter (the interpreter's words).
+    #[error("the sandbox worker's warm-up call failed: {0}")]
+    WarmUp(String),
     /// No worker of the sandbox's runtime can be had on this server (the executor's
     /// `RuntimeUnavailable`, whose words say which runtime and why).
     #[error("{0}")]
