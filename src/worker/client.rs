@@ -190,7 +190,7 @@ pub enum Violation {
     Checkpoint,
 }
 
-/// What a checkpoint request found ([`Worker::checkpoint`]).
+/// What a checkpoint request found ([`Worker::checkpoint_taken`]).
 #[derive(Debug)]
 pub enum Checkpointed {
     /// The pages that changed since the last checkpoint, measured against zygote `.0`.

@@ -280,9 +280,9 @@ impl Registry {
 
     /// At `--max-sandboxes`: waits until the live sandboxes whose last call's checkpoint is
     /// still being read after its answer (about a millisecond, `server::call::checkpoints`)
-    /// are idle again, so that one of them may give way to a new sandbox ([`make_room`]
-    /// (Self::make_room)) rather than the new one be refused. Waits for no call. Await it
-    /// before a create ([`create_as`](Self::create_as)).
+    /// are idle again, so that one of them may give way to a new sandbox
+    /// ([`make_room`](Self::make_room)) rather than the new one be refused. Waits for no call.
+    /// Await it before a create ([`create_as`](Self::create_as)).
     pub async fn settle_for_room(&self) {
         let checkpointing: Vec<Arc<Sandbox>> = {
             let live = self.live();

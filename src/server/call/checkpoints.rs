@@ -11,6 +11,7 @@ use crate::sandbox::checkpoint::{CheckpointError, Resumable, MAX_MEMORY_BYTES};
 use crate::sandbox::files::SandboxFiles;
 use crate::sandbox::live::{Owner, Sandbox};
 use crate::server::call::execute::Executor;
+use crate::server::call::outcome::CheckpointWhen;
 use crate::server::call::queue::Held;
 use crate::server::call::result::CallResult;
 use crate::traces;
@@ -49,17 +50,6 @@ pub(super) enum CheckpointFailed {
     /// It answered pages that do not fit (the kept state is cleared).
     #[error("its pages did not fit: {0}")]
     Unfit(#[source] CheckpointError),
-}
-
-/// When a call whose worker is kept takes its checkpoint ([`Executor::after_run`]).
-pub(super) enum CheckpointWhen {
-    /// None is due: the sandbox keeps no checkpoints, the run said its state cannot be
-    /// captured, or one was taken before the answer.
-    Done,
-    /// Asked of the worker before the answer (which goes out while the worker takes it), and
-    /// read after it ([`Executor::checkpoint_after_answer`]), before `deadline`: the sandbox's
-    /// worker stays held until it is kept, so its next call waits for it.
-    AfterAnswer(AskedCheckpoint, Deadline),
 }
 
 impl Executor {

@@ -1,13 +1,14 @@
 //! How a call's run ends up in its result: the worker's outcome read into the
 //! [`CallResult`] (images typed from their bytes), a worker failure worded as the call's
-//! error, and the [`Verdict`] on the worker. Apart from the pipeline
+//! error, the [`Verdict`] on the worker, and when a kept worker's checkpoint is due
+//! ([`CheckpointWhen`]). Apart from the pipeline
 //! ([`super::execute`]) so that the words a result may say are read in one place.
 
 use crate::metrics::KillReason;
 use crate::protocol::{ReturnKind, RunOutcome, RunStatus};
 use crate::sandbox::files::Listing;
 use crate::server::call::result::{CallResult, Image, Outcome, ReturnValue, RunErrorCause};
-use crate::worker::client::{Phase, WorkerError};
+use crate::worker::client::{AskedCheckpoint, Deadline, Phase, WorkerError};
 
 /// Whether the worker may serve another call after this one.
 #[derive(Clone, Copy, PartialEq)]
@@ -16,6 +17,17 @@ pub(super) enum Verdict {
     Keep,
     /// It is to be killed: it failed, passed a limit or its interpreter ended.
     Discard,
+}
+
+/// When a call whose worker is kept takes its checkpoint (`Executor::after_run`, `src/server/call/checkpoints.rs`).
+pub(super) enum CheckpointWhen {
+    /// None is due: the sandbox keeps no checkpoints, the run said its state cannot be
+    /// captured, or one was taken before the answer.
+    Done,
+    /// Asked of the worker before the answer (which goes out while the worker takes it), and
+    /// read after it (`Executor::checkpoint_after_answer`), before `deadline`: the sandbox's
+    /// worker stays held until it is kept, so its next call waits for it.
+    AfterAnswer(AskedCheckpoint, Deadline),
 }
 
 /// Turns a worker failure into the call's error (in `result`) and counts the kill; the
