@@ -123,9 +123,9 @@ pub struct Sandbox {
 
 /// Marks a sandbox's checkpoint as being read after its call's answer, until dropped
 /// ([`Sandbox::checkpointing`]).
-pub struct Checkpointing<'a>(&'a Sandbox);
+pub struct Checkpointing(Arc<Sandbox>);
 
-impl Drop for Checkpointing<'_> {
+impl Drop for Checkpointing {
     fn drop(&mut self) {
         self.0.checkpointing.store(false, Ordering::SeqCst);
         self.0.checkpoint_kept.notify_waiters();
@@ -270,11 +270,12 @@ impl Sandbox {
     }
 
     /// Its last call's checkpoint is read after that call's answer, with its worker held
-    /// (`server::call::checkpoints`), until the guard is dropped: drop it after the worker's
-    /// guard, so that whoever [`settled`](Self::settled) waits finds the worker free.
-    pub fn checkpointing(&self) -> Checkpointing<'_> {
+    /// (`server::call::checkpoints`), until the guard is dropped: take it before the answer
+    /// goes out, and drop it after the worker's guard, so that whoever
+    /// [`settled`](Self::settled) waits finds the worker free.
+    pub fn checkpointing(self: &Arc<Self>) -> Checkpointing {
         self.checkpointing.store(true, Ordering::SeqCst);
-        Checkpointing(self)
+        Checkpointing(self.clone())
     }
 
     /// Resolves once a checkpoint being read after a call's answer is kept and its worker

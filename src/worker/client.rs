@@ -98,7 +98,7 @@ pub enum WorkerError {
     /// `--confinement strict` and a layer is off; the text names it and says why.
     #[error("the sandbox worker refused to serve: {0}")]
     Unconfined(String),
-    /// A new spare's warm-up call failed in its interpreter (the interpreter's words).
+    /// A warm-up call failed in its interpreter (the interpreter's words).
     #[error("the sandbox worker's warm-up call failed: {0}")]
     WarmUp(String),
     /// No worker of the sandbox's runtime can be had on this server (the executor's
@@ -755,6 +755,19 @@ impl Worker {
     ) -> Result<T, WorkerError> {
         let id = self.new_id();
         self.send_before(&make(id), attachments, deadline).await?;
+        self.answer(id, limits, deadline, take).await
+    }
+
+    /// The one answer to call `id`, read under `limits` before `deadline` and taken apart with
+    /// `take` (`None` for a reply of another kind: a violation): [`Worker::call`]'s second
+    /// half, alone for a request whose answer is read later ([`Worker::checkpoint_taken`]).
+    async fn answer<T>(
+        &mut self,
+        id: CallId,
+        limits: FrameLimits,
+        deadline: Deadline,
+        take: impl FnOnce(Frame<Reply>) -> Option<Result<T, Violation>>,
+    ) -> Result<T, WorkerError> {
         let frame = self.expect(id, limits, deadline).await?;
         let kind = frame.header.kind();
         match take(frame) {
@@ -900,14 +913,12 @@ impl Worker {
             attachment: usize::try_from(max_memory_bytes).unwrap_or(usize::MAX),
             ..FrameLimits::CONTROL
         };
-        let frame = self.expect(id, limits, deadline).await?;
-        let kind = frame.header.kind();
-        let taken = match frame.header {
+        let take = |frame: Frame<Reply>| match frame.header {
             Reply::Checkpoint {
                 outcome: CheckpointOutcome::Uncapturable { reasons },
                 ..
             } if frame.attachments.is_empty() && !reasons.is_empty() => {
-                Ok(Checkpointed::Uncapturable(reasons))
+                Some(Ok(Checkpointed::Uncapturable(reasons)))
             }
             Reply::Checkpoint {
                 outcome:
@@ -917,11 +928,11 @@ impl Worker {
                         pages,
                     },
                 ..
-            } => taken_pages(zygote, memory_bytes, pages, frame.attachments),
-            Reply::Checkpoint { .. } => Err(Violation::Checkpoint),
-            _ => Err(Violation::Unexpected(kind)),
+            } => Some(taken_pages(zygote, memory_bytes, pages, frame.attachments)),
+            Reply::Checkpoint { .. } => Some(Err(Violation::Checkpoint)),
+            _ => None,
         };
-        taken.map_err(WorkerError::Protocol)
+        self.answer(id, limits, deadline, take).await
     }
 
     /// Restores a checkpoint into this fresh child of zygote `zygote`: its linear memory grows
@@ -971,18 +982,23 @@ impl Worker {
             .await
     }
 
-    /// Runs a throwaway call in the worker ([`Request::WarmUp`]). `Ok(Some(reason))` when it
-    /// failed in the worker.
+    /// Runs a throwaway call in the worker ([`Request::WarmUp`]).
     ///
-    /// Errors: [`WorkerError`] (the worker is then to be discarded).
-    pub async fn warm_up(&mut self, deadline: Deadline) -> Result<Option<String>, WorkerError> {
+    /// Errors: [`WorkerError::WarmUp`] when it failed in the worker (the interpreter's words);
+    /// any other [`WorkerError`]. The worker is then to be discarded.
+    pub async fn warm_up(&mut self, deadline: Deadline) -> Result<(), WorkerError> {
         let make = |id| Request::WarmUp { id };
         let take = |frame: Frame<Reply>| match frame.header {
             Reply::WarmedUp { error, .. } => Some(Ok(error)),
             _ => None,
         };
-        self.call(make, &[], FrameLimits::CONTROL, deadline, take)
-            .await
+        match self
+            .call(make, &[], FrameLimits::CONTROL, deadline, take)
+            .await?
+        {
+            None => Ok(()),
+            Some(why) => Err(WorkerError::WarmUp(why)),
+        }
     }
 
     /// Hands `files` (virtual path, bytes) to the worker and loads `items` with

@@ -269,11 +269,7 @@ impl Spares {
 async fn warmed(mut worker: Worker) -> Result<Worker, WorkerError> {
     let deadline = Deadline::after(WARM_UP_TIMEOUT, Phase::WarmingUp);
     match worker.warm_up(deadline).await {
-        Ok(None) => Ok(worker),
-        Ok(Some(why)) => {
-            worker.kill_soon();
-            Err(WorkerError::WarmUp(why))
-        }
+        Ok(()) => Ok(worker),
         Err(e) => {
             worker.kill_soon();
             Err(e)

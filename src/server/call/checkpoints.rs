@@ -128,9 +128,12 @@ impl Executor {
         asked: (AskedCheckpoint, Deadline),
     ) {
         let cap = self.checkpoint_cap();
+        // In use and checkpointing from now, before the answer goes out: a create at
+        // `--max-sandboxes` that comes right after the answer finds it so and waits, and the
+        // sandbox cannot expire or be evicted before the task first runs.
+        let in_flight = sandbox.begin();
+        let checkpointing = sandbox.checkpointing();
         let owed = async move {
-            let in_flight = sandbox.begin();
-            let checkpointing = sandbox.checkpointing();
             let failed = match held.slot().as_mut() {
                 Some(worker) => tokio::select! {
                     taken = take(&sandbox, worker, asked, cap, AFTER) => match taken {

@@ -189,14 +189,9 @@ impl Executor {
         // Off every caller's path: the next call (often the next fork's copy) then finds the
         // engine's pages copied from the zygote already.
         let deadline = Deadline::after(WARM_UP_TIMEOUT, Phase::Restoring);
-        let failed = match worker.warm_up(deadline).await {
-            Ok(None) => None,
-            Ok(Some(why)) => Some(why),
-            Err(e) => Some(e.to_string()),
-        };
-        if let Some(why) = failed {
+        if let Err(e) = worker.warm_up(deadline).await {
             // Its next call resumes the kept state into another interpreter.
-            tracing::warn!("sandbox {}: warm-up failed: {why}", sandbox.id.short());
+            tracing::warn!("sandbox {}: {e}", sandbox.id.short());
             worker.kill_soon();
             return;
         }
