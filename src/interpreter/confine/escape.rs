@@ -211,6 +211,24 @@ fn first_from_stdin() -> usize {
     String::from_utf8_lossy(&line).trim().parse().unwrap_or(0)
 }
 
+/// How many times a probe is tried again when a signal interrupted it (`EINTR`).
+const INTERRUPTED_RETRIES: usize = 16;
+
+/// One probe, tried again while a signal interrupts it, as code that wanted out would: `EINTR`
+/// says nothing of the confinement. (The engine's threads signal each other, for example to
+/// suspend one for its garbage collector; under an emulated CPU, slow enough for one to land
+/// during a probe, the aarch64 test once read `EINTR` where Landlock answers `EACCES`.)
+fn attempt(probe: Probe, target: &Target) -> Result<String, i32> {
+    let mut outcome = probe(target);
+    for _ in 0..INTERRUPTED_RETRIES {
+        if outcome != Err(libc::EINTR) {
+            break;
+        }
+        outcome = probe(target);
+    }
+    outcome
+}
+
 /// Runs the probes when the worker was started with a spec ([`SPEC`]), then exits.
 pub fn run_if_requested() {
     let Some(spec) = SPEC.get() else {
@@ -236,7 +254,7 @@ pub fn run_if_requested() {
     let target = Target { front, port };
     for (index, (name, probe)) in PROBES.iter().enumerate().skip(first) {
         eprintln!("escape-probe {index} {name} trying");
-        match probe(&target) {
+        match attempt(*probe, &target) {
             Ok(what) => eprintln!("escape-probe {index} {name} ALLOWED {what}"),
             Err(errno) => eprintln!("escape-probe {index} {name} blocked errno {errno}"),
         }
