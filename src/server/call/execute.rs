@@ -85,6 +85,9 @@ const MEMORY_POLL: Duration = Duration::from_millis(25);
 /// allocations, and be killed there.
 const MEMORY_HEADROOM: u64 = 32 << 20;
 
+/// Bytes in a MiB, the unit of `--memory` and of its refusal's figures.
+const MIB: u64 = 1 << 20;
+
 /// What "no limit" means for a deadline (seconds): ten years.
 const NO_LIMIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
@@ -614,12 +617,14 @@ impl Executor {
                 Err(e) => failed(result, e),
             },
             RunEnd::OverMemory { used } => {
-                let limit = self.settings.limits.memory_limit.unwrap_or_default() >> 20;
+                let limit = self.settings.limits.memory_limit.unwrap_or_default() / MIB;
+                // Rounded up: a worker stopped for passing 512 MiB by a few pages took 513
+                // MiB begun, never "512", which would read as within the limit.
+                let taken = used.div_ceil(MIB);
                 result.outcome = Outcome::run_error(
                     RunErrorCause::Memory,
                     format!(
-                        "MemoryError: the worker exceeded its memory limit of {limit} MiB (it took {} MiB beyond a fresh interpreter) and was stopped",
-                        used >> 20
+                        "MemoryError: the worker exceeded its memory limit of {limit} MiB (it took {taken} MiB beyond a fresh interpreter) and was stopped"
                     ),
                 );
                 crate::metrics::worker_killed(KillReason::Memory);
