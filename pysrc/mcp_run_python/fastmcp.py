@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import textwrap
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
-
-import anyio
 
 from ._functions import sandbox_tag
 from ._sandbox import CodeSandbox, _create_sandbox, _session
@@ -65,9 +65,29 @@ def as_sandbox_code(code: str) -> str:
     return f'async def __code_mode__():\n{body}\n\nawait __code_mode__()\n'
 
 
+# How long a sandbox made ahead for the next run is taken (seconds): well within the binary's
+# default `--hibernate-after` (60 s) and `--sandbox-idle-timeout` (1800 s), so that the run never
+# finds it hibernated or gone.
+AHEAD_FRESH_SECONDS = 30.0
+
+# Options that may make a sandbox made ahead hibernate, end, or take another's place before a run
+# takes it: with any of them, every run makes its own.
+_AHEAD_UNSAFE_OPTIONS = ('--hibernate-after', '--sandbox-idle-timeout', '--sandbox-max-lifetime', '--max-sandboxes')
+
+
+def _ahead_allowed(extra_args: Sequence[str]) -> bool:
+    """Whether sandboxes may be made ahead under these options (see `_AHEAD_UNSAFE_OPTIONS`)."""
+    return not any(arg.split('=', 1)[0] in _AHEAD_UNSAFE_OPTIONS for arg in extra_args)
+
+
 class _Server:
     """One binary (`--stateful`) serving the runs whose external functions have the same
-    names; each run's callables are found by its sandbox's tag."""
+    names; each run's callables are found by its sandbox's tag.
+
+    A run's sandbox is made before the run asks for it (`take_sandbox`: one made ahead, fresh,
+    after the previous run) and destroyed after its result is returned (`after_run`), so
+    that a run waits for neither `create_sandbox` nor `destroy_sandbox`.
+    """
 
     def __init__(self, examples: Mapping[str, Callable[..., Any]], options: dict[str, Any]) -> None:
         self.examples = dict(examples)
@@ -77,7 +97,55 @@ class _Server:
         self.failure: BaseException | None = None
         self.ready = asyncio.Event()
         self.stop = asyncio.Event()
+        self.make_ahead = _ahead_allowed(options['extra_args'])
+        # The sandbox made for the next run: when its making started (`time.monotonic()`) and
+        # the task that makes it.
+        self.ahead: tuple[float, asyncio.Task[str]] | None = None
+        self.background: set[asyncio.Task[None]] = set()
         self.task = asyncio.ensure_future(self._serve())
+
+    async def take_sandbox(self, session: StdioClient) -> str:
+        """A new sandbox for one run: the one made ahead when it is fresh, else one made now.
+
+        Raises:
+            ValueError: the server made no sandbox (`create_sandbox` refused).
+        """
+        ahead, self.ahead = self.ahead, None
+        sandbox_id = None
+        if ahead is not None:
+            started, making = ahead
+            if time.monotonic() - started <= AHEAD_FRESH_SECONDS:
+                with contextlib.suppress(Exception):  # made now instead, with its error
+                    sandbox_id = await making
+            else:
+                self._later(self._destroy_made(session, making))
+        if sandbox_id is None:
+            sandbox_id = await _create_sandbox(session)
+        return sandbox_id
+
+    def after_run(self, session: StdioClient, sandbox_id: str) -> None:
+        """Once a run's result is back: destroys its sandbox and makes one ahead for the next
+        run, in the background. (Made after the run rather than as it starts, so that the
+        server's work for it never shares the cores with the run.)"""
+        self._later(self._destroy(session, sandbox_id))
+        if self.make_ahead and self.ahead is None:
+            self.ahead = time.monotonic(), asyncio.ensure_future(_create_sandbox(session))
+
+    def _later(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    @staticmethod
+    async def _destroy(session: StdioClient, sandbox_id: str) -> None:
+        # The server may be stopping: its sandboxes end with it.
+        with contextlib.suppress(Exception):
+            await session.call_tool('destroy_sandbox', {'sandbox_id': sandbox_id})
+
+    @classmethod
+    async def _destroy_made(cls, session: StdioClient, making: asyncio.Task[str]) -> None:
+        with contextlib.suppress(Exception):
+            await cls._destroy(session, await making)
 
     def resolve(self, sandbox: str, name: str) -> Callable[..., Any] | None:
         return self.by_sandbox.get(sandbox, {}).get(name)
@@ -111,7 +179,10 @@ class SandboxProvider:
             `code_sandbox(runtime=...)`; `dependencies` and `allow_networking` are then
             refused).
 
-    The binary starts at the first run and serves later ones; `aclose()` stops it.
+    The binary starts at the first run and serves later ones; `aclose()` stops it. Each run
+    gets a new sandbox: one made ahead after the run before (unless `extra_args` sets
+    `--hibernate-after`, `--sandbox-idle-timeout`, `--sandbox-max-lifetime` or
+    `--max-sandboxes`, which could end it first), destroyed once the run's result is back.
     """
 
     def __init__(
@@ -148,15 +219,15 @@ class SandboxProvider:
         await server.ready.wait()
         if server.session is None:
             raise CodeError(f'the mcp-run-python server did not start: {server.failure!r}')
-        sandbox_id = await _create_sandbox(server.session)
+        session = server.session
+        sandbox_id = await server.take_sandbox(session)
         tag = sandbox_tag(sandbox_id)
         server.by_sandbox[tag] = functions
         try:
-            result = await CodeSandbox(server.session, sandbox_id).eval(as_sandbox_code(code), inputs)
+            result = await CodeSandbox(session, sandbox_id).eval(as_sandbox_code(code), inputs)
         finally:
             server.by_sandbox.pop(tag, None)
-            with anyio.CancelScope(shield=True):
-                await server.session.call_tool('destroy_sandbox', {'sandbox_id': sandbox_id})
+            server.after_run(session, sandbox_id)
         if result['status'] == 'success':
             return result['return_value']
         raise CodeError(result['error'])
