@@ -9,6 +9,12 @@ cd "$(dirname "$0")/.."
 # A run builds each configuration once: incremental caches would only take disk (about 4 GB of
 # a clean run's target/, more than CI machines always have free).
 export CARGO_INCREMENTAL=0
+
+# Marks where each part of the run starts, with the seconds since the run began: the run must
+# stay under 40 minutes on CI's two cores, and these lines say where its time goes.
+part() { echo "--- $1 (at ${SECONDS} s)"; }
+
+part "setup"
 scripts/setup.sh
 
 # A venv at $1 with the pins of the requirements file $2, rebuilt only when they change.
@@ -67,16 +73,20 @@ setsid nice -n 10 scripts/test-aarch64.sh > "$aarch64_log" 2>&1 &
 aarch64_suite=$!
 trap 'kill -TERM -- "-$aarch64_suite" 2>/dev/null || true' EXIT
 
+part "checks: fmt, clippy, rustdoc"
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
 # Doc comments name items by link: a rename that leaves a stale name fails here.
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
+part "build"
 cargo build
 # The deployment files (README "Running many replicas"): Kubernetes schemas, hadolint, checkov, consistency with the
 # binary's options (hence after the build: a clean clone has no binary before it) and
 # deploy/haproxy.cfg.
 scripts/check-deploy.sh
+part "cargo test"
 cargo test
+part "sdk_v1"
 MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python" .venv/bin/python -m pytest -q -p no:cacheprovider tests/sdk_v1 "$@"
 
 # Today's clients (README "Protocol revisions and change notifications"): mcp 2.x, PydanticAI 2.x and fastmcp in a second venv, then the
@@ -95,13 +105,16 @@ wheel_npm() { PATH="$node_wheel/bin:$PATH" "$wheel_node" "$node_wheel/lib/node_m
 npm_ci_for tests/conformance wheel_npm
 export MCP_RUN_PYTHON_BIN="$PWD/target/debug/mcp-run-python"
 venv_with .venv-current tests/sdk_v2/requirements.txt
+part "sdk_v2"
 .venv-current/bin/python -m pytest -q -p no:cacheprovider tests/sdk_v2
 
 # Long runs as tasks (README "Long runs: tasks"): fastmcp with fastmcp-tasks, which pins its own fastmcp, in a venv
 # of its own.
 venv_with .venv-tasks tests/tasks/requirements.txt
+part "tasks"
 .venv-tasks/bin/python -m pytest -q -p no:cacheprovider tests/tasks
 
+part "TypeScript clients"
 node tests/ts/client_test.mjs
 
 # The official TypeScript tasks client (@modelcontextprotocol/ext-tasks on the v2 SDK client) in
@@ -113,19 +126,22 @@ npm_ci_for tests/ts-tasks wheel_npm
 # The second wall (docs/architecture.md §3.2): a worker built with the test-only `escape-test` feature seals
 # itself, then tries what native code that took it over would. Last, because it rebuilds the
 # binary with that feature (the next `cargo build` puts the release-shaped one back).
+part "escape"
 cargo test --features escape-test --test sandbox_escape
 
 # The Python distribution (README "Install"): the wheel (the test build, packaged as a release is),
 # installed by pip into a fresh venv, by uvx and by uv, and on a bare Debian root made with
 # debootstrap (kept in target/clean-root/).
+part "wheel"
 .venv/bin/python -m mypy --strict --cache-dir=/dev/null pysrc/mcp_run_python
 wheel=$(scripts/build-wheel.sh --dev | tail -n 1)
 MCP_RUN_PYTHON_WHEEL="$PWD/$wheel" .venv/bin/python -m pytest -q -p no:cacheprovider tests/wheel
 
 # The aarch64 suite, started above.
+part "waiting for the aarch64 suite"
 aarch64_status=0
 wait "$aarch64_suite" || aarch64_status=$?
 trap - EXIT
-echo "--- the aarch64 suite (scripts/test-aarch64.sh, log: $aarch64_log)"
+echo "--- the aarch64 suite (scripts/test-aarch64.sh, log: $aarch64_log), done at ${SECONDS} s"
 cat "$aarch64_log"
 exit "$aarch64_status"
