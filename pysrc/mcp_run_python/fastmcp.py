@@ -80,6 +80,12 @@ def _ahead_allowed(extra_args: Sequence[str]) -> bool:
     return not any(arg.split('=', 1)[0] in _AHEAD_UNSAFE_OPTIONS for arg in extra_args)
 
 
+def _retrieved(task: asyncio.Task[str]) -> None:
+    """Marks `task`'s error as seen, so that asyncio does not log it when it is collected."""
+    if not task.cancelled():
+        task.exception()
+
+
 class _Server:
     """One binary (`--stateful`) serving the runs whose external functions have the same
     names; each run's callables are found by its sandbox's tag.
@@ -129,7 +135,10 @@ class _Server:
         server's work for it never shares the cores with the run.)"""
         self._later(self._destroy(session, sandbox_id))
         if self.make_ahead and self.ahead is None:
-            self.ahead = time.monotonic(), asyncio.ensure_future(_create_sandbox(session))
+            making = asyncio.ensure_future(_create_sandbox(session))
+            # Its error, if the server stopped first, is for no one: the next run makes its own.
+            making.add_done_callback(_retrieved)
+            self.ahead = time.monotonic(), making
 
     def _later(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)

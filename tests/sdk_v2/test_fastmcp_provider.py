@@ -79,14 +79,20 @@ async def background_done(served):
         await served.ahead[1]
 
 
+async def first_run(provider, client):
+    """Runs a first snippet, and waits for what it left in the background: the provider's
+    server and the sandbox made ahead for the next run."""
+    await execute(client, "return 1")
+    served = the_server(provider)
+    await background_done(served)
+    return served, await served.ahead[1]
+
+
 async def test_each_run_takes_a_fresh_sandbox_made_ahead_and_its_own_is_destroyed(provider_module):
     async with provider_module.SandboxProvider(extra_args=CACHE_ARGS) as provider:
         async with Client(server(provider)) as client:
             # The first run makes its sandbox itself (nothing was made ahead yet).
-            await execute(client, "return 1")
-            served = the_server(provider)
-            await background_done(served)
-            made_ahead = await served.ahead[1]
+            served, made_ahead = await first_run(provider, client)
             assert await is_live(served, made_ahead)
 
             assert await execute(client, LEAVES) == "left"
@@ -103,10 +109,7 @@ async def test_a_sandbox_made_ahead_too_long_ago_is_destroyed_not_taken(provider
     monkeypatch.setattr(provider_module, "AHEAD_FRESH_SECONDS", 0.0)
     async with provider_module.SandboxProvider(extra_args=CACHE_ARGS) as provider:
         async with Client(server(provider)) as client:
-            await execute(client, "return 1")
-            served = the_server(provider)
-            await background_done(served)
-            stale = await served.ahead[1]
+            served, stale = await first_run(provider, client)
             await asyncio.sleep(0.01)
             assert await execute(client, LOOKS) == "false"
             assert served.taken and served.taken[-1] != stale, served.taken

@@ -282,7 +282,8 @@ impl Registry {
     /// still being read after its answer (about a millisecond, `server::call::checkpoints`)
     /// are idle again, so that one of them may give way to a new sandbox
     /// ([`make_room`](Self::make_room)) rather than the new one be refused. Waits for no call.
-    /// Await it before a create ([`create_as`](Self::create_as)).
+    /// Await it before a create ([`create_as`](Self::create_as)) and before a hibernated
+    /// sandbox wakes ([`open`](Self::open)).
     pub async fn settle_for_room(&self) {
         let checkpointing: Vec<Arc<Sandbox>> = {
             let live = self.live();
@@ -366,9 +367,11 @@ impl Registry {
             return Err(Missing::of(id.as_str()).into());
         }
         if entered.sandbox.state.is_hibernated() {
-            // It wakes for this request: another makes room, as for a new sandbox. When none
-            // can, it wakes all the same (its state is not refused for the cap) and the cap
-            // is passed until one ends.
+            // It wakes for this request: another makes room, as for a new sandbox (once the
+            // checkpoints read after their answers are kept, so that a sandbox whose call just
+            // answered may be the one). When none can, it wakes all the same (its state is not
+            // refused for the cap) and the cap is passed until one ends.
+            self.settle_for_room().await;
             if let Err(full) = self.make_room(&mut self.live()) {
                 tracing::warn!("sandbox {} wakes past the cap: {full}", id.short());
             }
