@@ -58,9 +58,9 @@ pub(super) const AWAIT_WARM_UP_CODE: [&str; 2] = [
 /// How many times each of [`AWAIT_WARM_UP_CODE`] runs in the zygote.
 pub(super) const AWAIT_WARM_UP_CALLS: usize = 5;
 
-/// Runs [`WARM_UP_CALLS`], then [`AWAIT_WARM_UP_CODE`]'s and then [`TIER_UP_CALLS`] calls in the zygote through the same
-/// runner functions a real call uses (their output goes nowhere: no run is in progress for the
-/// front).
+/// Runs [`WARM_UP_CALLS`], then [`AWAIT_WARM_UP_CODE`]'s and then [`TIER_UP_CALLS`] calls in
+/// the zygote through the same runner functions a real call uses (their output goes nowhere:
+/// no run is in progress for the front).
 pub(super) fn warm_up(engine: &mut Engine, runner: &Runner) -> Result<()> {
     for i in 0..WARM_UP_CALLS {
         let code = WARM_UP_CODE[i % WARM_UP_CODE.len()];
