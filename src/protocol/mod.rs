@@ -28,13 +28,37 @@ pub use messages::*;
 /// `error` and each of its sources, joined by `: ` (as `anyhow` shows a chain with `{:#}`):
 /// how either side words an error that crosses the protocol (a failed host call, a wall that
 /// could not be raised, a fetch that failed), so that user code and the front see its causes.
+/// A cause whose words already end the text (an error that shows its source itself, as
+/// `WorkerError::Died` does) is not repeated.
 pub fn error_words(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        let words = cause.to_string();
+        if !text.ends_with(&words) {
+            text.push_str(": ");
+            text.push_str(&words);
+        }
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_words;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] Shows);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("shows its cause: {0}")]
+    struct Shows(#[source] std::io::Error);
+
+    #[test]
+    fn each_cause_is_worded_once() {
+        let error = Outer(Shows(std::io::Error::other("disk gone")));
+        assert_eq!(error_words(&error), "outer: shows its cause: disk gone");
+    }
 }

@@ -24,9 +24,18 @@ const STALE_SNAPSHOT_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// gets them.
 const PREINSTALL_WAIT: Duration = Duration::from_secs(60);
 
-/// How long after a zygote failed the next one is started (seconds); workers are restored from
-/// the snapshot meanwhile.
-const ZYGOTE_RETRY: Duration = Duration::from_secs(30);
+/// How long after a zygote failed the next one is started (seconds), by itself, with no call
+/// needed (an HTTP replica whose `/readyz` says 503 gets no calls behind a balancer); workers
+/// are restored from the snapshot meanwhile. Each failure in a row doubles it, up to
+/// [`ZYGOTE_RETRY_MAX`]: a zygote that can never start costs a boot every ten minutes.
+const ZYGOTE_RETRY: Duration = Duration::from_secs(5);
+
+/// The longest wait before the next zygote is started after failures in a row (seconds).
+const ZYGOTE_RETRY_MAX: Duration = Duration::from_secs(600);
+
+/// How often a ready zygote is looked at to see whether it still lives (seconds), so that one
+/// that ended is replaced with no call needed.
+const ZYGOTE_WATCH: Duration = Duration::from_secs(1);
 
 /// How long a front's first contact with the zygote service waits for it to fork before the
 /// front boots its first interpreter itself: a warm service answers within a millisecond or
@@ -76,14 +85,26 @@ pub type PreinstallSource = Shared<BoxFuture<'static, Option<Arc<Preinstall>>>>;
 enum ZygoteState {
     /// Not started yet: started after the first worker booted (which made the snapshot).
     Idle,
-    /// Booting and warming up in the background.
-    Starting,
+    /// Booting and warming up in the background, after `failures` starts in a row failed.
+    Starting { failures: u32 },
     /// Forks workers.
     Ready(Arc<Zygote>),
-    /// Failed; not started again before this instant.
-    Failed(Instant),
+    /// `failures` starts in a row failed (a zygote that was ready and ended counts as one);
+    /// the next starts at `retry_at` ([`retry_delay`]).
+    Failed { retry_at: Instant, failures: u32 },
     /// Shut down.
     Closed,
+}
+
+/// How long to wait before the next zygote after `failures` failures in a row:
+/// [`ZYGOTE_RETRY`], doubled for each failure after the first, at most [`ZYGOTE_RETRY_MAX`].
+fn retry_delay(failures: u32) -> Duration {
+    /// Past this many doublings the wait is at its cap (2^7 × 5 s > 600 s).
+    const MAX_DOUBLINGS: u32 = 7;
+    let doublings = failures.saturating_sub(1).min(MAX_DOUBLINGS);
+    ZYGOTE_RETRY
+        .saturating_mul(1 << doublings)
+        .min(ZYGOTE_RETRY_MAX)
 }
 
 struct SnapshotStore {
@@ -321,7 +342,7 @@ impl Launcher {
         let Some((ZygoteSource::Shared(spec), slot)) = &self.zygote else {
             return;
         };
-        *slot.lock().unwrap_or_else(|p| p.into_inner()) = ZygoteState::Starting;
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = ZygoteState::Starting { failures: 0 };
         let first = spec.clone();
         let reached =
             tokio::task::spawn_blocking(move || service::reach_running(&first, FIRST_CONTACT_WAIT))
@@ -358,7 +379,7 @@ impl Launcher {
             }
             let failed = matches!(
                 *slot.lock().unwrap_or_else(|p| p.into_inner()),
-                ZygoteState::Failed(_) | ZygoteState::Closed
+                ZygoteState::Failed { .. } | ZygoteState::Closed
             );
             if failed || Instant::now() >= deadline {
                 return false;
@@ -368,7 +389,7 @@ impl Launcher {
     }
 
     /// Records the outcome of reaching the zygote service (one log line either way).
-    async fn service_reached(&self, reached: Result<Zygote, service::ServiceError>) {
+    async fn service_reached(self: &Arc<Self>, reached: Result<Zygote, service::ServiceError>) {
         match reached {
             Ok(zygote) => self.zygote_started(Some(zygote)).await,
             Err(e) => {
@@ -388,12 +409,14 @@ impl Launcher {
         };
         {
             let mut state = slot.lock().unwrap_or_else(|p| p.into_inner());
-            match &*state {
-                ZygoteState::Idle => {}
-                ZygoteState::Failed(until) if Instant::now() >= *until => {}
+            let failures = match &*state {
+                ZygoteState::Idle => 0,
+                ZygoteState::Failed { retry_at, failures } if Instant::now() >= *retry_at => {
+                    *failures
+                }
                 _ => return,
-            }
-            *state = ZygoteState::Starting;
+            };
+            *state = ZygoteState::Starting { failures };
         }
         let launcher = self.clone();
         let source = source.clone();
@@ -404,7 +427,8 @@ impl Launcher {
                     let started = started
                         .map_err(|e| {
                             tracing::warn!(
-                                "the zygote did not start (interpreters are booted meanwhile): {e}"
+                                "the zygote did not start (interpreters are booted meanwhile): {}",
+                                crate::protocol::error_words(&e)
                             )
                         })
                         .ok();
@@ -430,51 +454,119 @@ impl Launcher {
         });
     }
 
-    /// Makes `started` the zygote (unless the launcher was shut down meanwhile), or notes the
-    /// failure (`None`, logged by the caller), after which the next start is tried
-    /// [`ZYGOTE_RETRY`] later.
-    async fn zygote_started(&self, started: Option<Zygote>) {
+    /// Makes `started` the zygote (unless the launcher was shut down meanwhile) and watches it
+    /// ([`Launcher::watch`]), or notes the failure (`None`, logged by the caller), after which
+    /// the next start is tried by itself [`retry_delay`] later.
+    async fn zygote_started(self: &Arc<Self>, started: Option<Zygote>) {
         let Some((_, slot)) = &self.zygote else {
             return;
         };
-        let unwanted = {
-            let mut state = slot.lock().unwrap_or_else(|p| p.into_inner());
-            let closed = matches!(*state, ZygoteState::Closed);
-            match started {
-                Some(zygote) if !closed => {
-                    match zygote.service() {
-                        Some((pid, socket)) => tracing::info!(
-                            "the zygote is ready (the zygote service at {}, pid {pid}): new interpreters are forked from it",
-                            socket.display()
-                        ),
-                        None => tracing::info!(
-                            "the zygote is ready: new interpreters are forked from it"
-                        ),
-                    }
-                    *state = ZygoteState::Ready(Arc::new(zygote));
-                    None
-                }
-                Some(zygote) => Some(zygote),
-                None => {
-                    if !closed {
-                        *state = ZygoteState::Failed(Instant::now() + ZYGOTE_RETRY);
-                    }
-                    None
-                }
-            }
+        let failures = match &*slot.lock().unwrap_or_else(|p| p.into_inner()) {
+            ZygoteState::Closed => None,
+            ZygoteState::Starting { failures } => Some(*failures),
+            _ => Some(0),
         };
-        if let Some(zygote) = unwanted {
-            zygote.kill().await;
+        match (started, failures) {
+            (Some(zygote), None) => zygote.kill().await,
+            (None, None) => {}
+            (None, Some(failures)) => self.fail(failures + 1),
+            (Some(zygote), Some(_)) => self.make_ready(zygote).await,
         }
     }
 
-    /// Drops `zygote` after it failed, and lets a new one start after [`ZYGOTE_RETRY`].
-    async fn zygote_failed(&self, zygote: Arc<Zygote>) {
-        if let Some((_, slot)) = &self.zygote {
+    /// Makes `zygote` the ready one and watches it, unless the launcher shut down meanwhile.
+    async fn make_ready(self: &Arc<Self>, zygote: Zygote) {
+        let Some((_, slot)) = &self.zygote else {
+            return;
+        };
+        let zygote = Arc::new(zygote);
+        let unwanted = {
             let mut state = slot.lock().unwrap_or_else(|p| p.into_inner());
-            if matches!(&*state, ZygoteState::Ready(z) if Arc::ptr_eq(z, &zygote)) {
-                *state = ZygoteState::Failed(Instant::now() + ZYGOTE_RETRY);
+            if matches!(*state, ZygoteState::Closed) {
+                true
+            } else {
+                *state = ZygoteState::Ready(zygote.clone());
+                false
             }
+        };
+        if unwanted {
+            zygote.kill().await;
+            return;
+        }
+        match zygote.service() {
+            Some((pid, socket)) => tracing::info!(
+                "the zygote is ready (the zygote service at {}, pid {pid}): new interpreters are forked from it",
+                socket.display()
+            ),
+            None => tracing::info!("the zygote is ready: new interpreters are forked from it"),
+        }
+        self.watch(zygote);
+    }
+
+    /// Notes that the zygote failed for the `failures`-th time in a row and starts the next one
+    /// by itself after [`retry_delay`], unless one was started or the launcher shut down by
+    /// then.
+    fn fail(self: &Arc<Self>, failures: u32) {
+        let Some((_, slot)) = &self.zygote else {
+            return;
+        };
+        let delay = retry_delay(failures);
+        {
+            let mut state = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if matches!(*state, ZygoteState::Closed) {
+                return;
+            }
+            *state = ZygoteState::Failed {
+                retry_at: Instant::now() + delay,
+                failures,
+            };
+        }
+        // Weak: a pending retry does not keep a launcher that is done with alive.
+        let launcher = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(launcher) = launcher.upgrade() {
+                launcher.start_zygote();
+            }
+        });
+    }
+
+    /// Looks every [`ZYGOTE_WATCH`] whether `zygote`, while it is the ready one, still lives,
+    /// and replaces it when it ended: otherwise a server with no calls coming (an HTTP replica
+    /// whose `/readyz` says 503 behind a balancer) would never replace it.
+    fn watch(self: &Arc<Self>, zygote: Arc<Zygote>) {
+        let launcher = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(ZYGOTE_WATCH).await;
+                let Some(launcher) = launcher.upgrade() else {
+                    return;
+                };
+                if !launcher.is_ready_zygote(&zygote) {
+                    return;
+                }
+                if !zygote.is_alive() {
+                    tracing::warn!(
+                        "the zygote ended: interpreters are booted until it is replaced"
+                    );
+                    launcher.zygote_failed(zygote).await;
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Whether `zygote` is the ready zygote.
+    fn is_ready_zygote(&self, zygote: &Arc<Zygote>) -> bool {
+        self.ready_zygote()
+            .is_some_and(|ready| Arc::ptr_eq(&ready, zygote))
+    }
+
+    /// Drops `zygote` after it failed, when it is still the ready one, and starts a new one
+    /// by itself after [`ZYGOTE_RETRY`].
+    async fn zygote_failed(self: &Arc<Self>, zygote: Arc<Zygote>) {
+        if self.is_ready_zygote(&zygote) {
+            self.fail(1);
         }
         zygote.kill().await;
     }
@@ -540,11 +632,15 @@ impl Launcher {
                 // The service answered but this fork did not work out: the connection, which
                 // the workers already forked through it live by, is kept.
                 Err(e) if zygote.service().is_some() && !e.ends_connection() => {
-                    tracing::warn!("a fork through the zygote service failed (booting one): {e}");
+                    tracing::warn!(
+                        "a fork through the zygote service failed (booting one): {}",
+                        crate::protocol::error_words(&e)
+                    );
                 }
                 Err(e) => {
                     tracing::warn!(
-                        "the zygote failed, booting interpreters until it is replaced: {e}"
+                        "the zygote failed, booting interpreters until it is replaced: {}",
+                        crate::protocol::error_words(&e)
                     );
                     self.zygote_failed(zygote).await;
                 }
@@ -579,7 +675,10 @@ impl Launcher {
                 // Stopped by a shutdown, or unconfined: says nothing about the snapshot.
                 Err(e @ (WorkerError::Stopped(_) | WorkerError::Unconfined(_))) => return Err(e),
                 Err(e) => {
-                    tracing::warn!("booting from the memory snapshot failed, booting plainly: {e}");
+                    tracing::warn!(
+                        "booting from the memory snapshot failed, booting plainly: {}",
+                        crate::protocol::error_words(&e)
+                    );
                     store.discard();
                 }
             }
@@ -589,5 +688,19 @@ impl Launcher {
             store.save(snapshot);
         }
         Ok(worker)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{retry_delay, ZYGOTE_RETRY, ZYGOTE_RETRY_MAX};
+
+    #[test]
+    fn the_retry_wait_doubles_up_to_its_cap() {
+        assert_eq!(retry_delay(1), ZYGOTE_RETRY);
+        assert_eq!(retry_delay(2), ZYGOTE_RETRY * 2);
+        assert_eq!(retry_delay(3), ZYGOTE_RETRY * 4);
+        assert_eq!(retry_delay(100), ZYGOTE_RETRY_MAX);
+        assert_eq!(retry_delay(u32::MAX), ZYGOTE_RETRY_MAX);
     }
 }

@@ -75,9 +75,10 @@ def status_field(pid, name):
         return next(line.split(":", 1)[1].strip() for line in f if line.startswith(name + ":"))
 
 
-async def zygote_ready(server_pid, log):
-    """The server's zygote, once the server says it forks interpreters (in `log`)."""
-    assert await wait_until(lambda: ZYGOTE_READY in log.read_text(), ZYGOTE_WAIT), log.read_text()
+async def zygote_ready(server_pid, log, wait=ZYGOTE_WAIT):
+    """The server's zygote, once the server says it forks interpreters (in `log`), waiting at
+    most `wait` seconds."""
+    assert await wait_until(lambda: ZYGOTE_READY in log.read_text(), wait), log.read_text()
     (zygote,) = zygote_pids(server_pid)
     assert threads(zygote) == 1
     return zygote
@@ -196,6 +197,49 @@ async def test_forked_sessions_are_confined_apart_and_reaped_and_die_with_the_zy
         assert await run(doomed, "2 + 2") == "<status>success</status>\n<return_value>\n4\n</return_value>"
         (fresh,) = await sessions_on(stack, url, 1)
         assert await run(fresh, "1 + 1") == "<status>success</status>\n<return_value>\n2\n</return_value>"
+        await stack.aclose()
+
+
+# What the server logs when a zygote could not start, and when a ready one ended.
+ZYGOTE_NOT_STARTED = "the zygote did not start"
+ZYGOTE_ENDED = "the zygote ended"
+# Seconds until a new zygote is started after a first failure (src/worker/launcher.rs
+# `ZYGOTE_RETRY`), plus a margin for a busy machine.
+RETRY_WAIT = 5 + 20
+
+
+async def test_a_lost_zygote_is_replaced_with_no_call_coming(tmp_path):
+    # Behind a balancer, a replica whose /readyz says 503 gets no calls: a zygote that failed to
+    # start, or ended once ready, must be replaced by the server itself, or it stays unready.
+    log = tmp_path / "server.log"
+    with open(log, "w") as errlog, http_server("streamable-http", *FORK_ON_DEMAND, errlog=errlog) as url:
+        stack = contextlib.AsyncExitStack()
+        (session,) = await sessions_on(stack, url, 1)
+        await run(session, "1")
+        await stack.aclose()
+        # The zygote starts after that first boot; it is killed while it boots and warms up.
+        assert await wait_until(lambda: zygote_pids(url.pid), 30), log.read_text()
+        (starting,) = zygote_pids(url.pid)
+        os.kill(starting, signal.SIGKILL)
+        assert await wait_until(lambda: ZYGOTE_NOT_STARTED in log.read_text(), 30), log.read_text()
+        assert ZYGOTE_READY not in log.read_text(), "the zygote was ready before it was killed"
+        assert httpx.get(f"{url}/readyz").status_code == 503
+        # No call comes; the server starts a new zygote and becomes ready by itself.
+        zygote = await zygote_ready(url.pid, log, wait=RETRY_WAIT + ZYGOTE_WAIT)
+        assert zygote != starting
+        assert await wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 200, 10)
+        # A ready zygote that ends is noticed and replaced, again with no call coming.
+        os.kill(zygote, signal.SIGKILL)
+        assert await wait_until(lambda: ZYGOTE_ENDED in log.read_text(), 15), log.read_text()
+        assert await wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 503, 15)
+        assert await wait_until(lambda: log.read_text().count(ZYGOTE_READY) == 2, RETRY_WAIT + ZYGOTE_WAIT)
+        assert await wait_until(lambda: httpx.get(f"{url}/readyz").status_code == 200, 10)
+        (replaced,) = zygote_pids(url.pid)
+        assert replaced not in (starting, zygote)
+        # It forks: a new session's interpreter is its child.
+        (fresh,) = await sessions_on(stack, url, 1)
+        assert await run(fresh, "1 + 1") == "<status>success</status>\n<return_value>\n2\n</return_value>"
+        assert any(int(status_field(pid, "PPid")) == replaced for pid in child_pids(url.pid))
         await stack.aclose()
 
 

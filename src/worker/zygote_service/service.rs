@@ -207,7 +207,10 @@ where
                 Phase::Serving(Arc::new(zygote));
             wait_for_end(&state).await;
         }
-        Some(Err(e)) => tracing::warn!("the service's zygote did not start: {e}"),
+        Some(Err(e)) => tracing::warn!(
+            "the service's zygote did not start: {}",
+            crate::protocol::error_words(&e)
+        ),
         None => {}
     }
     let last = std::mem::replace(
@@ -425,7 +428,10 @@ impl Connection {
                 true
             }
             Err(e) => {
-                tracing::warn!("the service's zygote failed to fork: {e}");
+                tracing::warn!(
+                    "the service's zygote failed to fork: {}",
+                    crate::protocol::error_words(&e)
+                );
                 if !matches!(e, ZygoteError::Refused(_)) {
                     *self.state.phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Lost;
                 }
