@@ -76,6 +76,46 @@
     loaded_libraries: Object.keys(pyodide._module.LDSO.loadedLibsByName).length,
   });
 
+  // Whether a file of the in-memory file system may have changed since the helper last asked
+  // (`filesChanged`). A `keep_globals` run lists the working directory before and after its
+  // code (runtime/python/runner.py `_scan`), which costs tens of microseconds a file through
+  // Emscripten's file system, twice a call; with this, it lists it again only after a change.
+  // Every MEMFS operation that can create, remove, rename, write, resize or re-time a file
+  // (`MEMFS_CHANGES`, wrapped by `watchFileChanges` for every kind of node) sets it, whoever
+  // calls it: the code, Pyodide, or an upload (`writeFile`). True until first asked, so that a
+  // new interpreter, or one a checkpoint was restored into, lists the directory; always true
+  // when the operations could not be wrapped. Code that unwraps them only misleads the
+  // listing of its own sandbox's files.
+  let filesMayHaveChanged = true;
+  let watchingFiles = false;
+  const MEMFS_CHANGES = {
+    node: ["setattr", "mknod", "rename", "unlink", "rmdir", "symlink"],
+    stream: ["write", "msync"],
+  };
+  const watchFileChanges = () => {
+    const tables = pyodide.FS.filesystems.MEMFS.ops_table;
+    if (!tables) return;
+    for (const table of Object.values(tables)) {
+      for (const [part, names] of Object.entries(MEMFS_CHANGES)) {
+        const ops = table[part];
+        for (const name of names) {
+          const op = ops && ops[name];
+          if (typeof op !== "function") continue;
+          ops[name] = function (...args) {
+            filesMayHaveChanged = true;
+            return op.apply(this, args);
+          };
+        }
+      }
+    }
+    watchingFiles = true;
+  };
+  const filesChanged = () => {
+    const changed = filesMayHaveChanged || !watchingFiles;
+    filesMayHaveChanged = false;
+    return changed;
+  };
+
   const errorText = (e) => {
     if (e && typeof e === "object" && "message" in e) return `${e.name || "Error"}: ${e.message}\n${e.stack || ""}`;
     return String(e);
@@ -188,7 +228,8 @@
         endTableRoom();
         // Out of sys.modules before any user code runs; from now on only this closure holds it.
         const mod = pyodide.runPython(TAKE_HELPER);
-        mod.setup(emit, ask, fetchBridge, fetchManyBridge);
+        watchFileChanges();
+        mod.setup(emit, ask, fetchBridge, fetchManyBridge, filesChanged);
         helperRun = mod.run;
         helperFindImports = mod.find_imports;
         helperReseed = mod.reseed_before_next_run;

@@ -64,10 +64,15 @@ def show(*args, **kwargs):
 '''
 
 
-def setup(emit, ask, fetch=None, fetch_many=None):
-    global _emit, _ask
+def setup(emit, ask, fetch=None, fetch_many=None, files_changed=None):
+    """Connects the helper to its host: ``emit`` and ``ask`` carry output and questions,
+    ``fetch`` and ``fetch_many`` the network (Pyodide's host only), and ``files_changed`` says
+    whether a file may have changed since it was last called (runtime/js/runner.js
+    ``filesChanged``; without it, ``_scan`` lists the working directory at every run)."""
+    global _emit, _ask, _files_changed
     _emit = emit
     _ask = ask
+    _files_changed = files_changed
     if fetch is not None:
         _http.install(_pyodide_fetch(fetch), _pyodide_fetch(fetch_many))
     sys.meta_path.insert(0, _ToolsFinder())
@@ -472,6 +477,21 @@ def _scan():
     return found
 
 
+# The host's ``files_changed`` (``setup``), or ``None`` when it cannot tell.
+_files_changed = None
+
+
+def _files_may_have_changed():
+    """Whether a file may have changed since this was last asked: the host says so, or it
+    cannot tell."""
+    if _files_changed is None:
+        return True
+    try:
+        return bool(_files_changed())
+    except Exception:  # code that broke Pyodide's bridge: it can no longer tell
+        return True
+
+
 def _save_figures(call_number):
     """Saves every matplotlib figure left open (``plt.show()`` included) as
     ``figure_{call_number}_{figure number}.png`` in the working directory, then closes them:
@@ -522,8 +542,12 @@ class _Call:
         self.capture = _Capture(int(output_cap))
         self.out = _Stream("stdout", self.capture)
         self.err = _Stream("stderr", self.capture)
-        # The working directory's files before the run, to find the images it makes.
-        self.files_before = _scan() if keep_globals else None
+        # The working directory's files before the run, to find the images it makes: as the
+        # last run left them unless a file may have changed since.
+        self.files_before = None
+        if keep_globals:
+            unchanged = _last_scan is not None and not _files_may_have_changed()
+            self.files_before = _last_scan if unchanged else _scan()
         if keep_globals:
             if _kept_globals is None:
                 _kept_globals = _fresh_globals()
@@ -581,7 +605,7 @@ class _Call:
         if self.files_before is not None:
             global _last_scan
             try:
-                after = _scan()
+                after = _scan() if _files_may_have_changed() else self.files_before
             except OSError:  # the code removed its own working directory
                 after = {}
             # A new interpreter's first run: its files (restored by the front) are current.

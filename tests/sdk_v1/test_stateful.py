@@ -259,6 +259,54 @@ async def test_files_a_call_writes_are_linked_in_its_result():
 CSV = "city,temp\nOslo,3\nRome,17\n"
 
 
+# Code that writes through a shared memory map, and the map's flush (msync).
+MMAP_CODE = """import mmap
+with open('m.bin', 'w+b') as f:
+    f.write(b'0000')
+    f.flush()
+    m = mmap.mmap(f.fileno(), 4)
+    m[:2] = b'xy'
+    m.flush()
+    m.close()
+"""
+
+
+async def test_every_kind_of_file_change_is_seen():
+    """The working directory is listed again only after a file may have changed
+    (runtime/js/runner.js `filesChanged`): every kind of change, by the code or by an upload
+    between calls, is still in the call's links and the session's resources."""
+    async with mcp_session("--stateful") as session:
+        async def linked(code):
+            result = await session.call_tool("run_python_code", {"python_code": code})
+            text, _, links = split_content(result)
+            assert status_of(text) == "success", text
+            return [link.name for link in links]
+
+        async def listed():
+            return {r.name: r.size for r in (await session.list_resources()).resources}
+
+        assert await linked("open('a.txt', 'w').write('abc')") == ["a.txt"]
+        assert await linked("x = 1") == []
+        assert await listed() == {"a.txt": 3}
+        assert await linked("import os\nos.rename('a.txt', 'b.txt')") == ["b.txt"]
+        assert await linked("import os\nos.truncate('b.txt', 1)") == ["b.txt"]
+        assert await listed() == {"b.txt": 1}
+        assert await linked("import os\nos.utime('b.txt', (0, 0))") == ["b.txt"]
+        assert await linked("import os\nos.makedirs('d/e')\nopen('d/e/f.bin', 'wb').write(b'12')") == ["d/e/f.bin"]
+        assert await linked(MMAP_CODE) == ["m.bin"]
+        assert await linked("import os\nos.remove('b.txt')") == []
+        assert await listed() == {"d/e/f.bin": 2, "m.bin": 4}
+        assert await linked("import shutil\nshutil.rmtree('d')") == []
+        assert await listed() == {"m.bin": 4}
+        # An upload between calls: the next call, which changes nothing, keeps it listed.
+        done = await session.call_tool("upload_file", {"name": "up.txt", "text": "hello"})
+        assert not done.isError, done
+        assert await linked("open('up.txt').read()") == []
+        assert await listed() == {"m.bin": 4, "up.txt": 5}
+        assert await linked("open('m.bin', 'rb').read()") == []
+        assert await listed() == {"m.bin": 4, "up.txt": 5}
+
+
 async def test_files_are_the_sessions_resources():
     """A written CSV is listed and read back byte for byte; a binary file comes back as a blob;
     the list's changes are notified; the template describes the URIs; a path out of the
