@@ -73,33 +73,17 @@ setsid nice -n 10 scripts/test-aarch64.sh > "$aarch64_log" 2>&1 &
 aarch64_suite=$!
 trap 'kill -TERM -- "-$aarch64_suite" 2>/dev/null || true' EXIT
 
-part "checks and build: fmt, then clippy and rustdoc beside the build"
+part "checks: fmt, clippy, rustdoc"
 cargo fmt --check
-# Clippy and rustdoc run beside the build, in a target directory of their own: they share no
-# artifacts with it (they compile every dependency for metadata only, which the build does not
-# reuse), and each then has a core whenever the other runs a single job (a build script, a
-# large crate, the final link), which would otherwise go to the aarch64 suite. Doc comments
-# name items by link: a rename that leaves a stale name fails rustdoc.
-checks_log=target/checks.log
-setsid bash -c 'export CARGO_TARGET_DIR=target/checks
-  cargo clippy --all-targets --quiet -- -D warnings &&
-  RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet' > "$checks_log" 2>&1 &
-checks=$!
-trap 'kill -TERM -- "-$aarch64_suite" "-$checks" 2>/dev/null || true' EXIT
+cargo clippy --all-targets --quiet -- -D warnings
+# Doc comments name items by link: a rename that leaves a stale name fails here.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
+part "build"
 cargo build
 # The deployment files (README "Running many replicas"): Kubernetes schemas, hadolint, checkov, consistency with the
 # binary's options (hence after the build: a clean clone has no binary before it) and
 # deploy/haproxy.cfg.
 scripts/check-deploy.sh
-part "waiting for clippy and rustdoc"
-checks_status=0
-wait "$checks" || checks_status=$?
-cat "$checks_log"
-if [ "$checks_status" != 0 ]; then
-  echo "clippy or rustdoc failed (exit $checks_status)" >&2
-  exit "$checks_status"
-fi
-trap 'kill -TERM -- "-$aarch64_suite" 2>/dev/null || true' EXIT
 part "cargo test"
 cargo test
 part "sdk_v1"
