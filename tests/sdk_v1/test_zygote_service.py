@@ -110,6 +110,12 @@ def wait_until(check, timeout, what):
         time.sleep(POLL)
 
 
+def listed_services(runtime_dir):
+    """The lines of `zygote status` for `runtime_dir`, or None while it lists no service."""
+    code, lines = zygote_services(runtime_dir)
+    return lines if code == 0 else None
+
+
 def wait_ready(runtime_dir, timeout=READY_TIMEOUT):
     def ready():
         code, lines = zygote_services(runtime_dir)
@@ -222,8 +228,10 @@ def test_the_first_front_starts_the_service_after_its_first_boot_and_a_front_mea
         assert "<return_value>\n2\n</return_value>" in first.run("1 + 1")
         (service,) = wait_until(lambda: live_services(runtime_dir), SERVICE_START_TIMEOUT,
                                 "the first front to start the service")
-        code, lines = zygote_services(runtime_dir)
-        assert code == 0 and ", ready," not in lines[0], f"the service was ready too soon for this test: {lines}"
+        # Its process runs a moment before its socket listens, and `zygote status` finds it.
+        lines = wait_until(lambda: listed_services(runtime_dir), SERVICE_START_TIMEOUT,
+                           "the started service to listen")
+        assert ", ready," not in lines[0], f"the service was ready too soon for this test: {lines}"
         with open(second_log, "wb") as errlog2, front(runtime_dir, stderr=errlog2) as second:
             assert "<return_value>\n3\n</return_value>" in second.run("1 + 2")
             assert children(second.proc.pid), "the second front's first call did not run in its own interpreter"
