@@ -548,7 +548,6 @@ class _Call:
         if keep_globals:
             unchanged = _last_scan is not None and not _files_may_have_changed()
             self.files_before = _last_scan if unchanged else _scan()
-        if keep_globals:
             if _kept_globals is None:
                 _kept_globals = _fresh_globals()
             self.globals = _kept_globals

@@ -461,16 +461,16 @@ impl Launcher {
         let Some((_, slot)) = &self.zygote else {
             return;
         };
-        let failures = match &*slot.lock().unwrap_or_else(|p| p.into_inner()) {
-            ZygoteState::Closed => None,
-            ZygoteState::Starting { failures } => Some(*failures),
-            _ => Some(0),
-        };
-        match (started, failures) {
-            (Some(zygote), None) => zygote.kill().await,
-            (None, None) => {}
-            (None, Some(failures)) => self.fail(failures + 1),
-            (Some(zygote), Some(_)) => self.make_ready(zygote).await,
+        match started {
+            // Both see to a launcher shut down meanwhile.
+            Some(zygote) => self.make_ready(zygote).await,
+            None => {
+                let failures = match &*slot.lock().unwrap_or_else(|p| p.into_inner()) {
+                    ZygoteState::Starting { failures } => *failures,
+                    _ => 0,
+                };
+                self.fail(failures + 1);
+            }
         }
     }
 

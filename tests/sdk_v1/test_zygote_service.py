@@ -118,8 +118,8 @@ def listed_services(runtime_dir):
 
 def wait_ready(runtime_dir, timeout=READY_TIMEOUT):
     def ready():
-        code, lines = zygote_services(runtime_dir)
-        return code == 0 and any(", ready," in line for line in lines) and lines
+        lines = listed_services(runtime_dir)
+        return lines and any(", ready," in line for line in lines) and lines
     return wait_until(ready, timeout, "the zygote service to be ready")
 
 
