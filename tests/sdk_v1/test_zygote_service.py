@@ -68,7 +68,8 @@ def ppid(pid):
 
 
 def live_services(runtime_dir):
-    """Pids of the service processes whose socket is in `runtime_dir` (from /proc)."""
+    """Pids of the service processes whose socket is in `runtime_dir` (from /proc), leaving out
+    a service's child between its fork and its `exec`."""
     needle = str(runtime_dir).encode()
     found = []
     for entry in pathlib.Path("/proc").iterdir():
@@ -79,7 +80,8 @@ def live_services(runtime_dir):
                 state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
             if b"zygote-service" in args and any(needle in a for a in args) and state != "Z":
                 found.append(int(entry.name))
-    return sorted(found)
+    # A child the service forked keeps its command line until its `exec`: not a service.
+    return sorted(pid for pid in found if ppid(pid) not in found)
 
 
 def children(pid):
