@@ -24,7 +24,9 @@ use sha2::{Digest, Sha256};
 use std::sync::OnceLock;
 use thiserror::Error;
 
-use crate::protocol::pages::{Pages, ZygoteId, PAGE_BYTES};
+use crate::protocol::pages::{
+    encode_xor, xor_runs_into, Pages, ZygoteId, PAGE_BYTES, UNCHANGED_PAGE,
+};
 
 /// The zygote's linear memory as it forks, read-only, shared by all its children.
 pub struct Pristine {
@@ -134,11 +136,12 @@ pub enum RestoreError {
 }
 
 /// What a forked interpreter's memory held at its last checkpoint: the pristine page, or the
-/// page as it was then where it differed.
+/// page as it was then where it differed, kept as its encoding (XOR the pristine page, as
+/// runs: `crate::protocol::pages`), a few hundred bytes where the page would be 4 KiB.
 pub struct Shadow {
     pristine: &'static Pristine,
-    /// By page index: the page's bytes at the last checkpoint where they differed from the
-    /// pristine page (or lay past its end and were not all zeros).
+    /// By page index: the encoding of the page at the last checkpoint where it differed from
+    /// the pristine page (or lay past its end and was not all zeros).
     pages: Vec<Option<Box<[u8]>>>,
 }
 
@@ -166,25 +169,27 @@ impl Shadow {
         self.pristine.id
     }
 
-    /// What page `index` held at the last checkpoint.
+    /// The encoding of what page `index` held at the last checkpoint.
     fn expected(&self, index: usize) -> &[u8] {
         match self.pages.get(index) {
-            Some(Some(page)) => page,
-            _ => self.pristine.page(index).unwrap_or(&ZERO_PAGE),
+            Some(Some(encoded)) => encoded,
+            _ => &UNCHANGED_PAGE,
         }
     }
 
     /// The pages of `memory` that changed since the last checkpoint (XOR-ed with the pristine
-    /// pages), which become the shadow. `memory`'s length is a multiple of 64 KiB (WebAssembly
-    /// memory always is). Compares every page: memory bandwidth, for when the kernel cannot
-    /// say which pages were written (`dirty_pages.rs`).
+    /// pages, encoded), which become the shadow. `memory`'s length is a multiple of 64 KiB
+    /// (WebAssembly memory always is). Compares every page: memory bandwidth, for when the
+    /// kernel cannot say which pages were written (`dirty_pages.rs`).
     pub fn changes(&mut self, memory: &[u8]) -> Pages {
         self.changes_among(memory, 0..(memory.len() / PAGE_BYTES) as u32)
     }
 
     /// As [`changes`](Self::changes), comparing only the pages `written` names (increasing
     /// indexes; those past the memory's end are ignored): every other page must hold what it
-    /// held at the last checkpoint, as the kernel's record of written pages guarantees.
+    /// held at the last checkpoint, as the kernel's record of written pages guarantees. A
+    /// page's encoding is unique, so a page is unchanged exactly when its encoding is the
+    /// shadow's.
     pub fn changes_among(
         &mut self,
         memory: &[u8],
@@ -202,15 +207,16 @@ impl Shadow {
             let Some(page) = memory.get(index * PAGE_BYTES..(index + 1) * PAGE_BYTES) else {
                 break;
             };
-            if page == self.expected(index) {
+            let base = self.pristine.page(index).unwrap_or(&ZERO_PAGE);
+            let at = changed.bytes.len();
+            let differs = encode_xor(page, base, &mut changed.bytes);
+            let encoded = &changed.bytes[at..];
+            if encoded == self.expected(index) {
+                changed.bytes.truncate(at);
                 continue;
             }
-            let base = self.pristine.page(index).unwrap_or(&ZERO_PAGE);
+            self.pages[index] = differs.then(|| encoded.into());
             changed.indexes.push(index as u32);
-            let at = changed.bytes.len();
-            changed.bytes.extend_from_slice(page);
-            xor_into(&mut changed.bytes[at..], base);
-            self.pages[index] = (page != base).then(|| page.into());
         }
         changed
     }
@@ -225,49 +231,32 @@ impl Shadow {
             return Err(RestoreError::TooSmall);
         }
         let count = memory.len() / PAGE_BYTES;
-        let fits = image.bytes.len() == image.indexes.len() * PAGE_BYTES
-            && image.indexes.windows(2).all(|w| w[0] < w[1])
-            && image.indexes.last().is_none_or(|&i| (i as usize) < count);
+        let fits =
+            image.check().is_ok() && image.indexes.last().is_none_or(|&i| (i as usize) < count);
         if !fits {
             return Err(RestoreError::Shape);
         }
         self.pages.clear();
         self.pages.resize_with(count, || None);
-        let mut next = image
-            .indexes
-            .iter()
-            .zip(image.bytes.chunks_exact(PAGE_BYTES))
-            .peekable();
+        let mut next = image.iter().peekable();
         let mut target = vec![0u8; PAGE_BYTES];
         for (index, page) in memory.chunks_exact_mut(PAGE_BYTES).enumerate() {
             let base = self.pristine.page(index).unwrap_or(&ZERO_PAGE);
-            let xor = next.next_if(|(i, _)| **i as usize == index).map(|(_, x)| x);
-            let want: &[u8] = match xor {
-                Some(xor) => {
-                    target.copy_from_slice(xor);
-                    xor_into(&mut target, base);
-                    self.pages[index] =
-                        (target.as_slice() != base).then(|| target.as_slice().into());
+            let encoded = next.next_if(|(i, _)| *i as usize == index).map(|(_, e)| e);
+            let want: &[u8] = match encoded {
+                Some(encoded) if encoded != UNCHANGED_PAGE => {
+                    target.copy_from_slice(base);
+                    xor_runs_into(encoded, &mut target);
+                    self.pages[index] = Some(encoded.into());
                     &target
                 }
-                None => base,
+                _ => base,
             };
             if page != want {
                 page.copy_from_slice(want);
             }
         }
         Ok(())
-    }
-}
-
-/// `out ^= with`, a machine word at a time (equal lengths, a multiple of 8: pages): the
-/// loop a checkpoint runs over every changed page.
-fn xor_into(out: &mut [u8], with: &[u8]) {
-    for (o, w) in out.chunks_exact_mut(8).zip(with.chunks_exact(8)) {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(o);
-        let mixed = u64::from_ne_bytes(word) ^ u64::from_ne_bytes(w.try_into().unwrap_or_default());
-        o.copy_from_slice(&mixed.to_ne_bytes());
     }
 }
 
@@ -302,18 +291,14 @@ mod tests {
         mem[2 * PAGE_BYTES + 5] ^= 0xff;
         let changed = shadow.changes(&mem);
         assert_eq!(changed.indexes, vec![2]);
-        assert_eq!(changed.bytes[5], 0xff);
-        assert!(changed
-            .bytes
-            .iter()
-            .enumerate()
-            .all(|(i, b)| i == 5 || *b == 0));
+        // One run: at offset 5, one byte, 0xff.
+        assert_eq!(changed.bytes, [1, 0, 5, 0, 1, 0, 0xff]);
         assert!(shadow.changes(&mem).indexes.is_empty(), "unchanged since");
-        // Back to the pristine bytes: sent again (all zeros), and forgotten by the shadow.
+        // Back to the pristine bytes: sent again (no runs), and forgotten by the shadow.
         mem[2 * PAGE_BYTES + 5] ^= 0xff;
         let back = shadow.changes(&mem);
         assert_eq!(back.indexes, vec![2]);
-        assert!(back.bytes.iter().all(|b| *b == 0));
+        assert_eq!(back.bytes, UNCHANGED_PAGE);
         assert!(shadow.pages.iter().all(Option::is_none));
     }
 
@@ -343,7 +328,7 @@ mod tests {
         let changed = shadow.changes(&mem);
         assert_eq!(changed.indexes, vec![3]);
         assert_eq!(changed.memory_bytes, 4 * PAGE_BYTES as u64);
-        assert_eq!(changed.bytes[0], 9);
+        assert_eq!(changed.bytes, [1, 0, 0, 0, 1, 0, 9]);
     }
 
     #[test]
@@ -379,12 +364,12 @@ mod tests {
             Pages {
                 memory_bytes: 0,
                 indexes: vec![5],
-                bytes: vec![0; PAGE_BYTES],
+                bytes: UNCHANGED_PAGE.to_vec(),
             },
             Pages {
                 memory_bytes: 0,
                 indexes: vec![1, 0],
-                bytes: vec![0; 2 * PAGE_BYTES],
+                bytes: [UNCHANGED_PAGE, UNCHANGED_PAGE].concat(),
             },
             Pages {
                 memory_bytes: 0,

@@ -406,7 +406,7 @@ mod tests {
         Pages {
             memory_bytes: 65536,
             indexes: vec![0],
-            bytes: vec![7; PAGE_BYTES],
+            bytes: crate::protocol::pages::encode_whole_pages(&[7; PAGE_BYTES]),
         }
     }
 

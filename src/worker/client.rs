@@ -8,7 +8,7 @@ use super::mount::Mounts;
 use super::process::{Ended, Process};
 use crate::protocol::fetch::{FetchRequest, FetchResponse};
 use crate::protocol::launch::{SNAPSHOT_FD_ARG, WORKER_COMMAND};
-use crate::protocol::pages::{Pages, ZygoteId};
+use crate::protocol::pages::{max_encoded_bytes, Pages, ZygoteId};
 use crate::protocol::{
     read_frame_async, write_frame_parts_async, BootAttachments, BootInstall, CallId,
     CheckpointOutcome, Frame, FrameError, FrameLimits, FunctionCall, OutputLine, Reply, Request,
@@ -897,8 +897,9 @@ impl Worker {
     }
 
     /// The checkpoint `asked` for: the pages of linear memory that changed since the last
-    /// one, or why its state cannot be captured. A page attachment may be as large as
-    /// `max_memory_bytes` (the worker's memory bound).
+    /// one, or why its state cannot be captured. A page attachment may be as large as the
+    /// encodings of every page of `max_memory_bytes` (the worker's memory bound) can be
+    /// ([`crate::protocol::pages::max_encoded_bytes`]).
     ///
     /// Errors: [`WorkerError`]; a checkpoint whose attachments do not match what it declares
     /// is [`Violation::Checkpoint`].
@@ -910,7 +911,7 @@ impl Worker {
     ) -> Result<Checkpointed, WorkerError> {
         let limits = FrameLimits {
             attachments: 2,
-            attachment: usize::try_from(max_memory_bytes).unwrap_or(usize::MAX),
+            attachment: usize::try_from(max_encoded_bytes(max_memory_bytes)).unwrap_or(usize::MAX),
             ..FrameLimits::CONTROL
         };
         let take = |frame: Frame<Reply>| match frame.header {
@@ -937,8 +938,8 @@ impl Worker {
 
     /// Restores a checkpoint into this fresh child of zygote `zygote`: its linear memory grows
     /// to `memory_bytes`, and the pages at `indexes` (`u32` little-endian each, strictly
-    /// increasing) become the zygote's XOR `pages` (each [`crate::protocol::pages::PAGE_BYTES`]
-    /// long, written from where they are, never copied into one buffer); with `reseed`, its
+    /// increasing) become the zygote's XOR `pages` (each a page encoding,
+    /// [`crate::protocol::pages`], written from where they are, never copied into one buffer); with `reseed`, its
     /// next run reseeds `random`. `Ok(Some(reason))` when the worker refused.
     ///
     /// Errors: [`WorkerError`] (the worker is then to be discarded).

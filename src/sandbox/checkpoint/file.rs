@@ -181,14 +181,16 @@ fn package_list(list: &[u8]) -> Result<Vec<(String, String)>, Refused> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::pages::{ZygoteId, PAGE_BYTES};
+    use crate::protocol::pages::{encode_whole_pages, ZygoteId, PAGE_BYTES};
     use crate::sandbox::checkpoint::Checkpoint;
 
     const GIB: u64 = 1 << 30;
 
     fn kept() -> Kept {
         let mut image = Checkpoint::new(ZygoteId([3; 32]), 65536).expect("size");
-        image.merge(65536, &[2], &[9; PAGE_BYTES]).expect("fits");
+        image
+            .merge(65536, &[2], &encode_whole_pages(&[9; PAGE_BYTES]))
+            .expect("fits");
         Kept {
             image,
             installed: vec![("humanize".into(), "4.9.0".into())],
@@ -229,7 +231,9 @@ mod tests {
     fn after_a_call(kept: &mut Kept) -> BTreeSet<u32> {
         let mut pages = vec![0; PAGE_BYTES];
         pages.extend_from_slice(&[7; PAGE_BYTES]);
-        kept.image.merge(131072, &[2, 20], &pages).expect("fits");
+        kept.image
+            .merge(131072, &[2, 20], &encode_whole_pages(&pages))
+            .expect("fits");
         kept.installed.push(("attrs".into(), "25.1.0".into()));
         BTreeSet::from([2, 20])
     }
@@ -242,7 +246,7 @@ mod tests {
         let second = write_delta(&state, &changed, 5, "sbx_a", &digest(&first)).expect("seals");
         state
             .image
-            .merge(131072, &[21], &[1; PAGE_BYTES])
+            .merge(131072, &[21], &encode_whole_pages(&[1; PAGE_BYTES]))
             .expect("fits");
         let third = write_delta(&state, &BTreeSet::from([21]), 5, "sbx_a", &digest(&second))
             .expect("seals");

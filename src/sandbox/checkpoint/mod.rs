@@ -7,9 +7,10 @@
 //! pristine memory, and a call changes few pages of it, so a checkpoint need not hold the whole
 //! memory (30–56 MiB): it holds, for each 4 KiB page that differs from the zygote's, that page
 //! XOR the zygote's page at the same index (a page beyond the pristine memory's end XORs with
-//! zeros). A worker reports after each call the pages it changed since its last report, in the
-//! same XOR form; [`Checkpoint::merge`] applies such a delta, and a page whose XOR becomes zero
-//! is dropped (it equals the zygote's again). A restore sends [`Checkpoint::pages`] to a
+//! zeros), encoded as the runs where it differs (`crate::protocol::pages`: 2–5 % of a page's
+//! bytes, measured). A worker reports after each call the pages it changed since its last
+//! report, in the same form; [`Checkpoint::merge`] applies such a delta, and a page whose
+//! encoding has no runs is dropped (it equals the zygote's again). A restore sends [`Checkpoint::pages`] to a
 //! fresh child of the same zygote, which grows its memory to [`Checkpoint::memory_bytes`] and
 //! XORs the pages in.
 //!
@@ -30,10 +31,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::protocol::pages::{encoded_len, UNCHANGED_PAGE};
 pub use crate::protocol::pages::{ZygoteId, PAGE_BYTES};
-
-/// A page of zeros: a stored page equal to it is the zygote's page again.
-const ZERO_PAGE: [u8; PAGE_BYTES] = [0; PAGE_BYTES];
 
 /// Bytes in a WebAssembly page: linear memory grows by whole pages of this size, so every
 /// memory size here is a multiple of it.
@@ -63,9 +62,10 @@ pub enum CheckpointError {
     /// Page indexes that are not strictly increasing (unsorted or repeated).
     #[error("the page indexes are not strictly increasing")]
     NotIncreasing,
-    /// Page bytes whose length is not the number of indexes × [`PAGE_BYTES`].
-    #[error("the pages hold {got} bytes where {expected} were expected")]
-    LengthMismatch { expected: u64, got: u64 },
+    /// Page bytes that are not one page encoding per index (`crate::protocol::pages`), the
+    /// `index`-th (from 0) being the first that is not.
+    #[error("page {index} of the delta is not a page encoding")]
+    BadEncoding { index: usize },
 }
 
 /// `bytes` as a linear memory's size: nonzero, a multiple of [`WASM_PAGE_BYTES`], at most
@@ -77,12 +77,33 @@ fn check_memory_bytes(bytes: u64) -> Result<(), CheckpointError> {
     Ok(())
 }
 
+/// `bytes` as `count` page encodings, each checked (`crate::protocol::pages::encoded_len`);
+/// nothing may follow the last.
+///
+/// Errors: [`CheckpointError::BadEncoding`] naming the first that is not one (`count` when
+/// bytes are left over).
+fn split_pages(bytes: &[u8], count: usize) -> Result<Vec<&[u8]>, CheckpointError> {
+    let mut pages = Vec::with_capacity(count);
+    let mut rest = bytes;
+    for index in 0..count {
+        let len = encoded_len(rest).ok_or(CheckpointError::BadEncoding { index })?;
+        let (page, after) = rest.split_at(len);
+        pages.push(page);
+        rest = after;
+    }
+    if !rest.is_empty() {
+        return Err(CheckpointError::BadEncoding { index: count });
+    }
+    Ok(pages)
+}
+
 /// A sandbox's interpreter as the pages that differ from its zygote's pristine memory.
 ///
 /// Invariants (kept by [`Checkpoint::new`] and [`Checkpoint::merge`]): the memory size is a
 /// nonzero multiple of [`WASM_PAGE_BYTES`] up to [`MAX_MEMORY_BYTES`]; every page index lies
-/// below memory bytes / [`PAGE_BYTES`]; every stored page is [`PAGE_BYTES`] long and not all
-/// zeros (a zero XOR is the zygote's page, which is not stored).
+/// below memory bytes / [`PAGE_BYTES`]; every stored page is an encoding
+/// `crate::protocol::pages::encoded_len` accepts, with at least one run (a page without runs
+/// is the zygote's, which is not stored).
 ///
 /// `Debug` shows the sizes only, never the pages (they are the sandbox's memory).
 #[derive(Clone, PartialEq, Eq)]
@@ -120,9 +141,9 @@ impl Checkpoint {
     }
 
     /// Applies a worker's delta: its memory is now `memory_bytes` bytes long, and page
-    /// `indexes[i]` XOR the zygote's page is `bytes[i * PAGE_BYTES..(i + 1) * PAGE_BYTES]`.
-    /// A page whose XOR is all zeros equals the zygote's again and is removed; any other
-    /// replaces what was stored for its index. Pages the delta does not name are kept.
+    /// `indexes[i]` XOR the zygote's page is the `i`-th page encoding in `bytes`. A page
+    /// without runs equals the zygote's again and is removed; any other replaces what was
+    /// stored for its index. Pages the delta does not name are kept.
     ///
     /// Atomic: the whole delta is checked first, and on an error nothing changes.
     ///
@@ -130,7 +151,7 @@ impl Checkpoint {
     /// - [`CheckpointError::BadMemorySize`]: `memory_bytes` is zero, not a multiple of
     ///   [`WASM_PAGE_BYTES`], or above [`MAX_MEMORY_BYTES`];
     /// - [`CheckpointError::Shrinks`]: `memory_bytes` is below the current size;
-    /// - [`CheckpointError::LengthMismatch`]: `bytes.len() != indexes.len() * PAGE_BYTES`;
+    /// - [`CheckpointError::BadEncoding`]: `bytes` is not exactly one page encoding per index;
     /// - [`CheckpointError::BadIndex`]: an index at or beyond `memory_bytes / PAGE_BYTES`;
     /// - [`CheckpointError::NotIncreasing`]: indexes not strictly increasing.
     pub fn merge(
@@ -146,13 +167,7 @@ impl Checkpoint {
                 to: memory_bytes,
             });
         }
-        let expected = (indexes.len() as u64).saturating_mul(PAGE_BYTES_U64);
-        if bytes.len() as u64 != expected {
-            return Err(CheckpointError::LengthMismatch {
-                expected,
-                got: bytes.len() as u64,
-            });
-        }
+        let encoded = split_pages(bytes, indexes.len())?;
         let page_limit = memory_bytes / PAGE_BYTES_U64;
         let mut previous: Option<u32> = None;
         for &index in indexes {
@@ -166,8 +181,8 @@ impl Checkpoint {
         }
 
         self.memory_bytes = memory_bytes;
-        for (&index, page) in indexes.iter().zip(bytes.chunks_exact(PAGE_BYTES)) {
-            if page == ZERO_PAGE {
+        for (&index, page) in indexes.iter().zip(encoded) {
+            if page == UNCHANGED_PAGE {
                 self.pages.remove(&index);
             } else {
                 self.pages.insert(index, Arc::from(page));
@@ -191,40 +206,44 @@ impl Checkpoint {
         self.pages.len()
     }
 
-    /// Bytes of page data held: [`Checkpoint::page_count`] × [`PAGE_BYTES`] (the maps' own
-    /// overhead is not counted).
+    /// Bytes of page data held: the stored encodings' lengths (the maps' own overhead is not
+    /// counted).
     pub fn stored_bytes(&self) -> u64 {
-        self.pages.len() as u64 * PAGE_BYTES_U64
+        self.pages.values().map(|page| page.len() as u64).sum()
     }
 
-    /// The stored pages in increasing index order, each as its index and its [`PAGE_BYTES`]
-    /// XOR bytes.
+    /// The stored pages in increasing index order, each as its index and its encoding.
     pub fn pages(&self) -> impl ExactSizeIterator<Item = (u32, &[u8])> + Clone + '_ {
         self.pages.iter().map(|(&index, page)| (index, &page[..]))
     }
 
     /// The pages at `indexes` as a delta against this checkpoint's last written state (the
     /// state directory's chain, [`file::write_delta`]): in increasing index order, each with
-    /// its stored XOR page, or zeros where the page equals the zygote's again (a merge of the
-    /// delta then removes it). Indexes at or beyond the memory's end are left out (none are:
+    /// its stored encoding, or one without runs where the page equals the zygote's again (a
+    /// merge of the delta then removes it). Indexes at or beyond the memory's end are left out (none are:
     /// memory never shrinks, and every index came from a merge).
     pub fn pages_at(&self, indexes: &std::collections::BTreeSet<u32>) -> Vec<(u32, &[u8])> {
         let page_limit = self.memory_bytes / PAGE_BYTES_U64;
         indexes
             .iter()
             .filter(|&&i| u64::from(i) < page_limit)
-            .map(|&i| (i, self.pages.get(&i).map_or(&ZERO_PAGE[..], |p| &p[..])))
+            .map(|&i| {
+                (
+                    i,
+                    self.pages.get(&i).map_or(&UNCHANGED_PAGE[..], |p| &p[..]),
+                )
+            })
             .collect()
     }
 
     /// Every stored page as one delta (for the tests; a restore sends [`Checkpoint::pages`]
-    /// from where they are): the indexes in increasing order, and their pages concatenated in
-    /// the same order ([`Checkpoint::stored_bytes`] bytes). Merging it into a new checkpoint of
+    /// from where they are): the indexes in increasing order, and their encodings concatenated
+    /// in the same order ([`Checkpoint::stored_bytes`] bytes). Merging it into a new checkpoint of
     /// the same zygote and memory size gives this one back.
     #[cfg(test)]
     pub fn to_delta(&self) -> (Vec<u32>, Vec<u8>) {
         let mut indexes = Vec::with_capacity(self.pages.len());
-        let mut bytes = Vec::with_capacity(self.pages.len() * PAGE_BYTES);
+        let mut bytes = Vec::with_capacity(self.stored_bytes() as usize);
         for (index, page) in self.pages() {
             indexes.push(index);
             bytes.extend_from_slice(page);
@@ -243,8 +262,11 @@ mod tests {
         ZygoteId([7; 32])
     }
 
+    /// The encoding of a page of `fill` bytes against a zygote page of zeros.
     fn page(fill: u8) -> Vec<u8> {
-        vec![fill; PAGE_BYTES]
+        let mut out = Vec::new();
+        crate::protocol::pages::encode_xor(&[fill; PAGE_BYTES], &[0; PAGE_BYTES], &mut out);
+        out
     }
 
     fn pages(fills: &[u8]) -> Vec<u8> {
@@ -279,7 +301,7 @@ mod tests {
         let mut c = Checkpoint::new(zygote(), MIB).unwrap();
         c.merge(MIB, &[1, 5, 9], &pages(&[1, 5, 9])).unwrap();
         assert_eq!(c.page_count(), 3);
-        assert_eq!(c.stored_bytes(), 3 * 4096);
+        assert_eq!(c.stored_bytes(), 3 * page(1).len() as u64);
 
         // 5 goes back to the zygote's page, 9 changes, 12 is new, 1 is untouched.
         c.merge(2 * MIB, &[5, 9, 12], &pages(&[0, 90, 12])).unwrap();
@@ -289,9 +311,11 @@ mod tests {
         assert_eq!(bytes, pages(&[1, 90, 12]));
 
         // A page that is zero only in part is kept.
-        let mut partly = page(0);
+        let mut partly = vec![0; PAGE_BYTES];
         partly[4095] = 1;
-        c.merge(2 * MIB, &[3], &partly).unwrap();
+        let mut encoded = Vec::new();
+        crate::protocol::pages::encode_xor(&partly, &[0; PAGE_BYTES], &mut encoded);
+        c.merge(2 * MIB, &[3], &encoded).unwrap();
         assert_eq!(c.pages().map(|(i, _)| i).collect::<Vec<_>>(), [1, 3, 9, 12]);
 
         // Zero pages that were never stored are fine too.
@@ -353,19 +377,19 @@ mod tests {
                 MIB,
                 vec![3, 4],
                 page(3),
-                CheckpointError::LengthMismatch {
-                    expected: 8192,
-                    got: 4096,
-                },
+                CheckpointError::BadEncoding { index: 1 },
+            ),
+            (
+                MIB,
+                vec![3],
+                [page(3), vec![0]].concat(),
+                CheckpointError::BadEncoding { index: 1 },
             ),
             (
                 MIB,
                 vec![3],
                 vec![1; 4097],
-                CheckpointError::LengthMismatch {
-                    expected: 4096,
-                    got: 4097,
-                },
+                CheckpointError::BadEncoding { index: 0 },
             ),
             (
                 MIB,

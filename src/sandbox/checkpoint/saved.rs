@@ -159,16 +159,18 @@ impl Saved {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::pages::PAGE_BYTES;
+    use crate::protocol::pages::{encode_whole_pages, PAGE_BYTES};
 
     fn pages(memory_pages: u64, changed: &[(u32, u8)]) -> Pages {
         Pages {
             memory_bytes: memory_pages * 65536,
             indexes: changed.iter().map(|(i, _)| *i).collect(),
-            bytes: changed
-                .iter()
-                .flat_map(|(_, b)| vec![*b; PAGE_BYTES])
-                .collect(),
+            bytes: encode_whole_pages(
+                &changed
+                    .iter()
+                    .flat_map(|(_, b)| vec![*b; PAGE_BYTES])
+                    .collect::<Vec<_>>(),
+            ),
         }
     }
 

@@ -20,7 +20,7 @@
 //! ```text
 //! offset  bytes  field
 //!      0      8  magic "MRPCKPT1"
-//!      8      4  format version (u32) = 1
+//!      8      4  format version (u32) = 2
 //!     12     32  binary digest: the build that wrote it
 //!     44     32  zygote id (ZygoteId)
 //!     76      8  generation (u64)
@@ -28,17 +28,18 @@
 //!     92      4  page count (u32)
 //!     96     24  nonce (random)
 //!    120    ...  AEAD(key, nonce, aad = bytes 0..120,
-//!                     zstd(page indexes as u32 ++ pages, each PAGE_BYTES)) ++ 16-byte tag
+//!                     zstd(page indexes as u32 ++ pages, each a page encoding of
+//!                          `crate::protocol::pages`)) ++ 16-byte tag
 //! ```
 //!
 //! **Refused whole.** [`open`] checks the header (magic, version, digests, sizes against the
 //! reader's bounds) before decrypting or decompressing anything, then the seal, then the body
-//! (decompressed into a buffer of exactly the size the header announces, indexes strictly
-//! increasing and in range); the first failure refuses the file, and [`Refused`] names the
+//! (decompressed into a buffer no larger than the header's page count allows, one page
+//! encoding per index, indexes strictly increasing and in range); the first failure refuses the file, and [`Refused`] names the
 //! check without echoing anything of the file.
 
 use super::{check_memory_bytes, Checkpoint, ZygoteId, PAGE_BYTES};
-use crate::protocol::pages::Pages;
+use crate::protocol::pages::{Pages, MAX_ENCODED_PAGE_BYTES};
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use hkdf::Hkdf;
@@ -48,8 +49,8 @@ use std::fmt;
 /// The first bytes of every checkpoint file.
 pub const MAGIC: [u8; 8] = *b"MRPCKPT1";
 
-/// The format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format this build writes and reads (2: pages as encodings, where 1 had whole pages).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Bytes of the AEAD's nonce (XChaCha20: 192 bits, random per file).
 pub const NONCE_BYTES: usize = 24;
@@ -222,8 +223,8 @@ pub fn seal(
 }
 
 /// [`seal`] for any pages of the memory of `(zygote, memory bytes)`: a whole checkpoint's, or a
-/// delta's (whose pages may be zeros: equal to the zygote's again). `pages` yields indexes in
-/// increasing order, each with its [`PAGE_BYTES`] bytes.
+/// delta's (whose pages may have no runs: equal to the zygote's again). `pages` yields indexes
+/// in increasing order, each with its page encoding.
 ///
 /// Errors: [`SealError`] when the random source, zstd or the AEAD fails.
 pub fn seal_pages<'a>(
@@ -235,7 +236,8 @@ pub fn seal_pages<'a>(
     bound: &[u8],
 ) -> Result<Vec<u8>, SealError> {
     let count = pages.len();
-    let mut body = Vec::with_capacity(count * (INDEX_BYTES + PAGE_BYTES));
+    let encoded: usize = pages.clone().map(|(_, page)| page.len()).sum();
+    let mut body = Vec::with_capacity(count * INDEX_BYTES + encoded);
     for (index, _) in pages.clone() {
         body.extend_from_slice(&index.to_le_bytes());
     }
@@ -320,8 +322,9 @@ pub fn open(
 /// the memory, else [`Refused::Header`]; at most `expected.max_stored_bytes`, and a ciphertext
 /// no longer than zstd's bound for that body, else [`Refused::TooLarge`]), all before anything
 /// is decrypted or allocated; then the seal ([`Refused::Sealed`]: altered, truncated, or sealed
-/// with another key or `bound`); then the body ([`Refused::Body`]: it must decompress to
-/// exactly the announced length, without ever allocating more).
+/// with another key or `bound`); then the body ([`Refused::Body`]: it must decompress within
+/// what the page count allows, without ever allocating more, into the page count's indexes and
+/// exactly one page encoding each).
 pub fn open_pages(
     file: &[u8],
     key: &SealKey,
@@ -334,9 +337,10 @@ pub fn open_pages(
     let header = check_header(head, ciphertext, expected)?;
     let nonce: [u8; NONCE_BYTES] = field(head, NONCE_AT);
     // At most 2^20 pages (4 GiB of memory), so this fits a 64-bit usize; refuse elsewhere.
-    let body_bytes =
-        usize::try_from(u64::from(header.page_count) * (INDEX_BYTES + PAGE_BYTES) as u64)
-            .map_err(|_| Refused::TooLarge)?;
+    let body_bytes = usize::try_from(
+        u64::from(header.page_count) * (INDEX_BYTES + MAX_ENCODED_PAGE_BYTES) as u64,
+    )
+    .map_err(|_| Refused::TooLarge)?;
     if ciphertext.len() - TAG_BYTES > zstd::zstd_safe::compress_bound(body_bytes) {
         return Err(Refused::TooLarge);
     }
@@ -350,22 +354,15 @@ pub fn open_pages(
             },
         )
         .map_err(|_| Refused::Sealed)?;
-    // Into a buffer of exactly the announced size: a body that would decompress to more fails
-    // there, one that decompresses to less fails the length check.
+    // Into a buffer no larger than the page count allows: a body that would decompress to more
+    // fails there, one that is not the count's indexes and encodings fails `from_parts`.
     let mut body = zstd::bulk::decompress(&compressed, body_bytes).map_err(|_| Refused::Body)?;
-    if body.len() != body_bytes {
+    let index_bytes = header.page_count as usize * INDEX_BYTES;
+    if body.len() < index_bytes {
         return Err(Refused::Body);
     }
-    let bytes = body.split_off(header.page_count as usize * INDEX_BYTES);
-    let indexes = body
-        .chunks_exact(INDEX_BYTES)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    let pages = Pages {
-        memory_bytes: header.memory_bytes,
-        indexes,
-        bytes,
-    };
+    let bytes = body.split_off(index_bytes);
+    let pages = Pages::from_parts(header.memory_bytes, &body, bytes).map_err(|_| Refused::Body)?;
     Ok((header.generation, header.zygote, pages))
 }
 
@@ -418,8 +415,11 @@ fn check_header(
 mod tests {
     use super::super::{MAX_MEMORY_BYTES, WASM_PAGE_BYTES};
     use super::*;
+    use crate::protocol::pages::encode_whole_pages;
 
     const MIB: u64 = 1 << 20;
+    /// The most a body of one page may take: its index and its longest encoding.
+    const ONE_PAGE_BODY: usize = INDEX_BYTES + MAX_ENCODED_PAGE_BYTES;
     const HANDLE: &str = "sbx_AAAAAAAAAAAAAAAAAAAAAA";
     const BINARY: [u8; 32] = [0xb1; 32];
     const ZYGOTE: ZygoteId = ZygoteId([0x2e; 32]);
@@ -444,7 +444,8 @@ mod tests {
             bytes.extend((0..PAGE_BYTES).map(|j| (j as u32 ^ i.wrapping_mul(31)) as u8 | 1));
         }
         let mut c = Checkpoint::new(ZYGOTE, memory).unwrap();
-        c.merge(memory, indexes, &bytes).unwrap();
+        c.merge(memory, indexes, &encode_whole_pages(&bytes))
+            .unwrap();
         c
     }
 
@@ -466,8 +467,9 @@ mod tests {
         seal_compressed(&header(memory_bytes, page_count), &compressed, &key(), &[]).unwrap()
     }
 
+    /// The encoding of a page of `fill` bytes (against zeros).
     fn page(fill: u8) -> Vec<u8> {
-        vec![fill; PAGE_BYTES]
+        encode_whole_pages(&[fill; PAGE_BYTES])
     }
 
     #[test]
@@ -475,7 +477,7 @@ mod tests {
         assert_eq!(HEADER_BYTES, 120);
         let head = header(2 * MIB, 5).encode(&[0x99; NONCE_BYTES]);
         assert_eq!(&head[..8], b"MRPCKPT1");
-        assert_eq!(&head[8..12], &1u32.to_le_bytes());
+        assert_eq!(&head[8..12], &FORMAT_VERSION.to_le_bytes());
         assert_eq!(&head[12..44], &BINARY);
         assert_eq!(&head[44..76], &ZYGOTE.0);
         assert_eq!(&head[76..84], &3u64.to_le_bytes());
@@ -513,7 +515,7 @@ mod tests {
             .cycle()
             .take(PAGE_BYTES)
             .collect();
-        c.merge(MIB, &[4], &secret).unwrap();
+        c.merge(MIB, &[4], &encode_whole_pages(&secret)).unwrap();
         let a = seal(&c, 1, &BINARY, &key(), &[]).unwrap();
         let b = seal(&c, 1, &BINARY, &key(), &[]).unwrap();
         assert_ne!(a[NONCE_AT..HEADER_BYTES], b[NONCE_AT..HEADER_BYTES]);
@@ -609,8 +611,10 @@ mod tests {
         bad[0] = b'X';
         assert_eq!(open(&bad, &key(), &expected(), &[]), Err(Refused::Magic));
         let mut bad = file.clone();
-        bad[VERSION_AT..BINARY_AT].copy_from_slice(&2u32.to_le_bytes());
-        assert_eq!(open(&bad, &key(), &expected(), &[]), Err(Refused::Version));
+        for other in [1u32, FORMAT_VERSION + 1] {
+            bad[VERSION_AT..BINARY_AT].copy_from_slice(&other.to_le_bytes());
+            assert_eq!(open(&bad, &key(), &expected(), &[]), Err(Refused::Version));
+        }
     }
 
     #[test]
@@ -682,7 +686,9 @@ mod tests {
         let mut file = header(MIB, 1).encode(&[0; NONCE_BYTES]).to_vec();
         file.extend(vec![
             0;
-            zstd::zstd_safe::compress_bound(4100) + TAG_BYTES + 1
+            zstd::zstd_safe::compress_bound(ONE_PAGE_BODY)
+                + TAG_BYTES
+                + 1
         ]);
         assert_eq!(
             open(&file, &key(), &expected(), &[]),
@@ -733,9 +739,9 @@ mod tests {
         assert_eq!(open(&file, &key(), &expected(), &[]), Err(Refused::Body));
 
         // A bomb: 1 page announced, 32 MiB of zeros inside (about 1 KiB compressed); refused
-        // without being decompressed past the announced 4100 bytes.
+        // without being decompressed past what 1 page may take.
         let bomb = zstd::bulk::compress(&vec![0u8; 32 << 20], 1).unwrap();
-        assert!(bomb.len() < zstd::zstd_safe::compress_bound(4100));
+        assert!(bomb.len() < zstd::zstd_safe::compress_bound(ONE_PAGE_BODY));
         let file = seal_compressed(&header(MIB, 1), &bomb, &key(), &[]).unwrap();
         assert_eq!(open(&file, &key(), &expected(), &[]), Err(Refused::Body));
     }
