@@ -104,6 +104,7 @@ impl Serving {
         }
         self.shadow();
         let written = self.written_pages();
+        let found = started.elapsed();
         let Serving {
             engine,
             runner,
@@ -120,16 +121,18 @@ impl Serving {
             None => shadow.changes(m),
         })?;
         tracing::debug!(
-            "checkpoint: capturable checked in {} µs, {} page(s) of {} KiB {} in {} µs",
+            "checkpoint: capturable checked in {} µs, written pages {} in {} µs, {} changed page(s) of {} KiB encoded in {} µs ({} bytes)",
             checked.as_micros(),
+            if self.dirty.is_some() {
+                "found"
+            } else {
+                "not known (all compared)"
+            },
+            (found - checked).as_micros(),
             pages.indexes.len(),
             pages.memory_bytes >> 10,
-            if self.dirty.is_some() {
-                "found written"
-            } else {
-                "compared"
-            },
-            (started.elapsed() - checked).as_micros()
+            (started.elapsed() - found).as_micros(),
+            pages.bytes.len()
         );
         send_taken(id, zygote, &pages)
     }
