@@ -60,6 +60,7 @@
   let helperRun = null;
   let helperFindImports = null;
   let helperReseed = null;
+  let helperPrimeListing = null;
   let helperImportDistributions = null;
 
   // What the zygote held outside linear memory (`outsideMemory()` once warm), inherited by
@@ -83,8 +84,10 @@
   // Every MEMFS operation that can create, remove, rename, write, resize or re-time a file
   // (`MEMFS_CHANGES`, wrapped by `watchFileChanges` for every kind of node) sets it, whoever
   // calls it: the code, Pyodide, or an upload (`writeFile`). True until first asked, so that a
-  // new interpreter, or one a checkpoint was restored into, lists the directory; always true
-  // when the operations could not be wrapped. Code that unwraps them only misleads the
+  // new interpreter lists the directory; set again by a restore (`grow`), whose Python state
+  // remembers another interpreter's listing; always true when the operations could not be
+  // wrapped. The zygote lists the directory and asks once before it forks (`baseline`), so a
+  // fork's first run lists it only after a change. Code that unwraps them only misleads the
   // listing of its own sandbox's files.
   let filesMayHaveChanged = true;
   let watchingFiles = false;
@@ -233,6 +236,7 @@
         helperRun = mod.run;
         helperFindImports = mod.find_imports;
         helperReseed = mod.reseed_before_next_run;
+        helperPrimeListing = mod.prime_listing;
         helperImportDistributions = mod.import_distributions;
         return JSON.stringify({ version: pyodide.version });
       })());
@@ -290,6 +294,8 @@
     // while it holds no more than this. Answers `{}`.
     baseline(id) {
       answer(id, Promise.resolve().then(() => {
+        // The working directory listed once, for every fork (`filesMayHaveChanged`).
+        helperPrimeListing();
         outside = outsideMemory();
         return "{}";
       }));
@@ -313,6 +319,8 @@
     // growth does (its views follow). Answers `{}`, or fails when it cannot grow.
     grow(id, bytes) {
       answer(id, Promise.resolve().then(() => {
+        // The restored Python state's listing is another interpreter's: list again.
+        filesMayHaveChanged = true;
         const module = pyodide._module;
         if (module.HEAPU8.length < bytes && !module.growMemory(bytes)) {
           throw new Refusal(`the interpreter's memory cannot grow to ${bytes} bytes`);

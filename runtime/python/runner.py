@@ -479,6 +479,19 @@ def _scan():
 
 # The host's ``files_changed`` (``setup``), or ``None`` when it cannot tell.
 _files_changed = None
+# The working directory's listing (``_scan``'s shape) as last made, current while no file may
+# have changed since: made by a ``keep_globals`` run, or by the zygote before it forks
+# (``prime_listing``), so that a fork's first such run lists it only after a change.
+_listed = None
+
+
+def prime_listing():
+    """Lists the working directory and marks the listing current (the zygote, once warm,
+    before it forks: its forks inherit both, and their first ``keep_globals`` run need not
+    list the directory unless a file changed since, an upload or a restore)."""
+    global _listed
+    _files_may_have_changed()
+    _listed = _scan()
 
 
 def _files_may_have_changed():
@@ -542,12 +555,14 @@ class _Call:
         self.capture = _Capture(int(output_cap))
         self.out = _Stream("stdout", self.capture)
         self.err = _Stream("stderr", self.capture)
-        # The working directory's files before the run, to find the images it makes: as the
-        # last run left them unless a file may have changed since.
+        # The working directory's files before the run, to find the images it makes: as last
+        # listed unless a file may have changed since.
         self.files_before = None
         if keep_globals:
-            unchanged = _last_scan is not None and not _files_may_have_changed()
-            self.files_before = _last_scan if unchanged else _scan()
+            global _listed
+            changed = _files_may_have_changed()
+            self.files_before = _scan() if changed or _listed is None else _listed
+            _listed = self.files_before
             if _kept_globals is None:
                 _kept_globals = _fresh_globals()
             self.globals = _kept_globals
@@ -602,11 +617,12 @@ class _Call:
             sys.stdout, sys.stderr = self.saved
         result["truncated"] = self.capture.truncated
         if self.files_before is not None:
-            global _last_scan
+            global _last_scan, _listed
             try:
                 after = _scan() if _files_may_have_changed() else self.files_before
             except OSError:  # the code removed its own working directory
                 after = {}
+            _listed = after
             # A new interpreter's first run: its files (restored by the front) are current.
             last = self.files_before if _last_scan is None else _last_scan
             _last_scan = after
