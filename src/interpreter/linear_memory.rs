@@ -231,14 +231,13 @@ impl Shadow {
             return Err(RestoreError::TooSmall);
         }
         let count = memory.len() / PAGE_BYTES;
-        let fits =
-            image.check().is_ok() && image.indexes.last().is_none_or(|&i| (i as usize) < count);
-        if !fits {
+        let encodings = image.encodings().map_err(|_| RestoreError::Shape)?;
+        if image.indexes.last().is_some_and(|&i| i as usize >= count) {
             return Err(RestoreError::Shape);
         }
         self.pages.clear();
         self.pages.resize_with(count, || None);
-        let mut next = image.iter().peekable();
+        let mut next = image.indexes.iter().copied().zip(encodings).peekable();
         let mut target = vec![0u8; PAGE_BYTES];
         for (index, page) in memory.chunks_exact_mut(PAGE_BYTES).enumerate() {
             let base = self.pristine.page(index).unwrap_or(&ZERO_PAGE);

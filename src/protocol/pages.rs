@@ -158,18 +158,15 @@ fn same_block(a: &[u8], b: &[u8]) -> bool {
 /// the encoding announces, bounds first: the bytes may come from a worker or a shared
 /// directory.
 pub fn encoded_len(bytes: &[u8]) -> Option<usize> {
-    let count = u16::from_le_bytes(bytes.get(..COUNT_BYTES)?.try_into().ok()?);
     let mut at = COUNT_BYTES;
     // Where the previous run ended, and so the least offset the next may have.
     let mut free_from = 0;
-    for _ in 0..count {
-        let header = bytes.get(at..at + RUN_HEADER_BYTES)?;
-        let offset = usize::from(u16::from_le_bytes([header[0], header[1]]));
-        let len = usize::from(u16::from_le_bytes([header[2], header[3]]));
+    for _ in 0..run_count(bytes)? {
+        let (offset, data) = run_at(bytes, at)?;
+        let len = data.len();
         if len == 0 || offset < free_from || offset + len > PAGE_BYTES {
             return None;
         }
-        let data = bytes.get(at + RUN_HEADER_BYTES..at + RUN_HEADER_BYTES + len)?;
         if data[0] == 0 || data[len - 1] == 0 || has_zeros_for_a_header(data) {
             return None;
         }
@@ -177,6 +174,43 @@ pub fn encoded_len(bytes: &[u8]) -> Option<usize> {
         at += RUN_HEADER_BYTES + len;
     }
     Some(at)
+}
+
+/// The run count an encoding starts with, if `bytes` holds one.
+fn run_count(bytes: &[u8]) -> Option<u16> {
+    let count = bytes.get(..COUNT_BYTES)?;
+    Some(u16::from_le_bytes([count[0], count[1]]))
+}
+
+/// The run whose header starts at `at` in `bytes`: its offset in the page and its data, if
+/// `bytes` holds the header and all the data it announces.
+fn run_at(bytes: &[u8], at: usize) -> Option<(usize, &[u8])> {
+    let header = bytes.get(at..at + RUN_HEADER_BYTES)?;
+    let offset = usize::from(u16::from_le_bytes([header[0], header[1]]));
+    let len = usize::from(u16::from_le_bytes([header[2], header[3]]));
+    let data = bytes.get(at + RUN_HEADER_BYTES..at + RUN_HEADER_BYTES + len)?;
+    Some((offset, data))
+}
+
+/// `bytes` as `count` page encodings one after another, each one [`encoded_len`] accepts,
+/// with nothing after the last: the one walk over a delta's or an image's pages.
+///
+/// Errors: the position (from 0) of the first that is not an encoding, `count` when bytes
+/// are left over.
+pub fn split_encodings(bytes: &[u8], count: usize) -> Result<Vec<&[u8]>, usize> {
+    let mut pages = Vec::with_capacity(count);
+    let mut rest = bytes;
+    for position in 0..count {
+        let len = encoded_len(rest).ok_or(position)?;
+        let (page, after) = rest.split_at(len);
+        pages.push(page);
+        rest = after;
+    }
+    if rest.is_empty() {
+        Ok(pages)
+    } else {
+        Err(count)
+    }
 }
 
 /// Whether `data` holds [`RUN_HEADER_BYTES`] zeros in a row: where [`encode_xor`] would have
@@ -193,23 +227,16 @@ fn has_zeros_for_a_header(data: &[u8]) -> bool {
 /// is applied as far as it reads as runs that fit `out`, never past its end). With `out` the
 /// zygote's page, it becomes the page the encoding describes; with zeros, the XOR itself.
 pub fn xor_runs_into(encoded: &[u8], out: &mut [u8]) {
-    let Some(count) = encoded.get(..COUNT_BYTES) else {
-        return;
-    };
-    let count = u16::from_le_bytes([count[0], count[1]]);
     let mut at = COUNT_BYTES;
-    for _ in 0..count {
-        let Some(header) = encoded.get(at..at + RUN_HEADER_BYTES) else {
+    for _ in 0..run_count(encoded).unwrap_or(0) {
+        let Some((offset, data)) = run_at(encoded, at) else {
             return;
         };
-        let offset = usize::from(u16::from_le_bytes([header[0], header[1]]));
-        let len = usize::from(u16::from_le_bytes([header[2], header[3]]));
-        let data = encoded.get(at + RUN_HEADER_BYTES..at + RUN_HEADER_BYTES + len);
-        let (Some(data), Some(target)) = (data, out.get_mut(offset..offset + len)) else {
+        let Some(target) = out.get_mut(offset..offset + data.len()) else {
             return;
         };
         target.iter_mut().zip(data).for_each(|(t, d)| *t ^= d);
-        at += RUN_HEADER_BYTES + len;
+        at += RUN_HEADER_BYTES + data.len();
     }
 }
 
@@ -248,18 +275,6 @@ impl Pages {
         index_bytes(&self.indexes)
     }
 
-    /// Each index with its page's encoding, in order. Pages made by [`Pages::from_parts`] or
-    /// [`encode_xor`] yield one per index; past an encoding that does not read, none.
-    pub fn iter(&self) -> impl Iterator<Item = (u32, &[u8])> + '_ {
-        let mut rest = self.bytes.as_slice();
-        self.indexes.iter().map_while(move |&index| {
-            let len = encoded_len(rest)?;
-            let (page, after) = rest.split_at(len);
-            rest = after;
-            Some((index, page))
-        })
-    }
-
     /// Pages from attachment bytes: `indexes` as [`index_bytes`](Self::index_bytes) makes them,
     /// `bytes` one page encoding per index (the module's layout).
     ///
@@ -286,24 +301,23 @@ impl Pages {
         Ok(pages)
     }
 
-    /// Whether these pages are in the module's layout: indexes strictly increasing, and
-    /// `bytes` exactly one encoding [`encoded_len`] accepts per index.
+    /// Whether these pages are in the module's layout ([`Pages::encodings`]).
     ///
     /// Errors: [`ShapeError`] when they are not.
     pub fn check(&self) -> Result<(), ShapeError> {
+        self.encodings().map(drop)
+    }
+
+    /// Each index's page encoding, in order, if these pages are in the module's layout:
+    /// indexes strictly increasing, and `bytes` exactly one encoding [`encoded_len`] accepts
+    /// per index ([`split_encodings`]).
+    ///
+    /// Errors: [`ShapeError`] when they are not.
+    pub fn encodings(&self) -> Result<Vec<&[u8]>, ShapeError> {
         if self.indexes.windows(2).any(|w| w[0] >= w[1]) {
             return Err(ShapeError);
         }
-        let mut rest = self.bytes.as_slice();
-        for _ in &self.indexes {
-            let len = encoded_len(rest).ok_or(ShapeError)?;
-            rest = &rest[len..];
-        }
-        if rest.is_empty() {
-            Ok(())
-        } else {
-            Err(ShapeError)
-        }
+        split_encodings(&self.bytes, self.indexes.len()).map_err(|_| ShapeError)
     }
 }
 
@@ -339,7 +353,7 @@ mod tests {
         );
         let one = Pages::from_parts(8192, &[3, 0, 0, 0], seven.clone()).unwrap();
         assert_eq!(one.indexes, vec![3]);
-        assert_eq!(one.iter().collect::<Vec<_>>(), [(3, seven.as_slice())]);
+        assert_eq!(one.encodings(), Ok(vec![seven.as_slice()]));
     }
 
     #[test]

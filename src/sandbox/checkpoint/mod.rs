@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::protocol::pages::{encoded_len, UNCHANGED_PAGE};
+use crate::protocol::pages::{split_encodings, UNCHANGED_PAGE};
 pub use crate::protocol::pages::{ZygoteId, PAGE_BYTES};
 
 /// Bytes in a WebAssembly page: linear memory grows by whole pages of this size, so every
@@ -75,26 +75,6 @@ fn check_memory_bytes(bytes: u64) -> Result<(), CheckpointError> {
         return Err(CheckpointError::BadMemorySize { bytes });
     }
     Ok(())
-}
-
-/// `bytes` as `count` page encodings, each checked (`crate::protocol::pages::encoded_len`);
-/// nothing may follow the last.
-///
-/// Errors: [`CheckpointError::BadEncoding`] naming the first that is not one (`count` when
-/// bytes are left over).
-fn split_pages(bytes: &[u8], count: usize) -> Result<Vec<&[u8]>, CheckpointError> {
-    let mut pages = Vec::with_capacity(count);
-    let mut rest = bytes;
-    for index in 0..count {
-        let len = encoded_len(rest).ok_or(CheckpointError::BadEncoding { index })?;
-        let (page, after) = rest.split_at(len);
-        pages.push(page);
-        rest = after;
-    }
-    if !rest.is_empty() {
-        return Err(CheckpointError::BadEncoding { index: count });
-    }
-    Ok(pages)
 }
 
 /// A sandbox's interpreter as the pages that differ from its zygote's pristine memory.
@@ -167,7 +147,8 @@ impl Checkpoint {
                 to: memory_bytes,
             });
         }
-        let encoded = split_pages(bytes, indexes.len())?;
+        let encoded = split_encodings(bytes, indexes.len())
+            .map_err(|index| CheckpointError::BadEncoding { index })?;
         let page_limit = memory_bytes / PAGE_BYTES_U64;
         let mut previous: Option<u32> = None;
         for &index in indexes {
