@@ -20,7 +20,7 @@ const ASSETS: [&str; 5] = [
 ];
 
 /// Exact upstream snippets of `pyodide.asm.mjs` (314.0.7) and what they become.
-const ASM_REWRITES: [(&str, &str, usize); 2] = [
+const ASM_REWRITES: [(&str, &str, usize); 3] = [
     // The only module syntax: the default export of the factory.
     (
         "export default _createPyodideModule;",
@@ -29,6 +29,17 @@ const ASM_REWRITES: [(&str, &str, usize); 2] = [
     ),
     // `import.meta` is a syntax error outside modules; the URL is only used to name the script.
     ("import.meta.url", "\"/pyodide/pyodide.asm.mjs\"", 3),
+    // Randomness (Python's `os.urandom`, `random.seed()`, Emscripten's /dev/urandom) from
+    // `crypto.getRandomValues`, which runtime/js/bootstrap.js serves from the OS in one call.
+    // Emscripten takes this engine for a "shell" and would read it through
+    // `os.system("head -cN /dev/urandom | base64")` and a base64 round trip instead: about
+    // 0.5 µs a byte in 256-byte calls, so `random.seed()` (2,496 bytes), which every forked
+    // interpreter's first run makes, took 0.8-1.3 ms.
+    (
+        "if(ENVIRONMENT_IS_SHELL){return view=>{if(!os.system)",
+        "if(false){return view=>{if(!os.system)",
+        1,
+    ),
 ];
 
 fn main() {

@@ -253,8 +253,9 @@ pub struct TenancyArgs {
     pub max_queue: usize,
 
     /// Clean interpreters kept booted ahead, so that a new session rarely waits for a boot
-    /// [default: 2 for HTTP, `--workers` with `--isolation call`; 0 for stdio and `shared`, which
-    /// still boot theirs at start and one after losing an interpreter].
+    /// [default: 2 for HTTP, `--workers` with `--isolation call`; 0 for stdio and `shared`,
+    /// which still boot theirs at start and one after losing an interpreter, and for stdio with
+    /// `--stateful` 1 once a second sandbox was made].
     #[arg(long)]
     pub spares: Option<usize>,
 

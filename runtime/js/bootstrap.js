@@ -65,8 +65,6 @@
     return view;
   };
   define(globalThis, "crypto", { getRandomValues: fillRandom });
-  // Emscripten's "shell" runtime reads randomness with os.system("head -cN /dev/urandom | base64");
-  // answer exactly that request from the OS and nothing else.
   const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   const toBase64 = (bytes) => {
     let out = "";
@@ -97,14 +95,6 @@
       if (bits >= 8) { bits -= 8; out += String.fromCharCode((acc >> bits) & 255); }
     }
     return out;
-  });
-  define(globalThis, "os", {
-    system(cmd, args) {
-      const m = cmd === "sh" && Array.isArray(args) &&
-        /^head -c(\d+) \/dev\/urandom \| base64 --wrap=0$/.exec(args[1] || "");
-      if (!m) throw new Error("os.system is not available in the sandbox");
-      return toBase64(fillRandom(new Uint8Array(Number(m[1]))));
-    },
   });
 
   // --- UTF-8 text encoding, in JavaScript (no native view of WebAssembly memory is taken).

@@ -61,6 +61,7 @@
   let helperFindImports = null;
   let helperReseed = null;
   let helperPrimeListing = null;
+  let helperForgetRuns = null;
   let helperImportDistributions = null;
 
   // What the zygote held outside linear memory (`outsideMemory()` once warm), inherited by
@@ -237,6 +238,7 @@
         helperFindImports = mod.find_imports;
         helperReseed = mod.reseed_before_next_run;
         helperPrimeListing = mod.prime_listing;
+        helperForgetRuns = mod.forget_runs;
         helperImportDistributions = mod.import_distributions;
         return JSON.stringify({ version: pyodide.version });
       })());
@@ -291,9 +293,11 @@
 
     // Records what the interpreter holds outside its linear memory once the zygote is warm
     // (called there, before it forks): a checkpoint of a forked interpreter is whole only
-    // while it holds no more than this. Answers `{}`.
+    // while it holds no more than this. The warm-up's own runs are forgotten first. Answers
+    // `{}`.
     baseline(id) {
       answer(id, Promise.resolve().then(() => {
+        helperForgetRuns();
         // The working directory listed once, for every fork (`filesMayHaveChanged`).
         helperPrimeListing();
         outside = outsideMemory();
@@ -405,8 +409,8 @@
     // answers with the helper's result object (one JSON text). `toolsJson`: code mode's tool
     // catalog when it changed, else null; `networkJson`: what the code may do on the network
     // (the os.environ placeholders of --secret, the requests it may make at once), else null.
-    // The helper answers at once, or with an awaitable
-    // when the code uses top-level `await`.
+    // The helper answers at once, or with an awaitable (an asyncio task) when the code
+    // uses top-level `await` and suspends.
     run(id, code, globalsJson, outputCap, resultCap, keepGlobals, toolsJson, networkJson) {
       takeFetchLimit();
       if (networkJson != null) fetchLimit(JSON.parse(networkJson).concurrency);

@@ -58,6 +58,25 @@ pub(super) const AWAIT_WARM_UP_CODE: [&str; 2] = [
 /// How many times each of [`AWAIT_WARM_UP_CODE`] runs in the zygote.
 pub(super) const AWAIT_WARM_UP_CALLS: usize = 5;
 
+/// Warm-up calls that reseed first, as a forked interpreter's first run does
+/// (`runtime/python/runner.py` `reseed`: 2,496 bytes from the OS for `random`, through
+/// Emscripten's `random_get` and `crypto.getRandomValues`, ten calls of 256 bytes). Without them
+/// a fork ran that path for the first time, cold, in its first call: 1.3-2.4 ms of it, against
+/// 0.2-0.4 ms warm. Each costs the zygote's start about 0.2 ms.
+pub(super) const RESEED_WARM_UP_CALLS: usize = 20;
+
+/// Warm-up calls as a `--stateful` sandbox's and code mode's run them: in kept globals (the
+/// working directory listed, its files reported), with a catalog of one host function. A
+/// fork's first such call otherwise ran those paths cold: ~0.6 ms to take the catalog and
+/// ~1 ms more to close the call. The zygote forgets these runs before it forks
+/// (`runtime/python/runner.py` `forget_runs`, from `baseline`).
+pub(super) const STATEFUL_WARM_UP_CALLS: usize = 20;
+
+/// The catalog of the stateful warm-up calls (`src/code_mode/catalog.rs`'s JSON): no upstream
+/// server and one host function, never called.
+const WARM_UP_CATALOG: &str =
+    r#"{"version":0,"servers":[],"functions":[{"name":"warm_up","signature":"()","doc":""}]}"#;
+
 /// Runs [`WARM_UP_CALLS`], then [`AWAIT_WARM_UP_CODE`]'s and then [`TIER_UP_CALLS`] calls in
 /// the zygote through the same runner functions a real call uses (their output goes nowhere:
 /// no run is in progress for the front).
@@ -77,16 +96,35 @@ pub(super) fn warm_up(engine: &mut Engine, runner: &Runner) -> Result<()> {
     for code in AWAIT_WARM_UP_CODE.repeat(AWAIT_WARM_UP_CALLS) {
         zygote_run(engine, runner, code).context("warming up the zygote")?;
     }
+    for _ in 0..RESEED_WARM_UP_CALLS {
+        reseed_next_run(engine, runner)?;
+        zygote_run(engine, runner, WARM_UP_CODE[0]).context("warming up the zygote")?;
+    }
+    for i in 0..STATEFUL_WARM_UP_CALLS {
+        let run = RunArgs {
+            keep_globals: true,
+            tools: Some(WARM_UP_CATALOG.to_owned()),
+            ..warm_up_args(WARM_UP_CODE[i % WARM_UP_CODE.len()])
+        };
+        zygote_run_with(engine, runner, &run).context("warming up the zygote")?;
+    }
     for i in 0..TIER_UP_CALLS {
         let code = WARM_UP_CODE[i % WARM_UP_CODE.len()];
         zygote_run(engine, runner, code).context("warming up the zygote")?;
     }
     zygote_run(engine, runner, FREEZE_CODE).context("freezing the zygote's objects")?;
     // The zygote's random state is every child's: each reseeds in its first run.
+    reseed_next_run(engine, runner)?;
+    engine.collect_garbage();
+    Ok(())
+}
+
+/// Makes the zygote's next run reseed Python's random state first (`runtime/js/runner.js`
+/// `reseed`).
+fn reseed_next_run(engine: &mut Engine, runner: &Runner) -> Result<()> {
     let answer = call(engine, &runner.reseed, BOOT_CALL, &[], None)
         .context("preparing the reseed of forked interpreters")?;
     parse_answer::<Empty>(&answer).context("preparing the reseed of forked interpreters")?;
-    engine.collect_garbage();
     Ok(())
 }
 
@@ -116,7 +154,12 @@ pub(super) const FREEZE_CODE: &str = "import gc\ngc.collect()\ngc.freeze()";
 /// Runs `code` in the zygote through the runner's `run`, as a call would, with fresh globals and
 /// the warm-up caps; its output goes nowhere (no run is in progress for the front).
 pub(super) fn zygote_run(engine: &mut Engine, runner: &Runner, code: &str) -> Result<()> {
-    let run = RunArgs {
+    zygote_run_with(engine, runner, &warm_up_args(code))
+}
+
+/// The arguments of a warm-up call of `code`: fresh globals, the warm-up caps, no catalog.
+fn warm_up_args(code: &str) -> RunArgs<'_> {
+    RunArgs {
         code,
         globals: "{}",
         output_cap: WARM_UP_CAP,
@@ -124,7 +167,11 @@ pub(super) fn zygote_run(engine: &mut Engine, runner: &Runner, code: &str) -> Re
         keep_globals: false,
         tools: None,
         network: None,
-    };
+    }
+}
+
+/// Runs `run` in the zygote through the runner's `run`; its output goes nowhere.
+fn zygote_run_with(engine: &mut Engine, runner: &Runner, run: &RunArgs) -> Result<()> {
     let answer = call(engine, &runner.run, BOOT_CALL, &run.args(), None)?;
     parse_answer::<RunOutcome>(&answer)?;
     Ok(())

@@ -34,12 +34,26 @@ pub enum NotReady {
     Closed,
 }
 
+/// How many spares a runtime keeps ([`Spares::new`]; chosen by `src/modes.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpareCounts {
+    /// Kept ready (0 = boot on demand, and after a loss, only).
+    pub target: usize,
+    /// Booted at start-up ([`Spares::prefill`]).
+    pub initial: usize,
+    /// Kept ready instead of `target`, when more, once a second sandbox is made
+    /// ([`Spares::sandbox_made`]): a client that makes sandboxes one after another (code
+    /// mode's, over one stdio connection) gets each from a warm spare, and one that keeps a
+    /// single sandbox pays for no spare, even when its worker is replaced.
+    pub when_reused: usize,
+}
+
 /// Keeps up to `target` booted, unused workers ready.
 pub struct Spares {
     launcher: Arc<Launcher>,
-    target: usize,
-    /// How many to boot at start-up.
-    initial: usize,
+    counts: SpareCounts,
+    /// Sandboxes made so far ([`Spares::sandbox_made`]).
+    sandboxes: AtomicUsize,
     ready: Mutex<VecDeque<Worker>>,
     booting: AtomicUsize,
     /// Woken whenever a background boot ends (with a spare or not).
@@ -48,13 +62,12 @@ pub struct Spares {
 }
 
 impl Spares {
-    /// Spares started by `launcher`: `initial` of them booted by [`Spares::prefill`], then
-    /// `target` kept ready (0 = boot on demand, and after a loss, only).
-    pub fn new(launcher: Arc<Launcher>, target: usize, initial: usize) -> Arc<Spares> {
+    /// Spares started by `launcher`, as many as `counts` says.
+    pub fn new(launcher: Arc<Launcher>, counts: SpareCounts) -> Arc<Spares> {
         Arc::new(Spares {
             launcher,
-            target,
-            initial,
+            counts,
+            sandboxes: AtomicUsize::new(0),
             ready: Mutex::new(VecDeque::new()),
             booting: AtomicUsize::new(0),
             booted: Notify::new(),
@@ -74,19 +87,40 @@ impl Spares {
 
     /// Boots the start-up spares in the background.
     pub fn prefill(self: &Arc<Self>) {
-        self.fill_to(self.initial);
+        self.fill_to(self.counts.initial);
     }
 
-    /// Boots spares in the background until `target` are ready or booting.
+    /// Boots spares in the background until as many as wanted now are ready or booting.
     pub fn fill(self: &Arc<Self>) {
-        self.fill_to(self.target);
+        self.fill_to(self.target());
+    }
+
+    /// Counts a sandbox being made (`create_sandbox`), before it takes its worker: from the
+    /// second on, [`SpareCounts::when_reused`] spares are kept.
+    pub fn sandbox_made(&self) {
+        self.sandboxes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many spares are wanted now: [`SpareCounts::when_reused`] once a second sandbox was
+    /// made, else [`SpareCounts::target`].
+    fn target(&self) -> usize {
+        let SpareCounts {
+            target,
+            when_reused,
+            ..
+        } = self.counts;
+        if self.sandboxes.load(Ordering::SeqCst) >= 2 {
+            target.max(when_reused)
+        } else {
+            target
+        }
     }
 
     /// Boots one spare in the background unless one is ready or booting already: after a
     /// worker was lost (or at start-up), so that its replacement is likely ready before
     /// it is needed, even with a `target` of 0.
     pub fn replenish(self: &Arc<Self>) {
-        self.fill_to(self.target.max(1));
+        self.fill_to(self.target().max(1));
     }
 
     fn fill_to(self: &Arc<Self>, target: usize) {
@@ -231,7 +265,7 @@ impl Spares {
         if self.launcher.uses_zygote() && !self.launcher.forks() {
             return Err(NotReady::Zygote);
         }
-        if self.target > 0 && self.ready_count() == 0 {
+        if self.target() > 0 && self.ready_count() == 0 {
             return Err(NotReady::NoSpare);
         }
         Ok(())

@@ -5,6 +5,7 @@ streamable HTTP."""
 import asyncio
 import base64
 import json
+import os
 import re
 import subprocess
 
@@ -15,7 +16,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import McpError
 
 from adversary import http_server, http_session, return_value, status_of, wait_until
-from conftest import BINARY, SHARED_CACHE, child_pids, forked_session, mcp_session, run, server_env
+from conftest import BINARY, SHARED_CACHE, child_pids, direct_child_pids, forked_session, mcp_session, run, server_env
 from raw_http import call_message, rpc_result, sse_message, sse_session_by_hand, start_session
 
 pytestmark = pytest.mark.anyio
@@ -58,6 +59,49 @@ async def test_state_lasts_within_a_session_and_says_when_it_was_lost():
         assert state_of(text).startswith("restored:") and "was stopped" in state_of(text), text
         text = await run(session, "x = 1\nx")
         assert return_value(text) == "1" and "<state>" not in text, text
+
+
+# A new sandbox's calls after a first one that fails: what its interpreter holds. The zygote's
+# warm-up runs calls in kept globals, with a catalog of one host function, and forgets them
+# before it forks (runtime/python/runner.py `forget_runs`).
+SECOND_CALL = """
+import random
+try:
+    import mcp_tools
+    tools = "imported"
+except ModuleNotFoundError as e:
+    tools = str(e)
+[sorted(n for n in globals() if not n.startswith("__")), tools, random.getrandbits(64)]
+"""
+NO_TOOLS = "No module named 'mcp_tools': this server calls no MCP tools (its operator names them with --tools-config)"
+# Seconds the server may take to fork its spare.
+SPARE_WAIT = 60
+
+
+async def test_each_new_sandbox_is_a_new_interpreter_and_a_warm_spare_waits_for_the_next():
+    """Over stdio with `--stateful`, once a second sandbox is made, the server keeps one forked
+    spare, warmed up, for the next `create_sandbox` (src/modes.rs `spare_counts`): sandboxes
+    made one after another (code mode's) do not pay a fork's first call, and a client that
+    keeps one sandbox pays for no spare."""
+    async with forked_session("--stateful") as session:
+        (server,) = [pid for pid in direct_child_pids(os.getpid())
+                     if open(f"/proc/{pid}/cmdline", "rb").read().startswith(BINARY.encode())]
+        draws = []
+        for made in range(1, 3):
+            created = await session.call_tool("create_sandbox", {})
+            sandbox = created.structuredContent["sandbox_id"]
+            failed = await session.call_tool("run_python_code", {"python_code": "1 / 0", "sandbox_id": sandbox})
+            assert 'File "call_1.py", line 1' in failed.content[0].text, failed.content[0].text
+            text = (await session.call_tool(
+                "run_python_code", {"python_code": SECOND_CALL, "sandbox_id": sandbox})).content[0].text
+            names, tools, draw = json.loads(re.search(r"<return_value>\n(.*)\n</return_value>", text, re.S)[1])
+            assert names == ["random", "tools"] and tools == NO_TOOLS, text
+            draws.append(draw)
+            # The sandboxes made here, and from the second on one spare (the session's own
+            # sandbox has run no call).
+            workers = made + (made >= 2)
+            assert await wait_until(lambda: len(child_pids(server)) == workers, SPARE_WAIT), child_pids(server)
+        assert draws[0] != draws[1]
 
 
 async def test_reset_session_clears_the_state():

@@ -176,6 +176,9 @@ impl Executor {
             .await
             .map_err(|_| WorkerError::Closed)?;
         if slot.is_none() {
+            if let Some(kit) = self.settings.runtimes.ready_kit(sandbox.runtime) {
+                kit.spares.sandbox_made();
+            }
             let mut worker = self.take_worker(sandbox).await?;
             self.adopt(sandbox, &mut worker, Restart::Stopped).await;
             *slot = Some(worker);

@@ -101,6 +101,7 @@ mod tests {
     use super::*;
     use crate::worker::launcher::Launcher;
     use crate::worker::mount::Mounts;
+    use crate::worker::spares::SpareCounts;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// A kit whose workers are never started (the tests take none).
@@ -114,7 +115,14 @@ mod tests {
             None,
         );
         RuntimeKit {
-            spares: Spares::new(Arc::new(launcher), 0, 0),
+            spares: Spares::new(
+                Arc::new(launcher),
+                SpareCounts {
+                    target: 0,
+                    initial: 0,
+                    when_reused: 0,
+                },
+            ),
             built_in: None,
         }
     }
