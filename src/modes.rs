@@ -391,10 +391,10 @@ fn spare_counts(cli: &Serve, isolation: Isolation, workers: usize, zygote: bool)
     };
     // Sandboxes made one after another over one stdio connection (`--stateful`: FastMCP's
     // code mode makes one per run): once a second is made (`create_sandbox`), one forked
-    // spare is kept, warmed up ahead, so that a new sandbox's first call does not pay a fork's first writes and
-    // cold paths (2.9 ms at the client instead of 5.4 ms). A client that keeps one sandbox
-    // (`code_sandbox(stateful=True)`) pays for no spare: its refill beside the calls and its
-    // end at exit cost an agent run ~3 ms.
+    // spare is kept, warmed up ahead, so that a new sandbox's first call does not pay a
+    // fork's first writes and cold paths (2.9 ms at the client instead of 5.4 ms). A client
+    // that keeps one sandbox (`code_sandbox(stateful=True)`) pays for no spare: its refill
+    // beside the calls and its end at exit cost an agent run ~3 ms.
     let when_reused = match (isolation, cli.mode) {
         (Isolation::Sandbox, Mode::Stdio) if cli.sandboxes.stateful && zygote => 1,
         _ => 0,

@@ -60,9 +60,9 @@ pub(super) const AWAIT_WARM_UP_CALLS: usize = 5;
 
 /// Warm-up calls that reseed first, as a forked interpreter's first run does
 /// (`runtime/python/runner.py` `reseed`: 2,496 bytes from the OS for `random`, through
-/// Emscripten's `random_get` and `crypto.getRandomValues`, ten calls of 256 bytes). Without them
-/// a fork ran that path for the first time, cold, in its first call: 1.3-2.4 ms of it, against
-/// 0.2-0.4 ms warm. Each costs the zygote's start about 0.2 ms.
+/// Emscripten's `random_get` and `crypto.getRandomValues`, ten calls of 256 bytes), a path the
+/// zygote's other calls never take and a fork's first call would otherwise run cold (a warm
+/// reseed takes 0.2-0.4 ms). Each costs the zygote's start about 0.2 ms.
 pub(super) const RESEED_WARM_UP_CALLS: usize = 20;
 
 /// Warm-up calls as a `--stateful` sandbox's and code mode's run them: in kept globals (the
@@ -77,9 +77,10 @@ pub(super) const STATEFUL_WARM_UP_CALLS: usize = 20;
 const WARM_UP_CATALOG: &str =
     r#"{"version":0,"servers":[],"functions":[{"name":"warm_up","signature":"()","doc":""}]}"#;
 
-/// Runs [`WARM_UP_CALLS`], then [`AWAIT_WARM_UP_CODE`]'s and then [`TIER_UP_CALLS`] calls in
-/// the zygote through the same runner functions a real call uses (their output goes nowhere:
-/// no run is in progress for the front).
+/// Runs [`WARM_UP_CALLS`], then [`AWAIT_WARM_UP_CODE`]'s, [`RESEED_WARM_UP_CALLS`],
+/// [`STATEFUL_WARM_UP_CALLS`] and [`TIER_UP_CALLS`] calls in the zygote through the same runner
+/// functions a real call uses (their output goes nowhere: no run is in progress for the
+/// front).
 pub(super) fn warm_up(engine: &mut Engine, runner: &Runner) -> Result<()> {
     for i in 0..WARM_UP_CALLS {
         let code = WARM_UP_CODE[i % WARM_UP_CODE.len()];

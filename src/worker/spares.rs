@@ -34,6 +34,9 @@ pub enum NotReady {
     Closed,
 }
 
+/// The sandbox whose making turns [`SpareCounts::when_reused`] on: the second.
+const REUSED_FROM_SANDBOX: usize = 2;
+
 /// How many spares a runtime keeps ([`Spares::new`]; chosen by `src/modes.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpareCounts {
@@ -109,7 +112,7 @@ impl Spares {
             when_reused,
             ..
         } = self.counts;
-        if self.sandboxes.load(Ordering::SeqCst) >= 2 {
+        if self.sandboxes.load(Ordering::SeqCst) >= REUSED_FROM_SANDBOX {
             target.max(when_reused)
         } else {
             target
