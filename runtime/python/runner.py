@@ -489,14 +489,13 @@ def forget_runs():
     """Called in the zygote after its warm-up, before it forks: forgets what the warm-up's
     ``keep_globals`` runs and catalogs left (the kept globals, the run count and their sources
     for tracebacks, the listings, the catalog and host functions), so that a fork's first run
-    is its interpreter's first, as in a new one. The dictionaries are emptied first: a warm-up
-    function refers to its globals, a cycle the collector no longer sees once frozen."""
+    is its interpreter's first, as in a new one. The kept globals are emptied first: a warm-up
+    function refers to them, a cycle the collector no longer sees once frozen."""
     global _kept_globals, _kept_runs, _last_scan, _listed, _tools_catalog, _function_globals
     for number in range(1, _kept_runs + 1):
         linecache.cache.pop(f"call_{number}.py", None)
     if _kept_globals is not None:
         _kept_globals.clear()
-    _function_globals.clear()
     _kept_globals, _kept_runs, _last_scan, _listed = None, 0, None, None
     _tools_catalog, _function_globals = None, {}
     sys.modules.pop("mcp_tools", None)
@@ -657,10 +656,10 @@ def run(code, globals_json, output_cap, result_cap, keep_globals=False, tools_js
     runs left); returns the result as one JSON object's text:
     ``{"status", "return_value": {"kind", "text"} | null, "error", "truncated"}``, or, when
     the code uses top-level ``await`` and suspends, an asyncio task that returns that text. A
-    return value whose text is longer than ``result_cap`` bytes becomes an error. With ``keep_globals`` it
-    also has the working directory's ``files`` (``[path, size]``), those the run ``written``
-    (created or changed), those changed since the last such run (``refresh``) and the
-    ``images`` among the written.
+    return value whose text is longer than ``result_cap`` bytes becomes an error. With
+    ``keep_globals`` it also has the working directory's ``files`` (``[path, size]``), those
+    the run ``written`` (created or changed), those changed since the last such run
+    (``refresh``) and the ``images`` among the written.
 
     Code without top-level ``await`` runs here and now rather than in an asyncio task: the
     task, its future and the promise around it cost more than the rest of a trivial call.

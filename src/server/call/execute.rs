@@ -24,7 +24,7 @@ use crate::server::call::outcome::{failed, read_outcome, CheckpointWhen, Verdict
 use crate::server::call::queue::{Held, Isolation, Queue};
 use crate::server::call::result::{CallResult, Outcome, RunErrorCause};
 use crate::server::call::run_host::CallRunHost;
-use crate::server::call::runtimes::{RuntimeUnavailable, Runtimes};
+use crate::server::call::runtimes::{RuntimeKit, RuntimeUnavailable, Runtimes};
 use crate::server::call::startup_deps::StartupPlan;
 use crate::server::call::state_note::{lost_note, Restart};
 use crate::traces;
@@ -176,10 +176,10 @@ impl Executor {
             .await
             .map_err(|_| WorkerError::Closed)?;
         if slot.is_none() {
-            if let Some(kit) = self.settings.runtimes.ready_kit(sandbox.runtime) {
-                kit.spares.sandbox_made();
-            }
-            let mut worker = self.take_worker(sandbox).await?;
+            // Counted once the runtime is ready, so that its first sandbox counts too.
+            let spares = &self.kit_of(sandbox).await?.spares;
+            spares.sandbox_made();
+            let mut worker = spares.take().await?;
             self.adopt(sandbox, &mut worker, Restart::Stopped).await;
             *slot = Some(worker);
         }
@@ -227,13 +227,19 @@ impl Executor {
     ///
     /// Errors: [`WorkerError::Unavailable`] when the runtime cannot be had; the spares'.
     pub(super) async fn take_worker(&self, sandbox: &Sandbox) -> Result<Worker, WorkerError> {
-        let kit = self
-            .settings
+        self.kit_of(sandbox).await?.spares.take().await
+    }
+
+    /// `sandbox`'s runtime's kit, that runtime made ready first when it is not the server's
+    /// own and no sandbox asked for it before.
+    ///
+    /// Errors: [`WorkerError::Unavailable`] when the runtime cannot be had.
+    async fn kit_of(&self, sandbox: &Sandbox) -> Result<&RuntimeKit, WorkerError> {
+        self.settings
             .runtimes
             .kit(sandbox.runtime)
             .await
-            .map_err(|e| WorkerError::Unavailable(Box::new(e)))?;
-        kit.spares.take().await
+            .map_err(|e| WorkerError::Unavailable(Box::new(e)))
     }
 
     /// Asks `sandbox`'s runtime's spares to boot one more for its next call.
